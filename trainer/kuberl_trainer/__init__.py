@@ -1,0 +1,1 @@
+"""kuberl_trainer."""

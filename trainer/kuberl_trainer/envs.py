@@ -1,0 +1,129 @@
+"""Making environments from an RLJob's `env` and `envConfig`.
+
+`env` is a gymnasium id (`CartPole-v1`) or an import path `module:Class` naming a gymnasium.Env
+subclass; `envConfig` goes to the constructor as keyword arguments. Only Box and Discrete spaces are
+supported, and anything else is reported when the job is validated, not mid-run.
+"""
+
+from __future__ import annotations
+
+import importlib
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import gymnasium as gym
+import numpy as np
+
+
+@dataclass(frozen=True)
+class SpaceInfo:
+    """What the networks need to know about an env's spaces."""
+
+    obs_dim: int
+    obs_discrete_n: int | None  # set when observations are Discrete and get one-hot encoded
+    action_discrete_n: int | None  # set for Discrete actions
+    action_dim: int  # 1 for Discrete, the flat size for Box
+    action_low: np.ndarray | None
+    action_high: np.ndarray | None
+
+    @property
+    def discrete_actions(self) -> bool:
+        return self.action_discrete_n is not None
+
+
+class EnvError(ValueError):
+    """The env named in the job cannot be made or has spaces kuberl cannot train on."""
+
+
+def env_creator(env: str) -> Callable[..., gym.Env]:
+    """A callable building the env from keyword arguments."""
+    if ":" in env and env.split(":", 1)[0] not in gym.registry:
+        module_name, _, attr = env.partition(":")
+        try:
+            module = importlib.import_module(module_name)
+        except ImportError as exc:
+            raise EnvError(f"cannot import module {module_name!r}: {exc}") from exc
+        try:
+            env_class = getattr(module, attr)
+        except AttributeError as exc:
+            raise EnvError(f"module {module_name!r} has no attribute {attr!r}") from exc
+        if not callable(env_class):
+            raise EnvError(f"{env} is not a class or factory")
+        return env_class
+    if env not in gym.registry:
+        import difflib
+
+        close = difflib.get_close_matches(env, list(gym.registry), n=1)
+        hint = f"; did you mean {close[0]!r}?" if close else ""
+        raise EnvError(f"{env!r} is not a registered gymnasium id nor a module:Class path{hint}")
+    return lambda **kwargs: gym.make(env, **kwargs)
+
+
+def make_env(env: str, env_config: dict[str, Any]) -> gym.Env:
+    try:
+        instance = env_creator(env)(**env_config)
+    except EnvError:
+        raise
+    except Exception as exc:  # any constructor failure is the job's problem to report
+        raise EnvError(f"cannot make {env!r} with envConfig {env_config}: {exc}") from exc
+    if not isinstance(instance, gym.Env):
+        raise EnvError(f"{env!r} made a {type(instance).__name__}, not a gymnasium.Env")
+    return instance
+
+
+def space_info(env: gym.Env) -> SpaceInfo:
+    """Checks the spaces are supported and describes them."""
+    obs_space, act_space = env.observation_space, env.action_space
+    if isinstance(obs_space, gym.spaces.Box):
+        obs_dim, obs_n = int(np.prod(obs_space.shape)), None
+    elif isinstance(obs_space, gym.spaces.Discrete):
+        obs_dim, obs_n = int(obs_space.n), int(obs_space.n)
+    else:
+        raise EnvError(
+            f"observation space {obs_space} is not supported: use Box or Discrete "
+            "(wrap the env to flatten Dict or Tuple spaces)"
+        )
+    if isinstance(act_space, gym.spaces.Discrete):
+        return SpaceInfo(obs_dim, obs_n, int(act_space.n), 1, None, None)
+    if isinstance(act_space, gym.spaces.Box):
+        if not (np.all(np.isfinite(act_space.low)) and np.all(np.isfinite(act_space.high))):
+            raise EnvError(f"action space {act_space} must have finite bounds")
+        return SpaceInfo(
+            obs_dim,
+            obs_n,
+            None,
+            int(np.prod(act_space.shape)),
+            act_space.low.astype(np.float32).ravel(),
+            act_space.high.astype(np.float32).ravel(),
+        )
+    raise EnvError(f"action space {act_space} is not supported: use Box or Discrete")
+
+
+def env_problem(env: str, env_config: dict[str, Any]) -> str | None:
+    """Why this env cannot be trained on, or None when it can (used by validation)."""
+    try:
+        instance = make_env(env, env_config)
+        try:
+            space_info(instance)
+        finally:
+            instance.close()
+    except EnvError as exc:
+        return str(exc)
+    return None
+
+
+def make_vector_env(env: str, env_config: dict[str, Any], num_envs: int) -> gym.vector.VectorEnv:
+    """Envs stepped in lockstep in this process; a finished episode resets in the same step, and
+    its last observation is in `infos["final_obs"]` (needed to bootstrap truncated episodes)."""
+    return gym.vector.SyncVectorEnv(
+        [lambda: make_env(env, env_config) for _ in range(num_envs)],
+        autoreset_mode=gym.vector.AutoresetMode.SAME_STEP,
+    )
+
+
+def encode_obs(obs: np.ndarray, info: SpaceInfo) -> np.ndarray:
+    """A float32 (batch, obs_dim) array: Box observations flattened, Discrete ones one-hot."""
+    if info.obs_discrete_n is not None:
+        return np.eye(info.obs_discrete_n, dtype=np.float32)[np.asarray(obs, dtype=np.int64)]
+    return np.asarray(obs, dtype=np.float32).reshape(len(obs), -1)

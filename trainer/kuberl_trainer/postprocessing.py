@@ -1,0 +1,82 @@
+"""Advantage and return estimators on time-major (T, N) arrays: T steps of N envs.
+
+Pure numpy so they can be checked against hand-computed values. An episode boundary inside the
+window stops every recursion; a truncated episode is bootstrapped from its final observation's
+value, a terminated one is not.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+
+def compute_gae(
+    rewards: np.ndarray,
+    values: np.ndarray,
+    next_values: np.ndarray,
+    terminateds: np.ndarray,
+    truncateds: np.ndarray,
+    gamma: float,
+    lam: float,
+) -> tuple[np.ndarray, np.ndarray]:
+    """Generalized advantage estimation (Schulman et al. 2016).
+
+    `next_values[t]` is V of the observation after step t (the final observation when the episode
+    ended at t; the next start otherwise has no business in the estimate). Returns (advantages,
+    value targets), both (T, N) float32.
+    """
+    not_terminated = 1.0 - terminateds.astype(np.float32)
+    continues = not_terminated * (1.0 - truncateds.astype(np.float32))
+    deltas = rewards + gamma * next_values * not_terminated - values
+    advantages = np.zeros_like(deltas, dtype=np.float32)
+    running = np.zeros(deltas.shape[1:], dtype=np.float32)
+    for t in range(len(deltas) - 1, -1, -1):
+        running = deltas[t] + gamma * lam * continues[t] * running
+        advantages[t] = running
+    return advantages, (advantages + values).astype(np.float32)
+
+
+def discounted_returns(
+    rewards: np.ndarray, terminateds: np.ndarray, truncateds: np.ndarray, gamma: float
+) -> np.ndarray:
+    """Rewards-to-go within each episode, cut at the end of the window (REINFORCE's return)."""
+    zeros = np.zeros_like(rewards, dtype=np.float32)
+    returns, _ = compute_gae(rewards, zeros, zeros, terminateds, truncateds, gamma, 1.0)
+    return returns
+
+
+def compute_n_step(
+    rewards: np.ndarray,
+    terminateds: np.ndarray,
+    truncateds: np.ndarray,
+    gamma: float,
+    n: int,
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """n-step returns for every step of a (T, N) window.
+
+    For step t the window covers up to n rewards, ending early at an episode's end or at the end
+    of the sampled window. Returns (returns, last_step, bootstrap_discounts): the discounted reward
+    sum, the index of the window's last step (the target bootstraps from that step's next
+    observation), and gamma**steps, zeroed when the window ended in a termination.
+    """
+    horizon, num_envs = rewards.shape
+    done = terminateds | truncateds
+    start = np.arange(horizon)[:, None]
+    returns = np.zeros((horizon, num_envs), dtype=np.float32)
+    last_step = np.broadcast_to(start, (horizon, num_envs)).copy()
+    steps = np.zeros((horizon, num_envs), dtype=np.int64)
+    ended_terminated = np.zeros((horizon, num_envs), dtype=bool)
+    open_window = np.ones((horizon, num_envs), dtype=bool)
+    cols = np.arange(num_envs)[None, :]
+    for k in range(n):
+        index = start + k
+        in_range = index < horizon
+        index = np.minimum(index, horizon - 1)
+        active = open_window & in_range
+        returns += np.where(active, (gamma**k) * rewards[index, cols], 0.0)
+        last_step = np.where(active, index, last_step)
+        steps = np.where(active, k + 1, steps)
+        ended_terminated = np.where(active, terminateds[index, cols], ended_terminated)
+        open_window = active & ~done[index, cols]
+    discounts = (gamma**steps) * (~ended_terminated)
+    return returns, last_step, discounts.astype(np.float32)

@@ -1,0 +1,60 @@
+"""SampleBatch: what rollout workers hand the optimizer, as plain numpy arrays.
+
+Numpy arrays travel through Ray's object store without copies; torch tensors are made only where
+the learner needs them.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+
+import numpy as np
+
+OBS = "obs"
+NEXT_OBS = "next_obs"
+ACTIONS = "actions"
+REWARDS = "rewards"
+TERMINATEDS = "terminateds"
+TRUNCATEDS = "truncateds"
+LOGP = "logp"
+VALUES = "values"
+ADVANTAGES = "advantages"
+VALUE_TARGETS = "value_targets"
+# n-step DQN: gamma^steps, or 0 where the n-step window ended in a termination
+BOOTSTRAP_DISCOUNTS = "bootstrap_discounts"
+
+
+@dataclass
+class SampleBatch:
+    """Columns of equal length plus the episodes that finished while sampling them."""
+
+    columns: dict[str, np.ndarray]
+    episode_returns: np.ndarray = field(default_factory=lambda: np.zeros(0, np.float32))
+    episode_lengths: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))
+
+    def __len__(self) -> int:
+        return len(next(iter(self.columns.values()))) if self.columns else 0
+
+    def __getitem__(self, key: str) -> np.ndarray:
+        return self.columns[key]
+
+    @staticmethod
+    def concat(batches: list[SampleBatch]) -> SampleBatch:
+        if len(batches) == 1:
+            return batches[0]
+        keys = batches[0].columns.keys()
+        return SampleBatch(
+            {k: np.concatenate([b.columns[k] for b in batches]) for k in keys},
+            np.concatenate([b.episode_returns for b in batches]),
+            np.concatenate([b.episode_lengths for b in batches]),
+        )
+
+    def minibatches(self, size: int, rng: np.random.Generator) -> Iterator[dict[str, np.ndarray]]:
+        """One shuffled pass in minibatches of `size` rows (the last one may be larger, so
+        no sample is dropped and no minibatch is tiny)."""
+        n = len(self)
+        order = rng.permutation(n)
+        count = max(1, n // size)
+        for chunk in np.array_split(order, count):
+            yield {k: v[chunk] for k, v in self.columns.items()}
