@@ -18,7 +18,7 @@ from pydantic.alias_generators import to_camel
 
 
 class Spec(BaseModel):
-    """Base of manifest models: camelCase keys, unknown keys rejected, docstrings as descriptions."""
+    """Base of manifest models: camelCase keys, unknown keys rejected, docstrings documenting."""
 
     model_config = ConfigDict(
         alias_generator=to_camel,

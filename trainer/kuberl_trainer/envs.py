@@ -72,9 +72,8 @@ def make_env(env: str, env_config: dict[str, Any]) -> gym.Env:
     return instance
 
 
-def space_info(env: gym.Env) -> SpaceInfo:
+def space_info(obs_space: gym.Space, act_space: gym.Space) -> SpaceInfo:
     """Checks the spaces are supported and describes them."""
-    obs_space, act_space = env.observation_space, env.action_space
     if isinstance(obs_space, gym.spaces.Box):
         obs_dim, obs_n = int(np.prod(obs_space.shape)), None
     elif isinstance(obs_space, gym.spaces.Discrete):
@@ -105,7 +104,7 @@ def env_problem(env: str, env_config: dict[str, Any]) -> str | None:
     try:
         instance = make_env(env, env_config)
         try:
-            space_info(instance)
+            space_info(instance.observation_space, instance.action_space)
         finally:
             instance.close()
     except EnvError as exc:

@@ -1,0 +1,1 @@
+"""Policy optimizers: the execution strategy, swappable under unchanged policies."""

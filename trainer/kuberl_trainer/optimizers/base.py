@@ -1,0 +1,86 @@
+"""The PolicyOptimizer interface: `step()` does one iteration of distributed work."""
+
+from __future__ import annotations
+
+import time
+from abc import ABC, abstractmethod
+from collections import defaultdict
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from kuberl_trainer.sample_batch import SampleBatch
+from kuberl_trainer.worker_set import WorkerSet
+
+
+@dataclass
+class StepResult:
+    """What one optimizer step produced, for the driver's metrics."""
+
+    learner_stats: dict[str, float]
+    episode_returns: np.ndarray
+    episode_lengths: np.ndarray
+    steps_sampled: int
+    steps_trained: int
+
+
+@dataclass
+class StepCounters:
+    """Counters that survive checkpoints: schedules and stop conditions depend on them."""
+
+    steps_sampled: int = 0
+    steps_trained: int = 0
+    timers: dict[str, float] = field(default_factory=lambda: defaultdict(float))
+
+
+class PolicyOptimizer(ABC):
+    def __init__(self, workers: WorkerSet, config: Any):
+        self.workers = workers
+        self.config = config
+        self.counters = StepCounters()
+
+    @property
+    def policy(self):
+        """The learner's policy: the local worker's."""
+        return self.workers.local_worker.policy
+
+    @abstractmethod
+    def step(self) -> StepResult: ...
+
+    def stats(self) -> dict[str, float]:
+        return {
+            "steps_sampled": self.counters.steps_sampled,
+            "steps_trained": self.counters.steps_trained,
+            "worker_restarts": self.workers.restarts,
+            **{f"{name}_time_s": seconds for name, seconds in self.counters.timers.items()},
+        }
+
+    def save(self) -> dict[str, Any]:
+        return {
+            "steps_sampled": self.counters.steps_sampled,
+            "steps_trained": self.counters.steps_trained,
+        }
+
+    def restore(self, state: dict[str, Any]) -> None:
+        self.counters.steps_sampled = state["steps_sampled"]
+        self.counters.steps_trained = state["steps_trained"]
+
+    @contextmanager
+    def timer(self, name: str):
+        start = time.perf_counter()
+        yield
+        self.counters.timers[name] += time.perf_counter() - start
+
+    def _result(self, batches: list[SampleBatch], stats: dict[str, float], trained: int):
+        sampled = sum(len(b) for b in batches)
+        self.counters.steps_sampled += sampled
+        self.counters.steps_trained += trained
+        return StepResult(
+            stats,
+            np.concatenate([b.episode_returns for b in batches]),
+            np.concatenate([b.episode_lengths for b in batches]),
+            sampled,
+            trained,
+        )

@@ -1,0 +1,24 @@
+"""Advantage actor-critic: one gradient step per synchronous batch."""
+
+from __future__ import annotations
+
+import torch
+
+from kuberl_trainer.policy.actor_critic import ActorCriticPolicy
+
+
+class A2CPolicy(ActorCriticPolicy):
+    def loss(self, batch: dict[str, torch.Tensor]):
+        logp, entropy = self.model.logp_entropy(batch["obs"], batch["actions"])
+        advantages = batch["advantages"]
+        if self.hp.normalize_advantages:
+            advantages = (advantages - advantages.mean()) / (advantages.std() + 1e-8)
+        policy_loss = -(logp * advantages).mean()
+        vf_loss = 0.5 * (self.model.value(batch["obs"]) - batch["value_targets"]).pow(2).mean()
+        entropy = entropy.mean()
+        total = policy_loss + self.hp.vf_coeff * vf_loss - self.hp.entropy_coeff * entropy
+        return total, {
+            "policy_loss": policy_loss.detach(),
+            "vf_loss": vf_loss.detach(),
+            "entropy": entropy.detach(),
+        }

@@ -1,0 +1,153 @@
+"""The Policy interface and the torch plumbing every policy shares."""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from typing import Any
+
+import numpy as np
+import torch
+from torch import nn
+
+from kuberl_trainer.config import AnyTrainerConfig
+from kuberl_trainer.envs import SpaceInfo
+from kuberl_trainer.sample_batch import SampleBatch
+
+Weights = dict[str, np.ndarray]
+Stats = dict[str, float]
+
+
+class Policy(ABC):
+    """What the RLlib paper calls a policy graph: a model, how to act, how to postprocess a
+    trajectory and how to learn. Optimizers and workers only ever talk to this interface."""
+
+    def __init__(self, spaces: SpaceInfo, config: AnyTrainerConfig, seed: int):
+        self.spaces = spaces
+        self.config = config
+        self.hp = config.hyperparameters
+        self.global_timesteps = 0
+
+    @abstractmethod
+    def compute_actions(
+        self, obs: np.ndarray, explore: bool = True
+    ) -> tuple[np.ndarray, dict[str, np.ndarray]]:
+        """Actions to send to the envs for a (N, obs_dim) batch, and the columns to record for
+        them (at least `actions`, in the form the loss needs)."""
+
+    @abstractmethod
+    def postprocess_trajectory(self, rollout: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+        """Turn time-major (T, N, ...) rollout columns into the flat training columns."""
+
+    @abstractmethod
+    def learn_on_batch(self, batch: SampleBatch) -> Stats:
+        """Improve the policy on a batch; returns scalar statistics (losses, KL, ...)."""
+
+    @abstractmethod
+    def compute_gradients(self, batch: SampleBatch) -> tuple[list[np.ndarray], Stats]: ...
+
+    @abstractmethod
+    def apply_gradients(self, gradients: list[np.ndarray]) -> None: ...
+
+    @abstractmethod
+    def get_weights(self) -> Weights: ...
+
+    @abstractmethod
+    def set_weights(self, weights: Weights) -> None: ...
+
+    @abstractmethod
+    def get_state(self) -> dict[str, Any]:
+        """Everything needed to continue training: weights, optimizer state, RNG, schedules."""
+
+    @abstractmethod
+    def set_state(self, state: dict[str, Any]) -> None: ...
+
+    def set_global_timesteps(self, timesteps: int) -> None:
+        """Told by the optimizer before sampling and learning, for schedules such as epsilon or a
+        decaying learning rate."""
+        self.global_timesteps = timesteps
+
+
+class TorchPolicy(Policy):
+    """A policy whose parameters live in one torch module trained with Adam."""
+
+    def __init__(self, spaces: SpaceInfo, config: AnyTrainerConfig, seed: int, model: nn.Module):
+        super().__init__(spaces, config, seed)
+        self.model = model
+        self.optimizer = torch.optim.Adam(model.parameters(), lr=self.hp.learning_rate, eps=1e-5)
+        self.generator = torch.Generator().manual_seed(seed)
+        self.rng = np.random.default_rng(seed)
+
+    @abstractmethod
+    def loss(self, batch: dict[str, torch.Tensor]) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+        """The scalar to minimise and the statistics to report."""
+
+    def learn_on_batch(self, batch: SampleBatch) -> Stats:
+        return self.sgd_step(as_tensors(batch.columns))
+
+    def sgd_step(self, tensors: dict[str, torch.Tensor]) -> Stats:
+        self.optimizer.zero_grad(set_to_none=True)
+        loss, stats = self.loss(tensors)
+        loss.backward()
+        self._clip_gradients(stats)
+        self.optimizer.step()
+        return {k: float(v) for k, v in stats.items()}
+
+    def compute_gradients(self, batch: SampleBatch) -> tuple[list[np.ndarray], Stats]:
+        self.optimizer.zero_grad(set_to_none=True)
+        loss, stats = self.loss(as_tensors(batch.columns))
+        loss.backward()
+        self._clip_gradients(stats)
+        grads = [_grad_or_zeros(p) for p in self.model.parameters()]
+        return grads, {k: float(v) for k, v in stats.items()}
+
+    def apply_gradients(self, gradients: list[np.ndarray]) -> None:
+        for param, grad in zip(self.model.parameters(), gradients, strict=True):
+            param.grad = torch.from_numpy(grad)
+        self.optimizer.step()
+
+    def get_weights(self) -> Weights:
+        return {k: v.detach().numpy().copy() for k, v in self.model.state_dict().items()}
+
+    def set_weights(self, weights: Weights) -> None:
+        self.model.load_state_dict({k: torch.from_numpy(v) for k, v in weights.items()})
+
+    def get_state(self) -> dict[str, Any]:
+        return {
+            "weights": self.get_weights(),
+            "optimizer": self.optimizer.state_dict(),
+            "torch_rng": self.generator.get_state(),
+            "numpy_rng": self.rng.bit_generator.state,
+            "global_timesteps": self.global_timesteps,
+        }
+
+    def set_state(self, state: dict[str, Any]) -> None:
+        self.set_weights(state["weights"])
+        self.optimizer.load_state_dict(state["optimizer"])
+        self.generator.set_state(state["torch_rng"])
+        self.rng.bit_generator.state = state["numpy_rng"]
+        self.set_global_timesteps(state["global_timesteps"])
+
+    def set_learning_rate(self, lr: float) -> None:
+        for group in self.optimizer.param_groups:
+            group["lr"] = lr
+
+    def _clip_gradients(self, stats: dict[str, torch.Tensor]) -> None:
+        if self.hp.max_grad_norm is not None:
+            stats["grad_norm"] = nn.utils.clip_grad_norm_(
+                self.model.parameters(), self.hp.max_grad_norm
+            )
+
+
+def as_tensors(columns: dict[str, np.ndarray]) -> dict[str, torch.Tensor]:
+    return {k: torch.from_numpy(v) for k, v in columns.items()}
+
+
+def flatten_time_major(columns: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+    """(T, N, ...) → (T*N, ...), keeping each env's steps contiguous in time order per row."""
+    return {k: v.reshape(-1, *v.shape[2:]) for k, v in columns.items()}
+
+
+def _grad_or_zeros(param: torch.Tensor) -> np.ndarray:
+    if param.grad is None:
+        return np.zeros(param.shape, dtype=np.float32)
+    return param.grad.detach().numpy().copy()

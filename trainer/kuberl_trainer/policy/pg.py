@@ -1,0 +1,31 @@
+"""Vanilla policy gradient: REINFORCE on returns-to-go."""
+
+from __future__ import annotations
+
+import numpy as np
+import torch
+
+from kuberl_trainer.policy.actor_critic import ActorCriticPolicy
+from kuberl_trainer.policy.base import flatten_time_major
+from kuberl_trainer.postprocessing import discounted_returns
+
+
+class PGPolicy(ActorCriticPolicy):
+    with_critic = False
+
+    def postprocess_trajectory(self, rollout: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+        returns = discounted_returns(
+            rollout["rewards"], rollout["terminateds"], rollout["truncateds"], self.hp.gamma
+        )
+        if self.hp.normalize_returns:
+            returns = (returns - returns.mean()) / (returns.std() + 1e-8)
+        return flatten_time_major(
+            {"obs": rollout["obs"], "actions": rollout["actions"], "advantages": returns}
+        )
+
+    def loss(self, batch: dict[str, torch.Tensor]):
+        logp, entropy = self.model.logp_entropy(batch["obs"], batch["actions"])
+        policy_loss = -(logp * batch["advantages"]).mean()
+        entropy = entropy.mean()
+        total = policy_loss - self.hp.entropy_coeff * entropy
+        return total, {"policy_loss": policy_loss.detach(), "entropy": entropy.detach()}

@@ -1,0 +1,67 @@
+"""Proximal policy optimization: several epochs of minibatch SGD on the clipped surrogate."""
+
+from __future__ import annotations
+
+import torch
+
+from kuberl_trainer.policy.actor_critic import ActorCriticPolicy
+from kuberl_trainer.policy.base import Stats, as_tensors
+from kuberl_trainer.sample_batch import SampleBatch
+
+
+class PPOPolicy(ActorCriticPolicy):
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.clip_range = self.hp.clip_range
+
+    def set_global_timesteps(self, timesteps: int) -> None:
+        super().set_global_timesteps(timesteps)
+        if self.hp.schedule == "linear":
+            remaining = max(0.0, 1.0 - timesteps / self.config.stop.timesteps)
+            self.set_learning_rate(self.hp.learning_rate * remaining)
+            self.clip_range = self.hp.clip_range * remaining
+
+    def learn_on_batch(self, batch: SampleBatch) -> Stats:
+        totals: dict[str, float] = {}
+        steps = 0
+        minibatch_size = min(self.hp.minibatch_size, len(batch))
+        for _ in range(self.hp.num_epochs):
+            epoch_kl, epoch_steps = 0.0, 0
+            for minibatch in batch.minibatches(minibatch_size, self.rng):
+                stats = self.sgd_step(as_tensors(minibatch))
+                for key, value in stats.items():
+                    totals[key] = totals.get(key, 0.0) + value
+                steps += 1
+                epoch_kl += stats["kl"]
+                epoch_steps += 1
+            if self.hp.target_kl is not None and epoch_kl / epoch_steps > self.hp.target_kl:
+                break  # the policy moved far enough for this batch
+        return {k: v / steps for k, v in totals.items()} | {"sgd_steps": float(steps)}
+
+    def loss(self, batch: dict[str, torch.Tensor]):
+        logp, entropy = self.model.logp_entropy(batch["obs"], batch["actions"])
+        advantages = batch["advantages"]
+        if self.hp.normalize_advantages and len(advantages) > 1:
+            advantages = (advantages - advantages.mean()) / (advantages.std() + 1e-8)
+        log_ratio = logp - batch["logp"]
+        ratio = log_ratio.exp()
+        clipped = ratio.clamp(1.0 - self.clip_range, 1.0 + self.clip_range)
+        policy_loss = -torch.min(ratio * advantages, clipped * advantages).mean()
+
+        values = self.model.value(batch["obs"])
+        if self.hp.vf_clip_range is not None:
+            old = batch["values"]
+            values = old + (values - old).clamp(-self.hp.vf_clip_range, self.hp.vf_clip_range)
+        vf_loss = 0.5 * (values - batch["value_targets"]).pow(2).mean()
+        entropy = entropy.mean()
+        total = policy_loss + self.hp.vf_coeff * vf_loss - self.hp.entropy_coeff * entropy
+        with torch.no_grad():
+            kl = ((ratio - 1.0) - log_ratio).mean()  # the low-variance k3 estimator
+            clip_fraction = ((ratio - 1.0).abs() > self.clip_range).float().mean()
+        return total, {
+            "policy_loss": policy_loss.detach(),
+            "vf_loss": vf_loss.detach(),
+            "entropy": entropy.detach(),
+            "kl": kl,
+            "clip_fraction": clip_fraction,
+        }

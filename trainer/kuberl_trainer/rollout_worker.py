@@ -1,0 +1,131 @@
+"""RolloutWorker: the paper's policy evaluator. Vectorized envs plus a policy copy; `sample()`
+steps every env together with one batched forward pass per step and returns numpy arrays.
+
+The same class is the driver's local worker and, through `as_remote`, a Ray actor.
+"""
+
+from __future__ import annotations
+
+import os
+
+import numpy as np
+import torch
+
+from kuberl_trainer.config import AnyTrainerConfig
+from kuberl_trainer.envs import encode_obs, make_vector_env, space_info
+from kuberl_trainer.policy.base import Policy, Weights
+from kuberl_trainer.sample_batch import SampleBatch
+
+
+class RolloutWorker:
+    def __init__(
+        self,
+        policy_class: type[Policy],
+        config: AnyTrainerConfig,
+        num_envs: int,
+        seed: int,
+        torch_threads: int | None = None,
+    ):
+        if torch_threads is not None:
+            torch.set_num_threads(torch_threads)
+        self.config = config
+        self.rollout_length = config.hyperparameters.rollout_length
+        self.envs = make_vector_env(config.env, config.env_config, num_envs)
+        self.spaces = space_info(self.envs.single_observation_space, self.envs.single_action_space)
+        self.policy = policy_class(self.spaces, config, seed)
+        obs, _ = self.envs.reset(seed=seed)
+        self.envs.action_space.seed(seed)
+        self.obs = encode_obs(obs, self.spaces)
+        self.num_envs = num_envs
+        self.seed = seed
+        self.episode_returns = np.zeros(num_envs, dtype=np.float64)
+        self.episode_lengths = np.zeros(num_envs, dtype=np.int64)
+        self._eval_envs = None
+
+    @classmethod
+    def as_remote(cls, num_cpus: float, num_gpus: float = 0):
+        """This class as a Ray actor with declared resources. Ray does not restart it: the
+        WorkerSet recreates dead workers itself so it can count them and resend weights."""
+        import ray
+
+        return ray.remote(num_cpus=num_cpus, num_gpus=num_gpus, max_restarts=0)(cls)
+
+    def sample(self) -> SampleBatch:
+        """rollout_length steps of every env, postprocessed by the policy (GAE, n-step, ...)."""
+        horizon, n = self.rollout_length, self.num_envs
+        obs_dim = self.obs.shape[1]
+        obs = np.empty((horizon, n, obs_dim), dtype=np.float32)
+        next_obs = np.empty((horizon, n, obs_dim), dtype=np.float32)
+        rewards = np.empty((horizon, n), dtype=np.float32)
+        terminateds = np.empty((horizon, n), dtype=bool)
+        truncateds = np.empty((horizon, n), dtype=bool)
+        extras: dict[str, np.ndarray] = {}
+        finished_returns, finished_lengths = [], []
+
+        for t in range(horizon):
+            env_actions, step_columns = self.policy.compute_actions(self.obs)
+            for key, value in step_columns.items():
+                if key not in extras:
+                    extras[key] = np.empty((horizon, *value.shape), dtype=value.dtype)
+                extras[key][t] = value
+            raw_obs, reward, terminated, truncated, infos = self.envs.step(env_actions)
+            obs[t] = self.obs
+            self.obs = encode_obs(raw_obs, self.spaces)
+            next_obs[t] = self.obs
+            rewards[t] = reward
+            terminateds[t] = terminated
+            truncateds[t] = truncated
+            self.episode_returns += reward
+            self.episode_lengths += 1
+            done = terminated | truncated
+            if done.any():
+                # The env already reset: the true next observation is the episode's last one.
+                for i in np.flatnonzero(done):
+                    next_obs[t, i] = encode_obs(infos["final_obs"][i][None], self.spaces)[0]
+                finished_returns.extend(self.episode_returns[done])
+                finished_lengths.extend(self.episode_lengths[done])
+                self.episode_returns[done] = 0.0
+                self.episode_lengths[done] = 0
+
+        rollout = {
+            "obs": obs,
+            "next_obs": next_obs,
+            "rewards": rewards,
+            "terminateds": terminateds,
+            "truncateds": truncateds,
+            **extras,
+        }
+        return SampleBatch(
+            self.policy.postprocess_trajectory(rollout),
+            np.asarray(finished_returns, dtype=np.float32),
+            np.asarray(finished_lengths, dtype=np.int64),
+        )
+
+    def evaluate(self, episodes: int) -> float:
+        """Mean return of `episodes` greedy episodes on envs of their own (one episode each)."""
+        if self._eval_envs is None or self._eval_envs.num_envs != episodes:
+            self._eval_envs = make_vector_env(self.config.env, self.config.env_config, episodes)
+        obs, _ = self._eval_envs.reset(seed=self.seed + 1_000_003)
+        returns = np.zeros(episodes)
+        running = np.ones(episodes, dtype=bool)
+        while running.any():
+            actions, _ = self.policy.compute_actions(encode_obs(obs, self.spaces), explore=False)
+            obs, reward, terminated, truncated, _ = self._eval_envs.step(actions)
+            returns += reward * running
+            running &= ~(terminated | truncated)
+        return float(returns.mean())
+
+    def set_weights(self, weights: Weights, global_timesteps: int) -> None:
+        self.policy.set_weights(weights)
+        self.policy.set_global_timesteps(global_timesteps)
+
+    def get_weights(self) -> Weights:
+        return self.policy.get_weights()
+
+    def pid(self) -> int:
+        return os.getpid()
+
+    def close(self) -> None:
+        self.envs.close()
+        if self._eval_envs is not None:
+            self._eval_envs.close()
