@@ -15,6 +15,8 @@ from typing import Any
 import gymnasium as gym
 import numpy as np
 
+from kuberl_trainer.errors import TrainingError
+
 
 @dataclass(frozen=True)
 class SpaceInfo:
@@ -32,7 +34,7 @@ class SpaceInfo:
         return self.action_discrete_n is not None
 
 
-class EnvError(ValueError):
+class EnvError(TrainingError):
     """The env named in the job cannot be made or has spaces kuberl cannot train on."""
 
 

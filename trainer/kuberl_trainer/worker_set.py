@@ -11,12 +11,13 @@ import logging
 from collections.abc import Callable
 from typing import Any
 
+from kuberl_trainer.errors import TrainingError
 from kuberl_trainer.sample_batch import SampleBatch
 
 log = logging.getLogger(__name__)
 
 
-class ResourceError(RuntimeError):
+class ResourceError(TrainingError):
     """The requested workers can never be scheduled on this Ray cluster."""
 
 

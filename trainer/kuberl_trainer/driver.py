@@ -1,0 +1,330 @@
+"""The driver: builds workers, policy and optimizer from the config, loops `optimizer.step()`,
+reports progress and metrics, checkpoints, and resumes from the newest checkpoint at start."""
+
+from __future__ import annotations
+
+import logging
+import math
+import os
+import random
+import signal
+import threading
+import time
+from collections import deque
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+from kuberl_trainer import algorithms
+from kuberl_trainer.checkpoint import CheckpointStore, checkpoint_dir
+from kuberl_trainer.config import AnyTrainerConfig, RolloutConfig, StopConditions
+from kuberl_trainer.metrics import TrainerMetrics
+from kuberl_trainer.progress import ConsoleReport, ProgressLog
+from kuberl_trainer.rollout_worker import RolloutWorker
+from kuberl_trainer.worker_set import WorkerSet
+
+log = logging.getLogger(__name__)
+
+# Small MLPs train fastest on one thread; more threads only add synchronisation overhead, and on
+# a shared node they steal cores from the rollout workers.
+LEARNER_TORCH_THREADS = 1
+
+
+@dataclass(frozen=True)
+class TrainResult:
+    stopped_by: str  # the stop condition met, or the signal's name when interrupted
+    interrupted: bool
+    iteration: int
+    timesteps: int
+    episode_return_mean: float
+    evaluation_return_mean: float | None
+    time_total_s: float
+    checkpoint: Path | None
+    resumed_from: Path | None
+    run_dir: Path
+
+
+def stop_reason(stop: StopConditions, row: dict[str, Any]) -> str | None:
+    """The first stop condition the iteration's row meets, as `name>=target`, or None."""
+    checks = (
+        ("timesteps", stop.timesteps, row["timesteps_total"]),
+        ("iterations", stop.iterations, row["iteration"]),
+        ("episodeReturnMean", stop.episode_return_mean, row["episode_return_mean"]),
+        ("evaluationReturnMean", stop.evaluation_return_mean, row.get("evaluation_return_mean")),
+        ("wallTimeSeconds", stop.wall_time_seconds, row["time_total_s"]),
+    )
+    for name, target, value in checks:
+        if target is not None and value is not None and math.isfinite(value) and value >= target:
+            return f"{name}>={target:g}"
+    return None
+
+
+class Driver:
+    def __init__(
+        self,
+        config: AnyTrainerConfig,
+        rollout: RolloutConfig,
+        run_dir: Path,
+        job_name: str,
+        namespace: str = "local",
+        metrics_port: int | None = None,
+        report: ConsoleReport | None = None,
+    ):
+        self.config = config
+        self.rollout = rollout
+        self.run_dir = run_dir
+        self.job_name = job_name
+        self.seed = (
+            config.seed if config.seed is not None else random.SystemRandom().randrange(2**31)
+        )
+        self.store = CheckpointStore(
+            checkpoint_dir(config.checkpoint.uri, run_dir), config.checkpoint.keep
+        )
+        self.metrics = TrainerMetrics(namespace, job_name, config.algorithm)
+        self.metrics_port = metrics_port
+        self.report = report or ConsoleReport(
+            f"{job_name} {config.algorithm} {config.env}", config.stop.timesteps
+        )
+        window = config.metrics_window
+        self.recent_returns: deque[float] = deque(maxlen=window)
+        self.recent_lengths: deque[int] = deque(maxlen=window)
+        self.iteration = 0
+        self.episodes_total = 0
+        self.time_total_s = 0.0
+        self.evaluation_return_mean: float | None = None
+        self._signal: int | None = None
+        self._started_ray = False
+
+    # -- the loop ---------------------------------------------------------------------------
+
+    def run(self) -> TrainResult:
+        torch.set_num_threads(LEARNER_TORCH_THREADS)
+        self._seed_everything()
+        previous_handlers = self._install_signal_handlers()
+        workers = progress = None
+        try:
+            if self.rollout.replicas:
+                self._start_ray()
+            workers = self._make_workers()
+            optimizer = algorithms.optimizer_class(self.config)(workers, self.config)
+            resumed_from = self._resume(optimizer)
+            # Opened after resuming, which may truncate the file to the checkpoint's iteration.
+            progress = ProgressLog(self.run_dir / "progress.jsonl")
+            if self.metrics_port is not None:
+                self.metrics.serve(self.metrics_port)
+            checkpoint, stopped_by = resumed_from, None
+            while stopped_by is None and self._signal is None:
+                row, timer_deltas, restarts = self._iterate(optimizer)
+                progress.write(row)
+                self.report.update(row)
+                self.metrics.record(row, timer_deltas, restarts)
+                stopped_by = stop_reason(self.config.stop, row)
+                if stopped_by or self.iteration % self.config.checkpoint.every_iterations == 0:
+                    checkpoint = self._save(optimizer)
+            if self._signal is not None:
+                checkpoint = self._save(optimizer)
+                stopped_by = signal.Signals(self._signal).name
+            return TrainResult(
+                stopped_by=stopped_by,
+                interrupted=self._signal is not None,
+                iteration=self.iteration,
+                timesteps=optimizer.counters.steps_sampled,
+                episode_return_mean=_mean(self.recent_returns),
+                evaluation_return_mean=self.evaluation_return_mean,
+                time_total_s=self.time_total_s,
+                checkpoint=checkpoint,
+                resumed_from=resumed_from,
+                run_dir=self.run_dir,
+            )
+        finally:
+            if progress is not None:
+                progress.close()
+            self.report.close()
+            if workers is not None:
+                workers.stop()
+            if self._started_ray:
+                import ray
+
+                ray.shutdown()
+            self._restore_signal_handlers(previous_handlers)
+
+    def _iterate(self, optimizer) -> tuple[dict[str, Any], dict[str, float], int]:
+        timers_before = dict(optimizer.counters.timers)
+        restarts_before = optimizer.workers.restarts
+        start = time.perf_counter()
+        result = optimizer.step()
+        self.iteration += 1
+        self.recent_returns.extend(result.episode_returns.tolist())
+        self.recent_lengths.extend(result.episode_lengths.tolist())
+        self.episodes_total += len(result.episode_returns)
+        evaluation = self.config.evaluation
+        evaluated = (
+            evaluation.every_iterations and self.iteration % evaluation.every_iterations == 0
+        )
+        if evaluated:
+            self.evaluation_return_mean = optimizer.workers.local_worker.evaluate(
+                evaluation.episodes
+            )
+        elapsed = time.perf_counter() - start
+        self.time_total_s += elapsed
+        row = {
+            "iteration": self.iteration,
+            "timesteps_total": optimizer.counters.steps_sampled,
+            "timesteps_this_iter": result.steps_sampled,
+            "timesteps_trained_this_iter": result.steps_trained,
+            "episodes_total": self.episodes_total,
+            "episodes_this_iter": len(result.episode_returns),
+            "episode_return_mean": _mean(self.recent_returns),
+            "episode_return_max": max(self.recent_returns, default=math.nan),
+            "episode_return_min": min(self.recent_returns, default=math.nan),
+            "episode_len_mean": _mean(self.recent_lengths),
+            "samples_per_s": result.steps_sampled / elapsed,
+            "time_this_iter_s": elapsed,
+            "time_total_s": self.time_total_s,
+            "worker_restarts": optimizer.workers.restarts,
+            **({"evaluation_return_mean": self.evaluation_return_mean} if evaluated else {}),
+            **result.learner_stats,
+        }
+        timer_deltas = {
+            name: seconds - timers_before.get(name, 0.0)
+            for name, seconds in optimizer.counters.timers.items()
+        }
+        return row, timer_deltas, optimizer.workers.restarts - restarts_before
+
+    # -- building -----------------------------------------------------------------------------
+
+    def _make_workers(self) -> WorkerSet:
+        policy_class = algorithms.policy_class(self.config)
+
+        def worker_kwargs(index: int) -> dict[str, Any]:
+            # Seeds far apart per worker so their envs never replay each other's episodes.
+            return {
+                "policy_class": policy_class,
+                "config": self.config,
+                "num_envs": self.rollout.envs_per_worker,
+                "seed": self.seed + 10_007 * index,
+            }
+
+        return WorkerSet(
+            RolloutWorker, worker_kwargs, self.rollout.replicas, self.rollout.cpus_per_worker
+        )
+
+    def _start_ray(self) -> None:
+        import ray
+
+        if ray.is_initialized():
+            return
+        address = os.environ.get("RAY_ADDRESS")
+        if address:  # inside a Ray cluster (the operator sets it): join it
+            ray.init(address=address, log_to_driver=True)
+        else:  # a private local instance, ended with this run; never someone else's
+            ray.init(address="local", include_dashboard=False, log_to_driver=False)
+        self._started_ray = True
+
+    def _seed_everything(self) -> None:
+        random.seed(self.seed)
+        np.random.seed(self.seed % 2**32)
+        torch.manual_seed(self.seed)
+
+    # -- checkpoints --------------------------------------------------------------------------
+
+    def _meta(self, optimizer) -> dict[str, Any]:
+        return {
+            "algorithm": self.config.algorithm,
+            "env": self.config.env,
+            "iteration": self.iteration,
+            "timesteps": optimizer.counters.steps_sampled,
+            "created": time.time(),
+            "config": self.config.model_dump(mode="json", by_alias=True),
+        }
+
+    def _save(self, optimizer) -> Path:
+        state = {
+            "policy": optimizer.policy.get_state(),
+            "optimizer": optimizer.save(),
+            "driver": {
+                "iteration": self.iteration,
+                "episodes_total": self.episodes_total,
+                "time_total_s": self.time_total_s,
+                "recent_returns": list(self.recent_returns),
+                "recent_lengths": list(self.recent_lengths),
+                "evaluation_return_mean": self.evaluation_return_mean,
+                "seed": self.seed,
+                "rng": {
+                    "python": random.getstate(),
+                    "numpy": np.random.get_state(),
+                    "torch": torch.get_rng_state(),
+                },
+            },
+        }
+        path = self.store.save(self.iteration, state, self._meta(optimizer))
+        self.metrics.checkpointed(time.time())
+        return path
+
+    def _resume(self, optimizer) -> Path | None:
+        found = self.store.latest({"algorithm": self.config.algorithm, "env": self.config.env})
+        if found is None:
+            return None
+        optimizer.policy.set_state(found.state["policy"])
+        optimizer.restore(found.state["optimizer"])
+        driver = found.state["driver"]
+        self.iteration = driver["iteration"]
+        self.episodes_total = driver["episodes_total"]
+        self.time_total_s = driver["time_total_s"]
+        self.recent_returns.extend(driver["recent_returns"])
+        self.recent_lengths.extend(driver["recent_lengths"])
+        self.evaluation_return_mean = driver["evaluation_return_mean"]
+        random.setstate(driver["rng"]["python"])
+        np.random.set_state(driver["rng"]["numpy"])
+        torch.set_rng_state(driver["rng"]["torch"])
+        self.metrics.checkpointed(found.meta["created"])
+        _truncate_progress(self.run_dir / "progress.jsonl", self.iteration)
+        self.report.message(
+            f"Resuming from {found.path} (iteration {self.iteration}, "
+            f"{optimizer.counters.steps_sampled:,} timesteps)"
+        )
+        return found.path
+
+    # -- signals ------------------------------------------------------------------------------
+
+    def _install_signal_handlers(self) -> dict[int, Any]:
+        if threading.current_thread() is not threading.main_thread():
+            return {}
+        previous = {}
+        for signum in (signal.SIGTERM, signal.SIGINT):
+            previous[signum] = signal.signal(signum, self._on_signal)
+        return previous
+
+    def _on_signal(self, signum: int, frame) -> None:
+        if self._signal is not None:  # asked twice: stop now, without a checkpoint
+            raise KeyboardInterrupt
+        self._signal = signum
+        self.report.message(
+            f"{signal.Signals(signum).name} received: checkpointing after this iteration"
+        )
+
+    @staticmethod
+    def _restore_signal_handlers(previous: dict[int, Any]) -> None:
+        for signum, handler in previous.items():
+            signal.signal(signum, handler)
+
+
+def _mean(values) -> float:
+    return float(np.mean(values)) if len(values) else math.nan
+
+
+def _truncate_progress(path: Path, iteration: int) -> None:
+    """Drop rows of iterations after the checkpoint: that training was lost and is redone."""
+    import json
+
+    if not path.exists():
+        return
+    lines = path.read_text().splitlines()
+    kept = [line for line in lines if line and json.loads(line)["iteration"] <= iteration]
+    if len(kept) != len(lines):
+        tmp = path.with_suffix(".tmp")
+        tmp.write_text("".join(line + "\n" for line in kept))
+        os.replace(tmp, path)

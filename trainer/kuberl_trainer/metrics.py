@@ -1,0 +1,92 @@
+"""The driver's Prometheus metrics. Names are defined here once; labels stay bounded
+(namespace, job, algorithm)."""
+
+from __future__ import annotations
+
+import math
+import time
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, start_http_server
+
+LABELS = ("namespace", "job", "algorithm")
+
+# learner statistic → (metric name, help); only these leave the process, so cardinality is fixed
+LEARNER_GAUGES = {
+    "policy_loss": ("kuberl_policy_loss", "Policy loss of the last iteration."),
+    "vf_loss": ("kuberl_value_loss", "Value-function loss of the last iteration."),
+    "loss": ("kuberl_td_loss", "TD (Huber) loss of the last iteration."),
+    "entropy": ("kuberl_policy_entropy", "Mean policy entropy of the last iteration."),
+    "kl": ("kuberl_policy_kl", "Approximate KL between old and new policy."),
+}
+
+
+class TrainerMetrics:
+    def __init__(self, namespace: str, job: str, algorithm: str):
+        self.registry = CollectorRegistry()
+        self.labels = {"namespace": namespace, "job": job, "algorithm": algorithm}
+        r = self.registry
+
+        def gauge(name: str, doc: str) -> Gauge:
+            return Gauge(name, doc, LABELS, registry=r).labels(**self.labels)
+
+        def counter(name: str, doc: str) -> Counter:
+            return Counter(name, doc, LABELS, registry=r).labels(**self.labels)
+
+        self.iterations = counter("kuberl_iterations_total", "Training iterations completed.")
+        self.steps_sampled = counter("kuberl_env_steps_sampled_total", "Env steps sampled.")
+        self.steps_trained = counter("kuberl_env_steps_trained_total", "Env steps trained on.")
+        self.episodes = counter("kuberl_episodes_total", "Episodes finished while sampling.")
+        self.episode_return = gauge("kuberl_episode_return_mean", "Mean recent episode return.")
+        self.episode_length = gauge("kuberl_episode_length_mean", "Mean recent episode length.")
+        self.evaluation_return = gauge(
+            "kuberl_evaluation_return_mean", "Mean return of the last greedy evaluation."
+        )
+        self.samples_per_second = gauge(
+            "kuberl_samples_per_second", "Env steps sampled per second in the last iteration."
+        )
+        self.learner_time = counter("kuberl_learner_seconds_total", "Time spent learning.")
+        self.sample_time = counter("kuberl_sample_seconds_total", "Time spent sampling.")
+        self.weight_sync_time = counter(
+            "kuberl_weight_sync_seconds_total", "Time spent broadcasting weights."
+        )
+        self.worker_restarts = counter(
+            "kuberl_worker_restarts_total", "Rollout workers recreated after dying."
+        )
+        self.last_checkpoint = gauge(
+            "kuberl_last_checkpoint_timestamp_seconds", "Unix time of the newest checkpoint."
+        )
+        self.checkpoint_age = gauge(
+            "kuberl_checkpoint_age_seconds", "Seconds since the newest checkpoint was written."
+        )
+        self._last_checkpoint_time = math.nan
+        self.checkpoint_age.set_function(lambda: time.time() - self._last_checkpoint_time)
+        self.learner = {stat: gauge(name, doc) for stat, (name, doc) in LEARNER_GAUGES.items()}
+
+    def serve(self, port: int) -> None:
+        start_http_server(port, registry=self.registry)
+
+    def checkpointed(self, when: float) -> None:
+        self._last_checkpoint_time = when
+        self.last_checkpoint.set(when)
+
+    def record(self, row: dict, timer_deltas: dict[str, float], new_restarts: int) -> None:
+        """Update from one iteration's progress row."""
+        self.iterations.inc()
+        self.steps_sampled.inc(row["timesteps_this_iter"])
+        self.steps_trained.inc(row["timesteps_trained_this_iter"])
+        self.episodes.inc(row["episodes_this_iter"])
+        self.samples_per_second.set(row["samples_per_s"])
+        for gauge, key in (
+            (self.episode_return, "episode_return_mean"),
+            (self.episode_length, "episode_len_mean"),
+            (self.evaluation_return, "evaluation_return_mean"),
+        ):
+            if row.get(key) is not None:
+                gauge.set(row[key])
+        self.learner_time.inc(timer_deltas.get("learn", 0.0))
+        self.sample_time.inc(timer_deltas.get("sample", 0.0))
+        self.weight_sync_time.inc(timer_deltas.get("weight_sync", 0.0))
+        self.worker_restarts.inc(new_restarts)
+        for stat, gauge in self.learner.items():
+            if stat in row:
+                gauge.set(row[stat])

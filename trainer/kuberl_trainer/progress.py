@@ -1,0 +1,84 @@
+"""Where a run reports: progress.jsonl (one JSON object per iteration) and the console."""
+
+from __future__ import annotations
+
+import json
+import math
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from rich.console import Console
+from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
+
+
+class ProgressLog:
+    """Appends one JSON object per iteration; a resumed run continues the same file."""
+
+    def __init__(self, path: Path):
+        path.parent.mkdir(parents=True, exist_ok=True)
+        # Line-buffered so readers (the operator, `kuberl status`) only ever see whole rows.
+        self._file = open(path, "a", buffering=1)  # noqa: SIM115 (closed by close())
+
+    def write(self, row: dict[str, Any]) -> None:
+        self._file.write(json.dumps(_finite(row)) + "\n")
+
+    def close(self) -> None:
+        self._file.close()
+
+
+def _finite(row: dict[str, Any]) -> dict[str, Any]:
+    """NaN is not JSON: a mean over zero episodes is written as null."""
+    return {
+        k: (None if isinstance(v, float) and not math.isfinite(v) else v) for k, v in row.items()
+    }
+
+
+class ConsoleReport:
+    """A live progress bar on a terminal; on a pipe or a pod's log, a line every few seconds."""
+
+    LINE_INTERVAL_S = 5.0
+
+    def __init__(self, title: str, total_timesteps: int | None, console: Console | None = None):
+        self.console = console or Console(stderr=False)
+        self.live = self.console.is_terminal and sys.stdout.isatty()
+        self._last_line = 0.0
+        self._progress = None
+        if self.live:
+            self._progress = Progress(
+                TextColumn("[bold]{task.description}"),
+                BarColumn(),
+                TextColumn("{task.completed:,.0f} steps"),
+                TextColumn("{task.fields[status]}"),
+                TimeElapsedColumn(),
+                console=self.console,
+            )
+            self._task = self._progress.add_task(title, total=total_timesteps, status="")
+            self._progress.start()
+
+    def update(self, row: dict[str, Any]) -> None:
+        status = (
+            f"iter {row['iteration']}  return {_fmt(row['episode_return_mean'])}"
+            f"  {row['samples_per_s']:,.0f} steps/s"
+        )
+        if row.get("evaluation_return_mean") is not None:
+            status += f"  eval {_fmt(row['evaluation_return_mean'])}"
+        if self._progress is not None:
+            self._progress.update(self._task, completed=row["timesteps_total"], status=status)
+            return
+        now = time.monotonic()
+        if now - self._last_line >= self.LINE_INTERVAL_S:
+            self._last_line = now
+            self.console.print(f"{status}  timesteps {row['timesteps_total']:,}", highlight=False)
+
+    def message(self, text: str) -> None:
+        self.console.print(text, highlight=False)
+
+    def close(self) -> None:
+        if self._progress is not None:
+            self._progress.stop()
+
+
+def _fmt(value: float | None) -> str:
+    return "-" if value is None or not math.isfinite(value) else f"{value:.1f}"
