@@ -1,0 +1,94 @@
+"""`kuberl validate FILE`: the whole RLJob contract checked before anything runs.
+
+The spec and hyperparameters are checked by the operator's models; the env is then made once here
+(this command has gymnasium, the operator does not) so an unknown id or an unsupported space shows
+up now, not mid-run on a cluster.
+"""
+
+from __future__ import annotations
+
+import sys
+import warnings
+from pathlib import Path
+from typing import Any
+
+from kuberl_operator.spec import RLJob
+from kuberl_operator.validation import InvalidManifest, Problem, parse_yaml_document, validate_rljob
+
+EXIT_OK, EXIT_INVALID, EXIT_NO_FILE = 0, 1, 2
+
+
+def validate_command(file: Path) -> int:
+    """Prints one summary line and returns 0 for a valid job, else one line per problem and 1."""
+    if not file.is_file():
+        reason = "is a directory, not a manifest" if file.is_dir() else "no such file"
+        print(f"{file}: {reason}", file=sys.stderr)
+        return EXIT_NO_FILE
+    job, problems = check_manifest(file.read_text(encoding="utf-8", errors="replace"))
+    if job is None or problems:
+        for problem in problems:
+            print(f"{file}: {problem}", file=sys.stderr)
+        return EXIT_INVALID
+    print(f"{job.name}: valid RLJob ({describe_job(job)})")
+    return EXIT_OK
+
+
+def check_manifest(text: str) -> tuple[RLJob | None, list[Problem]]:
+    """The job (None when the spec is invalid) and every problem found, the env's included."""
+    try:
+        document = parse_yaml_document(text)
+    except InvalidManifest as exc:
+        return None, exc.problems
+    job, problems = None, []
+    try:
+        job = validate_rljob(document)
+    except InvalidManifest as exc:
+        problems = exc.problems
+    # Even when other fields are wrong, the env can be checked: report everything in one run.
+    env, env_config = _env_of(document)
+    if env is not None and (problem := _env_problem(env, env_config)):
+        problems = [*problems, Problem("spec.trainer.env", problem)]
+    return job, problems
+
+
+def _env_of(document: Any) -> tuple[str | None, dict[str, Any]]:
+    trainer = document.get("spec", {}).get("trainer") if isinstance(document, dict) else None
+    trainer = trainer if isinstance(trainer, dict) else {}
+    env, env_config = trainer.get("env"), trainer.get("envConfig")
+    return (env if isinstance(env, str) and env else None), (
+        env_config if isinstance(env_config, dict) else {}
+    )
+
+
+def _env_problem(env: str, env_config: dict[str, Any]) -> str | None:
+    from kuberl_trainer.envs import env_problem  # gymnasium: only imported when needed
+
+    with warnings.catch_warnings():  # env constructors warn freely; the verdict is what counts
+        warnings.simplefilter("ignore")
+        return env_problem(env, env_config)
+
+
+def describe_job(job: RLJob) -> str:
+    """`PPO on CartPole-v1, 0 remote rollout workers x 8 envs, stop at timesteps>=100000`."""
+    trainer, workers = job.spec.trainer, job.spec.rollout_workers
+    noun = "worker" if workers.replicas == 1 else "workers"
+    parts = [
+        f"{trainer.algorithm} on {trainer.env}",
+        f"{workers.replicas} remote rollout {noun} x {workers.envs_per_worker} envs"
+        + (f" on {workers.spot.provider} spot" if workers.spot.enabled else ""),
+    ]
+    if job.spec.learner.gpus:
+        gpu_type = f" {job.spec.learner.gpu_type}" if job.spec.learner.gpu_type else ""
+        plural = "s" if job.spec.learner.gpus > 1 else ""
+        parts.append(f"learner on {job.spec.learner.gpus}{gpu_type} GPU{plural}")
+    stops = [
+        f"{type(trainer.stop).model_fields[name].alias}>={_number(value)}"
+        for name, value in trainer.stop
+        if value is not None
+    ]
+    parts.append("stop at " + " or ".join(stops))
+    return ", ".join(parts)
+
+
+def _number(value: float) -> str:
+    return str(int(value)) if float(value).is_integer() else f"{value:g}"

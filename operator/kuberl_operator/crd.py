@@ -1,0 +1,210 @@
+"""The RLJob CustomResourceDefinition, generated from the pydantic models in spec.py.
+
+Kubernetes only accepts *structural* schemas: every node typed, no $ref, no `anyOf: [X, null]`,
+no `properties` next to `additionalProperties`. Pydantic emits JSON Schema 2020-12, so
+`structural()` rewrites it node by node. `spec.trainer` is a union discriminated by `algorithm`;
+the CRD keeps the fields the algorithms share and leaves `hyperparameters` free-form, which the
+operator validates per algorithm.
+
+Run `python -m kuberl_operator.crd > deploy/crds/kuberl.io_rljobs.yaml` (`make crds`).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import yaml
+
+from kuberl_operator.constants import (
+    CATEGORIES,
+    CRD_NAME,
+    GROUP,
+    KIND,
+    PLURAL,
+    SHORT_NAMES,
+    SINGULAR,
+    VERSION,
+)
+from kuberl_operator.spec import RLJob
+
+HEADER = "# Generated from kuberl_operator/spec.py by `make crds`; do not edit.\n"
+
+# Keywords Kubernetes' JSONSchemaProps understands and that carry meaning for users; pydantic's
+# title and default are dropped (the operator applies the models' defaults itself).
+_KEPT = (
+    "description",
+    "format",
+    "enum",
+    "pattern",
+    "minimum",
+    "maximum",
+    "minLength",
+    "maxLength",
+    "minItems",
+    "maxItems",
+    "x-kubernetes-int-or-string",
+    "x-kubernetes-list-type",
+    "x-kubernetes-list-map-keys",
+)
+
+PRINTER_COLUMNS = [
+    {"name": "Phase", "type": "string", "jsonPath": ".status.phase"},
+    {"name": "Algorithm", "type": "string", "jsonPath": ".spec.trainer.algorithm"},
+    {"name": "Env", "type": "string", "jsonPath": ".spec.trainer.env"},
+    {"name": "Iteration", "type": "integer", "jsonPath": ".status.progress.iteration"},
+    {"name": "Return", "type": "number", "jsonPath": ".status.progress.episodeReturnMean"},
+    {"name": "Timesteps", "type": "integer", "jsonPath": ".status.progress.timesteps"},
+    {"name": "Restarts", "type": "integer", "jsonPath": ".status.restarts"},
+    {"name": "Age", "type": "date", "jsonPath": ".metadata.creationTimestamp"},
+]
+
+
+def rljob_crd() -> dict[str, Any]:
+    """The CustomResourceDefinition of RLJob, as a dict ready to dump to YAML."""
+    return {
+        "apiVersion": "apiextensions.k8s.io/v1",
+        "kind": "CustomResourceDefinition",
+        "metadata": {"name": CRD_NAME},
+        "spec": {
+            "group": GROUP,
+            "names": {
+                "kind": KIND,
+                "listKind": f"{KIND}List",
+                "plural": PLURAL,
+                "singular": SINGULAR,
+                "shortNames": list(SHORT_NAMES),
+                "categories": list(CATEGORIES),
+            },
+            "scope": "Namespaced",
+            "versions": [
+                {
+                    "name": VERSION,
+                    "served": True,
+                    "storage": True,
+                    "subresources": {"status": {}},
+                    "additionalPrinterColumns": PRINTER_COLUMNS,
+                    "schema": {"openAPIV3Schema": rljob_schema()},
+                }
+            ],
+        },
+    }
+
+
+def rljob_schema() -> dict[str, Any]:
+    """The openAPIV3Schema of RLJob."""
+    json_schema = RLJob.model_json_schema(by_alias=True, mode="validation")
+    schema = structural(json_schema, json_schema.get("$defs", {}))
+    # The API server owns these three; metadata may not be constrained beyond its type.
+    schema["properties"] |= {
+        "apiVersion": {"type": "string", "description": "kuberl.io/v1alpha1."},
+        "kind": {"type": "string", "description": "RLJob."},
+        "metadata": {"type": "object"},
+    }
+    schema["required"] = ["spec"]
+    return schema
+
+
+def structural(node: dict[str, Any], defs: dict[str, Any]) -> dict[str, Any]:
+    """A Kubernetes structural schema equivalent to a node of pydantic's JSON schema."""
+    if "$ref" in node:  # inline the definition; the field's own keys (its description) win
+        target = defs[node["$ref"].removeprefix("#/$defs/")]
+        return structural({**target, **_without(node, "$ref")}, defs)
+    if "anyOf" in node and not node.get("x-kubernetes-int-or-string"):
+        options = [option for option in node["anyOf"] if option.get("type") != "null"]
+        if len(options) != 1:
+            raise ValueError(f"a CRD cannot express this union: {node['anyOf']}")
+        inner = structural({**options[0], **_without(node, "anyOf")}, defs)
+        # The API server checks enum even on null and never matches it, so an enum stays
+        # non-nullable: an explicit null is then pruned, which reads like the field left out.
+        if len(options) == len(node["anyOf"]) or "enum" in inner:
+            return inner
+        return inner | {"nullable": True}
+    if "oneOf" in node:
+        variants = [structural(variant, defs) for variant in node["oneOf"]]
+        return _merge_variants(variants, node["discriminator"]["propertyName"], node)
+
+    out: dict[str, Any] = {}
+    if "type" in node:
+        out["type"] = node["type"]
+    for key in _KEPT:
+        if key in node:
+            out[key] = _description(node) if key == "description" else node[key]
+    if "const" in node:
+        out["enum"] = [node["const"]]
+    for bound, keyword in (("exclusiveMinimum", "minimum"), ("exclusiveMaximum", "maximum")):
+        if bound in node:  # JSON Schema's numeric form -> OpenAPI 3.0's boolean one
+            out[keyword], out[bound] = node[bound], True
+    if node.get("x-kubernetes-int-or-string"):
+        out["anyOf"] = node["anyOf"]  # Kubernetes allows exactly this anyOf: integer or string
+    if "items" in node:
+        out["items"] = structural(node["items"], defs)
+    if "properties" in node:
+        out["properties"] = {k: structural(v, defs) for k, v in node["properties"].items()}
+        if node.get("required"):
+            out["required"] = node["required"]
+    extra = node.get("additionalProperties")
+    if isinstance(extra, dict):  # a map with typed values
+        out["additionalProperties"] = structural(extra, defs)
+    elif node.get("type") == "object" and (extra is True or "properties" not in node):
+        out["x-kubernetes-preserve-unknown-fields"] = True  # free-form: dict[str, Any]
+    return out
+
+
+def _merge_variants(
+    variants: list[dict[str, Any]], discriminator: str, union: dict[str, Any]
+) -> dict[str, Any]:
+    """One object schema for a discriminated union: fields every variant types alike are kept,
+    the discriminator becomes an enum, and fields whose type depends on it become free-form."""
+    names = list(dict.fromkeys(name for variant in variants for name in variant["properties"]))
+    choices = [
+        value for variant in variants for value in variant["properties"][discriminator]["enum"]
+    ]
+    properties: dict[str, Any] = {}
+    for name in [discriminator, *(name for name in names if name != discriminator)]:
+        schemas = [variant["properties"].get(name) for variant in variants]
+        if name == discriminator:
+            properties[name] = schemas[0] | {"enum": choices}
+        elif all(schema == schemas[0] for schema in schemas):
+            properties[name] = schemas[0]
+        elif all(schema and schema["type"] == "object" for schema in schemas):
+            properties[name] = {
+                "type": "object",
+                "description": f"Fields depend on {discriminator} ({', '.join(choices)}); "
+                f"kuberl validates them for the chosen {discriminator}.",
+                "x-kubernetes-preserve-unknown-fields": True,
+            }
+        else:
+            raise ValueError(f"{name} differs between the variants and is not an object")
+    required = [
+        name for name in names if all(name in variant.get("required", []) for variant in variants)
+    ]
+    described = {"description": _description(union)} if "description" in union else {}
+    return {"type": "object", **described, "properties": properties, "required": required}
+
+
+def _description(node: dict[str, Any]) -> str:
+    return " ".join(node["description"].split())  # docstrings wrap; kubectl explain re-wraps
+
+
+def _without(node: dict[str, Any], key: str) -> dict[str, Any]:
+    return {k: v for k, v in node.items() if k != key}
+
+
+class _NoAliasDumper(yaml.SafeDumper):
+    """Writes shared sub-schemas out in full: `&id001` anchors would puzzle a reader."""
+
+    def ignore_aliases(self, data: Any) -> bool:
+        return True
+
+
+def crd_yaml() -> str:
+    """The CRD as the YAML text committed in deploy/crds/."""
+    return HEADER + yaml.dump(rljob_crd(), Dumper=_NoAliasDumper, sort_keys=False, width=100)
+
+
+def main() -> None:
+    print(crd_yaml(), end="")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,492 @@
+"""The RLJob custom resource (kuberl.io/v1alpha1) as pydantic models: spec, status and metadata.
+
+These models are the one source of truth for the resource: `crd.py` generates the CRD's
+openAPIV3Schema from them, and `validation.py` turns a manifest into an `RLJob` with errors that
+name the field. `spec.trainer` is the trainer's own model (kuberl_trainer.config), so `kuberl train`
+on a laptop and the operator read the same manifest the same way.
+"""
+
+from __future__ import annotations
+
+import re
+from datetime import datetime
+from enum import StrEnum
+from typing import Annotated, Literal
+
+from kuberl_trainer.config import RolloutConfig, Spec, TrainerConfig
+from pydantic import (
+    AfterValidator,
+    BeforeValidator,
+    ConfigDict,
+    Field,
+    WithJsonSchema,
+    field_validator,
+    model_validator,
+)
+
+from kuberl_operator.constants import (
+    API_VERSION,
+    DEFAULT_RAY_VERSION,
+    KIND,
+    KUEUE_QUEUE_LABEL,
+    MAX_JOB_NAME_LENGTH,
+)
+
+# --- Kubernetes formats -------------------------------------------------------------------------
+
+# resource.Quantity as Kubernetes' own CRDs spell it, minus the sign: resources are never negative.
+QUANTITY_PATTERN = (
+    r"^\+?(([0-9]+(\.[0-9]*)?)|(\.[0-9]+))"
+    r"(([KMGTPE]i)|[numkMGTPE]|([eE](\+|-)?(([0-9]+(\.[0-9]*)?)|(\.[0-9]+))))?$"
+)
+PERCENT_PATTERN = r"^[0-9]+%$"
+DNS_LABEL_PATTERN = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$"
+DNS_SUBDOMAIN_PATTERN = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$"
+JOB_NAME_PATTERN = r"^[a-z]([-a-z0-9]*[a-z0-9])?$"  # a DNS-1035 label: it names the Ray cluster
+LABEL_VALUE_PATTERN = r"^(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?$"
+LABEL_KEY_PATTERN = (
+    r"^([a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*/)?"
+    r"[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?$"
+)
+VERSION_PATTERN = r"^[0-9]+\.[0-9]+\.[0-9]+$"
+IMAGE_PATTERN = r"^\S+$"
+REASON_PATTERN = r"^[A-Za-z]([A-Za-z0-9_,:]*[A-Za-z0-9_])?$"
+
+# What a pattern means in words, for error messages (validation.py shows these instead of regexes).
+PATTERN_HINTS: dict[str, str] = {
+    DNS_SUBDOMAIN_PATTERN: "a DNS subdomain: lowercase letters, digits, '-' and '.', starting and "
+    "ending with a letter or digit",
+    LABEL_VALUE_PATTERN: "a label value: at most 63 letters, digits, '-', '_' or '.', starting and "
+    "ending with a letter or digit",
+    VERSION_PATTERN: "a version like 2.60.0",
+    IMAGE_PATTERN: "an image reference without spaces, like ghcr.io/org/trainer:1.0",
+    REASON_PATTERN: "a CamelCase reason like TrainingStarted",
+}
+
+
+def _quantity(value: object) -> object:
+    """Kubernetes reads quantities as an integer or a string; YAML floats are neither."""
+    if isinstance(value, float):
+        raise ValueError(
+            f"write {value} as a quoted string such as '{value}' or '{round(value * 1000)}m': "
+            "Kubernetes accepts quantities as integers or strings only"
+        )
+    if isinstance(value, int) and not isinstance(value, bool):
+        value = str(value)
+    if isinstance(value, str) and not re.fullmatch(QUANTITY_PATTERN, value):
+        raise ValueError(
+            f"{value!r} is not a Kubernetes quantity: write a number with an optional suffix, "
+            "such as 500m, 2, 512Mi or 8Gi"
+        )
+    return value
+
+
+def _int_or_percent(value: object) -> object:
+    if isinstance(value, str) and not re.fullmatch(PERCENT_PATTERN, value):
+        raise ValueError(f"{value!r} is neither a count nor a percentage: write 1 or '25%'")
+    if isinstance(value, str) and int(value[:-1]) > 100:
+        raise ValueError(f"{value!r} is more than 100%")
+    if isinstance(value, int) and not isinstance(value, bool) and value < 0:
+        raise ValueError(f"{value} is negative: write a count >= 0 or a percentage like '25%'")
+    return value
+
+
+def _int_or_string_schema(pattern: str) -> WithJsonSchema:
+    # The shape Kubernetes' own CRDs use for quantities and int-or-percent fields.
+    return WithJsonSchema(
+        {
+            "anyOf": [{"type": "integer"}, {"type": "string"}],
+            "pattern": pattern,
+            "x-kubernetes-int-or-string": True,
+        }
+    )
+
+
+Quantity = Annotated[str, BeforeValidator(_quantity), _int_or_string_schema(QUANTITY_PATTERN)]
+"""A Kubernetes resource quantity such as 500m, 2 or 8Gi (an integer or a string in YAML)."""
+
+IntOrPercent = Annotated[
+    int | str, BeforeValidator(_int_or_percent), _int_or_string_schema(PERCENT_PATTERN)
+]
+"""A count, or a percentage of a total written like '25%'."""
+
+
+def check_labels(labels: dict[str, str]) -> dict[str, str]:
+    """Rejects keys and values the Kubernetes API server would refuse, naming the offending one."""
+    for key, value in labels.items():
+        prefix, _, name = key.rpartition("/")
+        if not re.fullmatch(LABEL_KEY_PATTERN, key) or len(name) > 63 or len(prefix) > 253:
+            raise ValueError(
+                f"{key!r} is not a valid label key: an optional DNS-subdomain prefix and '/', then "
+                "at most 63 letters, digits, '-', '_' or '.', starting and ending with a letter or "
+                "digit"
+            )
+        if len(value) > 63 or not re.fullmatch(LABEL_VALUE_PATTERN, value):
+            raise ValueError(f"{value!r} (at {key!r}) is not {PATTERN_HINTS[LABEL_VALUE_PATTERN]}")
+    return labels
+
+
+LabelMap = Annotated[dict[str, str], AfterValidator(check_labels)]
+"""Label keys to values, checked as the API server would (labels and node selectors)."""
+
+
+# --- Metadata -----------------------------------------------------------------------------------
+
+
+class ObjectMeta(Spec):
+    """The standard Kubernetes object metadata; keys set by the API server pass through."""
+
+    model_config = ConfigDict(extra="allow")
+
+    name: str
+    """The job's name. It also names the Ray cluster and its pods, so it must be a DNS-1035
+    label."""
+
+    namespace: str | None = Field(None, max_length=63, pattern=DNS_LABEL_PATTERN)
+    """Namespace of the job; null means the current one."""
+
+    labels: LabelMap = Field(default_factory=dict)
+    """Labels; `kueue.x-k8s.io/queue-name` submits the job to that Kueue LocalQueue."""
+
+    annotations: dict[str, str] = Field(default_factory=dict)
+    """Annotations."""
+
+    @field_validator("name")
+    @classmethod
+    def _dns_1035_label(cls, name: str) -> str:
+        if len(name) > MAX_JOB_NAME_LENGTH or not re.fullmatch(JOB_NAME_PATTERN, name):
+            raise ValueError(
+                f"{name!r} is not a valid job name: use at most {MAX_JOB_NAME_LENGTH} lowercase "
+                "letters, digits and '-', starting with a letter and ending with a letter or digit "
+                "(it names the Ray cluster and its pods)"
+            )
+        return name
+
+
+# --- Spec ---------------------------------------------------------------------------------------
+
+
+class Toleration(Spec):
+    """A Kubernetes toleration: lets pods schedule onto nodes with a matching taint."""
+
+    key: str | None = None
+    """Taint key to match; empty with operator Exists matches every taint."""
+
+    operator: Literal["Equal", "Exists"] = "Equal"
+    """Equal matches key and value; Exists matches the key with any value."""
+
+    value: str | None = None
+    """Taint value to match (operator Equal only)."""
+
+    effect: Literal["NoSchedule", "PreferNoSchedule", "NoExecute"] | None = None
+    """Taint effect to match; null matches every effect."""
+
+    toleration_seconds: int | None = Field(None, ge=0)
+    """How long a NoExecute taint is tolerated before eviction; null tolerates it forever."""
+
+    @model_validator(mode="after")
+    def _consistent(self) -> Toleration:
+        if self.operator == "Exists" and self.value:
+            raise ValueError("value: must be empty when operator is Exists")
+        if self.operator == "Equal" and not self.key:
+            raise ValueError(
+                "operator: must be Exists when key is empty (that toleration matches every taint)"
+            )
+        if self.toleration_seconds is not None and self.effect != "NoExecute":
+            raise ValueError("tolerationSeconds: only applies to effect NoExecute")
+        return self
+
+
+class Learner(Spec):
+    """Resources and placement of the learner, which computes the gradient updates."""
+
+    gpus: int = Field(0, ge=0, le=16)
+    """GPUs for the learner; 0 trains on CPU."""
+
+    cpu: Quantity = "2"
+    """CPU request of the learner's pod, as a Kubernetes quantity (2, 500m)."""
+
+    memory: Quantity = "4Gi"
+    """Memory request of the learner's pod, as a Kubernetes quantity (4Gi, 512Mi)."""
+
+    gpu_type: str | None = Field(None, max_length=63, pattern=LABEL_VALUE_PATTERN)
+    """GPU model, such as nvidia-l4 or nvidia-tesla-t4: the operator selects nodes labelled
+    cloud.google.com/gke-accelerator with it (on other clouds leave it empty and use
+    nodeSelector)."""
+
+    node_selector: LabelMap = Field(default_factory=dict)
+    """Node labels the learner's pod requires."""
+
+    tolerations: list[Toleration] = Field(default_factory=list)
+    """Tolerations of the learner's pod (GPU nodes are often tainted)."""
+
+    @model_validator(mode="after")
+    def _gpu_type_needs_gpus(self) -> Learner:
+        if self.gpu_type and self.gpus == 0:
+            raise ValueError(
+                f"gpuType: {self.gpu_type} asks for a GPU node but gpus is 0; set gpus >= 1 or "
+                "remove gpuType"
+            )
+        return self
+
+
+class SpotProvider(StrEnum):
+    """Whose spot capacity the rollout workers use; each has its own node label and taint."""
+
+    GKE = "gke"
+    EKS = "eks"
+    KARPENTER = "karpenter"
+    AKS = "aks"
+    CUSTOM = "custom"  # the operator adds nothing: the user's nodeSelector and tolerations decide
+
+
+class Spot(Spec):
+    """Run rollout workers on preemptible (spot) nodes."""
+
+    enabled: bool = False
+    """Schedule rollout workers on spot nodes."""
+
+    provider: SpotProvider | None = None
+    """Cloud or autoscaler whose spot node label and taint the operator adds: gke, eks,
+    karpenter, aks, or custom (add your own nodeSelector and tolerations). Required when
+    enabled."""
+
+    fallback_to_on_demand: bool = True
+    """Bring up on-demand rollout workers while spot capacity is missing."""
+
+    max_unavailable: IntOrPercent = "25%"
+    """Rollout workers that may be missing (preempted or pending) before the operator falls back
+    to on-demand nodes: a count, or a percentage of replicas such as '25%'. Training continues at
+    reduced speed meanwhile."""
+
+    @model_validator(mode="after")
+    def _provider_when_enabled(self) -> Spot:
+        if self.enabled and self.provider is None:
+            names = ", ".join(p.value for p in SpotProvider)
+            raise ValueError(f"provider: required when spot is enabled; one of {names}")
+        return self
+
+
+class RolloutWorkers(RolloutConfig):
+    """The remote rollout workers (Ray actors) and where their pods run."""
+
+    spot: Spot = Field(default_factory=Spot)
+    """Spot (preemptible) placement of the rollout workers."""
+
+    node_selector: LabelMap = Field(default_factory=dict)
+    """Node labels the rollout workers' pods require."""
+
+    tolerations: list[Toleration] = Field(default_factory=list)
+    """Tolerations of the rollout workers' pods."""
+
+    @model_validator(mode="after")
+    def _spot_needs_workers(self) -> RolloutWorkers:
+        if self.spot.enabled and self.replicas == 0:
+            raise ValueError(
+                "spot.enabled: replicas is 0, so there are no remote rollout workers to put on "
+                "spot nodes; set replicas >= 1 or disable spot"
+            )
+        if self.spot.provider == SpotProvider.CUSTOM and not (
+            self.node_selector or self.tolerations
+        ):
+            raise ValueError(
+                "spot.provider: custom adds no node selector or toleration; set nodeSelector or "
+                "tolerations here so the workers reach your spot nodes"
+            )
+        return self
+
+
+class PreemptionPolicy(StrEnum):
+    """What a preempted job does."""
+
+    RESUME = "Resume"  # resume from the newest checkpoint; not counted against maxRestarts
+    COUNT_AS_RESTART = "CountAsRestart"  # resume, but count it like a failure
+    FAIL = "Fail"  # the job fails
+
+
+class RestartPolicy(Spec):
+    """How the operator recovers a job whose driver failed or whose nodes were preempted."""
+
+    max_restarts: int = Field(3, ge=0, le=1000)
+    """Restarts after failures before the job is Failed; each resumes from the newest
+    checkpoint."""
+
+    backoff_seconds: int = Field(30, ge=0, le=86_400)
+    """Seconds to wait before a restart."""
+
+    on_preemption: PreemptionPolicy = PreemptionPolicy.RESUME
+    """Resume (from the newest checkpoint, not counted against maxRestarts), CountAsRestart, or
+    Fail."""
+
+
+class RLJobSpec(Spec):
+    """What to train and on which resources."""
+
+    trainer: TrainerConfig
+    """The training job: algorithm, env, hyperparameters, stop conditions, checkpoints."""
+
+    image: str | None = Field(None, min_length=1, pattern=IMAGE_PATTERN)
+    """Container image with kuberl's trainer and the env's dependencies; null uses the operator's
+    default trainer image."""
+
+    ray_version: str = Field(DEFAULT_RAY_VERSION, pattern=VERSION_PATTERN)
+    """Ray version inside the image (KubeRay needs it); must match the image."""
+
+    learner: Learner = Field(default_factory=Learner)
+    """The learner's resources and placement."""
+
+    rollout_workers: RolloutWorkers = Field(default_factory=RolloutWorkers)
+    """How many rollout workers sample, with how many envs each, and where they run."""
+
+    restart_policy: RestartPolicy = Field(default_factory=RestartPolicy)
+    """Recovery from failures and preemptions."""
+
+    suspend: bool = False
+    """Stop the job's Ray cluster but keep the job and its checkpoints; false resumes it."""
+
+    ttl_seconds_after_finished: int | None = Field(None, ge=0)
+    """Delete the job this many seconds after it succeeded or failed; null keeps it."""
+
+    active_deadline_seconds: int | None = Field(None, ge=1)
+    """Fail the job once it has been running this many seconds; null sets no deadline."""
+
+    priority_class_name: str | None = Field(None, max_length=253, pattern=DNS_SUBDOMAIN_PATTERN)
+    """PriorityClass of the job's pods."""
+
+
+# --- Status -------------------------------------------------------------------------------------
+
+
+class Phase(StrEnum):
+    """Where the job is in its life; one transition function in the operator decides it."""
+
+    PENDING = "Pending"
+    PROVISIONING = "Provisioning"
+    RUNNING = "Running"
+    PREEMPTED = "Preempted"
+    RESUMING = "Resuming"
+    SUCCEEDED = "Succeeded"
+    FAILED = "Failed"
+    SUSPENDED = "Suspended"
+
+
+class ConditionType(StrEnum):
+    """The condition types the operator writes."""
+
+    READY = "Ready"
+    PROGRESSING = "Progressing"
+    PREEMPTED = "Preempted"
+    COMPLETE = "Complete"
+    FAILED = "Failed"
+    SUSPENDED = "Suspended"
+
+
+class Condition(Spec):
+    """One aspect of the job's state, in the standard Kubernetes condition shape."""
+
+    type: str = Field(min_length=1, max_length=316)
+    """Condition type, such as Ready, Progressing, Preempted, Complete, Failed, Suspended."""
+
+    status: Literal["True", "False", "Unknown"]
+    """Whether the condition holds."""
+
+    reason: str = Field(min_length=1, max_length=1024, pattern=REASON_PATTERN)
+    """Why, as one CamelCase word."""
+
+    message: str = Field("", max_length=32_768)
+    """Why, in words for people."""
+
+    last_transition_time: datetime
+    """When status last changed."""
+
+    observed_generation: int | None = Field(None, ge=0)
+    """The metadata.generation the condition was computed from."""
+
+
+class Progress(Spec):
+    """Training progress reported by the driver."""
+
+    iteration: int = Field(0, ge=0)
+    """Training iterations completed."""
+
+    timesteps: int = Field(0, ge=0)
+    """Env steps sampled in total."""
+
+    episode_return_mean: float | None = None
+    """Mean return of the recent training episodes."""
+
+    last_checkpoint: str | None = None
+    """Location of the newest checkpoint."""
+
+    last_update_time: datetime | None = None
+    """When the driver last reported progress."""
+
+    samples_per_second: float | None = Field(None, ge=0)
+    """Env steps sampled per second over the last iteration."""
+
+
+class RLJobStatus(Spec):
+    """The observed state of the job, written only by the operator."""
+
+    phase: Phase | None = None
+    """Pending, Provisioning, Running, Preempted, Resuming, Succeeded, Failed or Suspended;
+    empty until the operator has seen the job."""
+
+    conditions: list[Condition] = Field(
+        default_factory=list,
+        json_schema_extra={"x-kubernetes-list-type": "map", "x-kubernetes-list-map-keys": ["type"]},
+    )
+    """Conditions, one per type: Ready, Progressing, Preempted, Complete, Failed, Suspended."""
+
+    progress: Progress = Field(default_factory=Progress)
+    """Training progress."""
+
+    restarts: int = Field(0, ge=0)
+    """Restarts after failures so far (preemptions resumed under onPreemption Resume are not
+    counted)."""
+
+    preemptions: int = Field(0, ge=0)
+    """Times the job's pods were preempted."""
+
+    ray_cluster: str | None = None
+    """Name of the job's RayCluster."""
+
+    start_time: datetime | None = None
+    """When the job first started running."""
+
+    completion_time: datetime | None = None
+    """When the job succeeded or failed."""
+
+    observed_generation: int | None = Field(None, ge=0)
+    """The metadata.generation the status was computed from."""
+
+
+# --- The resource -------------------------------------------------------------------------------
+
+
+class RLJob(Spec):
+    """A reinforcement-learning training job, run by kuberl's operator on a Ray cluster."""
+
+    api_version: Literal["kuberl.io/v1alpha1"] = API_VERSION
+    """kuberl.io/v1alpha1."""
+
+    kind: Literal["RLJob"] = KIND
+    """RLJob."""
+
+    metadata: ObjectMeta
+    """Standard object metadata."""
+
+    spec: RLJobSpec
+    """What to train and on which resources."""
+
+    status: RLJobStatus = Field(default_factory=RLJobStatus)
+    """Observed state, written by the operator."""
+
+    @property
+    def name(self) -> str:
+        return self.metadata.name
+
+    @property
+    def queue_name(self) -> str | None:
+        """The Kueue LocalQueue the job was submitted to, if any."""
+        return self.metadata.labels.get(KUEUE_QUEUE_LABEL)

@@ -1,0 +1,362 @@
+"""Turning a manifest into an `RLJob`, or into problems that each name a field and say what to do.
+
+Pydantic reports errors in its own terms (a location tuple with union tags, "Input should be ...").
+Users read manifests, so every problem here is a dotted path in the manifest's own field names
+(`spec.learner.tolerations[0].effect`) and a message with the fix, including near-miss suggestions
+for misspelt field names and values.
+"""
+
+from __future__ import annotations
+
+import difflib
+import re
+import types
+from enum import Enum
+from pathlib import Path
+from typing import Annotated, Any, Literal, NamedTuple, Union, get_args, get_origin
+
+import yaml
+from pydantic import BaseModel, Tag, ValidationError
+from pydantic.alias_generators import to_camel, to_snake
+from pydantic.fields import FieldInfo
+
+from kuberl_operator.constants import API_VERSION, KIND
+from kuberl_operator.spec import PATTERN_HINTS, RLJob
+
+
+class Problem(NamedTuple):
+    """One thing wrong with a manifest: where (a dotted field path, empty for the whole document)
+    and why."""
+
+    path: str
+    message: str
+
+    def __str__(self) -> str:
+        return f"{self.path}: {self.message}" if self.path else self.message
+
+
+class InvalidManifest(ValueError):
+    """The manifest is not a valid RLJob; `problems` lists every reason found."""
+
+    def __init__(self, problems: list[Problem]) -> None:
+        super().__init__("\n".join(str(problem) for problem in problems))
+        self.problems = problems
+
+
+# --- Entry points -------------------------------------------------------------------------------
+
+
+def load_rljob(path: str | Path) -> RLJob:
+    """Reads and validates the RLJob manifest in a YAML file."""
+    try:
+        text = Path(path).read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise InvalidManifest([Problem("", "no such file")]) from None
+    except (OSError, UnicodeDecodeError) as exc:
+        raise InvalidManifest([Problem("", f"cannot read the file: {exc}")]) from None
+    return parse_rljob_text(text)
+
+
+def parse_rljob_text(text: str) -> RLJob:
+    """Validates the RLJob manifest in YAML (or JSON) text holding exactly one document."""
+    return validate_rljob(parse_yaml_document(text))
+
+
+def parse_yaml_document(text: str) -> Any:
+    """The one YAML document in the text, or InvalidManifest saying where the YAML breaks."""
+    try:
+        documents = [doc for doc in yaml.safe_load_all(text) if doc is not None]
+    except yaml.MarkedYAMLError as exc:
+        mark = exc.problem_mark or exc.context_mark
+        where = f"line {mark.line + 1}, column {mark.column + 1}: " if mark else ""
+        raise InvalidManifest([Problem("", f"{where}not valid YAML: {exc.problem}")]) from None
+    except yaml.YAMLError as exc:
+        raise InvalidManifest([Problem("", f"not valid YAML: {exc}")]) from None
+    if not documents:
+        raise InvalidManifest([Problem("", "empty: expected one RLJob manifest")])
+    if len(documents) > 1:
+        raise InvalidManifest(
+            [Problem("", f"{len(documents)} YAML documents: put exactly one RLJob in the file")]
+        )
+    return documents[0]
+
+
+def validate_rljob(document: Any) -> RLJob:
+    """The RLJob the parsed manifest describes, or InvalidManifest listing every problem."""
+    if not isinstance(document, dict):
+        raise InvalidManifest(
+            [
+                Problem(
+                    "",
+                    f"the document is {_yaml_type(document)}, not a mapping: an RLJob manifest "
+                    f"starts with apiVersion: {API_VERSION} and kind: {KIND}",
+                )
+            ]
+        )
+    # A manifest of another kind would fail on every field; say only what it is.
+    if problems := _type_meta_problems(document):
+        raise InvalidManifest(problems)
+    try:
+        # by_name=False: the manifest must use camelCase names, as the API server would require.
+        return RLJob.model_validate(document, by_alias=True, by_name=False)
+    except ValidationError as exc:
+        problems = [_problem(error) for error in exc.errors()]
+        raise InvalidManifest(list(dict.fromkeys(problems))) from None
+
+
+def _type_meta_problems(document: dict[str, Any]) -> list[Problem]:
+    api_version, kind = document.get("apiVersion"), document.get("kind")
+    if kind is None:
+        return [Problem("kind", f"missing: set kind: {KIND}")]
+    if kind != KIND:
+        return [
+            Problem(
+                "kind",
+                f"this is a {kind}, not an {KIND}: kuberl reads manifests with kind: {KIND} and "
+                f"apiVersion: {API_VERSION}",
+            )
+        ]
+    if api_version is None:
+        return [Problem("apiVersion", f"missing: set apiVersion: {API_VERSION}")]
+    if api_version != API_VERSION:
+        return [Problem("apiVersion", f"{api_version!r} is not served; use {API_VERSION}")]
+    return []
+
+
+# --- From a pydantic error to a problem ---------------------------------------------------------
+
+
+def _problem(error: dict[str, Any]) -> Problem:
+    parts, node, field = _follow(error["loc"])
+    kind, ctx, value = error["type"], error.get("ctx") or {}, error.get("input")
+
+    if kind == "extra_forbidden":
+        _, parent, _ = _follow(error["loc"][:-1])
+        return Problem(format_path(parts), _unknown_field(str(parts[-1]), _field_names(parent)))
+    if kind in ("union_tag_invalid", "union_tag_not_found"):
+        discriminator = ctx["discriminator"].strip("'\"")
+        path = format_path([*parts, discriminator])
+        tags = list(_tagged_variants(_unwrap(node)))
+        if kind == "union_tag_not_found":
+            return Problem(path, f"missing: set it to one of {', '.join(tags)}")
+        return Problem(path, _unknown_value(ctx["tag"], tags))
+    if kind == "value_error":
+        return _relocated(parts, node, str(ctx["error"]))
+    if kind == "missing":
+        return Problem(format_path(parts), _missing(field))
+    return Problem(format_path(parts), _message(kind, ctx, value, node, error["msg"]))
+
+
+def _relocated(parts: list[str | int], node: Any, message: str) -> Problem:
+    """Model validators say which field they mean ("optimizer: ...", "spot.provider: ..."); put
+    the problem at that field."""
+    match = re.fullmatch(r"([A-Za-z_]\w*(?:\.[A-Za-z_]\w*)*): (.+)", message, flags=re.DOTALL)
+    if match:
+        inner_parts: list[str | int] = []
+        for name in match.group(1).split("."):
+            found = _field_by_any_name(_unwrap(node), name)
+            if found is None:
+                break
+            inner_parts.append(found[0])
+            node = found[1].annotation
+        else:
+            return Problem(format_path([*parts, *inner_parts]), match.group(2))
+    return Problem(format_path(parts), message)
+
+
+def _missing(field: FieldInfo | None) -> str:
+    description = (field.description or "") if field else ""
+    first_sentence = " ".join(description.split()).split(". ")[0].rstrip(".")
+    return f"missing required field ({first_sentence})" if first_sentence else "missing"
+
+
+_COMPARISONS = {
+    "greater_than": (">", "gt"),
+    "greater_than_equal": (">=", "ge"),
+    "less_than": ("<", "lt"),
+    "less_than_equal": ("<=", "le"),
+}
+_TYPE_WORDS = {
+    "dict_type": "a mapping (key: value lines)",
+    "model_type": "a mapping (key: value lines)",
+    "model_attributes_type": "a mapping (key: value lines)",
+    "list_type": "a list (lines starting with '- ')",
+    "string_type": "a string",
+    "int_type": "an integer",
+    "int_parsing": "an integer",
+    "int_from_float": "an integer",
+    "float_type": "a number",
+    "float_parsing": "a number",
+    "bool_type": "true or false",
+    "bool_parsing": "true or false",
+    "datetime_type": "a date-time like 2025-01-31T12:00:00Z",
+    "datetime_parsing": "a date-time like 2025-01-31T12:00:00Z",
+    "datetime_from_date_parsing": "a date-time like 2025-01-31T12:00:00Z",
+}
+
+
+def _message(kind: str, ctx: dict[str, Any], value: Any, node: Any, fallback: str) -> str:
+    if kind in _COMPARISONS:
+        symbol, key = _COMPARISONS[kind]
+        return f"must be {symbol} {ctx[key]}, got {value!r}"
+    if kind in ("literal_error", "enum"):
+        return _unknown_value(value, _allowed_values(_unwrap(node)))
+    if kind == "string_pattern_mismatch":
+        hint = PATTERN_HINTS.get(ctx["pattern"], f"a string matching {ctx['pattern']}")
+        return f"{value!r} is not {hint}"
+    if kind in _TYPE_WORDS:
+        message = f"must be {_TYPE_WORDS[kind]}, got {_yaml_type(value)}"
+        if kind == "string_type" and isinstance(value, bool | int | float):
+            message += f"; quote it: '{_yaml_scalar(value)}'"
+        return message
+    return fallback[0].lower() + fallback[1:]
+
+
+def _unknown_field(key: str, accepted: list[str]) -> str:
+    for candidate, style in ((to_camel(key), "camelCase"), (to_snake(key), "snake_case")):
+        if candidate != key and candidate in accepted:
+            return f"unknown field; did you mean {candidate!r}? (these fields are {style})"
+    close = difflib.get_close_matches(key, accepted, n=1)
+    if close:
+        return f"unknown field; did you mean {close[0]!r}?"
+    return f"unknown field; allowed here: {', '.join(accepted)}"
+
+
+def _unknown_value(value: Any, allowed: list[str]) -> str:
+    listing = ", ".join(allowed)
+    by_upper = {name.upper(): name for name in allowed}
+    close = difflib.get_close_matches(str(value).upper(), list(by_upper), n=1)
+    hint = f"; did you mean {by_upper[close[0]]!r}?" if close else ""
+    return f"{value!r} is not one of {listing}{hint}"
+
+
+def format_path(parts: list[str | int] | tuple[str | int, ...]) -> str:
+    """`spec.learner.tolerations[0].effect`; keys that are not identifiers go in brackets."""
+    path = ""
+    for part in parts:
+        if isinstance(part, int):
+            path += f"[{part}]"
+        elif re.fullmatch(r"[A-Za-z_][\w-]*", part):
+            path += f".{part}" if path else part
+        else:
+            path += f"[{part!r}]"
+    return path
+
+
+_YAML_TYPES = {
+    bool: "a boolean",
+    int: "an integer",
+    float: "a number",
+    str: "a string",
+    list: "a list",
+    dict: "a mapping",
+}
+
+
+def _yaml_type(value: Any) -> str:
+    """What the user wrote, in YAML's words: `an integer (3)`, `a mapping`."""
+    if value is None:
+        return "null (an empty value)"
+    word = _YAML_TYPES.get(type(value), type(value).__name__)
+    if isinstance(value, bool | int | float | str):
+        return f"{word} ({_yaml_scalar(value)})"
+    return word
+
+
+def _yaml_scalar(value: Any) -> str:
+    return str(value).lower() if isinstance(value, bool) else str(value)
+
+
+# --- Walking the models along an error location -------------------------------------------------
+
+
+def _follow(loc: tuple[str | int, ...]) -> tuple[list[str | int], Any, FieldInfo | None]:
+    """The manifest path of a pydantic location (without union tags), the type found there and
+    the field that holds it (None where the location leaves the models)."""
+    node: Any = RLJob
+    field: FieldInfo | None = None
+    parts: list[str | int] = []
+    for part in loc:
+        if part == "[key]":  # pydantic's marker for a bad mapping key
+            continue
+        unwrapped = _unwrap(node)
+        variants = _tagged_variants(unwrapped)
+        if part in variants:  # the tag pydantic inserts for the union member it tried
+            node = variants[part]
+            continue
+        parts.append(part)
+        node, field = _child(unwrapped, part)
+    return parts, node, field
+
+
+def _child(node: Any, part: str | int) -> tuple[Any, FieldInfo | None]:
+    if _is_model(node):
+        found = _field_by_any_name(node, str(part))
+        return (found[1].annotation, found[1]) if found else (None, None)
+    origin, args = get_origin(node), get_args(node)
+    if origin is list and args and isinstance(part, int):
+        return args[0], None
+    if origin is dict and len(args) == 2:
+        return args[1], None
+    return None, None
+
+
+def _field_by_any_name(node: Any, name: str) -> tuple[str, FieldInfo] | None:
+    """The manifest name and the field of the model field called `name` (alias or Python name)."""
+    if not _is_model(node):
+        return None
+    for python_name, field in node.model_fields.items():
+        alias = field.alias or python_name
+        if name in (alias, python_name):
+            return alias, field
+    return None
+
+
+def _field_names(node: Any) -> list[str]:
+    node = _unwrap(node)
+    if not _is_model(node):
+        return []
+    return [field.alias or name for name, field in node.model_fields.items()]
+
+
+def _allowed_values(node: Any) -> list[str]:
+    if get_origin(node) is Literal:
+        return [str(arg) for arg in get_args(node)]
+    if isinstance(node, type) and issubclass(node, Enum):
+        return [str(member.value) for member in node]
+    return []
+
+
+def _unwrap(node: Any) -> Any:
+    """The type inside Annotated[...] and Optional[...]."""
+    while True:
+        if get_origin(node) is Annotated:
+            node = get_args(node)[0]
+        elif _is_union(node) and len(members := _non_null_members(node)) == 1:
+            node = members[0]
+        else:
+            return node
+
+
+def _tagged_variants(node: Any) -> dict[str, Any]:
+    """Tag -> model for a discriminated union (spec.trainer); empty for anything else."""
+    if not _is_union(node):
+        return {}
+    variants = {}
+    for member in get_args(node):
+        if get_origin(member) is Annotated:
+            model, *metadata = get_args(member)
+            variants |= {meta.tag: model for meta in metadata if isinstance(meta, Tag)}
+    return variants
+
+
+def _is_union(node: Any) -> bool:
+    return get_origin(node) in (Union, types.UnionType)
+
+
+def _non_null_members(node: Any) -> list[Any]:
+    return [member for member in get_args(node) if member is not type(None)]
+
+
+def _is_model(node: Any) -> bool:
+    return isinstance(node, type) and issubclass(node, BaseModel)

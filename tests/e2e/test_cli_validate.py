@@ -1,0 +1,157 @@
+"""`kuberl validate` run as users run it: a real subprocess on real files, real gymnasium envs."""
+
+from __future__ import annotations
+
+import copy
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+ROOT = Path(__file__).resolve().parents[2]
+EXAMPLES = sorted((ROOT / "deploy" / "examples").glob("*.yaml"))
+BASE = yaml.safe_load((ROOT / "deploy" / "examples" / "cartpole-ppo.yaml").read_text())
+
+
+def kuberl(*args: str | Path) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "kuberl_cli.main", *map(str, args)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=ROOT,
+    )
+
+
+@pytest.mark.parametrize("example", EXAMPLES, ids=lambda path: path.name)
+def test_every_example_is_valid(example):
+    result = kuberl("validate", example)
+
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.count("\n") == 1
+    assert result.stdout.startswith(f"{example.stem}: valid RLJob (")
+    assert result.stderr == ""
+
+
+def test_summary_line_of_the_cartpole_example():
+    result = kuberl("validate", ROOT / "deploy" / "examples" / "cartpole-ppo.yaml")
+
+    assert result.stdout == (
+        "cartpole-ppo: valid RLJob (PPO on CartPole-v1, 0 remote rollout workers x 8 envs, "
+        "stop at timesteps>=100000 or episodeReturnMean>=475)\n"
+    )
+
+
+def edited(**changes: Any) -> str:
+    """The cartpole-ppo example as YAML, with changes at dotted paths (None deletes the key)."""
+    document = copy.deepcopy(BASE)
+    for dotted, value in changes.items():
+        *parents, leaf = dotted.split(".")
+        node = document
+        for key in parents:
+            node = node.setdefault(key, {})
+        if value is None:
+            node.pop(leaf, None)
+        else:
+            node[leaf] = value
+    return yaml.safe_dump(document, sort_keys=False)
+
+
+BROKEN = {
+    "not-yaml": ("spec:\n  trainer: [unclosed\n", ["line 3, column 1: not valid YAML"]),
+    "empty": ("", ["empty"]),
+    "configmap": (
+        "apiVersion: v1\nkind: ConfigMap\nmetadata: {name: x}\ndata: {}\n",
+        ["kind: this is a ConfigMap, not an RLJob"],
+    ),
+    "unknown-env": (
+        edited(**{"spec.trainer.env": "CartPol-v1"}),
+        ["spec.trainer.env: 'CartPol-v1' is not a registered gymnasium id", "'CartPole-v1'"],
+    ),
+    "tuple-space": (
+        edited(**{"spec.trainer.env": "Blackjack-v1"}),
+        ["spec.trainer.env: observation space Tuple(", "is not supported"],
+    ),
+    "misspelt-hyperparameter": (
+        edited(**{"spec.trainer.hyperparameters.lerning_rate": 0.001}),
+        ["spec.trainer.hyperparameters.lerning_rate: unknown field; did you mean 'learning_rate'?"],
+    ),
+    "negative-learning-rate": (
+        edited(**{"spec.trainer.hyperparameters.learning_rate": -0.001}),
+        ["spec.trainer.hyperparameters.learning_rate: must be > 0.0, got -0.001"],
+    ),
+    "missing-stop": (
+        edited(**{"spec.trainer.stop": None}),
+        ["spec.trainer.stop: missing required field"],
+    ),
+    "bad-optimizer-pairing": (
+        edited(**{"spec.trainer.optimizer": "SyncReplay"}),
+        ["spec.trainer.optimizer: SyncReplay cannot drive PPO; compatible: SyncSamples"],
+    ),
+    "unknown-algorithm": (
+        edited(**{"spec.trainer.algorithm": "PP0"}),
+        ["spec.trainer.algorithm: 'PP0' is not one of PG, A2C, PPO, DQN; did you mean 'PPO'?"],
+    ),
+    "tolerations-not-a-list": (
+        edited(**{"spec.learner": {"tolerations": {"key": "nvidia.com/gpu"}}}),
+        ["spec.learner.tolerations: must be a list"],
+    ),
+    "toleration-effect": (
+        edited(**{"spec.learner": {"tolerations": [{"key": "gpu", "effect": "Noschedule"}]}}),
+        ["spec.learner.tolerations[0].effect:", "did you mean 'NoSchedule'?"],
+    ),
+    "bad-memory": (
+        edited(**{"spec.learner": {"memory": "8GB"}}),
+        ["spec.learner.memory: '8GB' is not a Kubernetes quantity"],
+    ),
+    "bad-name": (
+        edited(**{"metadata.name": "CartPole_PPO"}),
+        ["metadata.name: 'CartPole_PPO' is not a valid job name"],
+    ),
+    "two-problems-and-an-env": (
+        edited(
+            **{
+                "spec.trainer.env": "CartPol-v1",
+                "spec.trainer.hyperparameters.gamma": 1.5,
+                "spec.rolloutWorkers.replicas": -2,
+            }
+        ),
+        [
+            "spec.trainer.hyperparameters.gamma: must be <= 1.0, got 1.5",
+            "spec.rolloutWorkers.replicas: must be >= 0, got -2",
+            "spec.trainer.env: 'CartPol-v1'",
+        ],
+    ),
+}
+
+
+@pytest.mark.parametrize(("text", "expected"), BROKEN.values(), ids=BROKEN.keys())
+def test_broken_manifests_are_reported_by_field(tmp_path, text, expected):
+    path = tmp_path / "job.yaml"
+    path.write_text(text)
+
+    result = kuberl("validate", path)
+
+    assert result.returncode == 1
+    assert result.stdout == ""
+    lines = result.stderr.splitlines()
+    assert lines and all(line.startswith(f"{path}: ") for line in lines), result.stderr
+    for fragment in expected:
+        assert fragment in result.stderr, result.stderr
+
+
+def test_one_line_per_problem(tmp_path):
+    path = tmp_path / "job.yaml"
+    path.write_text(BROKEN["two-problems-and-an-env"][0])
+
+    assert len(kuberl("validate", path).stderr.splitlines()) == 3
+
+
+def test_missing_file(tmp_path):
+    result = kuberl("validate", tmp_path / "nope.yaml")
+
+    assert result.returncode == 2
+    assert result.stderr == f"{tmp_path / 'nope.yaml'}: no such file\n"

@@ -1,0 +1,197 @@
+"""The committed CRD is the one the models generate, Kubernetes would accept it, and the examples
+pass it."""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import jsonschema
+import pytest
+import yaml
+from kuberl_operator.constants import CRD_NAME, GROUP, KIND, PLURAL, SHORT_NAMES
+from kuberl_operator.crd import crd_yaml, rljob_crd
+from kuberl_operator.validation import load_rljob
+
+ROOT = Path(__file__).resolve().parents[2]
+COMMITTED_CRD = ROOT / "deploy" / "crds" / "kuberl.io_rljobs.yaml"
+EXAMPLES = sorted((ROOT / "deploy" / "examples").glob("*.yaml"))
+
+
+@pytest.fixture(scope="module")
+def schema() -> dict[str, Any]:
+    (version,) = rljob_crd()["spec"]["versions"]
+    return version["schema"]["openAPIV3Schema"]
+
+
+def test_committed_crd_is_generated_from_the_models():
+    assert COMMITTED_CRD.read_text() == crd_yaml(), (
+        f"{COMMITTED_CRD.relative_to(ROOT)} is out of date with kuberl_operator/spec.py: "
+        "run `make crds` and commit the result"
+    )
+
+
+def test_crd_names_and_version():
+    crd = rljob_crd()
+    (version,) = crd["spec"]["versions"]
+
+    assert crd["metadata"]["name"] == CRD_NAME == f"{PLURAL}.{GROUP}"
+    assert crd["spec"]["names"]["kind"] == KIND
+    assert crd["spec"]["names"]["shortNames"] == list(SHORT_NAMES) == ["rlj"]
+    assert crd["spec"]["scope"] == "Namespaced"
+    assert (version["name"], version["served"], version["storage"]) == ("v1alpha1", True, True)
+    assert version["subresources"] == {"status": {}}
+
+
+def test_printer_columns():
+    (version,) = rljob_crd()["spec"]["versions"]
+    columns = {column["name"]: column for column in version["additionalPrinterColumns"]}
+
+    assert list(columns) == [
+        "Phase",
+        "Algorithm",
+        "Env",
+        "Iteration",
+        "Return",
+        "Timesteps",
+        "Restarts",
+        "Age",
+    ]
+    assert columns["Return"] == {
+        "name": "Return",
+        "type": "number",
+        "jsonPath": ".status.progress.episodeReturnMean",
+    }
+    assert columns["Age"]["type"] == "date"
+    assert columns["Restarts"]["jsonPath"] == ".status.restarts"
+
+
+def walk(node: dict[str, Any], path: str = "") -> Iterator[tuple[str, dict[str, Any]]]:
+    """Every schema node with its path, the way Kubernetes' structural check visits them."""
+    yield path, node
+    for name, child in node.get("properties", {}).items():
+        yield from walk(child, f"{path}.{name}")
+    if isinstance(node.get("additionalProperties"), dict):
+        yield from walk(node["additionalProperties"], f"{path}.*")
+    if "items" in node:
+        yield from walk(node["items"], f"{path}[]")
+
+
+def test_schema_is_structural(schema):
+    for path, node in walk(schema):
+        assert "$ref" not in node and "$defs" not in node, path
+        assert "title" not in node and "default" not in node and "oneOf" not in node, path
+        assert "const" not in node, path
+        assert not ("properties" in node and "additionalProperties" in node), path
+        if node.get("x-kubernetes-int-or-string"):
+            # The one anyOf Kubernetes allows, on the one kind of node it allows untyped.
+            assert node["anyOf"] == [{"type": "integer"}, {"type": "string"}], path
+            assert "type" not in node, path
+        else:
+            assert "anyOf" not in node, path
+            assert node.get("type") in (
+                "object",
+                "array",
+                "string",
+                "integer",
+                "number",
+                "boolean",
+            ), path
+        for bound in ("exclusiveMinimum", "exclusiveMaximum"):
+            assert node.get(bound, True) is True, f"{path}: OpenAPI 3.0 bounds are booleans"
+
+
+def test_schema_keeps_the_models_constraints_and_docs(schema):
+    spec = schema["properties"]["spec"]
+    trainer = spec["properties"]["trainer"]
+    workers = spec["properties"]["rolloutWorkers"]["properties"]
+
+    assert trainer["properties"]["algorithm"] == {
+        "type": "string",
+        "description": "The RL algorithm.",
+        "enum": ["PG", "A2C", "PPO", "DQN"],
+    }
+    assert set(trainer["required"]) == {"algorithm", "env", "stop"}
+    assert workers["replicas"]["minimum"] == 0 and workers["replicas"]["maximum"] == 10_000
+    assert workers["spot"]["properties"]["provider"]["enum"] == [
+        "gke",
+        "eks",
+        "karpenter",
+        "aks",
+        "custom",
+    ]
+    assert spec["properties"]["learner"]["properties"]["gpus"]["description"] == (
+        "GPUs for the learner; 0 trains on CPU."
+    )
+    assert spec["properties"]["image"]["nullable"] is True
+    assert schema["properties"]["metadata"] == {"type": "object"}
+    assert schema["required"] == ["spec"]
+    assert all("\n" not in node.get("description", "") for _, node in walk(schema))
+
+
+def test_free_form_objects(schema):
+    trainer = schema["properties"]["spec"]["properties"]["trainer"]["properties"]
+    labels = schema["properties"]["spec"]["properties"]["learner"]["properties"]["nodeSelector"]
+
+    for name in ("hyperparameters", "envConfig"):
+        assert trainer[name]["type"] == "object"
+        assert trainer[name]["x-kubernetes-preserve-unknown-fields"] is True
+        assert "properties" not in trainer[name]
+    assert labels["additionalProperties"] == {"type": "string"}
+
+
+def test_conditions_are_a_map_list_keyed_by_type(schema):
+    conditions = schema["properties"]["status"]["properties"]["conditions"]
+
+    assert conditions["x-kubernetes-list-type"] == "map"
+    assert conditions["x-kubernetes-list-map-keys"] == ["type"]
+    assert "type" in conditions["items"]["required"]
+
+
+def as_strict_json_schema(node: dict[str, Any]) -> dict[str, Any]:
+    """The schema as jsonschema's Draft 4 reads it (OpenAPI 3.0's boolean bounds), with
+    `nullable` spelt as a null type and unknown fields rejected as `kubectl --validate=strict`
+    does, except where Kubernetes preserves them."""
+    node = copy.deepcopy(node)
+    for key in ("properties",):
+        if key in node:
+            node[key] = {name: as_strict_json_schema(child) for name, child in node[key].items()}
+    if "items" in node:
+        node["items"] = as_strict_json_schema(node["items"])
+    if isinstance(node.get("additionalProperties"), dict):
+        node["additionalProperties"] = as_strict_json_schema(node["additionalProperties"])
+    if "properties" in node and not node.get("x-kubernetes-preserve-unknown-fields"):
+        node["additionalProperties"] = False
+    if node.pop("nullable", False):
+        node = {"anyOf": [{"type": "null"}, node]}
+    return node
+
+
+@pytest.mark.parametrize("example", EXAMPLES, ids=lambda path: path.name)
+def test_examples_pass_the_crd_schema(example, schema):
+    document = yaml.safe_load(example.read_text())
+
+    jsonschema.Draft4Validator(as_strict_json_schema(schema)).validate(document)
+
+
+@pytest.mark.parametrize("example", EXAMPLES, ids=lambda path: path.name)
+def test_examples_pass_the_models(example):
+    assert load_rljob(example).name == example.stem
+
+
+def test_strict_schema_catches_what_the_api_server_would(schema):
+    document = yaml.safe_load(EXAMPLES[0].read_text())
+    validator = jsonschema.Draft4Validator(as_strict_json_schema(schema))
+
+    bad_enum = copy.deepcopy(document)
+    bad_enum["spec"]["trainer"]["algorithm"] = "PP0"
+    bad_quantity = copy.deepcopy(document)
+    bad_quantity["spec"]["learner"] = {"memory": "8GB"}
+    unknown_field = copy.deepcopy(document)
+    unknown_field["spec"]["learnr"] = {}
+
+    for broken in (bad_enum, bad_quantity, unknown_field):
+        assert not validator.is_valid(broken)
+    assert len(EXAMPLES) >= 3
