@@ -13,7 +13,6 @@ from datetime import datetime
 from enum import StrEnum
 from typing import Annotated, Literal
 
-from kuberl_trainer.config import RolloutConfig, Spec, TrainerConfig
 from pydantic import (
     AfterValidator,
     BeforeValidator,
@@ -31,6 +30,7 @@ from kuberl_operator.constants import (
     KUEUE_QUEUE_LABEL,
     MAX_JOB_NAME_LENGTH,
 )
+from kuberl_trainer.config import RolloutConfig, Spec, TrainerConfig
 
 # --- Kubernetes formats -------------------------------------------------------------------------
 

@@ -11,6 +11,7 @@ from typing import Any
 import jsonschema
 import pytest
 import yaml
+
 from kuberl_operator.constants import CRD_NAME, GROUP, KIND, PLURAL, SHORT_NAMES
 from kuberl_operator.crd import crd_yaml, rljob_crd
 from kuberl_operator.validation import load_rljob

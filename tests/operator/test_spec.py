@@ -10,6 +10,7 @@ from typing import Any
 
 import pytest
 import yaml
+
 from kuberl_operator.constants import API_VERSION, DEFAULT_RAY_VERSION, KUEUE_QUEUE_LABEL
 from kuberl_operator.spec import Phase, PreemptionPolicy, RLJob, RLJobStatus, SpotProvider
 from kuberl_operator.validation import (

@@ -41,7 +41,8 @@ class ConsoleReport:
     LINE_INTERVAL_S = 5.0
 
     def __init__(self, title: str, total_timesteps: int | None, console: Console | None = None):
-        self.console = console or Console(stderr=False)
+        # soft_wrap: never break a line (paths, log scrapers) to fit a width a pipe does not have
+        self.console = console or Console(soft_wrap=True)
         self.live = self.console.is_terminal and sys.stdout.isatty()
         self._last_line = 0.0
         self._progress = None

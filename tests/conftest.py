@@ -1,0 +1,36 @@
+"""Shared fixtures: a private Ray instance and RLJob configs built the way manifests are."""
+
+import os
+from pathlib import Path
+
+import pytest
+
+TESTS = Path(__file__).parent
+
+# Explicit, so a token file in the home directory never changes how test clusters behave.
+os.environ.setdefault("RAY_AUTH_MODE", "disabled")
+
+
+@pytest.fixture(scope="session")
+def ray_local():
+    """A Ray instance of this test process only (address="local" never joins someone else's);
+    shut down at the end, which ends exactly the processes it started."""
+    import ray
+
+    # Actors defined in test modules (mock workers) must be importable by Ray's worker processes,
+    # which inherit this environment.
+    paths = [str(TESTS), *(str(p) for p in TESTS.iterdir() if p.is_dir())]
+    os.environ["PYTHONPATH"] = os.pathsep.join([*paths, os.environ.get("PYTHONPATH", "")])
+    ray.init(address="local", num_cpus=2, include_dashboard=False, log_to_driver=False)
+    yield ray
+    ray.shutdown()
+
+
+def trainer_config(**fields):
+    """`spec.trainer` validated from manifest-style keys."""
+    from pydantic import TypeAdapter
+
+    from kuberl_trainer.config import TrainerConfig
+
+    document = {"env": "CartPole-v1", "stop": {"timesteps": 100_000}, "seed": 0, **fields}
+    return TypeAdapter(TrainerConfig).validate_python(document)

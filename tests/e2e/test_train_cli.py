@@ -1,0 +1,202 @@
+"""`kuberl train` as a user runs it: a real process, real signals, real files and HTTP."""
+
+import json
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+import urllib.request
+from pathlib import Path
+
+import pytest
+import yaml
+
+KUBERL = Path(sys.executable).with_name("kuberl")
+
+
+def manifest(tmp_path: Path, **overrides) -> Path:
+    """A small PPO CartPole job; overrides are merged into spec."""
+    spec = {
+        "trainer": {
+            "algorithm": "PPO",
+            "env": "CartPole-v1",
+            "seed": 1,
+            "hyperparameters": {"rollout_length": 64, "num_epochs": 4},
+            "stop": {"iterations": 100_000},
+            "checkpoint": {"everyIterations": 100_000, "keep": 2},
+        },
+        "rolloutWorkers": {"replicas": 0, "envsPerWorker": 4},
+    }
+    for key, value in overrides.items():
+        spec[key] = {**spec[key], **value}
+    path = tmp_path / "job.yaml"
+    document = {"apiVersion": "kuberl.io/v1alpha1", "kind": "RLJob", "metadata": {"name": "job"}}
+    path.write_text(yaml.safe_dump({**document, "spec": spec}))
+    return path
+
+
+def start(path: Path, run_dir: Path, *args: str) -> subprocess.Popen:
+    env = {**os.environ, "RAY_AUTH_MODE": "disabled"}
+    command = [str(KUBERL), "train", str(path), "--run-dir", str(run_dir), *args]
+    return subprocess.Popen(
+        command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env
+    )
+
+
+def rows(run_dir: Path) -> list[dict]:
+    path = run_dir / "progress.jsonl"
+    if not path.exists():
+        return []
+    return [json.loads(line) for line in path.read_text().splitlines() if line.endswith("}")]
+
+
+def wait_for_rows(run_dir: Path, count: int, process: subprocess.Popen, timeout: float = 120):
+    deadline = time.monotonic() + timeout
+    while len(rows(run_dir)) < count:
+        assert process.poll() is None, process.stdout.read()
+        assert time.monotonic() < deadline, f"fewer than {count} iterations in {timeout}s"
+        time.sleep(0.1)
+
+
+def free_port() -> int:
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def test_sigterm_checkpoints_within_5s_and_a_rerun_continues(tmp_path):
+    job, run_dir, port = manifest(tmp_path), tmp_path / "run", free_port()
+    process = start(job, run_dir, "--metrics-port", str(port))
+    wait_for_rows(run_dir, 3, process)
+
+    metrics = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5).read().decode()
+    sampled = re.search(r'kuberl_env_steps_sampled_total\{[^}]*job="job"[^}]*\} (\S+)', metrics)
+    assert sampled and float(sampled.group(1)) > 0, metrics
+
+    sent = time.monotonic()
+    process.send_signal(signal.SIGTERM)
+    checkpoints = run_dir / "checkpoints"
+    while not any(checkpoints.glob("checkpoint-*")):
+        assert time.monotonic() - sent < 5, "no checkpoint within 5 s of SIGTERM"
+        time.sleep(0.02)
+    output, _ = process.communicate(timeout=30)
+    assert process.returncode == 128 + signal.SIGTERM, output
+    assert "interrupted by SIGTERM" in output and "run the same command again" in output
+    [checkpoint] = checkpoints.glob("checkpoint-*")
+    stopped_at = rows(run_dir)[-1]
+    assert checkpoint.name == f"checkpoint-{stopped_at['iteration']:08d}"
+
+    stop_after = stopped_at["iteration"] + 3
+    job = manifest(tmp_path, trainer={"stop": {"iterations": stop_after}})
+    rerun = subprocess.run(
+        [str(KUBERL), "train", str(job), "--run-dir", str(run_dir)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert rerun.returncode == 0, rerun.stdout + rerun.stderr
+    assert f"Resuming from {checkpoint}" in rerun.stdout
+    history = rows(run_dir)
+    assert [r["iteration"] for r in history] == list(range(1, stop_after + 1))
+    steps = [r["timesteps_total"] for r in history]
+    assert steps == sorted(steps) and steps[-1] == stop_after * 64 * 4
+
+
+def test_corrupt_checkpoint_skipped_and_other_algorithm_refused(tmp_path):
+    job, run_dir = manifest(tmp_path, trainer={"stop": {"iterations": 2}}), tmp_path / "run"
+    first = subprocess.run(
+        [str(KUBERL), "train", str(job), "--run-dir", str(run_dir)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert first.returncode == 0, first.stdout + first.stderr
+    broken = run_dir / "checkpoints" / "checkpoint-00000009"
+    broken.mkdir()
+    (broken / "meta.json").write_text("{ truncated")
+
+    again = manifest(tmp_path, trainer={"stop": {"iterations": 3}})
+    second = subprocess.run(
+        [str(KUBERL), "train", str(again), "--run-dir", str(run_dir)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert second.returncode == 0, second.stdout + second.stderr
+    assert "skipping corrupt checkpoint" in second.stderr + second.stdout
+    assert "checkpoint-00000002 (iteration 2" in second.stdout
+
+    other = manifest(tmp_path, trainer={"algorithm": "PG", "hyperparameters": {}})
+    refused = subprocess.run(
+        [str(KUBERL), "train", str(other), "--run-dir", str(run_dir)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert refused.returncode == 1
+    assert "written for algorithm='PPO', this job has algorithm='PG'" in refused.stderr
+
+
+def test_invalid_manifest_and_missing_file(tmp_path):
+    bad = manifest(tmp_path, trainer={"hyperparameters": {"lerning_rate": 0.1}})
+    out = subprocess.run(
+        [str(KUBERL), "train", str(bad)], capture_output=True, text=True, timeout=60
+    )
+    assert out.returncode == 1
+    assert (
+        "spec.trainer.hyperparameters.lerning_rate" in out.stderr and "learning_rate" in out.stderr
+    )
+    missing = subprocess.run(
+        [str(KUBERL), "train", str(tmp_path / "nope.yaml")],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert missing.returncode == 2 and "no such file" in missing.stderr
+
+
+def ray_rollout_workers(root: int) -> list[int]:
+    """PIDs of rollout-worker actors among the descendants of `root` (Ray names its worker
+    processes after the actor class)."""
+    children: dict[int, list[int]] = {}
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                ppid = int((entry / "stat").read_text().rsplit(")", 1)[1].split()[1])
+            except (OSError, IndexError):
+                continue
+            children.setdefault(ppid, []).append(int(entry.name))
+    found, stack = [], [root]
+    while stack:
+        for child in children.get(stack.pop(), []):
+            stack.append(child)
+            try:
+                if b"RolloutWorker" in Path(f"/proc/{child}/cmdline").read_bytes():
+                    found.append(child)
+            except OSError:
+                pass
+    return found
+
+
+@pytest.mark.slow
+def test_killed_remote_worker_is_replaced_and_training_finishes(tmp_path):
+    job = manifest(
+        tmp_path,
+        trainer={"stop": {"iterations": 25}},
+        rolloutWorkers={"replicas": 2, "cpusPerWorker": 0.5},
+    )
+    run_dir = tmp_path / "run"
+    process = start(job, run_dir)
+    wait_for_rows(run_dir, 3, process, timeout=180)
+    workers = ray_rollout_workers(process.pid)
+    assert len(workers) == 2, workers
+    os.kill(workers[0], signal.SIGKILL)
+    output, _ = process.communicate(timeout=300)
+    assert process.returncode == 0, output
+    history = rows(run_dir)
+    assert history[-1]["iteration"] == 25
+    assert history[-1]["worker_restarts"] == 1

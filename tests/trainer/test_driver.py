@@ -1,0 +1,91 @@
+"""The driver in-process: stop conditions, progress rows, resume, and no Ray without remote
+workers."""
+
+import json
+import math
+import subprocess
+import sys
+import textwrap
+
+import pytest
+
+from conftest import trainer_config
+from kuberl_trainer.config import RolloutConfig, StopConditions
+from kuberl_trainer.driver import Driver, stop_reason
+
+ROW = {"timesteps_total": 1000, "iteration": 10, "episode_return_mean": 50.0, "time_total_s": 5.0}
+
+
+@pytest.mark.parametrize(
+    "stop, row, expected",
+    [
+        ({"timesteps": 1000}, ROW, "timesteps>=1000"),
+        ({"timesteps": 1001}, ROW, None),
+        ({"iterations": 10, "timesteps": 5000}, ROW, "iterations>=10"),
+        ({"episodeReturnMean": 50}, ROW, "episodeReturnMean>=50"),
+        ({"episodeReturnMean": 50}, {**ROW, "episode_return_mean": math.nan}, None),
+        ({"evaluationReturnMean": 40}, ROW, None),  # not evaluated this iteration
+        (
+            {"evaluationReturnMean": 40},
+            {**ROW, "evaluation_return_mean": 45.0},
+            "evaluationReturnMean>=40",
+        ),
+        ({"wallTimeSeconds": 4.5}, ROW, "wallTimeSeconds>=4.5"),
+    ],
+)
+def test_stop_reason(stop, row, expected):
+    assert stop_reason(StopConditions.model_validate(stop), row) == expected
+
+
+PROGRESS_KEYS = {
+    "iteration", "timesteps_total", "episode_return_mean", "episode_len_mean", "samples_per_s",
+    "time_total_s", "policy_loss", "vf_loss", "entropy", "kl",
+}  # fmt: skip
+
+
+def small_ppo(iterations):
+    return trainer_config(
+        algorithm="PPO",
+        stop={"iterations": iterations},
+        hyperparameters={"rollout_length": 32, "num_epochs": 2},
+        checkpoint={"everyIterations": 2, "keep": 2},
+    )
+
+
+def test_progress_rows_and_resume_continue_counters(tmp_path):
+    first = Driver(small_ppo(3), RolloutConfig(envs_per_worker=4), tmp_path, "job").run()
+    assert (first.iteration, first.timesteps, first.stopped_by) == (3, 3 * 128, "iterations>=3")
+    assert first.checkpoint.name == "checkpoint-00000003"
+
+    second = Driver(small_ppo(5), RolloutConfig(envs_per_worker=4), tmp_path, "job").run()
+    assert second.resumed_from == first.checkpoint
+    assert (second.iteration, second.timesteps) == (5, 5 * 128)
+    assert second.time_total_s > first.time_total_s
+
+    rows = [json.loads(line) for line in (tmp_path / "progress.jsonl").read_text().splitlines()]
+    assert [r["iteration"] for r in rows] == [1, 2, 3, 4, 5]
+    assert [r["timesteps_total"] for r in rows] == [128 * i for i in range(1, 6)]
+    assert rows[-1].keys() >= PROGRESS_KEYS
+    assert all(r["samples_per_s"] > 0 for r in rows)
+
+
+def test_zero_remote_workers_never_start_ray(tmp_path):
+    script = textwrap.dedent(
+        f"""
+        import sys
+        from pathlib import Path
+        sys.path.insert(0, {str(tmp_path.parent)!r})
+        from pydantic import TypeAdapter
+        from kuberl_trainer.config import TrainerConfig, RolloutConfig
+        from kuberl_trainer.driver import Driver
+        config = TypeAdapter(TrainerConfig).validate_python(
+            {{"algorithm": "PG", "env": "CartPole-v1", "stop": {{"iterations": 2}}}})
+        Driver(config, RolloutConfig(replicas=0), Path({str(tmp_path)!r}), "job").run()
+        print("ray imported" if "ray" in sys.modules else "no ray")
+        """
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, timeout=120
+    )
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip().splitlines()[-1] == "no ray"

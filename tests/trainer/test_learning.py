@@ -1,0 +1,43 @@
+"""Learning on real gymnasium envs, with return thresholds. CartPole-v1 starts near 20."""
+
+import json
+from pathlib import Path
+
+import pytest
+
+from conftest import trainer_config
+from kuberl_operator.validation import load_rljob
+from kuberl_trainer.config import RolloutConfig
+from kuberl_trainer.driver import Driver
+
+EXAMPLES = Path(__file__).parents[2] / "deploy" / "examples"
+
+pytestmark = pytest.mark.slow
+
+
+def rows(run_dir: Path) -> list[dict]:
+    return [json.loads(line) for line in (run_dir / "progress.jsonl").read_text().splitlines()]
+
+
+def test_ppo_example_solves_cartpole_within_100k_steps(tmp_path):
+    job = load_rljob(EXAMPLES / "cartpole-ppo.yaml")
+    result = Driver(job.spec.trainer, job.spec.rollout_workers, tmp_path, job.name).run()
+    assert result.stopped_by == "episodeReturnMean>=475", result
+    assert result.episode_return_mean >= 475
+    assert result.timesteps <= 100_000
+
+
+@pytest.mark.parametrize(
+    "algorithm, hyperparameters",
+    [("PG", {}), ("A2C", {})],  # the algorithms' defaults
+)
+def test_pg_and_a2c_clearly_improve(tmp_path, algorithm, hyperparameters):
+    """Bar: the mean of 20 consecutive episodes reaches 200 (10x a random policy) within 100k
+    steps, and the last one beats the first by 5x."""
+    config = trainer_config(
+        algorithm=algorithm, hyperparameters=hyperparameters, stop={"timesteps": 100_000}
+    )
+    Driver(config, RolloutConfig(envs_per_worker=8), tmp_path, "job").run()
+    returns = [r["episode_return_mean"] for r in rows(tmp_path) if r["episode_return_mean"]]
+    assert max(returns) >= 200, f"best {max(returns):.1f}"
+    assert returns[-1] >= 5 * returns[0], f"first {returns[0]:.1f}, last {returns[-1]:.1f}"
