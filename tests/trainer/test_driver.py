@@ -68,6 +68,10 @@ def test_progress_rows_and_resume_continue_counters(tmp_path):
     assert rows[-1].keys() >= PROGRESS_KEYS
     assert all(r["samples_per_s"] > 0 for r in rows)
 
+    finished = Driver(small_ppo(5), RolloutConfig(envs_per_worker=4), tmp_path, "job").run()
+    assert (finished.iteration, finished.stopped_by) == (5, "iterations>=5")
+    assert len((tmp_path / "progress.jsonl").read_text().splitlines()) == 5  # nothing retrained
+
 
 def test_zero_remote_workers_never_start_ray(tmp_path):
     script = textwrap.dedent(

@@ -116,6 +116,10 @@ class Driver:
             if self.metrics_port is not None:
                 self.metrics.serve(self.metrics_port)
             checkpoint, stopped_by = resumed_from, None
+            if resumed_from is not None:  # a finished job run again has nothing left to do
+                stopped_by = stop_reason(self.config.stop, self._totals(optimizer))
+                if stopped_by:
+                    self.report.message(f"Already stopped at {stopped_by}: nothing to train")
             while stopped_by is None and self._signal is None:
                 row, timer_deltas, restarts = self._iterate(optimizer)
                 progress.write(row)
@@ -171,21 +175,17 @@ class Driver:
         elapsed = time.perf_counter() - start
         self.time_total_s += elapsed
         row = {
-            "iteration": self.iteration,
-            "timesteps_total": optimizer.counters.steps_sampled,
+            **self._totals(optimizer),
             "timesteps_this_iter": result.steps_sampled,
             "timesteps_trained_this_iter": result.steps_trained,
             "episodes_total": self.episodes_total,
             "episodes_this_iter": len(result.episode_returns),
-            "episode_return_mean": _mean(self.recent_returns),
             "episode_return_max": max(self.recent_returns, default=math.nan),
             "episode_return_min": min(self.recent_returns, default=math.nan),
             "episode_len_mean": _mean(self.recent_lengths),
             "samples_per_s": result.steps_sampled / elapsed,
             "time_this_iter_s": elapsed,
-            "time_total_s": self.time_total_s,
             "worker_restarts": optimizer.workers.restarts,
-            **({"evaluation_return_mean": self.evaluation_return_mean} if evaluated else {}),
             **result.learner_stats,
         }
         timer_deltas = {
@@ -193,6 +193,16 @@ class Driver:
             for name, seconds in optimizer.counters.timers.items()
         }
         return row, timer_deltas, optimizer.workers.restarts - restarts_before
+
+    def _totals(self, optimizer) -> dict[str, Any]:
+        """The cumulative part of a progress row: what stop conditions are checked against."""
+        return {
+            "iteration": self.iteration,
+            "timesteps_total": optimizer.counters.steps_sampled,
+            "episode_return_mean": _mean(self.recent_returns),
+            "evaluation_return_mean": self.evaluation_return_mean,
+            "time_total_s": self.time_total_s,
+        }
 
     # -- building -----------------------------------------------------------------------------
 
