@@ -41,3 +41,22 @@ def test_pg_and_a2c_clearly_improve(tmp_path, algorithm, hyperparameters):
     returns = [r["episode_return_mean"] for r in rows(tmp_path) if r["episode_return_mean"]]
     assert max(returns) >= 200, f"best {max(returns):.1f}"
     assert returns[-1] >= 5 * returns[0], f"first {returns[0]:.1f}, last {returns[-1]:.1f}"
+
+
+def test_ppo_learns_pendulum_with_continuous_actions(tmp_path):
+    """Gaussian policy on a Box action space: Pendulum-v1 starts near -1200."""
+    config = trainer_config(
+        algorithm="PPO",
+        env="Pendulum-v1",
+        stop={"episodeReturnMean": -250, "timesteps": 200_000},
+        hyperparameters={
+            "rollout_length": 256,
+            "gamma": 0.9,
+            "gae_lambda": 0.95,
+            "num_epochs": 10,
+            "minibatch_size": 64,
+            "learning_rate": 0.001,
+        },
+    )
+    result = Driver(config, RolloutConfig(envs_per_worker=8), tmp_path, "job").run()
+    assert result.stopped_by == "episodeReturnMean>=-250", result

@@ -80,8 +80,9 @@ class RolloutWorker:
             done = terminated | truncated
             if done.any():
                 # The env already reset: the true next observation is the episode's last one.
-                for i in np.flatnonzero(done):
-                    next_obs[t, i] = encode_obs(infos["final_obs"][i][None], self.spaces)[0]
+                ended = np.flatnonzero(done)
+                final = np.stack([np.asarray(infos["final_obs"][i]) for i in ended])
+                next_obs[t, ended] = encode_obs(final, self.spaces)
                 finished_returns.extend(self.episode_returns[done])
                 finished_lengths.extend(self.episode_lengths[done])
                 self.episode_returns[done] = 0.0

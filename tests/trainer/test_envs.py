@@ -1,0 +1,44 @@
+"""Env names: gymnasium ids and module:Class paths with envConfig; supported spaces."""
+
+import numpy as np
+import pytest
+
+from conftest import trainer_config
+from kuberl_trainer.config import RolloutConfig
+from kuberl_trainer.driver import Driver
+from kuberl_trainer.envs import encode_obs, env_problem, make_env, space_info
+
+
+def test_module_class_env_gets_env_config():
+    env = make_env("custom_envs:Corridor", {"length": 7})
+    assert env.length == 7
+    info = space_info(env.observation_space, env.action_space)
+    assert (info.obs_dim, info.obs_discrete_n, info.action_discrete_n) == (7, 7, 2)
+    np.testing.assert_array_equal(encode_obs(np.array([2]), info), [[0, 0, 1, 0, 0, 0, 0]])
+
+
+@pytest.mark.parametrize(
+    "env, config, needle",
+    [
+        ("CartPol-v1", {}, "did you mean 'CartPole-v1'"),
+        ("Blackjack-v1", {}, "observation space Tuple"),
+        ("custom_envs:Nope", {}, "has no attribute 'Nope'"),
+        ("no_such_module:Env", {}, "cannot import module 'no_such_module'"),
+        ("custom_envs:Corridor", {"width": 3}, "unexpected keyword argument 'width'"),
+    ],
+)
+def test_env_problems_are_explained(env, config, needle):
+    assert needle in env_problem(env, config)
+
+
+def test_training_on_a_module_class_env_with_discrete_observations(tmp_path):
+    config = trainer_config(
+        algorithm="PPO",
+        env="custom_envs:Corridor",
+        envConfig={"length": 4},
+        stop={"episodeReturnMean": 1.0, "timesteps": 20_000},
+        hyperparameters={"rollout_length": 32, "gamma": 0.9},
+        metricsWindow=5,
+    )
+    result = Driver(config, RolloutConfig(envs_per_worker=4), tmp_path, "job").run()
+    assert result.stopped_by == "episodeReturnMean>=1", result
