@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import math
 import sys
 from pathlib import Path
@@ -21,6 +22,8 @@ def train_command(file: Path, run_dir: Path | None, metrics_port: int | None) ->
             print(f"{file}: {problem}", file=sys.stderr)
         return EXIT_INVALID
 
+    # Warnings the user must see (a corrupt checkpoint skipped, a worker replaced), one per line.
+    logging.basicConfig(format="%(levelname)s: %(message)s", level=logging.WARNING)
     # The training stack loads only once the manifest is known to be good.
     from kuberl_trainer.driver import Driver
     from kuberl_trainer.errors import TrainingError
