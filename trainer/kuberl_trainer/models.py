@@ -55,25 +55,16 @@ class ActorCritic(nn.Module):
         assert self.critic is not None
         return self.critic(obs).squeeze(-1)
 
-    def sample(
-        self, obs: torch.Tensor, generator: torch.Generator, explore: bool
-    ) -> tuple[torch.Tensor, torch.Tensor]:
-        """Actions and their log-probabilities for a batch of observations."""
+    def sample(self, obs: torch.Tensor, noise: NoiseSource | None) -> torch.Tensor:
+        """Actions for a batch of observations: sampled with `noise`, greedy without. The
+        log-probabilities are left to one batched `logp_entropy` call after the rollout: the
+        policy does not change within it, and the per-step cost stays one forward pass."""
         out = self.actor(obs)
-        if self.discrete:
-            logp_all = torch.log_softmax(out, dim=-1)
-            if explore:  # Gumbel-max: one uniform draw per logit, cheaper than a Categorical
-                noise = torch.rand(out.shape, generator=generator).clamp_(1e-10, 1.0)
-                actions = torch.argmax(logp_all - torch.log(-torch.log(noise)), dim=-1)
-            else:
-                actions = torch.argmax(out, dim=-1)
-            return actions, logp_all.gather(1, actions[:, None]).squeeze(1)
-        if explore:
-            noise = torch.randn(out.shape, generator=generator)
-            actions = out + noise * self.log_std.exp()
-        else:
-            actions = out
-        return actions, _gaussian_logp(out, self.log_std, actions)
+        if noise is None:
+            return torch.argmax(out, dim=-1) if self.discrete else out
+        if self.discrete:  # Gumbel-max: argmax(logits + Gumbel noise) ~ Categorical(logits)
+            return torch.argmax(out + noise.gumbel(out.shape), dim=-1)
+        return out + noise.normal(out.shape) * self.log_std.exp()
 
     def logp_entropy(
         self, obs: torch.Tensor, actions: torch.Tensor
@@ -92,3 +83,32 @@ class ActorCritic(nn.Module):
 def _gaussian_logp(mean: torch.Tensor, log_std: torch.Tensor, actions: torch.Tensor):
     z = (actions - mean) * torch.exp(-log_std)
     return (-0.5 * z.pow(2) - log_std - 0.5 * math.log(2 * math.pi)).sum(-1)
+
+
+class NoiseSource:
+    """Random draws made a chunk of steps at a time: one generator call per chunk instead of
+    several tiny ones per env step, which dominate at CartPole's step cost."""
+
+    def __init__(self, generator: torch.Generator, chunk: int = 256):
+        self.generator = generator
+        self.chunk = chunk
+        self._buffers: dict[tuple[str, torch.Size], tuple[torch.Tensor, int]] = {}
+
+    def gumbel(self, shape: torch.Size) -> torch.Tensor:
+        return self._next("gumbel", shape)
+
+    def normal(self, shape: torch.Size) -> torch.Tensor:
+        return self._next("normal", shape)
+
+    def _next(self, kind: str, shape: torch.Size) -> torch.Tensor:
+        buffer, position = self._buffers.get((kind, shape), (None, self.chunk))
+        if position == self.chunk:
+            size = (self.chunk, *shape)
+            if kind == "normal":
+                buffer = torch.randn(size, generator=self.generator)
+            else:
+                uniform = torch.rand(size, generator=self.generator).clamp_(1e-10, 1.0)
+                buffer = -torch.log(-torch.log(uniform))
+            position = 0
+        self._buffers[(kind, shape)] = (buffer, position + 1)
+        return buffer[position]

@@ -7,7 +7,7 @@ import torch
 
 from kuberl_trainer.config import AnyTrainerConfig
 from kuberl_trainer.envs import SpaceInfo
-from kuberl_trainer.models import ActorCritic
+from kuberl_trainer.models import ActorCritic, NoiseSource
 from kuberl_trainer.policy.base import TorchPolicy, flatten_time_major
 from kuberl_trainer.postprocessing import compute_gae
 
@@ -29,21 +29,23 @@ class ActorCriticPolicy(TorchPolicy):
         )
         super().__init__(spaces, config, seed, model)
         self.model: ActorCritic
+        self.noise = NoiseSource(self.generator)
 
     def compute_actions(
         self, obs: np.ndarray, explore: bool = True
     ) -> tuple[np.ndarray, dict[str, np.ndarray]]:
         with torch.inference_mode():
-            actions, logp = self.model.sample(torch.from_numpy(obs), self.generator, explore)
+            actions = self.model.sample(torch.from_numpy(obs), self.noise if explore else None)
         actions_np = actions.numpy()
         if self.spaces.discrete_actions:
-            return actions_np, {"actions": actions_np, "logp": logp.numpy()}
+            return actions_np, {"actions": actions_np}
         # The loss needs the unclipped sample; the env gets it inside its bounds.
         env_actions = np.clip(actions_np, self.spaces.action_low, self.spaces.action_high)
-        return env_actions, {"actions": actions_np, "logp": logp.numpy()}
+        return env_actions, {"actions": actions_np}
 
     def postprocess_trajectory(self, rollout: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
         values, next_values = self._values(rollout["obs"]), self._values(rollout["next_obs"])
+        logp = self._logp(rollout["obs"], rollout["actions"])
         advantages, targets = compute_gae(
             rollout["rewards"],
             values,
@@ -57,12 +59,20 @@ class ActorCriticPolicy(TorchPolicy):
             {
                 "obs": rollout["obs"],
                 "actions": rollout["actions"],
-                "logp": rollout["logp"],
+                "logp": logp,
                 "values": values,
                 "advantages": advantages,
                 "value_targets": targets,
             }
         )
+
+    def _logp(self, obs: np.ndarray, actions: np.ndarray) -> np.ndarray:
+        """log pi(a|s) of the rollout's actions under the policy that sampled them, batched."""
+        with torch.inference_mode():
+            flat_obs = torch.from_numpy(obs.reshape(-1, obs.shape[-1]))
+            flat_actions = torch.from_numpy(actions.reshape(len(flat_obs), *actions.shape[2:]))
+            logp, _ = self.model.logp_entropy(flat_obs, flat_actions)
+        return logp.numpy().reshape(obs.shape[:2])
 
     def _values(self, obs: np.ndarray) -> np.ndarray:
         """V for (T, N, obs_dim) observations in one batched forward pass."""
