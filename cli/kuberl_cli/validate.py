@@ -45,27 +45,32 @@ def check_manifest(text: str) -> tuple[RLJob | None, list[Problem]]:
     except InvalidManifest as exc:
         problems = exc.problems
     # Even when other fields are wrong, the env can be checked: report everything in one run.
-    env, env_config = _env_of(document)
-    if env is not None and (problem := _env_problem(env, env_config)):
+    if problem := _env_problem(_trainer_of(document)):
         problems = [*problems, Problem("spec.trainer.env", problem)]
     return job, problems
 
 
-def _env_of(document: Any) -> tuple[str | None, dict[str, Any]]:
-    trainer = document.get("spec", {}).get("trainer") if isinstance(document, dict) else None
-    trainer = trainer if isinstance(trainer, dict) else {}
+def _trainer_of(document: Any) -> dict[str, Any]:
+    """`spec.trainer` of a document that may be malformed anywhere ({} when it is not there)."""
+    spec = document.get("spec") if isinstance(document, dict) else None
+    trainer = spec.get("trainer") if isinstance(spec, dict) else None
+    return trainer if isinstance(trainer, dict) else {}
+
+
+def _env_problem(trainer: dict[str, Any]) -> str | None:
     env, env_config = trainer.get("env"), trainer.get("envConfig")
-    return (env if isinstance(env, str) and env else None), (
-        env_config if isinstance(env_config, dict) else {}
-    )
-
-
-def _env_problem(env: str, env_config: dict[str, Any]) -> str | None:
+    if not isinstance(env, str) or not env:
+        return None  # reported by the spec's validation
+    from kuberl_trainer.config import DISCRETE_ACTIONS_ONLY
     from kuberl_trainer.envs import env_problem  # gymnasium: only imported when needed
 
     with warnings.catch_warnings():  # env constructors warn freely; the verdict is what counts
         warnings.simplefilter("ignore")
-        return env_problem(env, env_config)
+        return env_problem(
+            env,
+            env_config if isinstance(env_config, dict) else {},
+            discrete_actions_only=trainer.get("algorithm") in DISCRETE_ACTIONS_ONLY,
+        )
 
 
 def describe_job(job: RLJob) -> str:

@@ -75,6 +75,10 @@ BROKEN = {
         edited(**{"spec.trainer.env": "Blackjack-v1"}),
         ["spec.trainer.env: observation space Tuple(", "is not supported"],
     ),
+    "dqn-on-continuous-actions": (
+        edited(**{"spec.trainer.algorithm": "DQN", "spec.trainer.env": "Pendulum-v1"}),
+        ["spec.trainer.env: action space Box(", "needs Discrete actions; use PPO"],
+    ),
     "misspelt-hyperparameter": (
         edited(**{"spec.trainer.hyperparameters.lerning_rate": 0.001}),
         ["spec.trainer.hyperparameters.lerning_rate: unknown field; did you mean 'learning_rate'?"],

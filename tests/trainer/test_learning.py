@@ -27,6 +27,15 @@ def test_ppo_example_solves_cartpole_within_100k_steps(tmp_path):
     assert result.timesteps <= 100_000
 
 
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_dqn_example_reaches_greedy_475_within_100k_steps(tmp_path, seed):
+    job = load_rljob(EXAMPLES / "cartpole-dqn.yaml")
+    config = job.spec.trainer.model_copy(update={"seed": seed})
+    result = Driver(config, job.spec.rollout_workers, tmp_path, job.name).run()
+    assert result.stopped_by == "evaluationReturnMean>=475", result
+    assert result.timesteps <= 100_000
+
+
 @pytest.mark.parametrize(
     "algorithm, hyperparameters",
     [("PG", {}), ("A2C", {})],  # the algorithms' defaults

@@ -101,16 +101,23 @@ def space_info(obs_space: gym.Space, act_space: gym.Space) -> SpaceInfo:
     raise EnvError(f"action space {act_space} is not supported: use Box or Discrete")
 
 
-def env_problem(env: str, env_config: dict[str, Any]) -> str | None:
+def env_problem(
+    env: str, env_config: dict[str, Any], discrete_actions_only: bool = False
+) -> str | None:
     """Why this env cannot be trained on, or None when it can (used by validation)."""
     try:
         instance = make_env(env, env_config)
         try:
-            space_info(instance.observation_space, instance.action_space)
+            info = space_info(instance.observation_space, instance.action_space)
         finally:
             instance.close()
     except EnvError as exc:
         return str(exc)
+    if discrete_actions_only and not info.discrete_actions:
+        return (
+            f"action space {instance.action_space} is continuous but the algorithm needs "
+            "Discrete actions; use PPO, A2C or PG for continuous control"
+        )
     return None
 
 

@@ -41,6 +41,7 @@ class RolloutWorker:
         self.episode_returns = np.zeros(num_envs, dtype=np.float64)
         self.episode_lengths = np.zeros(num_envs, dtype=np.int64)
         self._eval_envs = None
+        self._evaluations = 0
 
     @classmethod
     def as_remote(cls, num_cpus: float, num_gpus: float = 0):
@@ -106,7 +107,9 @@ class RolloutWorker:
         """Mean return of `episodes` greedy episodes on envs of their own (one episode each)."""
         if self._eval_envs is None or self._eval_envs.num_envs != episodes:
             self._eval_envs = make_vector_env(self.config.env, self.config.env_config, episodes)
-        obs, _ = self._eval_envs.reset(seed=self.seed + 1_000_003)
+        # Fresh start states each time (seeded, so a run's evaluations are reproducible).
+        self._evaluations += 1
+        obs, _ = self._eval_envs.reset(seed=self.seed + 1_000_003 * self._evaluations)
         returns = np.zeros(episodes)
         running = np.ones(episodes, dtype=bool)
         while running.any():

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import copy
 from abc import ABC, abstractmethod
 from typing import Any
 
@@ -117,7 +118,8 @@ class TorchPolicy(Policy):
     def get_state(self) -> dict[str, Any]:
         return {
             "weights": self.get_weights(),
-            "optimizer": self.optimizer.state_dict(),
+            # a copy: load_state_dict shares tensors, and two policies must never share moments
+            "optimizer": copy.deepcopy(self.optimizer.state_dict()),
             "torch_rng": self.generator.get_state(),
             "numpy_rng": self.rng.bit_generator.state,
             "global_timesteps": self.global_timesteps,

@@ -1,0 +1,76 @@
+"""SyncReplay: gather samples from every worker into a replay buffer, then take a fixed number of
+gradient steps on minibatches drawn from it (DQN)."""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from typing import Any
+
+from kuberl_trainer.optimizers.base import PolicyOptimizer, StepResult
+from kuberl_trainer.replay_buffer import PrioritizedReplayBuffer, ReplayBuffer
+from kuberl_trainer.worker_set import WorkerSet
+
+# Mixed into the seed so the buffer's draws are independent of the policy's exploration draws.
+_REPLAY_STREAM = 1
+
+
+class SyncReplayOptimizer(PolicyOptimizer):
+    def __init__(self, workers: WorkerSet, config: Any):
+        super().__init__(workers, config)
+        self.hp = config.hyperparameters
+        # The whole buffer in save(): exact resumption, checkpoints as large as the buffer.
+        self.checkpoint_buffer = config.checkpoint.replay_buffer
+        seed = None if config.seed is None else [config.seed, _REPLAY_STREAM]
+        if self.hp.prioritized_replay:
+            self.buffer: ReplayBuffer = PrioritizedReplayBuffer(
+                self.hp.buffer_size,
+                self.hp.prioritized_replay_alpha,
+                self.hp.prioritized_replay_eps,
+                seed,
+            )
+        else:
+            self.buffer = ReplayBuffer(self.hp.buffer_size, seed)
+
+    def step(self) -> StepResult:
+        with self.timer("weight_sync"):
+            self.workers.sync_weights(self.counters.steps_sampled)
+        with self.timer("sample"):
+            batches = self.workers.sample()
+        with self.timer("replay_add"):
+            for batch in batches:
+                self.buffer.add(batch.columns)
+        stats: dict[str, float] = {}
+        trained = 0
+        if len(self.buffer) >= self.hp.learning_starts:
+            with self.timer("learn"):
+                stats = self._learn()
+            trained = self.hp.gradient_steps * self.hp.batch_size
+        return self._result(batches, stats | {"epsilon": self.policy.epsilon}, trained)
+
+    def _learn(self) -> dict[str, float]:
+        """gradient_steps steps on fresh minibatches; the mean of each statistic."""
+        totals: dict[str, float] = defaultdict(float)
+        prioritized = isinstance(self.buffer, PrioritizedReplayBuffer)
+        for _ in range(self.hp.gradient_steps):
+            if prioritized:
+                columns = self.buffer.sample(self.hp.batch_size, self.hp.prioritized_replay_beta)
+                indices = columns.pop("indices")
+            else:
+                columns = self.buffer.sample(self.hp.batch_size)
+            stats, td_errors = self.policy.learn_on_replay_batch(columns)
+            if prioritized:
+                self.buffer.update_priorities(indices, td_errors)
+            for key, value in stats.items():
+                totals[key] += value
+        return {key: total / self.hp.gradient_steps for key, total in totals.items()}
+
+    def save(self) -> dict[str, Any]:
+        state = super().save()
+        if self.checkpoint_buffer:
+            state["replay_buffer"] = self.buffer.state()
+        return state
+
+    def restore(self, state: dict[str, Any]) -> None:
+        super().restore(state)
+        if "replay_buffer" in state:
+            self.buffer.load_state(state["replay_buffer"])

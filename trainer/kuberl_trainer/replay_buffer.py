@@ -1,0 +1,201 @@
+"""Replay buffers for the off-policy learners: uniform, and prioritized (Schaul et al. 2016).
+
+Transitions are stored column by column in preallocated numpy arrays (allocated on the first add,
+when the shapes and dtypes are known), so adding a batch is a slice copy and sampling is one fancy
+index per column. The prioritized buffer keeps its priorities in sum and min trees held as flat
+arrays; batch updates and batch sampling walk the trees level by level for the whole batch at
+once, so the Python loop runs over the tree depth (~17 levels for 100k items), never over items.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+Columns = dict[str, np.ndarray]
+
+
+class ReplayBuffer:
+    """A circular buffer of transitions sampled uniformly with replacement."""
+
+    def __init__(self, capacity: int, seed: int | list[int] | None = None):
+        if capacity < 1:
+            raise ValueError(f"replay buffer capacity must be at least 1, got {capacity}")
+        self.capacity = capacity
+        self.rng = np.random.default_rng(seed)
+        self.columns: Columns = {}
+        self.next_index = 0  # where the next transition goes; the oldest one once full
+        self.size = 0
+
+    def __len__(self) -> int:
+        return self.size
+
+    def add(self, columns: Columns) -> np.ndarray:
+        """Append a batch of transitions, overwriting the oldest once full; returns the slots
+        written (the prioritized buffer gives them priorities)."""
+        count = len(next(iter(columns.values())))
+        if count > self.capacity:  # only the newest `capacity` rows would survive anyway
+            self.next_index = (self.next_index + count - self.capacity) % self.capacity
+            columns = {key: value[count - self.capacity :] for key, value in columns.items()}
+            count = self.capacity
+        if not self.columns:
+            self._allocate(columns)
+        elif columns.keys() != self.columns.keys():
+            raise ValueError(
+                f"replay buffer holds columns {sorted(self.columns)}, got {sorted(columns)}"
+            )
+        start = self.next_index
+        until_end = min(count, self.capacity - start)
+        for key, value in columns.items():
+            self.columns[key][start : start + until_end] = value[:until_end]
+            self.columns[key][: count - until_end] = value[until_end:]
+        self.next_index = (start + count) % self.capacity
+        self.size = min(self.size + count, self.capacity)
+        return (start + np.arange(count)) % self.capacity
+
+    def sample(self, batch_size: int) -> Columns:
+        """`batch_size` transitions drawn uniformly with replacement."""
+        self._check_not_empty()
+        return self._gather(self.rng.integers(0, self.size, batch_size))
+
+    def state(self) -> dict[str, Any]:
+        """The stored transitions and counters as plain numpy arrays and ints (for checkpoints)."""
+        return {
+            "columns": {key: value[: self.size].copy() for key, value in self.columns.items()},
+            "next_index": self.next_index,
+            "size": self.size,
+            "rng": self.rng.bit_generator.state,
+        }
+
+    def load_state(self, state: dict[str, Any]) -> None:
+        self.columns = {}
+        self.size = 0
+        if state["size"]:
+            self._allocate(state["columns"])
+            for key, value in state["columns"].items():
+                self.columns[key][: state["size"]] = value
+        self.next_index = state["next_index"]
+        self.size = state["size"]
+        self.rng.bit_generator.state = state["rng"]
+
+    def _allocate(self, columns: Columns) -> None:
+        self.columns = {
+            key: np.empty((self.capacity, *value.shape[1:]), dtype=value.dtype)
+            for key, value in columns.items()
+        }
+
+    def _gather(self, indices: np.ndarray) -> Columns:
+        return {key: value[indices] for key, value in self.columns.items()}
+
+    def _check_not_empty(self) -> None:
+        if not self.size:
+            raise ValueError("cannot sample from an empty replay buffer")
+
+
+class PrioritizedReplayBuffer(ReplayBuffer):
+    """Proportional prioritized replay: transition i is drawn with probability
+    p_i^alpha / sum_k p_k^alpha, where p_i = |TD error| + eps.
+
+    New transitions get the largest priority seen so far, so each is replayed at least about
+    once before its own TD error can demote it.
+    """
+
+    def __init__(
+        self, capacity: int, alpha: float, eps: float = 1e-6, seed: int | list[int] | None = None
+    ):
+        super().__init__(capacity, seed)
+        self.alpha = alpha
+        self.eps = eps
+        self.max_priority = 1.0  # before alpha
+        self.sums = SegmentTree(capacity, np.add, 0.0)
+        self.mins = SegmentTree(capacity, np.minimum, np.inf)
+
+    def add(self, columns: Columns) -> np.ndarray:
+        indices = super().add(columns)
+        self._set_priorities(indices, np.full(len(indices), self.max_priority**self.alpha))
+        return indices
+
+    def sample(self, batch_size: int, beta: float) -> Columns:
+        """Stratified proportional sampling: one draw from each of `batch_size` equal slices of
+        the total priority (lower variance than independent draws), plus `weights`, the
+        importance-sampling corrections (N * P(i))^-beta divided by the largest possible one
+        (that of the least likely transition in the buffer) so they only ever scale updates
+        down, and `indices`, the slots to pass back to update_priorities."""
+        self._check_not_empty()
+        total = self.sums.root
+        targets = (np.arange(batch_size) + self.rng.random(batch_size)) * (total / batch_size)
+        indices = self.sums.find_prefix_sum(targets)
+        priorities = self.sums.leaves(indices)
+        # (N P(i))^-beta / (N P_min)^-beta: N and the total cancel out.
+        weights = (self.mins.root / priorities) ** beta
+        return self._gather(indices) | {
+            "weights": weights.astype(np.float32),
+            "indices": indices,
+        }
+
+    def update_priorities(self, indices: np.ndarray, td_errors: np.ndarray) -> None:
+        priorities = np.abs(np.asarray(td_errors, dtype=np.float64)) + self.eps
+        self.max_priority = max(self.max_priority, float(priorities.max(initial=0.0)))
+        self._set_priorities(np.asarray(indices), priorities**self.alpha)
+
+    def state(self) -> dict[str, Any]:
+        return super().state() | {
+            "priorities": self.sums.leaves(np.arange(self.size)),  # already raised to alpha
+            "max_priority": self.max_priority,
+        }
+
+    def load_state(self, state: dict[str, Any]) -> None:
+        super().load_state(state)
+        self.sums = SegmentTree(self.capacity, np.add, 0.0)
+        self.mins = SegmentTree(self.capacity, np.minimum, np.inf)
+        self._set_priorities(np.arange(self.size), state["priorities"])
+        self.max_priority = state["max_priority"]
+
+    def _set_priorities(self, indices: np.ndarray, scaled_priorities: np.ndarray) -> None:
+        self.sums.update(indices, scaled_priorities)
+        self.mins.update(indices, scaled_priorities)
+
+
+class SegmentTree:
+    """A complete binary tree over `capacity` leaves in one flat array (node i has children 2i
+    and 2i+1, the root is node 1), each inner node holding `combine` of its children. Leaves
+    past the capacity hold `neutral`, so they never change a sum or a minimum."""
+
+    def __init__(self, capacity: int, combine: np.ufunc, neutral: float):
+        self.num_leaves = 1 << max(0, capacity - 1).bit_length()  # the next power of two
+        self.depth = self.num_leaves.bit_length() - 1
+        self.combine = combine
+        self.nodes = np.full(2 * self.num_leaves, neutral, dtype=np.float64)
+
+    @property
+    def root(self) -> float:
+        return float(self.nodes[1])
+
+    def leaves(self, indices: np.ndarray) -> np.ndarray:
+        return self.nodes[self.num_leaves + indices]
+
+    def update(self, indices: np.ndarray, values: np.ndarray) -> None:
+        """Write leaves, then recompute their ancestors one level at a time. A repeated index
+        takes one of its values; a parent reached twice is just written twice with the same
+        result, which is cheaper than deduplicating every level."""
+        nodes = self.num_leaves + np.asarray(indices, dtype=np.int64)
+        self.nodes[nodes] = values
+        for _ in range(self.depth):
+            nodes //= 2
+            self.nodes[nodes] = self.combine(self.nodes[2 * nodes], self.nodes[2 * nodes + 1])
+
+    def find_prefix_sum(self, targets: np.ndarray) -> np.ndarray:
+        """For each target in [0, root), the leaf where the running sum of leaves passes it: a
+        draw proportional to the leaf values (a sum tree only)."""
+        targets = np.array(targets, dtype=np.float64)
+        nodes = np.ones(len(targets), dtype=np.int64)
+        for _ in range(self.depth):
+            left = 2 * nodes
+            left_sums = self.nodes[left]
+            # Rounding can leave a target just above a subtree's sum; never descend into an
+            # empty right subtree (the slots past the stored transitions) because of it.
+            go_right = (targets > left_sums) & (self.nodes[left + 1] > 0.0)
+            targets = np.where(go_right, targets - left_sums, targets)
+            nodes = np.where(go_right, left + 1, left)
+        return nodes - self.num_leaves
