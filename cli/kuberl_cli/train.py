@@ -7,20 +7,15 @@ import math
 import sys
 from pathlib import Path
 
-from kuberl_cli.validate import EXIT_INVALID, EXIT_NO_FILE, check_manifest, describe_job
+from kuberl_cli.validate import EXIT_INVALID, checked_job, describe_job
 
 
 def train_command(file: Path, run_dir: Path | None, metrics_port: int | None) -> int:
     """0 when a stop condition was met, 128+signal when interrupted (after checkpointing), 1 when
     the job is invalid or failed, 2 when the file is missing."""
-    if not file.is_file():
-        print(f"{file}: no such file", file=sys.stderr)
-        return EXIT_NO_FILE
-    job, problems = check_manifest(file.read_text(encoding="utf-8", errors="replace"))
-    if job is None or problems:
-        for problem in problems:
-            print(f"{file}: {problem}", file=sys.stderr)
-        return EXIT_INVALID
+    job, exit_code = checked_job(file)
+    if job is None:
+        return exit_code
 
     # Warnings the user must see (a corrupt checkpoint skipped, a worker replaced), one per line.
     logging.basicConfig(format="%(levelname)s: %(message)s", level=logging.WARNING)

@@ -20,17 +20,25 @@ EXIT_OK, EXIT_INVALID, EXIT_NO_FILE = 0, 1, 2
 
 def validate_command(file: Path) -> int:
     """Prints one summary line and returns 0 for a valid job, else one line per problem and 1."""
+    job, exit_code = checked_job(file)
+    if job is not None:
+        print(f"{job.name}: valid RLJob ({describe_job(job)})")
+    return exit_code
+
+
+def checked_job(file: Path) -> tuple[RLJob | None, int]:
+    """The valid job in `file` and EXIT_OK, or None and the exit code after printing, one line
+    each, every problem found."""
     if not file.is_file():
         reason = "is a directory, not a manifest" if file.is_dir() else "no such file"
         print(f"{file}: {reason}", file=sys.stderr)
-        return EXIT_NO_FILE
+        return None, EXIT_NO_FILE
     job, problems = check_manifest(file.read_text(encoding="utf-8", errors="replace"))
     if job is None or problems:
         for problem in problems:
             print(f"{file}: {problem}", file=sys.stderr)
-        return EXIT_INVALID
-    print(f"{job.name}: valid RLJob ({describe_job(job)})")
-    return EXIT_OK
+        return None, EXIT_INVALID
+    return job, EXIT_OK
 
 
 def check_manifest(text: str) -> tuple[RLJob | None, list[Problem]]:

@@ -45,6 +45,12 @@ def start(path: Path, run_dir: Path, *args: str) -> subprocess.Popen:
     )
 
 
+def train(path: Path, *args: str) -> subprocess.CompletedProcess:
+    """`kuberl train` run to its end."""
+    command = [str(KUBERL), "train", str(path), *args]
+    return subprocess.run(command, capture_output=True, text=True, timeout=120)
+
+
 def rows(run_dir: Path) -> list[dict]:
     path = run_dir / "progress.jsonl"
     if not path.exists():
@@ -92,12 +98,7 @@ def test_sigterm_checkpoints_within_5s_and_a_rerun_continues(tmp_path):
 
     stop_after = stopped_at["iteration"] + 3
     job = manifest(tmp_path, trainer={"stop": {"iterations": stop_after}})
-    rerun = subprocess.run(
-        [str(KUBERL), "train", str(job), "--run-dir", str(run_dir)],
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
+    rerun = train(job, "--run-dir", str(run_dir))
     assert rerun.returncode == 0, rerun.stdout + rerun.stderr
     assert f"Resuming from {checkpoint}" in rerun.stdout
     history = rows(run_dir)
@@ -108,54 +109,32 @@ def test_sigterm_checkpoints_within_5s_and_a_rerun_continues(tmp_path):
 
 def test_corrupt_checkpoint_skipped_and_other_algorithm_refused(tmp_path):
     job, run_dir = manifest(tmp_path, trainer={"stop": {"iterations": 2}}), tmp_path / "run"
-    first = subprocess.run(
-        [str(KUBERL), "train", str(job), "--run-dir", str(run_dir)],
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
+    first = train(job, "--run-dir", str(run_dir))
     assert first.returncode == 0, first.stdout + first.stderr
     broken = run_dir / "checkpoints" / "checkpoint-00000009"
     broken.mkdir()
     (broken / "meta.json").write_text("{ truncated")
 
     again = manifest(tmp_path, trainer={"stop": {"iterations": 3}})
-    second = subprocess.run(
-        [str(KUBERL), "train", str(again), "--run-dir", str(run_dir)],
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
+    second = train(again, "--run-dir", str(run_dir))
     assert second.returncode == 0, second.stdout + second.stderr
     assert "skipping corrupt checkpoint" in second.stderr + second.stdout
     assert "checkpoint-00000002 (iteration 2" in second.stdout
 
     other = manifest(tmp_path, trainer={"algorithm": "PG", "hyperparameters": {}})
-    refused = subprocess.run(
-        [str(KUBERL), "train", str(other), "--run-dir", str(run_dir)],
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
+    refused = train(other, "--run-dir", str(run_dir))
     assert refused.returncode == 1
     assert "written for algorithm='PPO', this job has algorithm='PG'" in refused.stderr
 
 
 def test_invalid_manifest_and_missing_file(tmp_path):
     bad = manifest(tmp_path, trainer={"hyperparameters": {"lerning_rate": 0.1}})
-    out = subprocess.run(
-        [str(KUBERL), "train", str(bad)], capture_output=True, text=True, timeout=60
-    )
+    out = train(bad)
     assert out.returncode == 1
     assert (
         "spec.trainer.hyperparameters.lerning_rate" in out.stderr and "learning_rate" in out.stderr
     )
-    missing = subprocess.run(
-        [str(KUBERL), "train", str(tmp_path / "nope.yaml")],
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
+    missing = train(tmp_path / "nope.yaml")
     assert missing.returncode == 2 and "no such file" in missing.stderr
 
 
