@@ -6,6 +6,7 @@ import itertools
 import math
 
 import torch
+import torch.nn.functional as F
 from torch import nn
 
 from kuberl_trainer.envs import SpaceInfo
@@ -47,6 +48,10 @@ class ActorCritic(nn.Module):
         self.discrete = spaces.discrete_actions
         out = spaces.action_discrete_n if self.discrete else spaces.action_dim
         self.actor = mlp(spaces.obs_dim, hidden_sizes, out, activation, out_gain=0.01)
+        # The same parameters, called without nn.Module dispatch: at a batch of 8 observations
+        # the per-module Python overhead costs as much as the matrix products.
+        self._actor_layers = [(m.weight, m.bias) for m in self.actor if isinstance(m, nn.Linear)]
+        self._activation = {"tanh": torch.tanh, "relu": torch.relu}[activation]
         self.critic = mlp(spaces.obs_dim, hidden_sizes, 1, activation) if with_critic else None
         if not self.discrete:
             self.log_std = nn.Parameter(torch.full((spaces.action_dim,), float(initial_log_std)))
@@ -55,16 +60,29 @@ class ActorCritic(nn.Module):
         assert self.critic is not None
         return self.critic(obs).squeeze(-1)
 
-    def sample(self, obs: torch.Tensor, noise: NoiseSource | None) -> torch.Tensor:
-        """Actions for a batch of observations: sampled with `noise`, greedy without. The
-        log-probabilities are left to one batched `logp_entropy` call after the rollout: the
-        policy does not change within it, and the per-step cost stays one forward pass."""
-        out = self.actor(obs)
+    def sample(
+        self, obs: torch.Tensor, noise: NoiseSource | None
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """Actions for a batch of observations (sampled with `noise`, greedy without) and the
+        distribution's inputs (logits, or the Gaussian's mean). Log-probabilities are left to
+        one batched `logp_of` call after the rollout, so a step costs one forward pass."""
+        out = obs
+        for index, (weight, bias) in enumerate(self._actor_layers):
+            out = F.linear(out, weight, bias)
+            if index < len(self._actor_layers) - 1:
+                out = self._activation(out)
         if noise is None:
-            return torch.argmax(out, dim=-1) if self.discrete else out
+            return (torch.argmax(out, dim=-1) if self.discrete else out), out
         if self.discrete:  # Gumbel-max: argmax(logits + Gumbel noise) ~ Categorical(logits)
-            return torch.argmax(out + noise.gumbel(out.shape), dim=-1)
-        return out + noise.normal(out.shape) * self.log_std.exp()
+            return torch.argmax(out + noise.gumbel(out.shape), dim=-1), out
+        return out + noise.normal(out.shape) * self.log_std.exp(), out
+
+    def logp_of(self, dist_inputs: torch.Tensor, actions: torch.Tensor) -> torch.Tensor:
+        """Log-probabilities of actions under distributions given by `sample`'s inputs."""
+        if self.discrete:
+            logp_all = torch.log_softmax(dist_inputs, dim=-1)
+            return logp_all.gather(1, actions.long()[:, None]).squeeze(1)
+        return _gaussian_logp(dist_inputs, self.log_std, actions)
 
     def logp_entropy(
         self, obs: torch.Tensor, actions: torch.Tensor
@@ -73,9 +91,8 @@ class ActorCritic(nn.Module):
         out = self.actor(obs)
         if self.discrete:
             logp_all = torch.log_softmax(out, dim=-1)
-            logp = logp_all.gather(1, actions.long()[:, None]).squeeze(1)
             entropy = -(logp_all.exp() * logp_all).sum(-1)
-            return logp, entropy
+            return logp_all.gather(1, actions.long()[:, None]).squeeze(1), entropy
         entropy = (self.log_std + 0.5 * math.log(2 * math.pi * math.e)).sum().expand(len(obs))
         return _gaussian_logp(out, self.log_std, actions), entropy
 

@@ -26,12 +26,13 @@ def compute_gae(
     value targets), both (T, N) float32.
     """
     not_terminated = 1.0 - terminateds.astype(np.float32)
-    continues = not_terminated * (1.0 - truncateds.astype(np.float32))
     deltas = rewards + gamma * next_values * not_terminated - values
-    advantages = np.zeros_like(deltas, dtype=np.float32)
+    # The recursion's factor per step: gamma*lambda, or 0 where an episode ended.
+    decay = (gamma * lam) * (~(terminateds | truncateds)).astype(np.float32)
+    advantages = np.empty_like(deltas, dtype=np.float32)
     running = np.zeros(deltas.shape[1:], dtype=np.float32)
     for t in range(len(deltas) - 1, -1, -1):
-        running = deltas[t] + gamma * lam * continues[t] * running
+        running = deltas[t] + decay[t] * running
         advantages[t] = running
     return advantages, (advantages + values).astype(np.float32)
 

@@ -60,15 +60,12 @@ class RolloutWorker:
         rewards = np.empty((horizon, n), dtype=np.float32)
         terminateds = np.empty((horizon, n), dtype=bool)
         truncateds = np.empty((horizon, n), dtype=bool)
-        extras: dict[str, np.ndarray] = {}
+        recorded: list[dict[str, np.ndarray]] = []  # the policy's columns, stacked at the end
         finished_returns, finished_lengths = [], []
 
         for t in range(horizon):
             env_actions, step_columns = self.policy.compute_actions(self.obs)
-            for key, value in step_columns.items():
-                if key not in extras:
-                    extras[key] = np.empty((horizon, *value.shape), dtype=value.dtype)
-                extras[key][t] = value
+            recorded.append(step_columns)
             raw_obs, reward, terminated, truncated, infos = self.envs.step(env_actions)
             obs[t] = self.obs
             self.obs = encode_obs(raw_obs, self.spaces)
@@ -82,12 +79,11 @@ class RolloutWorker:
             if done.any():
                 # The env already reset: the true next observation is the episode's last one.
                 ended = np.flatnonzero(done)
-                final = np.stack([np.asarray(infos["final_obs"][i]) for i in ended])
-                next_obs[t, ended] = encode_obs(final, self.spaces)
-                finished_returns.extend(self.episode_returns[done])
-                finished_lengths.extend(self.episode_lengths[done])
-                self.episode_returns[done] = 0.0
-                self.episode_lengths[done] = 0
+                next_obs[t, ended] = encode_obs(np.stack(infos["final_obs"][ended]), self.spaces)
+                finished_returns.append(self.episode_returns[ended])
+                finished_lengths.append(self.episode_lengths[ended])
+                self.episode_returns[ended] = 0.0
+                self.episode_lengths[ended] = 0
 
         rollout = {
             "obs": obs,
@@ -95,12 +91,12 @@ class RolloutWorker:
             "rewards": rewards,
             "terminateds": terminateds,
             "truncateds": truncateds,
-            **extras,
+            **{key: np.stack([step[key] for step in recorded]) for key in recorded[0]},
         }
         return SampleBatch(
             self.policy.postprocess_trajectory(rollout),
-            np.asarray(finished_returns, dtype=np.float32),
-            np.asarray(finished_lengths, dtype=np.int64),
+            np.concatenate([np.zeros(0), *finished_returns]).astype(np.float32),
+            np.concatenate([np.zeros(0, np.int64), *finished_lengths]),
         )
 
     def evaluate(self, episodes: int) -> float:

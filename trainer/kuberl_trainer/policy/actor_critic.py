@@ -35,17 +35,20 @@ class ActorCriticPolicy(TorchPolicy):
         self, obs: np.ndarray, explore: bool = True
     ) -> tuple[np.ndarray, dict[str, np.ndarray]]:
         with torch.inference_mode():
-            actions = self.model.sample(torch.from_numpy(obs), self.noise if explore else None)
-        actions_np = actions.numpy()
+            actions, dist_inputs = self.model.sample(
+                torch.from_numpy(obs), self.noise if explore else None
+            )
+        columns = {"actions": actions.numpy(), "dist_inputs": dist_inputs.numpy()}
         if self.spaces.discrete_actions:
-            return actions_np, {"actions": actions_np}
+            return columns["actions"], columns
         # The loss needs the unclipped sample; the env gets it inside its bounds.
-        env_actions = np.clip(actions_np, self.spaces.action_low, self.spaces.action_high)
-        return env_actions, {"actions": actions_np}
+        env_actions = np.clip(columns["actions"], self.spaces.action_low, self.spaces.action_high)
+        return env_actions, columns
 
     def postprocess_trajectory(self, rollout: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
-        values, next_values = self._values(rollout["obs"]), self._values(rollout["next_obs"])
-        logp = self._logp(rollout["obs"], rollout["actions"])
+        values = self._values(rollout["obs"])
+        next_values = self._next_values(values, rollout)
+        logp = self._logp(rollout["dist_inputs"], rollout["actions"])
         advantages, targets = compute_gae(
             rollout["rewards"],
             values,
@@ -66,13 +69,26 @@ class ActorCriticPolicy(TorchPolicy):
             }
         )
 
-    def _logp(self, obs: np.ndarray, actions: np.ndarray) -> np.ndarray:
-        """log pi(a|s) of the rollout's actions under the policy that sampled them, batched."""
+    def _logp(self, dist_inputs: np.ndarray, actions: np.ndarray) -> np.ndarray:
+        """log pi(a|s) of the rollout's actions, from the distribution inputs recorded while
+        sampling (the policy did not change within the rollout)."""
         with torch.inference_mode():
-            flat_obs = torch.from_numpy(obs.reshape(-1, obs.shape[-1]))
-            flat_actions = torch.from_numpy(actions.reshape(len(flat_obs), *actions.shape[2:]))
-            logp, _ = self.model.logp_entropy(flat_obs, flat_actions)
-        return logp.numpy().reshape(obs.shape[:2])
+            flat_inputs = torch.from_numpy(dist_inputs.reshape(-1, dist_inputs.shape[-1]))
+            flat_actions = torch.from_numpy(actions.reshape(len(flat_inputs), *actions.shape[2:]))
+            logp = self.model.logp_of(flat_inputs, flat_actions)
+        return logp.numpy().reshape(actions.shape[:2])
+
+    def _next_values(self, values: np.ndarray, rollout: dict[str, np.ndarray]) -> np.ndarray:
+        """V of every step's next observation. That is the next step's observation, whose value
+        is known, except after the last step and where an episode was truncated (there the final
+        observation counts); terminated steps never bootstrap, so any value does for them."""
+        next_values = np.empty_like(values)
+        next_values[:-1] = values[1:]
+        needed = rollout["truncateds"].copy()
+        needed[-1] = True
+        steps, envs = np.nonzero(needed)
+        next_values[steps, envs] = self._values(rollout["next_obs"][steps, envs][None])[0]
+        return next_values
 
     def _values(self, obs: np.ndarray) -> np.ndarray:
         """V for (T, N, obs_dim) observations in one batched forward pass."""

@@ -1,0 +1,38 @@
+"""What the sampler records must be what the loss assumes: log-probabilities and values of the
+policy that acted, and GAE columns consistent with them."""
+
+import numpy as np
+import pytest
+import torch
+
+from conftest import trainer_config
+from kuberl_trainer.policy.ppo import PPOPolicy
+from kuberl_trainer.rollout_worker import RolloutWorker
+
+
+@pytest.mark.parametrize("env", ["CartPole-v1", "Pendulum-v1"])
+def test_recorded_logp_and_values_match_the_policy(env):
+    config = trainer_config(algorithm="PPO", env=env, hyperparameters={"rollout_length": 40})
+    worker = RolloutWorker(PPOPolicy, config, num_envs=3, seed=0)
+    batch = worker.sample()
+    assert len(batch) == 120
+    obs = torch.from_numpy(batch["obs"])
+    with torch.no_grad():
+        logp, _ = worker.policy.model.logp_entropy(obs, torch.from_numpy(batch["actions"]))
+        values = worker.policy.model.value(obs)
+    np.testing.assert_allclose(batch["logp"], logp.numpy(), rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(batch["values"], values.numpy(), rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(
+        batch["value_targets"], batch["advantages"] + batch["values"], rtol=1e-5, atol=1e-5
+    )
+
+
+def test_sampled_actions_follow_the_policy_distribution():
+    """Gumbel-max sampling from pre-drawn noise: action frequencies match softmax(logits)."""
+    config = trainer_config(algorithm="PPO", hyperparameters={"rollout_length": 1})
+    worker = RolloutWorker(PPOPolicy, config, num_envs=1, seed=0)
+    obs = np.tile(worker.obs, (20_000, 1))
+    actions, columns = worker.policy.compute_actions(obs)
+    probs = torch.softmax(torch.from_numpy(columns["dist_inputs"][0]), -1).numpy()
+    frequencies = np.bincount(actions, minlength=2) / len(actions)
+    np.testing.assert_allclose(frequencies, probs, atol=0.015)
