@@ -28,6 +28,14 @@ def validate(file: ManifestFile) -> None:
 
 
 @app.command()
+def render(file: ManifestFile) -> None:
+    """Print, as YAML, every object the operator would create for an RLJob manifest."""
+    from kuberl_cli.render import render_command
+
+    raise typer.Exit(render_command(file))
+
+
+@app.command()
 def train(
     file: ManifestFile,
     run_dir: Annotated[

@@ -23,3 +23,44 @@ DEFAULT_RAY_VERSION = "2.60.0"
 
 # Job names become Ray cluster, Service and Pod names, which KubeRay requires to be DNS-1035 labels.
 MAX_JOB_NAME_LENGTH = 63
+
+# --- The objects the operator creates -----------------------------------------------------------
+
+# Every child carries these; builders apply them after the user's labels, so a user label cannot
+# detach a child from its job (or the operator's selectors from their objects).
+MANAGED_BY_LABEL = "app.kubernetes.io/managed-by"
+MANAGED_BY = "kuberl"
+JOB_LABEL = "kuberl.io/job"
+# Which attempt (1, 2, ...) of the job the Ray cluster and its pods belong to.
+ATTEMPT_LABEL = "kuberl.io/attempt"
+# User labels under these prefixes are not copied to children: kuberl and KubeRay own them.
+RESERVED_LABEL_PREFIXES = ("kuberl.io/", "ray.io/")
+
+# The labels KubeRay puts on the pods of a RayCluster (ray-operator/controllers/ray/utils).
+RAY_CLUSTER_LABEL = "ray.io/cluster"
+RAY_NODE_TYPE_LABEL = "ray.io/node-type"
+RAY_HEAD_NODE_TYPE = "head"
+
+# Worker groups of the RayCluster; fixed names, so the operator can find and scale them.
+ROLLOUT_GROUP = "rollout"
+ROLLOUT_ON_DEMAND_GROUP = "rollout-on-demand"
+
+# Ray token authentication, as KubeRay >= 1.6 and Ray >= 2.52 spell it: the Secret's data key and
+# the environment variables every Ray process and client reads.
+RAY_AUTH_TOKEN_SECRET_KEY = "auth_token"
+RAY_AUTH_MODE_ENV = "RAY_AUTH_MODE"
+RAY_AUTH_TOKEN_ENV = "RAY_AUTH_TOKEN"
+
+GPU_RESOURCE = "nvidia.com/gpu"
+
+# Where the head finds the job's manifest (a ConfigMap volume) and, by default, its checkpoints.
+JOB_CONFIG_DIR = "/etc/kuberl"
+JOB_CONFIG_FILE = "job.yaml"
+JOB_CONFIG_PATH = f"{JOB_CONFIG_DIR}/{JOB_CONFIG_FILE}"
+DEFAULT_CHECKPOINT_MOUNT_PATH = "/kuberl/checkpoints"
+
+# The Ray ports the head declares (KubeRay's defaults). The Jobs API is served on the dashboard
+# port; the head Service is ClusterIP, so none of them leaves the cluster.
+RAY_GCS_PORT = 6379
+RAY_DASHBOARD_PORT = 8265
+RAY_METRICS_PORT = 8080

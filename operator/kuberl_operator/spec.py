@@ -25,7 +25,9 @@ from pydantic import (
 
 from kuberl_operator.constants import (
     API_VERSION,
+    DEFAULT_CHECKPOINT_MOUNT_PATH,
     DEFAULT_RAY_VERSION,
+    JOB_CONFIG_DIR,
     KIND,
     KUEUE_QUEUE_LABEL,
     MAX_JOB_NAME_LENGTH,
@@ -51,6 +53,7 @@ LABEL_KEY_PATTERN = (
 VERSION_PATTERN = r"^[0-9]+\.[0-9]+\.[0-9]+$"
 IMAGE_PATTERN = r"^\S+$"
 REASON_PATTERN = r"^[A-Za-z]([A-Za-z0-9_,:]*[A-Za-z0-9_])?$"
+MOUNT_PATH_PATTERN = r"^(/[^/:\s]+)+/?$"  # absolute, not the root; Kubernetes forbids ':'
 
 # What a pattern means in words, for error messages (validation.py shows these instead of regexes).
 PATTERN_HINTS: dict[str, str] = {
@@ -61,6 +64,8 @@ PATTERN_HINTS: dict[str, str] = {
     VERSION_PATTERN: "a version like 2.60.0",
     IMAGE_PATTERN: "an image reference without spaces, like ghcr.io/org/trainer:1.0",
     REASON_PATTERN: "a CamelCase reason like TrainingStarted",
+    MOUNT_PATH_PATTERN: "an absolute directory path other than / and without ':' or spaces, like "
+    "/kuberl/checkpoints",
 }
 
 
@@ -210,9 +215,9 @@ class Learner(Spec):
     """Memory request of the learner's pod, as a Kubernetes quantity (4Gi, 512Mi)."""
 
     gpu_type: str | None = Field(None, max_length=63, pattern=LABEL_VALUE_PATTERN)
-    """GPU model, such as nvidia-l4 or nvidia-tesla-t4: the operator selects nodes labelled
-    cloud.google.com/gke-accelerator with it (on other clouds leave it empty and use
-    nodeSelector)."""
+    """GPU model, such as nvidia-l4 or nvidia-tesla-t4: the operator selects nodes whose GPU-model
+    label has this value (cloud.google.com/gke-accelerator by default; the operator can be set up
+    with another key, such as nvidia.com/gpu.product)."""
 
     node_selector: LabelMap = Field(default_factory=dict)
     """Node labels the learner's pod requires."""
@@ -319,6 +324,58 @@ class RestartPolicy(Spec):
     Fail."""
 
 
+class PersistentVolumeClaimRef(Spec):
+    """A PersistentVolumeClaim in the job's namespace."""
+
+    claim_name: str = Field(min_length=1, max_length=253, pattern=DNS_SUBDOMAIN_PATTERN)
+    """Name of the claim. It must allow writes (the driver writes its run directory there), and
+    ReadWriteMany lets a replacement head mount it while the old one is still terminating."""
+
+
+class SecretRef(Spec):
+    """A Secret in the job's namespace."""
+
+    name: str = Field(min_length=1, max_length=253, pattern=DNS_SUBDOMAIN_PATTERN)
+    """Name of the Secret."""
+
+
+class Storage(Spec):
+    """Where the driver keeps its run directory and checkpoints, so that they outlive its pod.
+
+    Without storage, a job whose head is lost (a failed node, a deleted pod) restarts from
+    scratch unless trainer.checkpoint.uri points at storage outside the pod."""
+
+    persistent_volume_claim: PersistentVolumeClaimRef | None = None
+    """Mount this claim into the head: the driver's run directory (progress and checkpoints) is
+    <mountPath>/<job name>."""
+
+    mount_path: str = Field(
+        DEFAULT_CHECKPOINT_MOUNT_PATH, max_length=1024, pattern=MOUNT_PATH_PATTERN
+    )
+    """Where the head mounts persistentVolumeClaim."""
+
+    secret_ref: SecretRef | None = None
+    """Credentials for an object store (such as AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY),
+    given to the driver as environment variables, one per key of this Secret."""
+
+    @model_validator(mode="after")
+    def _one_kind_of_storage(self) -> Storage:
+        if (self.persistent_volume_claim is None) == (self.secret_ref is None):
+            raise ValueError(
+                "set either persistentVolumeClaim (a volume mounted into the head) or secretRef "
+                "(object-store credentials), not both or neither"
+            )
+        if self.secret_ref and self.mount_path != DEFAULT_CHECKPOINT_MOUNT_PATH:
+            raise ValueError("mountPath: only applies to persistentVolumeClaim; remove it")
+        if (self.mount_path.rstrip("/") + "/").startswith(JOB_CONFIG_DIR + "/"):
+            raise ValueError(
+                f"mountPath: {self.mount_path} is under {JOB_CONFIG_DIR}, where the operator "
+                "mounts the job's manifest; choose another path such as "
+                f"{DEFAULT_CHECKPOINT_MOUNT_PATH}"
+            )
+        return self
+
+
 class RLJobSpec(Spec):
     """What to train and on which resources."""
 
@@ -340,6 +397,11 @@ class RLJobSpec(Spec):
 
     restart_policy: RestartPolicy = Field(default_factory=RestartPolicy)
     """Recovery from failures and preemptions."""
+
+    storage: Storage | None = None
+    """Storage for the driver's run directory and checkpoints that outlives its pod: a
+    PersistentVolumeClaim, or the credentials of an object store. Without it a lost head loses
+    its checkpoints (unless trainer.checkpoint.uri points outside the pod)."""
 
     suspend: bool = False
     """Stop the job's Ray cluster but keep the job and its checkpoints; false resumes it."""

@@ -1,0 +1,86 @@
+"""The operator's settings: read once at startup from `KUBERL_*` environment variables.
+
+`OperatorSettings.from_env(os.environ)` is the only place the operator reads its environment;
+everything else (the builders above all) receives the settings as an argument, so the same job
+always builds the same objects.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from kuberl_operator.constants import GPU_TYPE_LABEL
+from kuberl_operator.spec import DNS_LABEL_PATTERN, IMAGE_PATTERN, LABEL_KEY_PATTERN, Quantity
+
+ENV_PREFIX = "KUBERL_"
+
+
+class InvalidSettings(ValueError):
+    """An environment variable holds a value the operator cannot use; the message names it."""
+
+
+class OperatorSettings(BaseModel):
+    """How the operator builds every job's objects; one value per operator process."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True, use_attribute_docstrings=True)
+
+    trainer_image: str = Field("ghcr.io/kuberl/trainer:0.1.0", pattern=IMAGE_PATTERN)
+    """Image of the Ray head and workers for jobs whose spec.image is empty (KUBERL_TRAINER_IMAGE).
+    It must hold kuberl's trainer, the Ray version of spec.rayVersion, and procps (the head's
+    preStop hook signals the driver with pkill)."""
+
+    watch_namespace: str | None = Field(None, max_length=63, pattern=DNS_LABEL_PATTERN)
+    """The one namespace whose RLJobs the operator reconciles; empty means every namespace
+    (KUBERL_WATCH_NAMESPACE)."""
+
+    termination_grace_period_seconds: int = Field(60, ge=5, le=3600)
+    """Seconds the head pod gets between the stop signal and being killed: the driver must write
+    its checkpoint within them (KUBERL_TERMINATION_GRACE_PERIOD_SECONDS). Spot notices are ~30 s on
+    GCP and Azure, but the head runs on on-demand nodes, where drains honour this in full."""
+
+    gpu_type_label: str = Field(GPU_TYPE_LABEL, pattern=LABEL_KEY_PATTERN)
+    """Node label whose value is the GPU model that spec.learner.gpuType selects
+    (KUBERL_GPU_TYPE_LABEL): cloud.google.com/gke-accelerator on GKE, nvidia.com/gpu.product where
+    NVIDIA's GPU feature discovery labels the nodes (EKS, AKS, on-premises)."""
+
+    fallback_pending_seconds: int = Field(120, ge=0, le=86_400)
+    """Seconds spot rollout workers may stay Pending before the operator starts on-demand ones in
+    their place (KUBERL_FALLBACK_PENDING_SECONDS)."""
+
+    rollout_worker_memory: Quantity = "2Gi"
+    """Memory request and limit of each rollout worker's pod, Ray's object store included
+    (KUBERL_ROLLOUT_WORKER_MEMORY)."""
+
+    trainer_metrics_port: int = Field(9464, ge=1024, le=65535)
+    """Port on which the driver serves its Prometheus metrics in the head pod
+    (KUBERL_TRAINER_METRICS_PORT)."""
+
+    run_dir_root: str = Field("/kuberl/runs", pattern=r"^(/[^/:\s]+)+$")
+    """Directory in the head pod (an emptyDir volume) holding the run directories of jobs without
+    spec.storage.persistentVolumeClaim (KUBERL_RUN_DIR_ROOT)."""
+
+    @classmethod
+    def from_env(cls, environ: Mapping[str, str]) -> OperatorSettings:
+        """The settings given by `KUBERL_<FIELD>` variables (an empty one means the default).
+        Raises InvalidSettings naming every variable with an unusable value."""
+        values: dict[str, Any] = {}
+        for name in cls.model_fields:
+            raw = environ.get(env_name(name), "").strip()
+            if raw:
+                values[name] = raw
+        try:
+            return cls.model_validate(values)
+        except ValidationError as exc:
+            problems = [
+                f"{env_name(str(error['loc'][0]))}={values[error['loc'][0]]!r}: {error['msg']}"
+                for error in exc.errors()
+            ]
+            raise InvalidSettings("; ".join(problems)) from None
+
+
+def env_name(field: str) -> str:
+    """`trainer_image` -> `KUBERL_TRAINER_IMAGE`."""
+    return ENV_PREFIX + field.upper()

@@ -1,0 +1,103 @@
+"""`kuberl render` run as users run it: a real subprocess on real files."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+ROOT = Path(__file__).resolve().parents[2]
+EXAMPLES = sorted((ROOT / "deploy" / "examples").glob("*.yaml"))
+
+
+def kuberl(*args: str | Path, **env: str) -> subprocess.CompletedProcess[str]:
+    # KUBERL_* variables of the calling shell would change the output: start from none.
+    clean = {k: v for k, v in os.environ.items() if not k.startswith("KUBERL_")}
+    return subprocess.run(
+        [sys.executable, "-m", "kuberl_cli.main", *map(str, args)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=ROOT,
+        env=clean | env,
+    )
+
+
+@pytest.mark.parametrize("example", EXAMPLES, ids=lambda path: path.name)
+def test_every_example_renders_the_operators_objects(example):
+    result = kuberl("render", example)
+
+    assert result.returncode == 0, result.stderr
+    assert result.stderr == ""
+    objects = list(yaml.safe_load_all(result.stdout))
+    assert [(o["apiVersion"], o["kind"]) for o in objects] == [
+        ("v1", "Secret"),
+        ("v1", "ConfigMap"),
+        ("ray.io/v1", "RayCluster"),
+        ("policy/v1", "PodDisruptionBudget"),
+    ]
+    names = {o["kind"]: o["metadata"]["name"] for o in objects}
+    assert names["RayCluster"] == example.stem
+    secret, config_map, cluster, _ = objects
+    assert secret["stringData"] == {"auth_token": "<generated at creation>"}
+    assert cluster["spec"]["authOptions"]["secretName"] == names["Secret"]
+    embedded = yaml.safe_load(config_map["data"]["job.yaml"])
+    assert embedded["metadata"]["name"] == example.stem and "status" not in embedded
+
+
+def test_render_says_how_the_driver_starts():
+    result = kuberl("render", ROOT / "deploy" / "examples" / "cartpole-ppo.yaml")
+
+    comments = [line for line in result.stdout.splitlines() if line.startswith("#")]
+    assert comments[1].endswith("as cartpole-ppo-1:")
+    assert comments[2].strip("# ") == (
+        "kuberl train /etc/kuberl/job.yaml --run-dir /kuberl/runs/cartpole-ppo --metrics-port 9464"
+    )
+
+
+def test_render_follows_the_operators_settings():
+    example = ROOT / "deploy" / "examples" / "pendulum-ppo-gpu-spot.yaml"
+    result = kuberl("render", example, KUBERL_GPU_TYPE_LABEL="nvidia.com/gpu.product")
+
+    cluster = list(yaml.safe_load_all(result.stdout))[2]
+    head = cluster["spec"]["headGroupSpec"]["template"]["spec"]
+    assert head["nodeSelector"]["nvidia.com/gpu.product"] == "nvidia-l4"
+    groups = [group["groupName"] for group in cluster["spec"]["workerGroupSpecs"]]
+    assert groups == ["rollout", "rollout-on-demand"]
+
+
+def test_bad_settings_are_reported(tmp_path):
+    example = ROOT / "deploy" / "examples" / "cartpole-ppo.yaml"
+    result = kuberl("render", example, KUBERL_TERMINATION_GRACE_PERIOD_SECONDS="soon")
+
+    assert result.returncode == 1
+    assert result.stdout == ""
+    assert result.stderr.startswith("operator settings: KUBERL_TERMINATION_GRACE_PERIOD_SECONDS=")
+
+
+def test_broken_manifest_is_reported_by_field(tmp_path):
+    path = tmp_path / "job.yaml"
+    document = yaml.safe_load((ROOT / "deploy" / "examples" / "cartpole-ppo.yaml").read_text())
+    document["spec"]["learner"] = {"memory": "8GB"}
+    document["spec"]["storage"] = {"persistentVolumeClaim": {"claimName": "c"}, "mountPath": "x"}
+    path.write_text(yaml.safe_dump(document))
+
+    result = kuberl("render", path)
+
+    assert result.returncode == 1
+    assert result.stdout == ""
+    lines = result.stderr.splitlines()
+    assert lines and all(line.startswith(f"{path}: ") for line in lines), result.stderr
+    assert "spec.learner.memory: '8GB' is not a Kubernetes quantity" in result.stderr
+    assert "spec.storage.mountPath: 'x' is not an absolute directory path" in result.stderr
+
+
+def test_missing_file(tmp_path):
+    result = kuberl("render", tmp_path / "nope.yaml")
+
+    assert result.returncode == 2
+    assert result.stderr == f"{tmp_path / 'nope.yaml'}: no such file\n"

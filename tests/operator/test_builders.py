@@ -1,0 +1,893 @@
+"""The builders: what each spec field becomes, and every built object checked against the schema
+the API server would check it with (Kubernetes' own for built-in kinds and pod templates,
+KubeRay v1.7's CRD for the RayCluster)."""
+
+from __future__ import annotations
+
+import copy
+from pathlib import Path
+from typing import Any
+
+import jsonschema
+import kubernetes_validate
+import pytest
+import yaml
+
+from kuberl_operator.builders import (
+    STOP_DRIVER,
+    build_auth_secret,
+    build_children,
+    build_job_config_map,
+    build_pod_disruption_budget,
+    build_ray_cluster,
+    child_names,
+    driver_entrypoint,
+    fallback_replicas,
+    max_unavailable,
+    run_dir,
+    submission_id,
+)
+from kuberl_operator.constants import (
+    ATTEMPT_LABEL,
+    JOB_LABEL,
+    KUEUE_QUEUE_LABEL,
+    MANAGED_BY_LABEL,
+    RAY_AUTH_MODE_ENV,
+    RAY_AUTH_TOKEN_ENV,
+    ROLLOUT_GROUP,
+    ROLLOUT_ON_DEMAND_GROUP,
+)
+from kuberl_operator.settings import InvalidSettings, OperatorSettings
+from kuberl_operator.spec import RLJob
+from kuberl_operator.validation import InvalidManifest, load_rljob, validate_rljob
+
+ROOT = Path(__file__).resolve().parents[2]
+EXAMPLES = sorted((ROOT / "deploy" / "examples").glob("*.yaml"))
+KUBERAY_CRD = ROOT.parent / "shared" / "kuberay" / "ray.io_rayclusters.yaml"
+KUBERNETES_VERSION = "1.37"
+SETTINGS = OperatorSettings()
+TOKEN = "s3cr3t-token"
+
+MINIMAL: dict[str, Any] = {
+    "apiVersion": "kuberl.io/v1alpha1",
+    "kind": "RLJob",
+    "metadata": {"name": "walker"},
+    "spec": {"trainer": {"algorithm": "PPO", "env": "CartPole-v1", "stop": {"timesteps": 1000}}},
+}
+
+
+def job_with(**changes: Any) -> RLJob:
+    """MINIMAL with changes at dotted paths (`**{"spec.learner.gpus": 1}`), validated."""
+    document = copy.deepcopy(MINIMAL)
+    for dotted, value in changes.items():
+        *parents, leaf = dotted.split(".")
+        node = document
+        for key in parents:
+            node = node.setdefault(key, {})
+        node[leaf] = value
+    return validate_rljob(document)
+
+
+def spot(provider: str, **workers: Any) -> dict[str, Any]:
+    return {
+        "spec.rolloutWorkers": {
+            "replicas": 4,
+            "spot": {"enabled": True, "provider": provider, "maxUnavailable": 1},
+            **workers,
+        }
+    }
+
+
+CUSTOM_SPOT = spot(
+    "custom",
+    nodeSelector={"example.com/capacity": "preemptible"},
+    tolerations=[{"key": "example.com/preemptible", "operator": "Exists", "effect": "NoSchedule"}],
+)
+
+CASES: dict[str, dict[str, Any]] = {
+    "minimal": {},
+    "cpu-workers": {"spec.rolloutWorkers": {"replicas": 3, "cpusPerWorker": 0.5}},
+    "gpu-learner": {
+        "spec.learner": {"gpus": 2, "gpuType": "nvidia-l4", "cpu": "8", "memory": "32Gi"}
+    },
+    "spot-gke": spot("gke"),
+    "spot-eks": spot("eks"),
+    "spot-karpenter": spot("karpenter"),
+    "spot-aks": spot("aks"),
+    "spot-custom": CUSTOM_SPOT,
+    "spot-without-fallback": {
+        "spec.rolloutWorkers": {
+            "replicas": 2,
+            "spot": {"enabled": True, "provider": "gke", "fallbackToOnDemand": False},
+        }
+    },
+    "storage-pvc": {"spec.storage": {"persistentVolumeClaim": {"claimName": "rl-checkpoints"}}},
+    "storage-pvc-mount-path": {
+        "spec.storage": {
+            "persistentVolumeClaim": {"claimName": "rl-checkpoints"},
+            "mountPath": "/data/rl/",
+        }
+    },
+    "storage-secret": {"spec.storage": {"secretRef": {"name": "s3-credentials"}}},
+    "kueue": {"metadata.labels": {KUEUE_QUEUE_LABEL: "gpu-training"}, **spot("gke")},
+    "user-labels": {
+        "metadata.labels": {
+            "team": "rl",
+            JOB_LABEL: "someone-else",
+            MANAGED_BY_LABEL: "helm",
+            ATTEMPT_LABEL: "9",
+            "ray.io/cluster": "not-this-one",
+        }
+    },
+    "priority-class": {"spec.priorityClassName": "training-high", **spot("aks")},
+    "namespaced": {"metadata.namespace": "team-rl"},
+    "suspended": {"spec.suspend": True},
+    "custom-image": {
+        "spec.image": "registry.example.com/rl/trainer:2",
+        "spec.rayVersion": "2.60.0",
+    },
+}
+
+
+def case_job(case: str) -> RLJob:
+    return job_with(**CASES[case])
+
+
+def ray_groups(cluster: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    return {group["groupName"]: group for group in cluster["spec"]["workerGroupSpecs"]}
+
+
+def pod_templates(cluster: dict[str, Any]) -> list[dict[str, Any]]:
+    spec = cluster["spec"]
+    return [spec["headGroupSpec"]["template"]] + [g["template"] for g in spec["workerGroupSpecs"]]
+
+
+def head_spec(cluster: dict[str, Any]) -> dict[str, Any]:
+    return cluster["spec"]["headGroupSpec"]["template"]["spec"]
+
+
+def env_of(container: dict[str, Any]) -> dict[str, Any]:
+    return {var["name"]: var.get("value", var.get("valueFrom")) for var in container["env"]}
+
+
+# --- Schemas ------------------------------------------------------------------------------------
+
+
+def as_strict_json_schema(node: dict[str, Any]) -> dict[str, Any]:
+    """A CRD's OpenAPI v3 schema as jsonschema's Draft 4 reads it, with `nullable` spelt as a null
+    type and unknown fields rejected (as `kubectl apply --validate=strict` rejects them), except
+    where the schema preserves them."""
+    node = dict(node)
+    if "properties" in node:
+        node["properties"] = {k: as_strict_json_schema(v) for k, v in node["properties"].items()}
+        if not node.get("x-kubernetes-preserve-unknown-fields"):
+            node["additionalProperties"] = False
+    if "items" in node:
+        node["items"] = as_strict_json_schema(node["items"])
+    if isinstance(node.get("additionalProperties"), dict):
+        node["additionalProperties"] = as_strict_json_schema(node["additionalProperties"])
+    if node.pop("nullable", False):
+        node = {"anyOf": [{"type": "null"}, node]}
+    return node
+
+
+@pytest.fixture(scope="module")
+def ray_cluster_schema() -> jsonschema.Draft4Validator:
+    if not KUBERAY_CRD.is_file():
+        pytest.skip(
+            f"KubeRay's RayCluster CRD is not at {KUBERAY_CRD} (../shared/kuberay/ beside the "
+            "checkout): the RayCluster cannot be checked against it"
+        )
+    crd = yaml.safe_load(KUBERAY_CRD.read_text())
+    (version,) = [v for v in crd["spec"]["versions"] if v["name"] == "v1"]
+    return jsonschema.Draft4Validator(as_strict_json_schema(version["schema"]["openAPIV3Schema"]))
+
+
+def check_kubernetes_schema(obj: dict[str, Any]) -> None:
+    """Kubernetes' own OpenAPI schema, strict: unknown fields are errors."""
+    try:
+        kubernetes_validate.validate(obj, KUBERNETES_VERSION, strict=True)
+    except kubernetes_validate.ValidationError as exc:
+        pytest.fail(f"{obj['kind']} {obj['metadata'].get('name')}: {exc.json_path}: {exc.message}")
+
+
+def check_pod_template(template: dict[str, Any]) -> None:
+    """Each pod template again as a PodTemplate of Kubernetes itself: KubeRay's CRD carries a copy
+    of the pod schema from the Kubernetes release KubeRay was built with; this is the API server's
+    own, for the Kubernetes version kuberl targets."""
+    check_kubernetes_schema(
+        {"apiVersion": "v1", "kind": "PodTemplate", "metadata": {"name": "t"}, "template": template}
+    )
+
+
+def kuberay_problems(cluster: dict[str, Any]) -> list[str]:
+    """Rules KubeRay's controller enforces that its CRD schema cannot express
+    (ray-operator/controllers/ray/utils/validation.go), plus what the builders rely on."""
+    spec, problems = cluster["spec"], []
+    name = cluster["metadata"]["name"]
+    if len(name) > 63:
+        problems.append(f"RayCluster name {name!r} is longer than 63 characters")
+    if "managedBy" in spec:  # CEL: only KubeRay or MultiKueue may manage a RayCluster
+        problems.append("managedBy is set")
+    groups = [group["groupName"] for group in spec["workerGroupSpecs"]]
+    if len(set(groups)) != len(groups):
+        problems.append(f"worker group names repeat: {groups}")
+    for group in spec["workerGroupSpecs"]:
+        if not group["minReplicas"] <= group["replicas"] <= group["maxReplicas"]:
+            problems.append(f"{group['groupName']}: replicas outside [minReplicas, maxReplicas]")
+    for template in pod_templates(cluster):
+        ray_container = template["spec"]["containers"][0]  # KubeRay's RayContainerIndex
+        if not ray_container["name"].startswith("ray-"):
+            problems.append(f"the first container is {ray_container['name']}, not Ray's")
+        if "command" in ray_container or "args" in ray_container:
+            problems.append("a command would stop KubeRay from generating `ray start`")
+    return problems
+
+
+def check_every_object(
+    job: RLJob, ray_cluster_schema: jsonschema.Draft4Validator, settings: OperatorSettings
+) -> None:
+    for obj in build_children(job, settings, attempt=1, token=TOKEN):
+        if obj["kind"] == "RayCluster":
+            errors = [
+                f"{error.json_path}: {error.message}"
+                for error in ray_cluster_schema.iter_errors(obj)
+            ]
+            assert not errors, errors
+            assert not kuberay_problems(obj)
+            for template in pod_templates(obj):
+                check_pod_template(template)
+        else:
+            check_kubernetes_schema(obj)
+
+
+@pytest.mark.parametrize("case", CASES)
+def test_every_object_of_every_case_passes_its_schema(case, ray_cluster_schema):
+    check_every_object(case_job(case), ray_cluster_schema, SETTINGS)
+
+
+@pytest.mark.parametrize("example", EXAMPLES, ids=lambda path: path.name)
+def test_every_object_of_every_example_passes_its_schema(example, ray_cluster_schema):
+    check_every_object(load_rljob(example), ray_cluster_schema, SETTINGS)
+
+
+def test_the_fallback_group_in_use_passes_the_schema(ray_cluster_schema):
+    cluster = build_ray_cluster(case_job("spot-gke"), SETTINGS, 3, on_demand_replicas=4)
+
+    assert not list(ray_cluster_schema.iter_errors(cluster))
+    assert not kuberay_problems(cluster)
+
+
+def test_the_schemas_catch_mistakes(ray_cluster_schema):
+    """The checks above would fail on what the API server or KubeRay would refuse."""
+    cluster = build_ray_cluster(case_job("spot-gke"), SETTINGS, 1)
+    misspelt = copy.deepcopy(cluster)
+    misspelt["spec"]["headGroupSpec"]["servicetype"] = "ClusterIP"
+    bad_enum = copy.deepcopy(cluster)
+    bad_enum["spec"]["authOptions"]["mode"] = "Token"
+    replicas_as_string = copy.deepcopy(cluster)
+    replicas_as_string["spec"]["workerGroupSpecs"][0]["replicas"] = "4"
+    for broken in (misspelt, bad_enum, replicas_as_string):
+        assert not ray_cluster_schema.is_valid(broken)
+
+    scaled_past_max = copy.deepcopy(cluster)
+    scaled_past_max["spec"]["workerGroupSpecs"][1]["replicas"] = 5
+    assert kuberay_problems(scaled_past_max)
+
+    template = copy.deepcopy(cluster["spec"]["headGroupSpec"]["template"])
+    template["spec"]["containers"][0]["resources"]["limit"] = {}
+    with pytest.raises(pytest.fail.Exception):
+        check_pod_template(template)
+
+
+# --- Names, labels, attempts --------------------------------------------------------------------
+
+
+def test_child_names_are_fixed_and_distinct():
+    names = child_names(job_with())
+
+    assert names == ("walker", "walker-ray-auth", "walker-job", "walker-head")
+    objects = build_children(job_with(), SETTINGS, attempt=1, token=TOKEN)
+    assert [(o["kind"], o["metadata"]["name"]) for o in objects] == [
+        ("Secret", "walker-ray-auth"),
+        ("ConfigMap", "walker-job"),
+        ("RayCluster", "walker"),
+        ("PodDisruptionBudget", "walker-head"),
+    ]
+
+
+def test_the_longest_job_name_still_names_every_child():
+    job = job_with(**{"metadata.name": "j" * 63})
+
+    assert build_ray_cluster(job, SETTINGS, 1)["metadata"]["name"] == "j" * 63
+    assert all(len(name) <= 253 for name in child_names(job))
+
+
+def test_every_child_and_pod_carries_the_operators_labels():
+    job = case_job("spot-gke")
+    cluster = build_ray_cluster(job, SETTINGS, attempt=2)
+    labelled = [
+        o["metadata"]["labels"] for o in build_children(job, SETTINGS, attempt=2, token=TOKEN)
+    ] + [template["metadata"]["labels"] for template in pod_templates(cluster)]
+
+    for labels in labelled:
+        assert labels[MANAGED_BY_LABEL] == "kuberl"
+        assert labels[JOB_LABEL] == "walker"
+    assert cluster["metadata"]["labels"][ATTEMPT_LABEL] == "2"
+    assert {t["metadata"]["labels"][ATTEMPT_LABEL] for t in pod_templates(cluster)} == {"2"}
+
+
+def test_user_labels_propagate_but_never_override_the_operators():
+    job = case_job("user-labels")
+    cluster = build_ray_cluster(job, SETTINGS, attempt=1)
+    objects = build_children(job, SETTINGS, attempt=1, token=TOKEN)
+
+    for labels in [o["metadata"]["labels"] for o in objects] + [
+        t["metadata"]["labels"] for t in pod_templates(cluster)
+    ]:
+        assert labels["team"] == "rl"
+        assert labels[JOB_LABEL] == "walker"
+        assert labels[MANAGED_BY_LABEL] == "kuberl"
+        assert "ray.io/cluster" not in labels  # KubeRay's to set, on the pods it creates
+    assert cluster["metadata"]["labels"][ATTEMPT_LABEL] == "1"
+
+
+def test_attempts_start_at_one():
+    with pytest.raises(ValueError, match="attempt must be >= 1"):
+        build_ray_cluster(job_with(), SETTINGS, attempt=0)
+
+
+def test_namespace_is_the_jobs():
+    objects = build_children(case_job("namespaced"), SETTINGS, attempt=1, token=TOKEN)
+
+    assert {o["metadata"]["namespace"] for o in objects} == {"team-rl"}
+    assert all(
+        "namespace" not in o["metadata"] for o in build_children(job_with(), SETTINGS, 1, "t")
+    )
+
+
+# --- The head -----------------------------------------------------------------------------------
+
+
+def test_head_serves_ray_inside_the_cluster_only():
+    head = build_ray_cluster(job_with(), SETTINGS, 1)["spec"]["headGroupSpec"]
+    (container,) = head["template"]["spec"]["containers"]
+
+    assert head["serviceType"] == "ClusterIP"
+    assert head["enableIngress"] is False and "ingressOptions" not in head
+    assert head["rayStartParams"]["dashboard-host"] == "0.0.0.0"
+    ports = {port["name"]: port["containerPort"] for port in container["ports"]}
+    assert ports["dashboard"] == 8265
+    assert ports["kuberl-metrics"] == SETTINGS.trainer_metrics_port
+    assert all("hostPort" not in port for port in container["ports"])
+
+
+def test_head_stops_the_driver_before_ray():
+    settings = OperatorSettings(termination_grace_period_seconds=90)
+    spec = head_spec(build_ray_cluster(job_with(), settings, 1))
+    (container,) = spec["containers"]
+
+    assert spec["terminationGracePeriodSeconds"] == 90
+    assert container["lifecycle"]["preStop"]["exec"]["command"] == ["sh", "-c", STOP_DRIVER]
+    assert 'pkill -TERM -f "[k]uberl train"' in STOP_DRIVER
+    assert 'while pgrep -f "[k]uberl train"' in STOP_DRIVER
+
+
+def test_the_stop_pattern_matches_the_driver_but_not_the_hook():
+    import re
+
+    driver = "/usr/bin/python3 /usr/local/bin/kuberl train /etc/kuberl/job.yaml --run-dir /r"
+    hook = f"sh -c {STOP_DRIVER}"
+
+    assert re.search("[k]uberl train", driver)
+    assert not re.search("[k]uberl train", hook)
+    assert re.search("[k]uberl train", driver_entrypoint(job_with(), SETTINGS))
+
+
+def test_cpu_learner_in_the_head():
+    cluster = build_ray_cluster(
+        job_with(**{"spec.learner": {"cpu": "3", "memory": "6Gi"}}), SETTINGS, 1
+    )
+    spec = head_spec(cluster)
+    resources = spec["containers"][0]["resources"]
+
+    assert resources == {
+        "requests": {"cpu": "3", "memory": "6Gi"},
+        "limits": {"cpu": "3", "memory": "6Gi"},
+    }
+    assert cluster["spec"]["headGroupSpec"]["rayStartParams"]["num-gpus"] == "0"
+    assert cluster["spec"]["headGroupSpec"]["rayStartParams"]["num-cpus"] == "0"
+    assert "nodeSelector" not in spec and "tolerations" not in spec and "affinity" not in spec
+
+
+def test_gpu_learner_in_the_head():
+    cluster = build_ray_cluster(case_job("gpu-learner"), SETTINGS, 1)
+    spec = head_spec(cluster)
+
+    assert spec["containers"][0]["resources"]["limits"] == {
+        "cpu": "8",
+        "memory": "32Gi",
+        "nvidia.com/gpu": "2",
+    }
+    assert "nvidia.com/gpu" not in spec["containers"][0]["resources"]["requests"]
+    assert spec["nodeSelector"] == {"cloud.google.com/gke-accelerator": "nvidia-l4"}
+    assert spec["tolerations"] == [
+        {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}
+    ]
+    assert cluster["spec"]["headGroupSpec"]["rayStartParams"]["num-gpus"] == "2"
+
+
+def test_gpu_model_label_is_a_setting():
+    settings = OperatorSettings(gpu_type_label="nvidia.com/gpu.product")
+    spec = head_spec(build_ray_cluster(case_job("gpu-learner"), settings, 1))
+
+    assert spec["nodeSelector"] == {"nvidia.com/gpu.product": "nvidia-l4"}
+
+
+def test_learner_placement_of_the_user_is_kept_without_repeating_the_gpu_toleration():
+    example = load_rljob(ROOT / "deploy" / "examples" / "pendulum-ppo-gpu-spot.yaml")
+    spec = head_spec(build_ray_cluster(example, SETTINGS, 1))
+
+    assert spec["nodeSelector"] == {
+        "cloud.google.com/gke-accelerator": "nvidia-l4",
+        "cloud.google.com/gke-nodepool": "gpu-pool",
+    }
+    assert spec["tolerations"] == [
+        {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}
+    ]
+
+
+# --- Rollout workers and spot -------------------------------------------------------------------
+
+GKE_TAINT = {
+    "key": "cloud.google.com/gke-spot",
+    "operator": "Equal",
+    "value": "true",
+    "effect": "NoSchedule",
+}
+AKS_TAINT = {
+    "key": "kubernetes.azure.com/scalesetpriority",
+    "operator": "Equal",
+    "value": "spot",
+    "effect": "NoSchedule",
+}
+SPOT_PLACEMENT = {
+    # case: (nodeSelector, tolerations) of the spot group
+    "spot-gke": ({"cloud.google.com/gke-spot": "true"}, [GKE_TAINT]),
+    "spot-eks": ({"eks.amazonaws.com/capacityType": "SPOT"}, []),
+    "spot-karpenter": ({"karpenter.sh/capacity-type": "spot"}, []),
+    "spot-aks": ({"kubernetes.azure.com/scalesetpriority": "spot"}, [AKS_TAINT]),
+    "spot-custom": (
+        {"example.com/capacity": "preemptible"},
+        [{"key": "example.com/preemptible", "operator": "Exists", "effect": "NoSchedule"}],
+    ),
+}
+
+
+def not_on_spot(template_spec: dict[str, Any]) -> list[dict[str, Any]]:
+    affinity = template_spec.get("affinity", {}).get("nodeAffinity", {})
+    terms = affinity.get("requiredDuringSchedulingIgnoredDuringExecution", {})
+    return [e for term in terms.get("nodeSelectorTerms", []) for e in term["matchExpressions"]]
+
+
+@pytest.mark.parametrize("case", SPOT_PLACEMENT)
+def test_spot_preset_per_provider(case):
+    selector, tolerations = SPOT_PLACEMENT[case]
+    cluster = build_ray_cluster(case_job(case), SETTINGS, 1)
+    spot_spec = ray_groups(cluster)[ROLLOUT_GROUP]["template"]["spec"]
+
+    assert spot_spec.get("nodeSelector", {}) == selector
+    assert spot_spec.get("tolerations", []) == tolerations
+    assert not_on_spot(spot_spec) == []
+
+
+@pytest.mark.parametrize("case", SPOT_PLACEMENT)
+def test_head_and_fallback_group_stay_off_spot_nodes(case):
+    selector, _ = SPOT_PLACEMENT[case]
+    cluster = build_ray_cluster(case_job(case), SETTINGS, 1)
+    (key, value), custom = next(iter(selector.items())), case == "spot-custom"
+
+    for template_spec in (
+        head_spec(cluster),
+        ray_groups(cluster)[ROLLOUT_ON_DEMAND_GROUP]["template"]["spec"],
+    ):
+        assert key not in template_spec.get("nodeSelector", {})
+        assert "tolerations" not in template_spec
+        # A preset is known for every provider but custom: keep off that provider's spot nodes.
+        expected = [] if custom else [{"key": key, "operator": "NotIn", "values": [value]}]
+        assert not_on_spot(template_spec) == expected
+
+
+def test_user_placement_of_workers_merges_with_the_preset():
+    extra_toleration = {
+        "key": "dedicated",
+        "operator": "Equal",
+        "value": "rl",
+        "effect": "NoExecute",
+    }
+    job = job_with(
+        **spot(
+            "gke",
+            nodeSelector={"cloud.google.com/gke-nodepool": "spot-pool"},
+            tolerations=[{**extra_toleration, "tolerationSeconds": 30}],
+        )
+    )
+    groups = ray_groups(build_ray_cluster(job, SETTINGS, 1))
+    spot_spec = groups[ROLLOUT_GROUP]["template"]["spec"]
+    on_demand_spec = groups[ROLLOUT_ON_DEMAND_GROUP]["template"]["spec"]
+
+    assert spot_spec["nodeSelector"] == {
+        "cloud.google.com/gke-spot": "true",
+        "cloud.google.com/gke-nodepool": "spot-pool",
+    }
+    assert spot_spec["tolerations"] == [GKE_TAINT, {**extra_toleration, "tolerationSeconds": 30}]
+    assert on_demand_spec["nodeSelector"] == {"cloud.google.com/gke-nodepool": "spot-pool"}
+    assert on_demand_spec["tolerations"] == [{**extra_toleration, "tolerationSeconds": 30}]
+
+
+def test_fallback_group():
+    cluster = build_ray_cluster(case_job("spot-gke"), SETTINGS, 1)
+    groups = ray_groups(cluster)
+    spot_group, on_demand = groups[ROLLOUT_GROUP], groups[ROLLOUT_ON_DEMAND_GROUP]
+
+    assert list(groups) == [ROLLOUT_GROUP, ROLLOUT_ON_DEMAND_GROUP]
+    assert (spot_group["replicas"], spot_group["minReplicas"], spot_group["maxReplicas"]) == (
+        4,
+        0,
+        4,
+    )
+    assert (on_demand["replicas"], on_demand["minReplicas"], on_demand["maxReplicas"]) == (0, 0, 4)
+    assert cluster["spec"]["enableInTreeAutoscaling"] is False
+    assert all("priority" not in group for group in groups.values())
+
+
+def test_fallback_group_size_comes_from_the_caller():
+    job = case_job("spot-gke")
+    cluster = build_ray_cluster(job, SETTINGS, 1, on_demand_replicas=3)
+
+    assert ray_groups(cluster)[ROLLOUT_ON_DEMAND_GROUP]["replicas"] == 3
+    assert ray_groups(cluster)[ROLLOUT_GROUP]["replicas"] == 4  # spot pods keep waiting
+    with pytest.raises(ValueError, match=r"within 0\.\.4"):
+        build_ray_cluster(job, SETTINGS, 1, on_demand_replicas=5)
+
+
+@pytest.mark.parametrize(
+    ("case", "groups"),
+    [
+        ("minimal", []),
+        ("cpu-workers", [ROLLOUT_GROUP]),
+        ("spot-without-fallback", [ROLLOUT_GROUP]),
+        ("spot-eks", [ROLLOUT_GROUP, ROLLOUT_ON_DEMAND_GROUP]),
+    ],
+)
+def test_worker_groups_present(case, groups):
+    assert list(ray_groups(build_ray_cluster(case_job(case), SETTINGS, 1))) == groups
+
+
+@pytest.mark.parametrize(
+    ("cpus", "cpu_request", "cpu_limit"),
+    [(1, "1", "1"), (2.0, "2", "2"), (0.5, "500m", "1"), (1.5, "1500m", "2"), (0.3, "300m", "1")],
+)
+def test_rollout_worker_cpus(cpus, cpu_request, cpu_limit):
+    job = job_with(**{"spec.rolloutWorkers": {"replicas": 2, "cpusPerWorker": cpus}})
+    group = ray_groups(build_ray_cluster(job, SETTINGS, 1))[ROLLOUT_GROUP]
+    resources = group["template"]["spec"]["containers"][0]["resources"]
+
+    assert resources["requests"]["cpu"] == cpu_request
+    assert resources["limits"]["cpu"] == cpu_limit
+    assert group["rayStartParams"]["num-cpus"] == cpu_limit
+    assert resources["requests"]["memory"] == resources["limits"]["memory"] == "2Gi"
+
+
+def test_workers_on_demand_have_only_the_users_placement():
+    job = job_with(
+        **{"spec.rolloutWorkers": {"replicas": 2, "nodeSelector": {"pool": "cpu"}}},
+    )
+    spec = ray_groups(build_ray_cluster(job, SETTINGS, 1))[ROLLOUT_GROUP]["template"]["spec"]
+
+    assert spec["nodeSelector"] == {"pool": "cpu"}
+    assert "tolerations" not in spec and "affinity" not in spec
+
+
+def test_priority_class_on_every_pod():
+    cluster = build_ray_cluster(case_job("priority-class"), SETTINGS, 1)
+
+    assert len(pod_templates(cluster)) == 3
+    assert {t["spec"]["priorityClassName"] for t in pod_templates(cluster)} == {"training-high"}
+    assert all(
+        "priorityClassName" not in t["spec"]
+        for t in pod_templates(build_ray_cluster(case_job("spot-aks"), SETTINGS, 1))
+    )
+
+
+def test_image_and_ray_version():
+    cluster = build_ray_cluster(case_job("custom-image"), SETTINGS, 1)
+
+    assert cluster["spec"]["rayVersion"] == "2.60.0"
+    assert {t["spec"]["containers"][0]["image"] for t in pod_templates(cluster)} == {
+        "registry.example.com/rl/trainer:2"
+    }
+    default = build_ray_cluster(job_with(), OperatorSettings(trainer_image="example.com/t:1"), 1)
+    assert default["spec"]["headGroupSpec"]["template"]["spec"]["containers"][0]["image"] == (
+        "example.com/t:1"
+    )
+
+
+# --- Authentication -----------------------------------------------------------------------------
+
+
+def test_token_authentication_on_every_container():
+    job = case_job("spot-gke")
+    cluster = build_ray_cluster(job, SETTINGS, 1)
+    reference = {"secretKeyRef": {"name": "walker-ray-auth", "key": "auth_token"}}
+
+    assert cluster["spec"]["authOptions"] == {"mode": "token", "secretName": "walker-ray-auth"}
+    containers = [c for t in pod_templates(cluster) for c in t["spec"]["containers"]]
+    assert len(containers) == 3
+    for container in containers:
+        env = env_of(container)
+        assert env[RAY_AUTH_MODE_ENV] == "token"
+        assert env[RAY_AUTH_TOKEN_ENV] == reference
+
+
+def test_auth_secret_holds_the_callers_token():
+    secret = build_auth_secret(job_with(), TOKEN)
+
+    assert secret["stringData"] == {"auth_token": TOKEN}
+    assert secret["type"] == "Opaque" and secret["immutable"] is True
+    with pytest.raises(ValueError, match="empty"):
+        build_auth_secret(job_with(), "")
+
+
+# --- Storage and the driver ---------------------------------------------------------------------
+
+
+def volumes_and_mounts(cluster: dict[str, Any]) -> tuple[dict[str, Any], dict[str, str]]:
+    spec = head_spec(cluster)
+    volumes = {volume["name"]: volume for volume in spec["volumes"]}
+    mounts = {mount["name"]: mount["mountPath"] for mount in spec["containers"][0]["volumeMounts"]}
+    return volumes, mounts
+
+
+STORAGE = {
+    # case: (volume source of the run directory, its mount path, the driver's run directory)
+    "minimal": ({"emptyDir": {}}, "/kuberl/runs", "/kuberl/runs/walker"),
+    "storage-secret": ({"emptyDir": {}}, "/kuberl/runs", "/kuberl/runs/walker"),
+    "storage-pvc": (
+        {"persistentVolumeClaim": {"claimName": "rl-checkpoints"}},
+        "/kuberl/checkpoints",
+        "/kuberl/checkpoints/walker",
+    ),
+    "storage-pvc-mount-path": (
+        {"persistentVolumeClaim": {"claimName": "rl-checkpoints"}},
+        "/data/rl/",
+        "/data/rl/walker",
+    ),
+}
+
+
+@pytest.mark.parametrize("case", STORAGE)
+def test_storage_variants(case):
+    source, mount_path, expected_run_dir = STORAGE[case]
+    job = case_job(case)
+    volumes, mounts = volumes_and_mounts(build_ray_cluster(job, SETTINGS, 1))
+    (name,) = set(volumes) - {"job-config"}
+
+    assert {k: v for k, v in volumes[name].items() if k != "name"} == source
+    assert mounts[name] == mount_path
+    assert run_dir(job, SETTINGS) == expected_run_dir
+    assert f"--run-dir {expected_run_dir} " in driver_entrypoint(job, SETTINGS)
+
+
+def test_object_store_credentials_reach_the_driver_only():
+    cluster = build_ray_cluster(job_with(**CASES["storage-secret"], **spot("eks")), SETTINGS, 1)
+    head, *workers = [t["spec"]["containers"][0] for t in pod_templates(cluster)]
+
+    assert head["envFrom"] == [{"secretRef": {"name": "s3-credentials"}}]
+    assert workers and all("envFrom" not in worker for worker in workers)
+
+
+def test_job_manifest_is_mounted_for_the_driver():
+    volumes, mounts = volumes_and_mounts(build_ray_cluster(job_with(), SETTINGS, 1))
+
+    assert volumes["job-config"]["configMap"] == {"name": "walker-job"}
+    assert mounts["job-config"] == "/etc/kuberl"
+
+
+@pytest.mark.parametrize("example", EXAMPLES, ids=lambda path: path.name)
+def test_config_map_holds_the_job_the_driver_reads(example):
+    job = load_rljob(example)
+    text = build_job_config_map(job)["data"]["job.yaml"]
+    document = yaml.safe_load(text)
+
+    assert "status" not in document
+    assert document["metadata"] == {"name": job.name}
+    assert validate_rljob(document).spec == job.spec
+
+
+def test_config_map_keeps_only_name_and_namespace_of_the_metadata():
+    job = job_with(
+        **{
+            "metadata.namespace": "team-rl",
+            "metadata.labels": {"team": "rl"},
+            "metadata.resourceVersion": "12345",
+            "status": {"phase": "Running", "restarts": 2},
+        }
+    )
+    document = yaml.safe_load(build_job_config_map(job)["data"]["job.yaml"])
+
+    assert document["metadata"] == {"name": "walker", "namespace": "team-rl"}
+    assert "status" not in document
+
+
+def test_driver_entrypoint_and_submission_id():
+    job = job_with()
+
+    assert driver_entrypoint(job, SETTINGS) == (
+        "kuberl train /etc/kuberl/job.yaml --run-dir /kuberl/runs/walker --metrics-port 9464"
+    )
+    assert submission_id(job, 3) == "walker-3"
+
+
+@pytest.mark.parametrize(
+    ("storage", "fragment"),
+    [
+        ({}, "set either persistentVolumeClaim"),
+        (
+            {"persistentVolumeClaim": {"claimName": "c"}, "secretRef": {"name": "s"}},
+            "set either persistentVolumeClaim",
+        ),
+        ({"secretRef": {"name": "s"}, "mountPath": "/data"}, "mountPath: only applies"),
+        (
+            {"persistentVolumeClaim": {"claimName": "c"}, "mountPath": "/etc/kuberl/x"},
+            "/etc/kuberl",
+        ),
+        ({"persistentVolumeClaim": {"claimName": "c"}, "mountPath": "data"}, "absolute"),
+        ({"persistentVolumeClaim": {"claimName": "Bad_Name"}}, "DNS subdomain"),
+        ({"persistentVolumeClaim": {"claimName": "c", "readOnly": True}}, "unknown field"),
+    ],
+)
+def test_storage_mistakes_are_reported_by_field(storage, fragment):
+    with pytest.raises(InvalidManifest) as caught:
+        job_with(**{"spec.storage": storage})
+
+    problems = [str(problem) for problem in caught.value.problems]
+    assert any(p.startswith("spec.storage") and fragment in p for p in problems), problems
+
+
+# --- Kueue, suspension, the PDB -----------------------------------------------------------------
+
+
+def test_kueue_queues_the_ray_cluster():
+    job = case_job("kueue")
+    cluster = build_ray_cluster(job, SETTINGS, 1)
+    others = [o for o in build_children(job, SETTINGS, 1, TOKEN) if o["kind"] != "RayCluster"]
+
+    assert cluster["metadata"]["labels"][KUEUE_QUEUE_LABEL] == "gpu-training"
+    assert cluster["spec"]["suspend"] is True  # Kueue admits clusters created suspended
+    for labels in [t["metadata"]["labels"] for t in pod_templates(cluster)] + [
+        o["metadata"]["labels"] for o in others
+    ]:
+        assert KUEUE_QUEUE_LABEL not in labels
+
+
+@pytest.mark.parametrize(("case", "suspended"), [("minimal", False), ("suspended", True)])
+def test_suspend(case, suspended):
+    assert build_ray_cluster(case_job(case), SETTINGS, 1)["spec"]["suspend"] is suspended
+
+
+def test_pod_disruption_budget_keeps_the_head():
+    pdb = build_pod_disruption_budget(job_with())
+
+    assert pdb["spec"] == {
+        "maxUnavailable": 0,
+        "selector": {"matchLabels": {"ray.io/cluster": "walker", "ray.io/node-type": "head"}},
+        "unhealthyPodEvictionPolicy": "AlwaysAllow",
+    }
+
+
+def test_the_pdb_selects_the_pods_of_the_cluster_built():
+    job = job_with()
+    selector = build_pod_disruption_budget(job)["spec"]["selector"]["matchLabels"]
+
+    assert selector["ray.io/cluster"] == build_ray_cluster(job, SETTINGS, 1)["metadata"]["name"]
+
+
+# --- Falling back to on-demand workers ----------------------------------------------------------
+
+FALLBACK_SETTINGS = OperatorSettings(fallback_pending_seconds=120)
+
+
+def fallback_job(replicas: int = 8, max_unavailable: int | str = 1, **spot_fields: Any) -> RLJob:
+    spot_spec = {"enabled": True, "provider": "gke", "maxUnavailable": max_unavailable}
+    return job_with(
+        **{"spec.rolloutWorkers": {"replicas": replicas, "spot": spot_spec | spot_fields}}
+    )
+
+
+FALLBACK = {
+    # case: (job, pending spot pods, seconds pending, on-demand replicas)
+    "all-running": (fallback_job(), 0, 0, 0),
+    "pending-not-long-enough": (fallback_job(), 5, 119, 0),
+    "tolerated-missing": (fallback_job(max_unavailable=2), 2, 600, 0),
+    "beyond-tolerance": (fallback_job(max_unavailable=2), 5, 600, 3),
+    "at-the-threshold": (fallback_job(max_unavailable=0), 1, 120, 1),
+    "no-spot-at-all": (fallback_job(max_unavailable=0), 8, 600, 8),
+    "more-pending-than-replicas": (fallback_job(max_unavailable=0), 12, 600, 8),
+    "percent-rounds-down": (fallback_job(max_unavailable="25%", replicas=7), 4, 600, 3),
+    "percent-of-few": (fallback_job(max_unavailable="25%", replicas=2), 1, 600, 1),
+    "hundred-percent": (fallback_job(max_unavailable="100%"), 8, 600, 0),
+    "count-above-replicas": (fallback_job(max_unavailable=20), 8, 600, 0),
+    "fallback-off": (fallback_job(max_unavailable=0, fallbackToOnDemand=False), 8, 600, 0),
+    "spot-off": (
+        job_with(**{"spec.rolloutWorkers": {"replicas": 4, "spot": {"enabled": False}}}),
+        4,
+        600,
+        0,
+    ),
+    "queued-in-kueue": (case_job("kueue"), 4, 600, 0),
+    "negative-count": (fallback_job(), -1, 600, 0),
+}
+
+
+@pytest.mark.parametrize(("job", "pending", "seconds", "expected"), FALLBACK.values(), ids=FALLBACK)
+def test_fallback_replicas(job, pending, seconds, expected):
+    assert fallback_replicas(job, pending, seconds, FALLBACK_SETTINGS) == expected
+
+
+def test_fallback_replicas_fit_the_group():
+    job = fallback_job(max_unavailable=0)
+    for pending in range(0, 12):
+        replicas = fallback_replicas(job, pending, 600, FALLBACK_SETTINGS)
+        build_ray_cluster(job, SETTINGS, 1, on_demand_replicas=replicas)  # never out of range
+
+
+@pytest.mark.parametrize(
+    ("value", "replicas", "expected"),
+    [(1, 4, 1), (9, 4, 4), (0, 4, 0), ("25%", 4, 1), ("25%", 3, 0), ("50%", 5, 2), ("100%", 6, 6)],
+)
+def test_max_unavailable(value, replicas, expected):
+    assert max_unavailable(value, replicas) == expected
+
+
+# --- Settings -----------------------------------------------------------------------------------
+
+
+def test_settings_from_the_environment():
+    settings = OperatorSettings.from_env(
+        {
+            "KUBERL_TRAINER_IMAGE": "example.com/trainer:3",
+            "KUBERL_TERMINATION_GRACE_PERIOD_SECONDS": "120",
+            "KUBERL_GPU_TYPE_LABEL": "nvidia.com/gpu.product",
+            "KUBERL_WATCH_NAMESPACE": "",
+            "KUBERL_ROLLOUT_WORKER_MEMORY": "3Gi",
+            "HOME": "/root",
+        }
+    )
+
+    assert settings.trainer_image == "example.com/trainer:3"
+    assert settings.termination_grace_period_seconds == 120
+    assert settings.gpu_type_label == "nvidia.com/gpu.product"
+    assert settings.watch_namespace is None
+    assert settings.rollout_worker_memory == "3Gi"
+    assert settings.fallback_pending_seconds == OperatorSettings().fallback_pending_seconds
+    assert OperatorSettings.from_env({}) == OperatorSettings()
+
+
+def test_bad_settings_name_the_variable():
+    with pytest.raises(InvalidSettings) as caught:
+        OperatorSettings.from_env(
+            {
+                "KUBERL_FALLBACK_PENDING_SECONDS": "two minutes",
+                "KUBERL_ROLLOUT_WORKER_MEMORY": "2GB",
+            }
+        )
+
+    assert "KUBERL_FALLBACK_PENDING_SECONDS='two minutes'" in str(caught.value)
+    assert "KUBERL_ROLLOUT_WORKER_MEMORY='2GB'" in str(caught.value)
+
+
+def test_every_setting_is_documented():
+    for name, field in OperatorSettings.model_fields.items():
+        assert field.description, name
+        assert f"KUBERL_{name.upper()}" in field.description, name
