@@ -86,7 +86,8 @@ class A2CHyperparameters(Hyperparameters):
     """GAE lambda: 1.0 is the n-step advantage of the A2C paper, lower trades bias for variance."""
 
     vf_coeff: float = Field(0.5, ge=0.0)
-    """Weight of the value-function loss."""
+    """Weight of the value-function loss (the mean squared error, as vf_coef in Stable-Baselines3
+    and vf_loss_coeff in RLlib)."""
 
     entropy_coeff: float = Field(0.0, ge=0.0)
     """Weight of the entropy bonus in the loss."""
@@ -111,7 +112,8 @@ class PPOHyperparameters(Hyperparameters):
     """Clip parameter of the surrogate objective (the start value when schedule is linear)."""
 
     vf_coeff: float = Field(0.5, ge=0.0)
-    """Weight of the value-function loss."""
+    """Weight of the value-function loss (the mean squared error, as vf_coef in Stable-Baselines3
+    and vf_loss_coeff in RLlib)."""
 
     vf_clip_range: float | None = Field(None, gt=0.0)
     """Clip value predictions to this distance from the old ones; null disables it."""

@@ -14,7 +14,7 @@ class A2CPolicy(ActorCriticPolicy):
         if self.hp.normalize_advantages:
             advantages = (advantages - advantages.mean()) / (advantages.std() + 1e-8)
         policy_loss = -(logp * advantages).mean()
-        vf_loss = 0.5 * (self.model.value(batch["obs"]) - batch["value_targets"]).pow(2).mean()
+        vf_loss = (self.model.value(batch["obs"]) - batch["value_targets"]).pow(2).mean()
         entropy = entropy.mean()
         total = policy_loss + self.hp.vf_coeff * vf_loss - self.hp.entropy_coeff * entropy
         return total, {

@@ -52,7 +52,7 @@ class PPOPolicy(ActorCriticPolicy):
         if self.hp.vf_clip_range is not None:
             old = batch["values"]
             values = old + (values - old).clamp(-self.hp.vf_clip_range, self.hp.vf_clip_range)
-        vf_loss = 0.5 * (values - batch["value_targets"]).pow(2).mean()
+        vf_loss = (values - batch["value_targets"]).pow(2).mean()
         entropy = entropy.mean()
         total = policy_loss + self.hp.vf_coeff * vf_loss - self.hp.entropy_coeff * entropy
         with torch.no_grad():

@@ -1,0 +1,214 @@
+"""Sampling throughput per core: kuberl's RolloutWorker against the raw ceiling and RLlib.
+
+Three samplers step the same envs (8 per sampler) in this one process with 1 torch thread:
+
+- ceiling: gymnasium SyncVectorEnv plus one 64x64 tanh MLP forward per step; nothing else.
+- kuberl:  RolloutWorker.sample() with a PPO policy (actions, log-probs, GAE postprocessing).
+- rllib:   RLlib 2.60's SingleAgentEnvRunner (new API stack, PPO config, same 64x64 tanh policy),
+           built and sampled locally without Ray actors, so it also runs on one core.
+
+The machine is shared, so each measurement round runs every sampler once, in a rotating order,
+and the table shows medians over rounds. Warm-up calls are not timed.
+
+    python bench/sampling.py [--rounds 7] [--seconds 2] [--envs CartPole-v1 Pendulum-v1]
+"""
+
+from __future__ import annotations
+
+import argparse
+import itertools
+import json
+import logging
+import os
+import platform
+import statistics
+import time
+from pathlib import Path
+
+import torch
+
+torch.set_num_threads(1)  # before anything builds a model: all three samplers get one core
+
+import gymnasium as gym  # noqa: E402
+import numpy as np  # noqa: E402
+from pydantic import TypeAdapter  # noqa: E402
+
+NUM_ENVS = 8
+HIDDEN = [64, 64]
+RESULTS = Path(__file__).parent / "results"
+
+
+def ceiling_sampler(env_id: str, rollout_length: int, seed: int):
+    """The least any sampler must do per step: step the envs, run one policy forward."""
+    envs = gym.vector.SyncVectorEnv(
+        [lambda: gym.make(env_id) for _ in range(NUM_ENVS)],
+        autoreset_mode=gym.vector.AutoresetMode.SAME_STEP,  # as kuberl's workers
+    )
+    space = envs.single_action_space
+    discrete = isinstance(space, gym.spaces.Discrete)
+    out = space.n if discrete else int(np.prod(space.shape))
+    sizes = [int(np.prod(envs.single_observation_space.shape)), *HIDDEN]
+    layers: list[torch.nn.Module] = []
+    for a, b in itertools.pairwise(sizes):
+        layers += [torch.nn.Linear(a, b), torch.nn.Tanh()]
+    net = torch.nn.Sequential(*layers, torch.nn.Linear(sizes[-1], out))
+    obs, _ = envs.reset(seed=seed)
+
+    def sample() -> int:
+        nonlocal obs
+        for _ in range(rollout_length):
+            with torch.inference_mode():
+                y = net(torch.from_numpy(np.asarray(obs, dtype=np.float32))).numpy()
+            actions = y.argmax(-1) if discrete else np.clip(y, space.low, space.high)
+            obs, *_ = envs.step(actions)
+        return rollout_length * NUM_ENVS
+
+    return sample
+
+
+def kuberl_sampler(env_id: str, rollout_length: int, seed: int):
+    from kuberl_trainer.algorithms import policy_class
+    from kuberl_trainer.config import TrainerConfig
+    from kuberl_trainer.rollout_worker import RolloutWorker
+
+    config = TypeAdapter(TrainerConfig).validate_python(
+        {
+            "algorithm": "PPO",
+            "env": env_id,
+            "stop": {"timesteps": 10**9},
+            "seed": seed,
+            "hyperparameters": {"rollout_length": rollout_length, "hidden_sizes": HIDDEN},
+        }
+    )
+    worker = RolloutWorker(policy_class(config), config, NUM_ENVS, seed, torch_threads=1)
+    return lambda: len(worker.sample())
+
+
+def rllib_sampler(env_id: str, rollout_length: int, seed: int):
+    from ray.rllib.algorithms.ppo import PPOConfig
+    from ray.rllib.core.rl_module.default_model_config import DefaultModelConfig
+    from ray.rllib.env.single_agent_env_runner import SingleAgentEnvRunner
+
+    logging.getLogger("ray.rllib").setLevel(logging.ERROR)  # a deprecation warning per runner
+
+    config = (
+        PPOConfig()
+        .environment(env_id)
+        # num_env_runners=0: the runner built here is the local one and owns the envs.
+        .env_runners(num_env_runners=0, num_envs_per_env_runner=NUM_ENVS)
+        .rl_module(
+            model_config=DefaultModelConfig(
+                fcnet_hiddens=HIDDEN, fcnet_activation="tanh", vf_share_layers=False
+            )
+        )
+        .debugging(seed=seed)
+    )
+    runner = SingleAgentEnvRunner(config=config)
+    steps = rollout_length * NUM_ENVS
+    # It returns episode chunks; their lengths add up to the env steps taken (>= steps).
+    return lambda: sum(len(episode) for episode in runner.sample(num_timesteps=steps))
+
+
+SAMPLERS = {"ceiling": ceiling_sampler, "kuberl": kuberl_sampler, "rllib": rllib_sampler}
+
+
+def measure(sample, seconds: float) -> dict[str, float]:
+    """Env steps per second of wall time and per second of this process's CPU time, over whole
+    sample() calls lasting at least `seconds`. Other people's jobs on the machine slow the wall
+    clock; CPU time counts only what the sampler itself spent, so it is the steadier number."""
+    steps, wall, cpu = 0, time.perf_counter(), time.process_time()
+    while time.perf_counter() - wall < seconds:
+        steps += sample()
+    return {
+        "wall": steps / (time.perf_counter() - wall),
+        "cpu": steps / (time.process_time() - cpu),
+    }
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--envs", nargs="+", default=["CartPole-v1", "Pendulum-v1"])
+    parser.add_argument("--rounds", type=int, default=7, help="interleaved rounds (median)")
+    parser.add_argument("--seconds", type=float, default=2.0, help="timed per sampler per round")
+    parser.add_argument("--rollout-length", type=int, default=256, help="steps per env per call")
+    args = parser.parse_args()
+
+    load_before = os.getloadavg()
+    runs: dict[str, dict[str, list[dict[str, float]]]] = {}
+    for env_id in args.envs:
+        samplers = {
+            name: make(env_id, args.rollout_length, seed=0) for name, make in SAMPLERS.items()
+        }
+        for sample in samplers.values():  # warm-up: first calls allocate and fill caches
+            sample(), sample()
+        names = list(samplers)
+        runs[env_id] = {name: [] for name in names}
+        for r in range(args.rounds):
+            order = names[r % len(names) :] + names[: r % len(names)]  # rotate who goes first
+            for name in order:
+                runs[env_id][name].append(measure(samplers[name], args.seconds))
+            print(
+                f"{env_id} round {r + 1}/{args.rounds} (wall/cpu steps/s): "
+                + "  ".join(
+                    f"{n} {runs[env_id][n][-1]['wall']:,.0f}/{runs[env_id][n][-1]['cpu']:,.0f}"
+                    for n in names
+                ),
+                flush=True,
+            )
+
+    # Ratios are medians of per-round ratios: a round's samplers ran seconds apart, under about
+    # the same load, so the ratio drifts less than the rates do.
+    def ratio(a: list[dict], b: list[dict], clock: str) -> float:
+        return statistics.median(x[clock] / y[clock] for x, y in zip(a, b, strict=True))
+
+    rows = []
+    for env_id, by_name in runs.items():
+        for name, mine in by_name.items():
+            wall = [m["wall"] for m in mine]
+            row = {"system": name, "env": env_id, "runs": mine}
+            row |= {"wall_median": statistics.median(wall), "wall_min": min(wall)}
+            row |= {"wall_max": max(wall), "cpu_median": statistics.median(m["cpu"] for m in mine)}
+            for clock in ("wall", "cpu"):
+                row[f"{clock}_vs_ceiling"] = ratio(mine, by_name["ceiling"], clock)
+                row[f"{clock}_vs_rllib"] = ratio(mine, by_name["rllib"], clock)
+            rows.append(row)
+
+    print(
+        f"\n{NUM_ENVS} envs, 1 torch thread, median of {args.rounds} interleaved rounds of "
+        f"{args.seconds:g} s; load average {load_before[0]:.1f} -> {os.getloadavg()[0]:.1f} "
+        f"on {os.cpu_count()} CPUs\n"
+    )
+    print(
+        "| system | env | steps/s wall (min-max) | steps/CPU-s | / ceiling wall (CPU) "
+        "| / RLlib wall (CPU) |"
+    )
+    print("|---|---|---:|---:|---:|---:|")
+    for r in rows:
+        print(
+            f"| {r['system']} | {r['env']} | {r['wall_median']:,.0f} "
+            f"({r['wall_min']:,.0f}-{r['wall_max']:,.0f}) | {r['cpu_median']:,.0f} | "
+            f"{r['wall_vs_ceiling']:.2f} ({r['cpu_vs_ceiling']:.2f}) | "
+            f"{r['wall_vs_rllib']:.2f}x ({r['cpu_vs_rllib']:.2f}x) |"
+        )
+
+    RESULTS.mkdir(exist_ok=True)
+    path = RESULTS / f"sampling-{time.strftime('%Y%m%d-%H%M%S')}.json"
+    meta = {
+        "num_envs": NUM_ENVS,
+        "hidden": HIDDEN,
+        "rollout_length": args.rollout_length,
+        "rounds": args.rounds,
+        "seconds": args.seconds,
+        "loadavg_before": load_before,
+        "loadavg_after": os.getloadavg(),
+        "cpus": os.cpu_count(),
+        "python": platform.python_version(),
+        "torch": torch.__version__,
+        "gymnasium": gym.__version__,
+    }
+    path.write_text(json.dumps({"meta": meta, "rows": rows}, indent=2))
+    print(f"\nwrote {path}")
+
+
+if __name__ == "__main__":
+    main()
