@@ -4,11 +4,12 @@ from __future__ import annotations
 
 import os
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 import yaml
+
+from conftest import run_kuberl
 
 ROOT = Path(__file__).resolve().parents[2]
 EXAMPLES = sorted((ROOT / "deploy" / "examples").glob("*.yaml"))
@@ -17,14 +18,7 @@ EXAMPLES = sorted((ROOT / "deploy" / "examples").glob("*.yaml"))
 def kuberl(*args: str | Path, **env: str) -> subprocess.CompletedProcess[str]:
     # KUBERL_* variables of the calling shell would change the output: start from none.
     clean = {k: v for k, v in os.environ.items() if not k.startswith("KUBERL_")}
-    return subprocess.run(
-        [sys.executable, "-m", "kuberl_cli.main", *map(str, args)],
-        capture_output=True,
-        text=True,
-        timeout=120,
-        cwd=ROOT,
-        env=clean | env,
-    )
+    return run_kuberl(*args, env=clean | env)
 
 
 @pytest.mark.parametrize("example", EXAMPLES, ids=lambda path: path.name)

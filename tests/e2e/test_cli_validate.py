@@ -2,28 +2,21 @@
 
 from __future__ import annotations
 
-import copy
-import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
 import pytest
 import yaml
 
+from conftest import edited as edited_document
+from conftest import run_kuberl
+
 ROOT = Path(__file__).resolve().parents[2]
 EXAMPLES = sorted((ROOT / "deploy" / "examples").glob("*.yaml"))
 BASE = yaml.safe_load((ROOT / "deploy" / "examples" / "cartpole-ppo.yaml").read_text())
 
 
-def kuberl(*args: str | Path) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "kuberl_cli.main", *map(str, args)],
-        capture_output=True,
-        text=True,
-        timeout=120,
-        cwd=ROOT,
-    )
+kuberl = run_kuberl
 
 
 @pytest.mark.parametrize("example", EXAMPLES, ids=lambda path: path.name)
@@ -47,17 +40,7 @@ def test_summary_line_of_the_cartpole_example():
 
 def edited(**changes: Any) -> str:
     """The cartpole-ppo example as YAML, with changes at dotted paths (None deletes the key)."""
-    document = copy.deepcopy(BASE)
-    for dotted, value in changes.items():
-        *parents, leaf = dotted.split(".")
-        node = document
-        for key in parents:
-            node = node.setdefault(key, {})
-        if value is None:
-            node.pop(leaf, None)
-        else:
-            node[leaf] = value
-    return yaml.safe_dump(document, sort_keys=False)
+    return yaml.safe_dump(edited_document(BASE, **changes), sort_keys=False)
 
 
 BROKEN = {

@@ -13,6 +13,7 @@ import kubernetes_validate
 import pytest
 import yaml
 
+from conftest import edited
 from kuberl_operator.builders import (
     STOP_DRIVER,
     build_auth_secret,
@@ -58,14 +59,7 @@ MINIMAL: dict[str, Any] = {
 
 def job_with(**changes: Any) -> RLJob:
     """MINIMAL with changes at dotted paths (`**{"spec.learner.gpus": 1}`), validated."""
-    document = copy.deepcopy(MINIMAL)
-    for dotted, value in changes.items():
-        *parents, leaf = dotted.split(".")
-        node = document
-        for key in parents:
-            node = node.setdefault(key, {})
-        node[leaf] = value
-    return validate_rljob(document)
+    return validate_rljob(edited(MINIMAL, **changes))
 
 
 def spot(provider: str, **workers: Any) -> dict[str, Any]:

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import copy
 import subprocess
 import sys
 from pathlib import Path
@@ -11,6 +10,7 @@ from typing import Any
 import pytest
 import yaml
 
+from conftest import edited
 from kuberl_operator.constants import API_VERSION, DEFAULT_RAY_VERSION, KUEUE_QUEUE_LABEL
 from kuberl_operator.spec import Phase, PreemptionPolicy, RLJob, RLJobStatus, SpotProvider
 from kuberl_operator.validation import (
@@ -33,14 +33,7 @@ MINIMAL: dict[str, Any] = {
 
 def manifest(**changes: Any) -> dict[str, Any]:
     """MINIMAL with changes given as dotted paths, e.g. `**{"spec.trainer.seed": 1}`."""
-    document = copy.deepcopy(MINIMAL)
-    for dotted, value in changes.items():
-        *parents, leaf = dotted.split(".")
-        node = document
-        for key in parents:
-            node = node.setdefault(key, {})
-        node[leaf] = value
-    return document
+    return edited(MINIMAL, **changes)
 
 
 def problems_of(document: Any) -> list[str]:
