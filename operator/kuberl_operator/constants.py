@@ -64,3 +64,41 @@ DEFAULT_CHECKPOINT_MOUNT_PATH = "/kuberl/checkpoints"
 RAY_GCS_PORT = 6379
 RAY_DASHBOARD_PORT = 8265
 RAY_METRICS_PORT = 8080
+
+# --- Status: condition types and reasons beyond spec.ConditionType, written once -----------------
+
+# Whether KubeRay's RayCluster CRD is installed; without it no job can run, and every job says so.
+KUBERAY_AVAILABLE_CONDITION = "KubeRayAvailable"
+RAYCLUSTER_CRD_NAME = "rayclusters.ray.io"
+
+REASON_CRD_FOUND = "CRDFound"
+REASON_CRD_NOT_FOUND = "CRDNotFound"
+REASON_INVALID_SPEC = "InvalidSpec"
+REASON_PROVISIONING = "Provisioning"
+REASON_DRIVER_RUNNING = "DriverRunning"
+REASON_DRIVER_SUCCEEDED = "DriverSucceeded"
+REASON_DRIVER_FAILED = "DriverFailed"
+REASON_HEAD_FAILED = "HeadFailed"
+REASON_CLUSTER_LOST = "RayClusterLost"
+REASON_HEAD_PREEMPTED = "HeadPreempted"
+REASON_WORKER_PREEMPTED = "WorkerPreempted"
+REASON_NOT_PREEMPTED = "NotPreempted"
+REASON_RESUMING = "Resuming"
+REASON_RESTART_BACKOFF = "RestartBackoff"
+REASON_BACKOFF_LIMIT_EXCEEDED = "BackoffLimitExceeded"
+REASON_DEADLINE_EXCEEDED = "DeadlineExceeded"
+REASON_SUSPENDED = "Suspended"
+REASON_NOT_SUSPENDED = "NotSuspended"
+REASON_NOT_COMPLETE = "NotComplete"
+REASON_NOT_FAILED = "NotFailed"
+REASON_FINISHED = "Finished"
+REASON_STALE_ATTEMPT = "StaleAttempt"
+
+# How long the Preempted condition stays True after rollout workers were preempted (the driver
+# keeps going and the group is refilled, so it is news, not a state).
+WORKER_PREEMPTED_HOLD_SECONDS = 300
+# The longest wait between restarts: backoffSeconds doubles per restart up to this (or up to
+# backoffSeconds itself, when that is longer).
+MAX_BACKOFF_SECONDS = 3600
+# How often a job waiting for KubeRay's CRD looks again.
+KUBERAY_RECHECK_SECONDS = 60

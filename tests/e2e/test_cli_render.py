@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from conftest import run_kuberl
+from testkit import run_kuberl
 
 ROOT = Path(__file__).resolve().parents[2]
 EXAMPLES = sorted((ROOT / "deploy" / "examples").glob("*.yaml"))

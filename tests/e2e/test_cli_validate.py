@@ -8,8 +8,8 @@ from typing import Any
 import pytest
 import yaml
 
-from conftest import edited as edited_document
-from conftest import run_kuberl
+from testkit import edited as edited_document
+from testkit import run_kuberl
 
 ROOT = Path(__file__).resolve().parents[2]
 EXAMPLES = sorted((ROOT / "deploy" / "examples").glob("*.yaml"))

@@ -13,7 +13,6 @@ import kubernetes_validate
 import pytest
 import yaml
 
-from conftest import edited
 from kuberl_operator.builders import (
     STOP_DRIVER,
     build_auth_secret,
@@ -41,6 +40,7 @@ from kuberl_operator.constants import (
 from kuberl_operator.settings import InvalidSettings, OperatorSettings
 from kuberl_operator.spec import RLJob
 from kuberl_operator.validation import InvalidManifest, load_rljob, validate_rljob
+from testkit import edited
 
 ROOT = Path(__file__).resolve().parents[2]
 EXAMPLES = sorted((ROOT / "deploy" / "examples").glob("*.yaml"))

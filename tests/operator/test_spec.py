@@ -10,7 +10,6 @@ from typing import Any
 import pytest
 import yaml
 
-from conftest import edited
 from kuberl_operator.constants import API_VERSION, DEFAULT_RAY_VERSION, KUEUE_QUEUE_LABEL
 from kuberl_operator.spec import Phase, PreemptionPolicy, RLJob, RLJobStatus, SpotProvider
 from kuberl_operator.validation import (
@@ -22,6 +21,7 @@ from kuberl_operator.validation import (
     validate_rljob,
 )
 from kuberl_trainer.config import PPOConfig, RolloutConfig
+from testkit import edited
 
 MINIMAL: dict[str, Any] = {
     "apiVersion": API_VERSION,

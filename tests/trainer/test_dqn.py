@@ -12,12 +12,12 @@ import pytest
 import torch
 from torch import nn
 
-from conftest import trainer_config
 from kuberl_trainer.envs import EnvError, space_info
 from kuberl_trainer.optimizers.sync_replay import SyncReplayOptimizer
 from kuberl_trainer.policy.dqn import DQNPolicy, QNetwork
 from kuberl_trainer.rollout_worker import RolloutWorker
 from kuberl_trainer.worker_set import WorkerSet
+from testkit import trainer_config
 
 CARTPOLE_SPACES = space_info(gym.spaces.Box(-np.inf, np.inf, (4,)), gym.spaces.Discrete(2))
 

@@ -9,9 +9,9 @@ import textwrap
 
 import pytest
 
-from conftest import trainer_config
 from kuberl_trainer.config import RolloutConfig, StopConditions
 from kuberl_trainer.driver import Driver, stop_reason
+from testkit import trainer_config
 
 ROW = {"timesteps_total": 1000, "iteration": 10, "episode_return_mean": 50.0, "time_total_s": 5.0}
 

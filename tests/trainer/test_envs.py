@@ -3,10 +3,10 @@
 import numpy as np
 import pytest
 
-from conftest import trainer_config
 from kuberl_trainer.config import RolloutConfig
 from kuberl_trainer.driver import Driver
 from kuberl_trainer.envs import encode_obs, env_problem, make_env, space_info
+from testkit import trainer_config
 
 
 def test_module_class_env_gets_env_config():

@@ -5,10 +5,10 @@ from pathlib import Path
 
 import pytest
 
-from conftest import trainer_config
 from kuberl_operator.validation import load_rljob
 from kuberl_trainer.config import RolloutConfig
 from kuberl_trainer.driver import Driver
+from testkit import trainer_config
 
 EXAMPLES = Path(__file__).parents[2] / "deploy" / "examples"
 

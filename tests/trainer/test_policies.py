@@ -5,9 +5,9 @@ import numpy as np
 import pytest
 import torch
 
-from conftest import trainer_config
 from kuberl_trainer.policy.ppo import PPOPolicy
 from kuberl_trainer.rollout_worker import RolloutWorker
+from testkit import trainer_config
 
 
 @pytest.mark.parametrize("env", ["CartPole-v1", "Pendulum-v1"])

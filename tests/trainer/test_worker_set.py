@@ -5,11 +5,11 @@ import os
 import signal
 import time
 
-from conftest import trainer_config
 from kuberl_trainer.optimizers.sync_samples import SyncSamplesOptimizer
 from kuberl_trainer.policy.ppo import PPOPolicy
 from kuberl_trainer.rollout_worker import RolloutWorker
 from kuberl_trainer.worker_set import WorkerSet
+from testkit import trainer_config
 
 ROLLOUT, ENVS = 16, 2
 

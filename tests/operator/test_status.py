@@ -1,0 +1,732 @@
+"""compute_status and the phase machine: table tests of next_phase, then one test per rule, each a
+spec plus an observation in and a status, events and an action out."""
+
+from __future__ import annotations
+
+import copy
+import math
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import pytest
+
+from kuberl_operator import status as status_module
+from kuberl_operator.constants import (
+    KUBERAY_AVAILABLE_CONDITION,
+    KUBERAY_RECHECK_SECONDS,
+    MAX_BACKOFF_SECONDS,
+    REASON_BACKOFF_LIMIT_EXCEEDED,
+    REASON_CLUSTER_LOST,
+    REASON_CRD_NOT_FOUND,
+    REASON_DEADLINE_EXCEEDED,
+    REASON_DRIVER_FAILED,
+    REASON_HEAD_FAILED,
+    REASON_HEAD_PREEMPTED,
+    REASON_INVALID_SPEC,
+    REASON_RESTART_BACKOFF,
+    REASON_WORKER_PREEMPTED,
+    WORKER_PREEMPTED_HOLD_SECONDS,
+)
+from kuberl_operator.spec import (
+    Condition,
+    ConditionType,
+    Phase,
+    Progress,
+    RestartPolicy,
+    RLJobSpec,
+    RLJobStatus,
+)
+from kuberl_operator.status import (
+    TRANSITIONS,
+    CreateCluster,
+    DeleteCluster,
+    DeleteJob,
+    DriverState,
+    HeadFate,
+    Nothing,
+    Observed,
+    ObservedCluster,
+    ObservedDriver,
+    ObservedHead,
+    ObservedProgress,
+    PhaseEvent,
+    Requeue,
+    StatusUpdate,
+    SubmitDriver,
+    backoff_seconds,
+    compute_status,
+    next_phase,
+)
+
+NOW = datetime(2026, 3, 1, 12, 0, tzinfo=UTC)
+NAME = "walker"
+SPEC: dict[str, Any] = {
+    "trainer": {"algorithm": "PPO", "env": "CartPole-v1", "stop": {"timesteps": 1000}}
+}
+ALL_TYPES = {*ConditionType, KUBERAY_AVAILABLE_CONDITION}
+
+
+def spec(**changes: Any) -> RLJobSpec:
+    """SPEC with values set at dotted paths (`**{"restartPolicy.maxRestarts": 1}`)."""
+    document = copy.deepcopy(SPEC)
+    for dotted, value in changes.items():
+        *parents, leaf = dotted.split(".")
+        node = document
+        for key in parents:
+            node = node.setdefault(key, {})
+        node[leaf] = value
+    return RLJobSpec.model_validate(document)
+
+
+def cluster(attempt: int = 1, ready: bool = True) -> ObservedCluster:
+    return ObservedCluster(
+        name=NAME, attempt=attempt, state="ready" if ready else None, head_ready=ready
+    )
+
+
+def running_head() -> ObservedHead:
+    return ObservedHead(HeadFate.RUNNING)
+
+
+def driver(state: DriverState, message: str = "") -> ObservedDriver:
+    return ObservedDriver(state, message)
+
+
+def observe(status: RLJobStatus | None = None, **fields: Any) -> Observed:
+    return Observed(
+        status=status or RLJobStatus(), generation=fields.pop("generation", 1), now=NOW, **fields
+    )
+
+
+def after(update: StatusUpdate, seconds: float = 10, **fields: Any) -> Observed:
+    """The next observation: the status and attempt `update` left, `seconds` later."""
+    return Observed(
+        status=update.status,
+        generation=fields.pop("generation", 1),
+        now=fields.pop("now", None) or _now_of(update) + timedelta(seconds=seconds),
+        attempt=fields.pop("attempt", update.attempt),
+        **fields,
+    )
+
+
+def _now_of(update: StatusUpdate) -> datetime:
+    """When `update` was computed: its newest transition (every step in these tests makes one)."""
+    return max(c.last_transition_time for c in update.status.conditions)
+
+
+def condition(update: StatusUpdate, type_: str) -> Condition:
+    return next(c for c in update.status.conditions if c.type == type_)
+
+
+def running(job: RLJobSpec | None = None, **status_fields: Any) -> StatusUpdate:
+    """A job driven from new to Running on attempt 1, at NOW."""
+    job = job or spec()
+    update = compute_status(job, observe())
+    update = compute_status(
+        job, observe(update.status, attempt=1, cluster=cluster(), head=running_head())
+    )
+    update = compute_status(
+        job,
+        observe(
+            update.status.model_copy(update=status_fields),
+            attempt=1,
+            cluster=cluster(),
+            head=running_head(),
+            driver=driver(DriverState.RUNNING),
+        ),
+    )
+    assert update.phase == Phase.RUNNING
+    return update
+
+
+def on_cluster(update: StatusUpdate, seconds: float = 10, **fields: Any) -> Observed:
+    """The next observation of a job whose current attempt's cluster is up and training."""
+    fields.setdefault("cluster", cluster(update.attempt))
+    fields.setdefault("head", running_head())
+    fields.setdefault("driver", driver(DriverState.RUNNING))
+    return after(update, seconds, **fields)
+
+
+# --- The phase machine --------------------------------------------------------------------------
+
+P, E = Phase, PhaseEvent
+
+
+@pytest.mark.parametrize(
+    ("current", "event", "expected"),
+    [
+        (None, None, P.PENDING),
+        (None, E.START, P.PROVISIONING),
+        (P.PENDING, E.START, P.PROVISIONING),
+        (P.PENDING, E.DRIVER_RUNNING, P.PENDING),
+        (P.PROVISIONING, E.DRIVER_RUNNING, P.RUNNING),
+        (P.RESUMING, E.DRIVER_RUNNING, P.RUNNING),
+        (P.RUNNING, E.DRIVER_RUNNING, P.RUNNING),
+        (P.RUNNING, E.HEAD_PREEMPTED, P.PREEMPTED),
+        (P.PROVISIONING, E.HEAD_PREEMPTED, P.PREEMPTED),
+        (P.RESUMING, E.HEAD_PREEMPTED, P.PREEMPTED),
+        (P.PREEMPTED, E.NEW_ATTEMPT, P.RESUMING),
+        (P.RESUMING, E.NEW_ATTEMPT, P.RESUMING),
+        (P.RUNNING, E.NEW_ATTEMPT, P.RUNNING),
+        (P.RUNNING, E.RESTART, P.RESUMING),
+        (P.PROVISIONING, E.RESTART, P.RESUMING),
+        (P.RESUMING, E.RESTART, P.RESUMING),
+        (P.RUNNING, E.SUCCEEDED, P.SUCCEEDED),
+        (P.PROVISIONING, E.SUCCEEDED, P.SUCCEEDED),
+        (P.RUNNING, E.FAIL, P.FAILED),
+        (P.PENDING, E.FAIL, P.FAILED),
+        (P.SUSPENDED, E.FAIL, P.FAILED),
+        (P.RUNNING, E.SUSPEND, P.SUSPENDED),
+        (P.PENDING, E.SUSPEND, P.SUSPENDED),
+        (P.RESUMING, E.SUSPEND, P.SUSPENDED),
+        (P.SUSPENDED, E.UNSUSPEND, P.RESUMING),
+        (P.SUSPENDED, E.DRIVER_RUNNING, P.SUSPENDED),
+        (P.RUNNING, E.UNSUSPEND, P.RUNNING),
+        (P.SUCCEEDED, E.FAIL, P.SUCCEEDED),
+        (P.FAILED, E.UNSUSPEND, P.FAILED),
+        (P.FAILED, E.START, P.FAILED),
+    ],
+)
+def test_next_phase(current: Phase | None, event: PhaseEvent | None, expected: Phase) -> None:
+    assert next_phase(current, event) == expected
+
+
+@pytest.mark.parametrize("event", list(PhaseEvent))
+@pytest.mark.parametrize("final", [Phase.SUCCEEDED, Phase.FAILED])
+def test_succeeded_and_failed_are_final(final: Phase, event: PhaseEvent) -> None:
+    assert next_phase(final, event) == final
+    assert not any(phase == final for phase, _ in TRANSITIONS)
+
+
+def test_every_phase_is_reachable_from_pending() -> None:
+    reached, frontier = {Phase.PENDING}, [Phase.PENDING]
+    while frontier:
+        phase = frontier.pop()
+        for event in PhaseEvent:
+            following = next_phase(phase, event)
+            if following not in reached:
+                reached.add(following)
+                frontier.append(following)
+    assert reached == set(Phase)
+
+
+# --- Starting -----------------------------------------------------------------------------------
+
+
+def test_a_new_job_creates_its_first_cluster() -> None:
+    update = compute_status(spec(), observe(generation=4))
+    assert update.phase == Phase.PROVISIONING
+    assert update.action == CreateCluster(1)
+    assert update.attempt == 1
+    assert update.status.observed_generation == 4
+    assert {c.type for c in update.status.conditions} == ALL_TYPES
+    assert all(c.observed_generation == 4 for c in update.status.conditions)
+    assert all(c.last_transition_time == NOW for c in update.status.conditions)
+    assert [(e.type, e.reason) for e in update.events] == [("Normal", "Provisioning")]
+    assert update.status.start_time is None
+
+
+def test_the_driver_is_submitted_once_the_cluster_is_ready() -> None:
+    job = spec()
+    update = compute_status(job, observe())
+    waiting = compute_status(job, after(update, attempt=1, cluster=cluster(ready=False)))
+    assert waiting.phase == Phase.PROVISIONING
+    assert waiting.action == Nothing()
+    assert waiting.events == ()
+    ready = compute_status(job, after(update, cluster=cluster(), head=running_head()))
+    assert ready.action == SubmitDriver(1)
+    assert ready.status.ray_cluster == NAME
+    pending = compute_status(
+        job, after(ready, cluster=cluster(), head=running_head(), driver=driver("PENDING"))
+    )
+    assert pending.action == Nothing()
+    assert pending.phase == Phase.PROVISIONING
+
+
+def test_a_running_driver_makes_the_job_running_and_ready() -> None:
+    update = running()
+    assert update.status.start_time == NOW
+    assert condition(update, ConditionType.READY).status == "True"
+    assert condition(update, ConditionType.PROGRESSING).status == "True"
+    assert [(e.type, e.reason) for e in update.events] == [("Normal", "DriverRunning")]
+
+
+def test_last_transition_time_moves_only_when_the_status_does() -> None:
+    first = running()
+    later = compute_status(spec(), on_cluster(first, seconds=600, generation=2))
+    assert later.events == ()
+    for old, new in zip(first.status.conditions, later.status.conditions, strict=True):
+        assert new.last_transition_time == old.last_transition_time
+        assert new.observed_generation == 2
+    assert later.status.observed_generation == 2
+    assert later.status.start_time == NOW
+    assert later == compute_status(spec(), on_cluster(first, seconds=600, generation=2))
+
+
+def test_an_unchanged_observation_gives_an_unchanged_status() -> None:
+    first = running()
+    again = compute_status(spec(), on_cluster(first, seconds=0, now=NOW))
+    assert again.status == first.status
+
+
+# --- Progress -----------------------------------------------------------------------------------
+
+
+def row(iteration: int, **values: Any) -> dict[str, Any]:
+    return {
+        "iteration": iteration,
+        "timesteps_total": iteration * 4000,
+        "episode_return_mean": 20.0 + iteration,
+        "samples_per_s": 1500.0,
+        **values,
+    }
+
+
+def test_progress_is_copied_from_the_newest_row() -> None:
+    first = running()
+    written = NOW + timedelta(seconds=5)
+    update = compute_status(
+        spec(),
+        on_cluster(first, progress=ObservedProgress(row(3), written, "/ckpt/checkpoint-3")),
+    )
+    assert update.status.progress == Progress(
+        iteration=3,
+        timesteps=12_000,
+        episode_return_mean=23.0,
+        last_checkpoint="/ckpt/checkpoint-3",
+        last_update_time=written,
+        samples_per_second=1500.0,
+    )
+
+
+def test_progress_never_goes_back_to_an_older_row() -> None:
+    first = running()
+    newer = ObservedProgress(row(5), NOW + timedelta(seconds=50), "/ckpt/checkpoint-5")
+    update = compute_status(spec(), on_cluster(first, progress=newer))
+    for stale in (
+        ObservedProgress(row(4), NOW + timedelta(seconds=40), "/ckpt/checkpoint-4"),
+        newer,  # the same row again
+    ):
+        again = compute_status(spec(), on_cluster(update, progress=stale))
+        assert again.status.progress == update.status.progress
+
+
+def test_a_row_without_a_checkpoint_keeps_the_last_one_and_nan_becomes_null() -> None:
+    first = running()
+    update = compute_status(
+        spec(), on_cluster(first, progress=ObservedProgress(row(1), NOW, "/ckpt/checkpoint-1"))
+    )
+    nan = row(2, episode_return_mean=math.nan, samples_per_s=math.inf)
+    update = compute_status(
+        spec(), on_cluster(update, progress=ObservedProgress(nan, NOW + timedelta(seconds=1)))
+    )
+    progress = update.status.progress
+    assert (progress.iteration, progress.last_checkpoint) == (2, "/ckpt/checkpoint-1")
+    assert progress.episode_return_mean is None
+    assert progress.samples_per_second is None
+
+
+# --- Rollout workers preempted ------------------------------------------------------------------
+
+
+def test_preempted_workers_are_counted_and_the_job_keeps_running() -> None:
+    first = running()
+    update = compute_status(spec(), on_cluster(first, workers_disrupted=2))
+    assert update.phase == Phase.RUNNING
+    assert (update.status.preemptions, update.status.restarts) == (2, 0)
+    assert update.action == Nothing()
+    preempted = condition(update, ConditionType.PREEMPTED)
+    assert (preempted.status, preempted.reason) == ("True", REASON_WORKER_PREEMPTED)
+    assert [(e.type, e.reason) for e in update.events] == [("Warning", REASON_WORKER_PREEMPTED)]
+    assert condition(update, ConditionType.READY).status == "True"
+
+    held = compute_status(spec(), on_cluster(update, seconds=WORKER_PREEMPTED_HOLD_SECONDS - 1))
+    assert condition(held, ConditionType.PREEMPTED).status == "True"
+    assert held.status.preemptions == 2
+    cleared = compute_status(spec(), on_cluster(update, seconds=WORKER_PREEMPTED_HOLD_SECONDS))
+    assert condition(cleared, ConditionType.PREEMPTED).status == "False"
+
+
+# --- Head preempted -----------------------------------------------------------------------------
+
+
+def head_preempted(update: StatusUpdate) -> Observed:
+    return on_cluster(
+        update, head=ObservedHead(HeadFate.PREEMPTED, "DisruptionTarget: PreemptionByScheduler")
+    )
+
+
+def test_a_preempted_head_resumes_in_a_new_attempt_without_counting_a_restart() -> None:
+    job = spec()
+    update = compute_status(job, head_preempted(running()))
+    assert update.phase == Phase.PREEMPTED
+    assert (update.status.preemptions, update.status.restarts, update.attempt) == (1, 0, 2)
+    assert update.action == DeleteCluster(REASON_HEAD_PREEMPTED)
+    assert [(e.type, e.reason) for e in update.events] == [("Warning", REASON_HEAD_PREEMPTED)]
+    assert condition(update, ConditionType.PREEMPTED).status == "True"
+
+    # The old cluster is still terminating: the same observation counts nothing twice.
+    waiting = compute_status(job, after(update, cluster=cluster(1)))
+    assert (waiting.phase, waiting.action) == (Phase.PREEMPTED, DeleteCluster("StaleAttempt"))
+    assert waiting.status.preemptions == 1
+
+    resuming = compute_status(job, after(waiting))
+    assert (resuming.phase, resuming.action) == (Phase.RESUMING, CreateCluster(2))
+    assert [(e.type, e.reason) for e in resuming.events] == [("Normal", "Resuming")]
+    assert condition(resuming, ConditionType.PREEMPTED).status == "True"
+
+    created = compute_status(job, after(resuming))  # the new cluster is not visible yet
+    assert (created.phase, created.action) == (Phase.RESUMING, CreateCluster(2))
+
+    submit = compute_status(job, after(created, cluster=cluster(2), head=running_head()))
+    assert submit.action == SubmitDriver(2)
+
+    back = compute_status(job, on_cluster(submit))
+    assert back.phase == Phase.RUNNING
+    assert condition(back, ConditionType.PREEMPTED).status == "False"
+    assert (back.status.preemptions, back.status.restarts, back.attempt) == (1, 0, 2)
+    assert back.status.start_time == NOW  # the first start, kept
+
+
+def test_a_preempted_head_counts_as_a_restart_under_count_as_restart() -> None:
+    job = spec(**{"restartPolicy.onPreemption": "CountAsRestart", "restartPolicy.maxRestarts": 1})
+    first = running(job)
+    update = compute_status(job, head_preempted(first))
+    assert update.phase == Phase.PREEMPTED
+    assert (update.status.preemptions, update.status.restarts) == (1, 1)
+
+    used_up = StatusUpdate(first.status.model_copy(update={"restarts": 1}), first.attempt)
+    exhausted = compute_status(job, head_preempted(used_up))
+    assert exhausted.phase == Phase.FAILED
+    assert condition(exhausted, ConditionType.FAILED).reason == REASON_BACKOFF_LIMIT_EXCEEDED
+
+
+def test_a_preempted_head_fails_the_job_under_fail() -> None:
+    job = spec(**{"restartPolicy.onPreemption": "Fail"})
+    update = compute_status(job, head_preempted(running(job)))
+    assert update.phase == Phase.FAILED
+    failed = condition(update, ConditionType.FAILED)
+    assert (failed.status, failed.reason) == ("True", REASON_HEAD_PREEMPTED)
+    assert "onPreemption: Fail" in failed.message
+    assert update.status.preemptions == 1
+    assert update.action == DeleteCluster(REASON_HEAD_PREEMPTED)
+
+
+# --- Failures and backoff -----------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("base", "restarts", "expected"),
+    [
+        (30, 1, 30),
+        (30, 2, 60),
+        (30, 3, 120),
+        (30, 7, 1920),
+        (30, 8, MAX_BACKOFF_SECONDS),
+        (30, 1000, MAX_BACKOFF_SECONDS),
+        (0, 5, 0),
+        (7200, 1, 7200),  # a base above the cap is honoured, without growth
+        (7200, 3, 7200),
+    ],
+)
+def test_backoff_doubles_up_to_a_cap(base: int, restarts: int, expected: int) -> None:
+    policy = RestartPolicy(backoff_seconds=base, max_restarts=1000)
+    assert backoff_seconds(policy, restarts) == expected
+
+
+def test_a_failed_driver_restarts_after_a_backoff() -> None:
+    job = spec(**{"restartPolicy.backoffSeconds": 30})
+    update = compute_status(
+        job, on_cluster(running(job), driver=driver(DriverState.FAILED, "ValueError: boom"))
+    )
+    failed_at = NOW + timedelta(seconds=10)
+    assert update.phase == Phase.RESUMING
+    assert (update.status.restarts, update.status.preemptions, update.attempt) == (1, 0, 2)
+    assert update.action == DeleteCluster(REASON_DRIVER_FAILED)
+    progressing = condition(update, ConditionType.PROGRESSING)
+    assert (progressing.status, progressing.reason) == ("False", REASON_RESTART_BACKOFF)
+    assert progressing.last_transition_time == failed_at
+    assert "ValueError: boom" in progressing.message
+    assert [(e.type, e.reason) for e in update.events] == [("Warning", REASON_DRIVER_FAILED)]
+    assert condition(update, ConditionType.FAILED).status == "False"
+
+    waiting = compute_status(job, after(update, now=failed_at + timedelta(seconds=12)))
+    assert waiting.action == Requeue(18)
+    assert (waiting.phase, waiting.status.restarts, waiting.events) == (Phase.RESUMING, 1, ())
+    assert condition(waiting, ConditionType.PROGRESSING).last_transition_time == failed_at
+
+    resumed = compute_status(job, after(update, now=failed_at + timedelta(seconds=30)))
+    assert (resumed.phase, resumed.action) == (Phase.RESUMING, CreateCluster(2))
+    assert condition(resumed, ConditionType.PROGRESSING).status == "True"
+    assert [e.reason for e in resumed.events] == ["Resuming"]
+
+
+def test_the_backoff_grows_with_each_restart() -> None:
+    job = spec(**{"restartPolicy.backoffSeconds": 30, "restartPolicy.maxRestarts": 5})
+    first = running(job, restarts=2)
+    update = compute_status(job, on_cluster(first, driver=driver(DriverState.FAILED)))
+    assert update.status.restarts == 3
+    failed_at = NOW + timedelta(seconds=10)
+    waiting = compute_status(job, after(update, now=failed_at + timedelta(seconds=100)))
+    assert waiting.action == Requeue(20)  # 30 * 2**2 = 120 s
+
+
+@pytest.mark.parametrize(
+    ("observation", "reason"),
+    [
+        ({"driver": driver(DriverState.FAILED, "OOM")}, REASON_DRIVER_FAILED),
+        ({"driver": driver(DriverState.STOPPED, "stopped by hand")}, REASON_DRIVER_FAILED),
+        ({"head": ObservedHead(HeadFate.FAILED, "OOMKilled")}, REASON_HEAD_FAILED),
+    ],
+)
+def test_failures_count_as_restarts(observation: dict[str, Any], reason: str) -> None:
+    update = compute_status(spec(), on_cluster(running(), **observation))
+    assert (update.phase, update.status.restarts, update.status.preemptions) == (
+        Phase.RESUMING,
+        1,
+        0,
+    )
+    assert update.events[0].reason == reason
+
+
+def test_a_vanished_cluster_of_a_running_job_counts_as_a_restart() -> None:
+    update = compute_status(spec(), after(running()))
+    assert update.phase == Phase.RESUMING
+    assert update.status.restarts == 1
+    assert update.events[0].reason == REASON_CLUSTER_LOST
+    assert update.action == Requeue(30)
+
+
+@pytest.mark.parametrize("max_restarts", [0, 2])
+def test_exhausted_restarts_fail_the_job_with_the_drivers_message(max_restarts: int) -> None:
+    job = spec(**{"restartPolicy.maxRestarts": max_restarts})
+    first = running(job, restarts=max_restarts)
+    update = compute_status(
+        job, on_cluster(first, driver=driver(DriverState.FAILED, "KeyError: 'obs'"))
+    )
+    assert update.phase == Phase.FAILED
+    assert update.status.restarts == max_restarts
+    failed = condition(update, ConditionType.FAILED)
+    assert (failed.status, failed.reason) == ("True", REASON_BACKOFF_LIMIT_EXCEEDED)
+    assert "KeyError: 'obs'" in failed.message
+    assert f"maxRestarts ({max_restarts})" in failed.message
+    assert update.status.completion_time == NOW + timedelta(seconds=10)
+    assert update.action == DeleteCluster(REASON_BACKOFF_LIMIT_EXCEEDED)
+    assert [(e.type, e.reason) for e in update.events] == [
+        ("Warning", REASON_BACKOFF_LIMIT_EXCEEDED)
+    ]
+    assert condition(update, ConditionType.READY).status == "False"
+
+
+def test_preemptions_do_not_use_up_restarts() -> None:
+    job = spec(**{"restartPolicy.maxRestarts": 0})
+    update = compute_status(job, head_preempted(running(job)))
+    assert update.phase == Phase.PREEMPTED
+    assert update.status.restarts == 0
+
+
+# --- Success, deadline, TTL ---------------------------------------------------------------------
+
+
+def test_a_succeeded_driver_completes_the_job() -> None:
+    update = compute_status(
+        spec(), on_cluster(running(), driver=driver(DriverState.SUCCEEDED, "timesteps reached"))
+    )
+    assert update.phase == Phase.SUCCEEDED
+    complete = condition(update, ConditionType.COMPLETE)
+    assert (complete.status, complete.message) == ("True", "timesteps reached")
+    assert condition(update, ConditionType.FAILED).status == "False"
+    assert condition(update, ConditionType.PROGRESSING).status == "False"
+    assert update.status.completion_time == NOW + timedelta(seconds=10)
+    assert update.action == DeleteCluster("Finished")
+    assert [(e.type, e.reason) for e in update.events] == [("Normal", "DriverSucceeded")]
+
+    # Final: a later failure report changes nothing, and the message stays.
+    later = compute_status(
+        spec(), on_cluster(update, seconds=60, driver=driver(DriverState.FAILED))
+    )
+    assert later.phase == Phase.SUCCEEDED
+    assert condition(later, ConditionType.COMPLETE).message == "timesteps reached"
+    assert later.status.completion_time == update.status.completion_time
+    assert later.events == ()
+
+
+def test_the_deadline_fails_the_job() -> None:
+    job = spec(activeDeadlineSeconds=600)
+    first = running(job)
+    within = compute_status(job, on_cluster(first, seconds=599))
+    assert within.phase == Phase.RUNNING
+    past = compute_status(job, on_cluster(first, seconds=600))
+    assert past.phase == Phase.FAILED
+    failed = condition(past, ConditionType.FAILED)
+    assert failed.reason == REASON_DEADLINE_EXCEEDED
+    assert "activeDeadlineSeconds 600" in failed.message
+    assert past.action == DeleteCluster(REASON_DEADLINE_EXCEEDED)
+
+
+def finished(ttl: int | None, ago: float, with_cluster: bool = False) -> StatusUpdate:
+    job = spec(ttlSecondsAfterFinished=ttl) if ttl is not None else spec()
+    done = compute_status(job, on_cluster(running(job), driver=driver(DriverState.SUCCEEDED)))
+    return compute_status(
+        job,
+        after(
+            done,
+            now=done.status.completion_time + timedelta(seconds=ago),
+            cluster=cluster() if with_cluster else None,
+        ),
+    )
+
+
+@pytest.mark.parametrize(
+    ("ttl", "ago", "with_cluster", "action"),
+    [
+        (60, 60, False, DeleteJob()),
+        (60, 61, True, DeleteJob()),
+        (600, 100, False, Requeue(500)),
+        (600, 100, True, DeleteCluster("Finished")),
+        (None, 10**6, False, Nothing()),
+        (None, 10, True, DeleteCluster("Finished")),
+    ],
+)
+def test_ttl_after_finished(ttl: int | None, ago: float, with_cluster: bool, action) -> None:
+    update = finished(ttl, ago, with_cluster)
+    assert update.phase == Phase.SUCCEEDED
+    assert update.action == action
+
+
+# --- Suspend ------------------------------------------------------------------------------------
+
+
+def test_suspend_deletes_the_cluster_and_resume_continues_in_a_new_attempt() -> None:
+    first = compute_status(
+        spec(),
+        on_cluster(running(), progress=ObservedProgress(row(7), NOW, "/ckpt/checkpoint-7")),
+    )
+    suspended_job = spec(suspend=True)
+    update = compute_status(suspended_job, on_cluster(first))
+    assert update.phase == Phase.SUSPENDED
+    assert update.action == DeleteCluster("Suspended")
+    assert condition(update, ConditionType.SUSPENDED).status == "True"
+    assert condition(update, ConditionType.READY).status == "False"
+    assert [(e.type, e.reason) for e in update.events] == [("Normal", "Suspended")]
+
+    gone = compute_status(suspended_job, after(update))
+    assert (gone.phase, gone.action, gone.events) == (Phase.SUSPENDED, Nothing(), ())
+
+    resumed = compute_status(spec(), after(gone))
+    assert resumed.phase == Phase.RESUMING
+    assert (resumed.attempt, resumed.action) == (2, CreateCluster(2))
+    assert condition(resumed, ConditionType.SUSPENDED).status == "False"
+    assert resumed.status.progress.last_checkpoint == "/ckpt/checkpoint-7"
+    assert (resumed.status.restarts, resumed.status.preemptions) == (0, 0)
+
+    submitted = compute_status(spec(), after(resumed, cluster=cluster(2), head=running_head()))
+    assert submitted.action == SubmitDriver(2)
+    back = compute_status(spec(), on_cluster(submitted))
+    assert back.phase == Phase.RUNNING
+
+
+def test_a_job_created_suspended_creates_nothing() -> None:
+    update = compute_status(spec(suspend=True), observe())
+    assert (update.phase, update.action, update.attempt) == (Phase.SUSPENDED, Nothing(), 0)
+    resumed = compute_status(spec(), after(update))
+    assert (resumed.phase, resumed.action) == (Phase.RESUMING, CreateCluster(1))
+
+
+# --- KubeRay missing, invalid spec --------------------------------------------------------------
+
+
+def test_without_kuberay_the_job_waits_with_a_condition() -> None:
+    update = compute_status(spec(), observe(kuberay_available=False))
+    assert update.phase == Phase.PENDING
+    assert update.action == Requeue(KUBERAY_RECHECK_SECONDS)
+    available = condition(update, KUBERAY_AVAILABLE_CONDITION)
+    assert (available.status, available.reason) == ("False", REASON_CRD_NOT_FOUND)
+    assert "rayclusters.ray.io" in available.message
+    assert [(e.type, e.reason) for e in update.events] == [("Warning", REASON_CRD_NOT_FOUND)]
+
+    again = compute_status(spec(), after(update, seconds=60, kuberay_available=False))
+    assert again.events == ()
+    assert condition(again, KUBERAY_AVAILABLE_CONDITION).last_transition_time == NOW
+
+    installed = compute_status(spec(), after(again))
+    assert (installed.phase, installed.action) == (Phase.PROVISIONING, CreateCluster(1))
+    assert condition(installed, KUBERAY_AVAILABLE_CONDITION).status == "True"
+    assert {(e.type, e.reason) for e in installed.events} == {
+        ("Normal", "Provisioning"),
+        ("Normal", "CRDFound"),
+    }
+
+
+def test_kuberay_vanishing_under_a_running_job_keeps_its_phase() -> None:
+    update = compute_status(spec(), on_cluster(running(), kuberay_available=False))
+    assert update.phase == Phase.RUNNING
+    assert condition(update, KUBERAY_AVAILABLE_CONDITION).status == "False"
+
+
+@pytest.mark.parametrize("readable", [True, False])
+def test_an_invalid_spec_fails_the_job_without_a_cluster(readable: bool) -> None:
+    problem = "spec.rolloutWorkers.replicas: must be >= 0, got -1"
+    update = compute_status(spec() if readable else None, observe(spec_problems=(problem,)))
+    assert update.phase == Phase.FAILED
+    assert update.action == Nothing()
+    assert update.attempt == 0
+    failed = condition(update, ConditionType.FAILED)
+    assert (failed.status, failed.reason) == ("True", REASON_INVALID_SPEC)
+    assert problem in failed.message
+    assert [(e.type, e.reason) for e in update.events] == [("Warning", REASON_INVALID_SPEC)]
+    assert problem in update.events[0].message
+
+
+def test_a_spec_made_invalid_while_running_deletes_the_cluster() -> None:
+    update = compute_status(spec(), on_cluster(running(), spec_problems=("spec.image: bad",)))
+    assert update.phase == Phase.FAILED
+    assert update.action == DeleteCluster(REASON_INVALID_SPEC)
+
+
+def test_a_stale_cluster_is_deleted_before_anything_else() -> None:
+    update = compute_status(spec(), on_cluster(running(), attempt=2, cluster=cluster(1)))
+    assert update.action == DeleteCluster("StaleAttempt")
+    assert update.status.restarts == 0
+
+
+def test_a_cluster_created_before_the_status_was_written_is_adopted() -> None:
+    update = compute_status(spec(), observe(cluster=cluster(1, ready=False)))
+    assert (update.phase, update.attempt, update.action) == (Phase.PROVISIONING, 1, Nothing())
+
+
+def test_a_lost_attempt_number_is_taken_from_the_clusters_label() -> None:
+    first = running()
+    update = compute_status(spec(), on_cluster(first, attempt=0))
+    assert (update.phase, update.attempt, update.action) == (Phase.RUNNING, 1, Nothing())
+
+
+# --- Purity -------------------------------------------------------------------------------------
+
+
+def test_compute_status_is_deterministic_and_reads_no_clock(monkeypatch) -> None:
+    class NoClock(datetime):
+        @classmethod
+        def now(cls, tz=None):
+            raise AssertionError("compute_status read the clock")
+
+        @classmethod
+        def utcnow(cls):
+            raise AssertionError("compute_status read the clock")
+
+        @classmethod
+        def today(cls):
+            raise AssertionError("compute_status read the clock")
+
+    monkeypatch.setattr(status_module, "datetime", NoClock)
+    monkeypatch.setattr("time.time", lambda: (_ for _ in ()).throw(AssertionError("clock")))
+    past = datetime(2001, 1, 1, tzinfo=UTC)
+    observed = Observed(
+        status=RLJobStatus(),
+        generation=1,
+        now=past,
+        progress=ObservedProgress(row(1), past, "/ckpt/checkpoint-1"),
+    )
+    first = compute_status(spec(), observed)
+    assert first == compute_status(spec(), observed)
+    assert {c.last_transition_time for c in first.status.conditions} == {past}
