@@ -1,0 +1,96 @@
+"""The Ray Jobs API over HTTP: how the operator submits a job's driver to its Ray head.
+
+The operator never imports ray, so it speaks the Jobs API's REST endpoints (the same ones
+`ray job submit` uses) with aiohttp, kopf's own HTTP client. Every request carries the cluster's
+token (`Authorization: Bearer`), as Ray's token authentication requires.
+
+Exactly once per attempt: the submission id is fixed per attempt (`builders.submission_id`), a
+submission first looks the id up and only submits when it is unknown, and the Jobs API's refusal
+of a duplicate id (an operator restarted between the two calls) also counts as "already there".
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import aiohttp
+
+JOBS_PATH = "/api/jobs/"
+
+
+class RayJobsError(RuntimeError):
+    """The Jobs API could not be reached or refused a request; the message says which."""
+
+
+@dataclass(frozen=True)
+class DriverStatus:
+    """A submission as the Jobs API reports it."""
+
+    status: str  # PENDING, RUNNING, SUCCEEDED, FAILED or STOPPED
+    message: str
+
+
+class RayJobsClient:
+    """One Ray head's Jobs API (`http://<head service>:8265`)."""
+
+    def __init__(self, address: str, token: str | None, timeout_s: float = 10.0):
+        self.address = address.rstrip("/")
+        self._headers = {"Authorization": f"Bearer {token}"} if token else {}
+        self._timeout = aiohttp.ClientTimeout(total=timeout_s)
+
+    async def submit(
+        self, submission_id: str, entrypoint: str, metadata: dict[str, str] | None = None
+    ) -> bool:
+        """Submit the driver unless this id already exists; True when this call submitted it."""
+        if await self.status(submission_id) is not None:
+            return False
+        body = {
+            "entrypoint": entrypoint,
+            "submission_id": submission_id,
+            "metadata": metadata or {},
+        }
+        status, text = await self._request("POST", JOBS_PATH, body)
+        if status == 200:
+            return True
+        if status == 400 and "already exists" in text:  # submitted by a concurrent call
+            return False
+        raise RayJobsError(f"submitting {submission_id} to {self.address}: HTTP {status}: {text}")
+
+    async def status(self, submission_id: str) -> DriverStatus | None:
+        """The submission's status, or None when the Jobs API does not know the id."""
+        status, text = await self._request("GET", f"{JOBS_PATH}{submission_id}")
+        if status == 404:
+            return None
+        if status != 200:
+            raise RayJobsError(
+                f"reading {submission_id} from {self.address}: HTTP {status}: {text}"
+            )
+        info = _json(text)
+        return DriverStatus(info["status"], info.get("message") or "")
+
+    async def stop(self, submission_id: str) -> bool:
+        """Ask the driver to stop (SIGTERM, then SIGKILL after Ray's grace period); True when it
+        was running."""
+        status, text = await self._request("POST", f"{JOBS_PATH}{submission_id}/stop")
+        if status == 404:
+            return False
+        if status != 200:
+            raise RayJobsError(f"stopping {submission_id} on {self.address}: HTTP {status}: {text}")
+        return bool(_json(text).get("stopped"))
+
+    async def _request(self, method: str, path: str, body: Any = None) -> tuple[int, str]:
+        try:
+            async with (
+                aiohttp.ClientSession(headers=self._headers, timeout=self._timeout) as session,
+                session.request(method, self.address + path, json=body) as response,
+            ):
+                return response.status, await response.text()
+        except (aiohttp.ClientError, TimeoutError) as exc:
+            raise RayJobsError(f"the Ray Jobs API at {self.address} is unreachable: {exc}") from exc
+
+
+def _json(text: str) -> dict[str, Any]:
+    import json
+
+    return json.loads(text)

@@ -1,0 +1,303 @@
+"""A Kubernetes API emulation good enough to run kopf for real: kmock 0.8, with its gaps filled.
+
+`KubeAPI` keeps kmock's scaffold (HTTP server, request parsing into group/version/plural/
+namespace/name/subresource/action, discovery built from `self.resources`, Kubernetes-shaped
+error bodies, and the reaction DSL so a test can still intercept any request:
+`api[kmock.action.CREATE, kmock.resource("kuberl.io", "v1alpha1", "rljobs")] << 500`). It replaces
+kmock's object store (`KubernetesEmulator`), whose semantics cannot be fixed from outside, with a
+small one below, served as kmock fallback reactions. What it fixes (see DESIGN.md §7) and why:
+
+- Core discovery: kmock reports `/api/v1` as groupVersion `/v1` (clients then misroute core kinds)
+  -> `_serve_version` rewrites it to `v1`; `v1/namespaces` is a registered, cluster-scoped resource
+  with a `default` namespace.
+- `/api/v1/namespaces[/NAME]` crashes kmock's path parser (it reads `namespaces` as the namespace
+  prefix) -> `_parse_path` wraps `kmock._internal.parsing.parse_path` for exactly those paths.
+- `metadata.resourceVersion` is absent in kmock (kopf's finalizer JSON patch `test`s it and retries
+  forever) -> one global counter, bumped on every write; lists report it too. A no-op write keeps
+  it (no event), as kube-apiserver does; a stale `resourceVersion` in a merge patch/PUT is a 409.
+- `uid`, `creationTimestamp`, `generation` (1, then +1 on each `spec` change) are set on create.
+- Watches replay every object as ADDED regardless of `?resourceVersion=` (kopf reprocesses stale
+  copies) -> an event history: `?resourceVersion=N` (N > 0) streams only events newer than N;
+  without it (or 0), the current objects as ADDED, then live events. `timeoutSeconds` ends it.
+- Watches stream as `application/octet-stream` (kubectl refuses) -> `application/json` lines.
+- POST answers 200 (the kubernetes client treats only 201 as created) -> 201; duplicate -> 409
+  AlreadyExists; unknown object -> 404 NotFound; unknown resource -> 404.
+- No status-subresource isolation -> for resources with a `status` subresource, writes to the main
+  resource ignore `status` and writes to `/status` change only `status` (creation drops status).
+- Patches were dict merges only -> RFC 7386 merge patch (`null` deletes; also used for strategic
+  merge patch: lists are replaced), RFC 6902 JSON patch (a failed `test` op is 422, which kopf
+  expects on a stale resourceVersion), and PUT replaces.
+- DELETE with finalizers: sets `deletionTimestamp` (MODIFIED) while finalizers remain; the object
+  is removed (DELETED) when a write leaves it with no finalizers.
+- A POSTed CustomResourceDefinition registers its served versions (kind, plural, singular,
+  shortNames, scope, status subresource), so `/apis/<group>/<version>` lists the resource.
+
+Not emulated (don't rely on it): label/field selectors, server-side apply, garbage collection
+(ownerReferences), admission and schema validation, watch bookmarks and 410 Gone.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import copy
+import datetime
+import re
+import uuid
+from collections.abc import AsyncIterator
+from typing import Any
+
+import jsonpatch
+import kmock
+from kmock._internal import parsing
+
+CRDS = kmock.resource("apiextensions.k8s.io", "v1", "customresourcedefinitions")
+NAMESPACES = kmock.resource("", "v1", "namespaces")
+EVENTS = kmock.resource("", "v1", "events")  # kopf posts its handlers' outcomes as events
+_NAMESPACES_PATH = re.compile(r"/api/v1/namespaces(?:/([^/]+))?/?")
+_original_parse_path = parsing.parse_path
+
+
+def _parse_path(path: str) -> parsing.ParsedPath:
+    if match := _NAMESPACES_PATH.fullmatch(path):
+        return parsing.ParsedPath("", "v1", "namespaces", None, match.group(1), None)
+    return _original_parse_path(path)
+
+
+parsing.parse_path = _parse_path  # kmock's Request._parse looks it up in the module on each call
+
+
+def _error(status: int, reason: str, message: str) -> kmock.KubernetesError:
+    return kmock.KubernetesError(status=status, reason=reason, message=message, details={})
+
+
+def merge_patch(target: Any, patch: Any) -> Any:
+    """RFC 7386: dicts merge recursively, `None` deletes, anything else replaces."""
+    if not isinstance(patch, dict):
+        return copy.deepcopy(patch)
+    result = dict(target) if isinstance(target, dict) else {}
+    for key, value in patch.items():
+        if value is None:
+            result.pop(key, None)
+        else:
+            result[key] = merge_patch(result.get(key), value)
+    return result
+
+
+def _now() -> str:
+    return datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+class KubeAPI(kmock.KubernetesScaffold):
+    """kmock's Kubernetes scaffold with an object store that behaves as kopf expects."""
+
+    def __attrs_post_init__(self) -> None:
+        super().__attrs_post_init__()
+        self.objects: dict[tuple, dict] = {}  # (resource, namespace, name) -> object
+        self.history: list[tuple[int, kmock.resource, dict]] = []  # (rv, resource, watch event)
+        self.revision = 0
+        self.watches = 0  # how many watch streams have started (for tests to wait on)
+        self._changed = asyncio.Condition()
+        self.resources[CRDS] = kmock.ResourceInfo(
+            kind="CustomResourceDefinition", singular="customresourcedefinition", namespaced=False
+        )
+        self.resources[NAMESPACES] = kmock.ResourceInfo(
+            kind="Namespace", singular="namespace", namespaced=False
+        )
+        for verbs in (kmock.action.LIST, kmock.action.FETCH, kmock.action.DELETE):
+            self.fallback[verbs] << getattr(self, f"_{verbs.value.lower()}")
+        self.fallback[kmock.action.CREATE] << 201 << self._create
+        self.fallback[kmock.action.UPDATE] << self._update
+        self.fallback["put"] << self._update
+        json_lines = {"Content-Type": "application/json"}
+        self.fallback[kmock.action.WATCH] << json_lines << self._watch
+        self.resources[EVENTS] = kmock.ResourceInfo(kind="Event", singular="event", namespaced=True)
+        self.store(NAMESPACES, {"metadata": {"name": "default"}})
+
+    # Discovery: kmock says groupVersion "/v1" for the core group.
+    async def _serve_version(self, request: kmock.Request) -> dict:
+        result = await super()._serve_version(request)
+        result["groupVersion"] = result["groupVersion"].lstrip("/")
+        return result
+
+    # The store: every write goes through `store()` or `remove()`.
+    def info(self, resource: kmock.resource) -> kmock.ResourceInfo:
+        for known in self.resources:
+            if known == resource:
+                return self.resources[known]
+        raise _error(404, "NotFound", f"the server could not find the resource {resource}")
+
+    def _key(self, request: kmock.Request, name: str | None = None) -> tuple:
+        namespace = request.namespace if self.info(request.resource).namespaced else None
+        return (request.resource, namespace, name or request.name)
+
+    def _get(self, request: kmock.Request) -> dict:
+        key = self._key(request)
+        if key not in self.objects:
+            raise _error(404, "NotFound", f'{key[0].plural} "{request.name}" not found')
+        return self.objects[key]
+
+    async def _notify(self) -> None:
+        async with self._changed:
+            self._changed.notify_all()
+
+    def store(
+        self, resource: kmock.resource, obj: dict, old: dict | None = None, deleting: bool = False
+    ) -> dict:
+        """Save a new object, or a change of `old` (server-owned metadata comes from `old`),
+        bumping resourceVersion; removes an object being deleted once it has no finalizers."""
+        meta = obj.setdefault("metadata", {})
+        obj.setdefault("apiVersion", f"{resource.group}/{resource.version}".lstrip("/"))
+        obj.setdefault("kind", self.resources[resource].kind)
+        if old is None:
+            meta.update(uid=str(uuid.uuid4()), creationTimestamp=_now(), generation=1)
+            meta.pop("deletionTimestamp", None)
+        else:
+            meta.update(
+                {f: old["metadata"][f] for f in ("name", "namespace") if f in old["metadata"]}
+            )
+            for field in ("uid", "creationTimestamp", "generation", "resourceVersion"):
+                meta[field] = old["metadata"][field]
+            meta.pop("deletionTimestamp", None)
+            if deleting or "deletionTimestamp" in old["metadata"]:
+                meta["deletionTimestamp"] = old["metadata"].get("deletionTimestamp", _now())
+            if obj == old:
+                return obj  # no-op writes change nothing, as in kube-apiserver
+            if obj.get("spec") != old.get("spec"):
+                meta["generation"] += 1
+        self.revision += 1
+        meta["resourceVersion"] = str(self.revision)
+        key = (resource, meta.get("namespace"), meta["name"])
+        if meta.get("deletionTimestamp") and not meta.get("finalizers"):
+            self.objects.pop(key, None)
+            event = {"type": "DELETED", "object": obj}
+        else:
+            self.objects[key] = obj
+            event = {"type": "MODIFIED" if old else "ADDED", "object": obj}
+        self.history.append((self.revision, resource, event))
+        if resource == CRDS and event["type"] != "DELETED":
+            self._register(obj)
+        return obj
+
+    def _register(self, crd: dict) -> None:
+        spec = crd["spec"]
+        names = spec["names"]
+        for version in spec["versions"]:
+            if version.get("served", True):
+                self.resources[kmock.resource(spec["group"], version["name"], names["plural"])] = (
+                    kmock.ResourceInfo(
+                        kind=names["kind"],
+                        singular=names.get("singular", names["kind"].lower()),
+                        shortnames=names.get("shortNames", []),
+                        categories=names.get("categories", []),
+                        namespaced=spec.get("scope", "Namespaced") == "Namespaced",
+                        subresources=version.get("subresources", {}).keys(),
+                        verbs=["create", "delete", "get", "list", "patch", "update", "watch"],
+                    )
+                )
+
+    # Fallback reactions (kmock calls them when no test-defined reaction matched).
+    async def _list(self, request: kmock.Request) -> dict:
+        self.info(request.resource)
+        items = [
+            obj
+            for (resource, namespace, _), obj in self.objects.items()
+            if resource == request.resource and request.namespace in (None, namespace)
+        ]
+        return {"metadata": {"resourceVersion": str(self.revision)}, "items": items}
+
+    async def _fetch(self, request: kmock.Request) -> dict:
+        obj = self._get(request)
+        if request.subresource not in (None, "status"):
+            raise _error(404, "NotFound", f"no subresource {request.subresource}")
+        return obj
+
+    async def _create(self, request: kmock.Request) -> dict:
+        obj = copy.deepcopy(request.data)
+        meta = obj.setdefault("metadata", {})
+        if not meta.get("name") and meta.get("generateName"):
+            meta["name"] = meta["generateName"] + uuid.uuid4().hex[:5]
+        if self.info(request.resource).namespaced:
+            meta["namespace"] = request.namespace or meta.get("namespace") or "default"
+        else:
+            meta.pop("namespace", None)
+        key = self._key(request, meta["name"])
+        if key[1] != request.namespace and request.namespace is not None:
+            raise _error(400, "BadRequest", "the namespace of the object does not match the URL")
+        if key in self.objects:
+            raise _error(409, "AlreadyExists", f'{key[0].plural} "{key[2]}" already exists')
+        if "status" in self.info(request.resource).subresources:
+            obj.pop("status", None)
+        obj = self.store(request.resource, obj)
+        await self._notify()
+        return obj
+
+    async def _update(self, request: kmock.Request) -> dict:
+        old = self._get(request)
+        kind = request.headers.get("Content-Type", "").split(";")[0]
+        expected = None  # a resourceVersion precondition (JSON patches use a `test` op instead)
+        if request.method == kmock.method.PUT:
+            new = request.data
+            expected = new.get("metadata", {}).get("resourceVersion")
+        elif kind == "application/json-patch+json":
+            try:
+                new = jsonpatch.apply_patch(old, request.data)
+            except (jsonpatch.JsonPatchException, jsonpatch.JsonPointerException) as e:
+                raise _error(422, "Invalid", str(e)) from e  # kopf expects 422 on a failed test
+        elif kind in ("application/merge-patch+json", "application/strategic-merge-patch+json"):
+            expected = (request.data.get("metadata") or {}).get("resourceVersion")
+            new = merge_patch(old, request.data)
+        else:
+            raise _error(415, "UnsupportedMediaType", f"unsupported patch type {kind!r}")
+        if expected and expected != old["metadata"]["resourceVersion"]:
+            raise _error(409, "Conflict", "the object has been modified; apply to the latest")
+        if request.subresource == "status":
+            new = {**old, "status": new.get("status")}
+        elif "status" in self.info(request.resource).subresources:
+            new = {**new, "status": old.get("status")}
+        new = copy.deepcopy({key: value for key, value in new.items() if value is not None})
+        obj = self.store(request.resource, new, old=old)
+        await self._notify()
+        return obj
+
+    async def _delete(self, request: kmock.Request) -> dict:
+        old = self._get(request)
+        if old["metadata"].get("deletionTimestamp"):
+            return old  # already being deleted: waits for its finalizers
+        obj = self.store(request.resource, copy.deepcopy(old), old=old, deleting=True)
+        await self._notify()
+        return obj
+
+    async def _watch(self, request: kmock.Request) -> AsyncIterator[Any]:
+        info = self.info(request.resource)
+        namespace = request.namespace if info.namespaced else None
+
+        def wanted(resource: kmock.resource, obj: dict) -> bool:
+            meta = obj["metadata"]
+            return (
+                resource == request.resource
+                and namespace in (None, meta.get("namespace"))
+                and request.name in (None, meta["name"])
+            )
+
+        yield b""  # sends the headers now, even if no event comes
+        since = int(request.params.get("resourceVersion") or 0)
+        if not since:
+            since = self.revision
+            for (resource, _, _), obj in list(self.objects.items()):
+                if wanted(resource, obj):
+                    yield {"type": "ADDED", "object": obj}
+        timeout = float(request.params.get("timeoutSeconds") or 0) or None
+        self.watches += 1
+        with contextlib.suppress(TimeoutError):
+            async with asyncio.timeout(timeout):
+                while True:
+                    new = [e for e in self.history if e[0] > since]
+                    for revision, resource, event in new:
+                        since = revision
+                        if wanted(resource, event["object"]):
+                            yield event
+                    async with self._changed:
+                        if self.history and self.history[-1][0] > since:
+                            continue
+                        await self._changed.wait()
