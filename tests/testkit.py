@@ -3,6 +3,7 @@ configs built the way manifests are. (A module of its own: `conftest` names clas
 directories.)"""
 
 import copy
+import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -46,3 +47,10 @@ def trainer_config(**fields):
 
     document = {"env": "CartPole-v1", "stop": {"timesteps": 100_000}, "seed": 0, **fields}
     return TypeAdapter(TrainerConfig).validate_python(document)
+
+
+def free_port() -> int:
+    """A TCP port free on loopback right now (for servers the tests start)."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]

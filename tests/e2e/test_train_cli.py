@@ -13,6 +13,8 @@ from pathlib import Path
 import pytest
 import yaml
 
+from testkit import free_port
+
 KUBERL = Path(sys.executable).with_name("kuberl")
 
 
@@ -64,14 +66,6 @@ def wait_for_rows(run_dir: Path, count: int, process: subprocess.Popen, timeout:
         assert process.poll() is None, process.stdout.read()
         assert time.monotonic() < deadline, f"fewer than {count} iterations in {timeout}s"
         time.sleep(0.1)
-
-
-def free_port() -> int:
-    import socket
-
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def test_sigterm_checkpoints_within_5s_and_a_rerun_continues(tmp_path):

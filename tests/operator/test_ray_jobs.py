@@ -5,7 +5,6 @@ import asyncio
 import os
 import secrets
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
@@ -17,14 +16,9 @@ from pathlib import Path
 import pytest
 
 from kuberl_operator.ray_jobs import RayJobsClient, RayJobsError
+from testkit import free_port
 
 RAY = Path(sys.executable).with_name("ray")
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def ray_start_command(temp_dir: str, dashboard_port: int) -> list[str]:
