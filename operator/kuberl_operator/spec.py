@@ -503,6 +503,10 @@ class RLJobStatus(Spec):
     progress: Progress = Field(default_factory=Progress)
     """Training progress."""
 
+    attempt: int = Field(0, ge=0)
+    """The current attempt (1, 2, ...): each has its own Ray cluster and submits its driver once;
+    0 before the first."""
+
     restarts: int = Field(0, ge=0)
     """Restarts after failures so far (preemptions resumed under onPreemption Resume are not
     counted)."""

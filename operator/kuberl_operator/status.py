@@ -13,8 +13,8 @@ Attempts. Each Ray cluster serves one attempt (1, 2, ...; the `kuberl.io/attempt
 attempt submits its driver once (`builders.submission_id(job, attempt)`). The attempt number is
 bumped the moment an attempt is given up (head lost, driver failed, job unsuspended), so the old
 attempt's cluster becomes stale at once and its failure cannot be counted twice: the reconciler
-only reports the head, workers and driver of the current attempt's cluster. The reconciler keeps
-`StatusUpdate.attempt` between calls and passes it back as `Observed.attempt`.
+only reports the head, workers and driver of the current attempt's cluster. The attempt is kept
+in `status.attempt`, so it survives an operator restart.
 
 Restart backoff. A failed attempt turns Progressing False (reason RestartBackoff); the next
 attempt's cluster is created once `backoff_seconds(...)` have passed since that condition's
@@ -142,8 +142,6 @@ class Observed:
     status: RLJobStatus
     generation: int
     now: datetime
-    attempt: int = 0
-    """The current attempt as the previous StatusUpdate left it; 0 before the first."""
     kuberay_available: bool = True
     """KubeRay's RayCluster CRD is installed."""
     spec_problems: tuple[str, ...] = ()
@@ -219,9 +217,12 @@ class StatusUpdate:
     """The result of one `compute_status`."""
 
     status: RLJobStatus
-    attempt: int
     events: tuple[KubeEvent, ...] = ()
     action: Action = field(default_factory=Nothing)
+
+    @property
+    def attempt(self) -> int:
+        return self.status.attempt
 
     @property
     def phase(self) -> Phase:
@@ -347,8 +348,8 @@ class _Decision:
 
 def _decide(spec: RLJobSpec | None, observed: Observed, phase: Phase) -> _Decision:
     status = observed.status
-    # Without a recorded attempt (the operator lost it), the cluster's label is the best guess.
-    attempt = observed.attempt or (observed.cluster.attempt if observed.cluster else 0)
+    # Without a recorded attempt (a status write was lost), the cluster's label is the best guess.
+    attempt = status.attempt or (observed.cluster.attempt if observed.cluster else 0)
     decision = _Decision(attempt=attempt, restarts=status.restarts, preemptions=status.preemptions)
     if phase in TERMINAL:
         decision.action = _finished_action(spec, observed)
@@ -726,6 +727,7 @@ def compute_status(spec: RLJobSpec | None, observed: Observed) -> StatusUpdate:
         phase=phase,
         conditions=conditions,
         progress=merge_progress(previous.progress, observed.progress),
+        attempt=decision.attempt,
         restarts=decision.restarts,
         preemptions=decision.preemptions,
         ray_cluster=observed.cluster.name if observed.cluster else None,
@@ -735,7 +737,6 @@ def compute_status(spec: RLJobSpec | None, observed: Observed) -> StatusUpdate:
     )
     return StatusUpdate(
         status=status,
-        attempt=decision.attempt,
         events=_events(previous.phase, phase, decision, changed),
         action=decision.action,
     )

@@ -92,19 +92,24 @@ def driver(state: DriverState, message: str = "") -> ObservedDriver:
     return ObservedDriver(state, message)
 
 
+def with_attempt(status: RLJobStatus, fields: dict[str, Any]) -> RLJobStatus:
+    """`status`, with `fields["attempt"]` (popped) as its attempt when given."""
+    if "attempt" not in fields:
+        return status
+    return status.model_copy(update={"attempt": fields.pop("attempt")})
+
+
 def observe(status: RLJobStatus | None = None, **fields: Any) -> Observed:
-    return Observed(
-        status=status or RLJobStatus(), generation=fields.pop("generation", 1), now=NOW, **fields
-    )
+    status = with_attempt(status or RLJobStatus(), fields)
+    return Observed(status=status, generation=fields.pop("generation", 1), now=NOW, **fields)
 
 
 def after(update: StatusUpdate, seconds: float = 10, **fields: Any) -> Observed:
     """The next observation: the status and attempt `update` left, `seconds` later."""
     return Observed(
-        status=update.status,
+        status=with_attempt(update.status, fields),
         generation=fields.pop("generation", 1),
         now=fields.pop("now", None) or _now_of(update) + timedelta(seconds=seconds),
-        attempt=fields.pop("attempt", update.attempt),
         **fields,
     )
 
@@ -730,3 +735,21 @@ def test_compute_status_is_deterministic_and_reads_no_clock(monkeypatch) -> None
     first = compute_status(spec(), observed)
     assert first == compute_status(spec(), observed)
     assert {c.last_transition_time for c in first.status.conditions} == {past}
+
+
+def test_the_attempt_is_kept_in_the_status_and_survives_an_operator_restart():
+    update = running()
+    assert update.status.attempt == update.attempt == 1
+    # A restarted operator knows only the stored status: it follows the same attempt's cluster
+    # and neither creates a new one nor counts anything.
+    restarted = Observed(
+        status=RLJobStatus.model_validate(update.status.model_dump()),
+        generation=1,
+        now=_now_of(update) + timedelta(seconds=30),
+        cluster=cluster(1),
+        head=running_head(),
+        driver=driver(DriverState.RUNNING),
+    )
+    again = compute_status(spec(), restarted)
+    assert (again.phase, again.attempt, again.action) == (Phase.RUNNING, 1, Nothing())
+    assert (again.status.restarts, again.status.preemptions) == (0, 0)
