@@ -1,7 +1,12 @@
 """SyncSamples' control flow against mock workers (RLlib's mock_evaluator habit): what is
 broadcast, sampled and learned per step, locally and through real Ray actors."""
 
+import logging
+import os
+import signal
+import time
 from collections import Counter
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -48,6 +53,9 @@ class MockWorker:
     def get_weights(self):
         self.calls["get_weights"] += 1
         return self.policy.weights
+
+    def pid(self):
+        return os.getpid()
 
     def report(self):
         return dict(self.calls), self.received
@@ -97,3 +105,43 @@ def test_unsatisfiable_worker_requests_fail_fast(ray_local, replicas, cpus, need
 
     with pytest.raises(ResourceError, match=needle):
         WorkerSet(MockWorker, lambda index: {}, num_remote=replicas, cpus_per_worker=cpus)
+
+
+class FlakyWorker(MockWorker):
+    """A worker that cannot start while the file `marker` exists (a node without capacity, an
+    image that does not pull)."""
+
+    def __init__(self, marker: str, torch_threads=None):
+        if Path(marker).exists():
+            raise RuntimeError("cannot start")
+        super().__init__(torch_threads)
+
+
+def test_replacements_that_fail_to_start_are_retried_without_counting_again(
+    ray_local, tmp_path, caplog
+):
+    marker = tmp_path / "no-capacity"
+    workers = WorkerSet(FlakyWorker, lambda index: {"marker": str(marker)}, 1, cpus_per_worker=0.5)
+    try:
+        optimizer = SyncSamplesOptimizer(workers, config=None)
+        optimizer.step()
+        marker.touch()
+        os.kill(ray_local.get(workers.remote_workers[0].pid.remote()), signal.SIGKILL)
+
+        # The worker is lost and its replacements fail to start (twice, at least): the local
+        # worker samples meanwhile.
+        deadline = time.monotonic() + 90
+        with caplog.at_level(logging.WARNING, logger="kuberl_trainer.worker_set"):
+            while caplog.text.count("replacement rollout worker 1 failed") < 2:
+                assert time.monotonic() < deadline, "no replacement was ever started"
+                assert optimizer.step().steps_sampled == ROWS
+        assert workers.restarts == 1 and not workers.remote_workers
+
+        marker.unlink()  # capacity is back: the next replacement joins
+        deadline = time.monotonic() + 60
+        while not workers.remote_workers:
+            assert time.monotonic() < deadline, "the replacement never became ready"
+            optimizer.step()
+        assert workers.restarts == 1
+    finally:
+        workers.stop()

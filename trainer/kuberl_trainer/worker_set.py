@@ -80,7 +80,7 @@ class WorkerSet:
                 batches.append(ray.get(ref))
             except ray.exceptions.RayActorError as exc:
                 log.warning("rollout worker %d died (%s); starting a replacement", index, exc)
-                self._replace(index)
+                self._lose(index)
         if not batches:
             return [self.local_worker.sample()]
         return batches
@@ -90,11 +90,17 @@ class WorkerSet:
 
         return ray.get([getattr(h, method).remote(*args) for h in self._healthy.values()])
 
-    def _replace(self, index: int) -> None:
-        import ray
-
+    def _lose(self, index: int) -> None:
+        """A healthy worker died: count the restart and start its replacement."""
         del self._healthy[index]
         self.restarts += 1
+        self._start_replacement(index)
+
+    def _start_replacement(self, index: int) -> None:
+        """A new actor for slot `index`; it joins the healthy ones once its first call (the
+        weight sync) has returned, so sampling never waits for it."""
+        import ray
+
         handle = self._start_remote(index)
         weights = self._weights_ref or ray.put(self.local_worker.get_weights())
         self._starting[index] = (handle, handle.set_weights.remote(weights, self._global_timesteps))
@@ -117,10 +123,12 @@ class WorkerSet:
             del self._starting[index]
             try:
                 ray.get(ready)
-            except ray.exceptions.RayActorError:
-                self._replace(index)
-                self.restarts -= 1  # the same loss, retried: not a new restart
+            except ray.exceptions.RayActorError as exc:
+                # The same loss, retried: not a new restart.
+                log.warning("replacement rollout worker %d failed (%s); retrying", index, exc)
+                self._start_replacement(index)
                 continue
+            # Weights may have moved on while it started.
             handle.set_weights.remote(self._weights_ref, self._global_timesteps)
             self._healthy[index] = handle
 
