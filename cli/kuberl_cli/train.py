@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import logging
-import math
 import sys
 from pathlib import Path
 
@@ -22,6 +21,7 @@ def train_command(file: Path, run_dir: Path | None, metrics_port: int | None) ->
     # The training stack loads only once the manifest is known to be good.
     from kuberl_trainer.driver import Driver
     from kuberl_trainer.errors import TrainingError
+    from kuberl_trainer.progress import format_return
 
     run_dir = run_dir or Path("runs") / job.name
     print(f"Training {job.name}: {describe_job(job)}; run directory {run_dir}", flush=True)
@@ -42,11 +42,11 @@ def train_command(file: Path, run_dir: Path | None, metrics_port: int | None) ->
     lines = [
         f"{job.name}: {verb} {result.stopped_by} after {result.iteration} iterations",
         f"  timesteps          {result.timesteps:,}",
-        f"  episode return     {_fmt(result.episode_return_mean)}"
+        f"  episode return     {format_return(result.episode_return_mean)}"
         f" (mean of the last {job.spec.trainer.metrics_window} episodes)",
     ]
     if result.evaluation_return_mean is not None:
-        lines.append(f"  evaluation return  {_fmt(result.evaluation_return_mean)}")
+        lines.append(f"  evaluation return  {format_return(result.evaluation_return_mean)}")
     lines += [
         f"  training time      {result.time_total_s:.1f} s",
         f"  checkpoint         {result.checkpoint}",
@@ -60,7 +60,3 @@ def train_command(file: Path, run_dir: Path | None, metrics_port: int | None) ->
 
         return 128 + signal.Signals[result.stopped_by].value
     return 0
-
-
-def _fmt(value: float) -> str:
-    return "-" if not math.isfinite(value) else f"{value:.1f}"

@@ -60,11 +60,11 @@ class ConsoleReport:
 
     def update(self, row: dict[str, Any]) -> None:
         status = (
-            f"iter {row['iteration']}  return {_fmt(row['episode_return_mean'])}"
+            f"iter {row['iteration']}  return {format_return(row['episode_return_mean'])}"
             f"  {row['samples_per_s']:,.0f} steps/s"
         )
         if row.get("evaluation_return_mean") is not None:
-            status += f"  eval {_fmt(row['evaluation_return_mean'])}"
+            status += f"  eval {format_return(row['evaluation_return_mean'])}"
         if self._progress is not None:
             self._progress.update(self._task, completed=row["timesteps_total"], status=status)
             return
@@ -81,5 +81,6 @@ class ConsoleReport:
             self._progress.stop()
 
 
-def _fmt(value: float | None) -> str:
+def format_return(value: float | None) -> str:
+    """A return for people: one decimal, or "-" when there is none (no episode finished yet)."""
     return "-" if value is None or not math.isfinite(value) else f"{value:.1f}"

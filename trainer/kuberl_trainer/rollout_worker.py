@@ -34,7 +34,6 @@ class RolloutWorker:
         self.spaces = space_info(self.envs.single_observation_space, self.envs.single_action_space)
         self.policy = policy_class(self.spaces, config, seed)
         obs, _ = self.envs.reset(seed=seed)
-        self.envs.action_space.seed(seed)
         self.obs = encode_obs(obs, self.spaces)
         self.num_envs = num_envs
         self.seed = seed

@@ -89,20 +89,25 @@ class TorchPolicy(Policy):
         return self.sgd_step(as_tensors(batch.columns))
 
     def sgd_step(self, tensors: dict[str, torch.Tensor]) -> Stats:
-        self.optimizer.zero_grad(set_to_none=True)
         loss, stats = self.loss(tensors)
-        loss.backward()
-        self._clip_gradients(stats)
+        stats = self.backward(loss, stats)
         self.optimizer.step()
-        return {k: float(v) for k, v in stats.items()}
+        return stats
 
     def compute_gradients(self, batch: SampleBatch) -> tuple[list[np.ndarray], Stats]:
-        self.optimizer.zero_grad(set_to_none=True)
         loss, stats = self.loss(as_tensors(batch.columns))
+        stats = self.backward(loss, stats)
+        return [_grad_or_zeros(p) for p in self.model.parameters()], stats
+
+    def backward(self, loss: torch.Tensor, stats: dict[str, torch.Tensor]) -> Stats:
+        """Fresh gradients of `loss`, clipped to max_grad_norm; the statistics as floats."""
+        self.optimizer.zero_grad(set_to_none=True)
         loss.backward()
-        self._clip_gradients(stats)
-        grads = [_grad_or_zeros(p) for p in self.model.parameters()]
-        return grads, {k: float(v) for k, v in stats.items()}
+        if self.hp.max_grad_norm is not None:
+            stats["grad_norm"] = nn.utils.clip_grad_norm_(
+                self.model.parameters(), self.hp.max_grad_norm
+            )
+        return {k: float(v) for k, v in stats.items()}
 
     def apply_gradients(self, gradients: list[np.ndarray]) -> None:
         for param, grad in zip(self.model.parameters(), gradients, strict=True):
@@ -135,12 +140,6 @@ class TorchPolicy(Policy):
     def set_learning_rate(self, lr: float) -> None:
         for group in self.optimizer.param_groups:
             group["lr"] = lr
-
-    def _clip_gradients(self, stats: dict[str, torch.Tensor]) -> None:
-        if self.hp.max_grad_norm is not None:
-            stats["grad_norm"] = nn.utils.clip_grad_norm_(
-                self.model.parameters(), self.hp.max_grad_norm
-            )
 
 
 def as_tensors(columns: dict[str, np.ndarray]) -> dict[str, torch.Tensor]:

@@ -121,13 +121,11 @@ class DQNPolicy(TorchPolicy):
         """One gradient step on replayed transitions (with importance `weights` when the buffer
         is prioritized). Returns the statistics and the per-transition TD errors, from which a
         prioritized buffer computes the new priorities."""
-        self.optimizer.zero_grad(set_to_none=True)
         loss, stats, td_errors = self._q_loss(as_tensors(columns))
-        loss.backward()
-        self._clip_gradients(stats)
+        stats = self.backward(loss, stats)
         self.optimizer.step()
         self._count_gradient_step()
-        return {key: float(value) for key, value in stats.items()}, td_errors.numpy()
+        return stats, td_errors.numpy()
 
     def apply_gradients(self, gradients: list[np.ndarray]) -> None:
         super().apply_gradients(gradients)
