@@ -11,6 +11,7 @@ of a duplicate id (an operator restarted between the two calls) also counts as "
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass
 from typing import Any
 
@@ -66,7 +67,7 @@ class RayJobsClient:
             raise RayJobsError(
                 f"reading {submission_id} from {self.address}: HTTP {status}: {text}"
             )
-        info = _json(text)
+        info = json.loads(text)
         return DriverStatus(info["status"], info.get("message") or "")
 
     async def stop(self, submission_id: str) -> bool:
@@ -77,7 +78,7 @@ class RayJobsClient:
             return False
         if status != 200:
             raise RayJobsError(f"stopping {submission_id} on {self.address}: HTTP {status}: {text}")
-        return bool(_json(text).get("stopped"))
+        return bool(json.loads(text).get("stopped"))
 
     async def _request(self, method: str, path: str, body: Any = None) -> tuple[int, str]:
         try:
@@ -88,9 +89,3 @@ class RayJobsClient:
                 return response.status, await response.text()
         except (aiohttp.ClientError, TimeoutError) as exc:
             raise RayJobsError(f"the Ray Jobs API at {self.address} is unreachable: {exc}") from exc
-
-
-def _json(text: str) -> dict[str, Any]:
-    import json
-
-    return json.loads(text)

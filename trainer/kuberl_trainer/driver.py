@@ -3,6 +3,7 @@ reports progress and metrics, checkpoints, and resumes from the newest checkpoin
 
 from __future__ import annotations
 
+import json
 import logging
 import math
 import os
@@ -328,8 +329,6 @@ def _mean(values) -> float:
 
 def _truncate_progress(path: Path, iteration: int) -> None:
     """Drop rows of iterations after the checkpoint: that training was lost and is redone."""
-    import json
-
     if not path.exists():
         return
     lines = path.read_text().splitlines()
