@@ -19,12 +19,12 @@ from kuberl_operator.ray_jobs import RayJobsClient, RayJobsError
 from testkit import free_port
 
 RAY = Path(sys.executable).with_name("ray")
+WORKER_PORTS = 40  # size of the port range Ray's worker processes take theirs from
 
 
 def ray_start_command(temp_dir: str, dashboard_port: int) -> list[str]:
     """`ray start --head` with every port explicit, so it never collides with another Ray on this
     machine and never falls back to a shared default."""
-    worker_ports = free_port()
     ports = {
         "port": free_port(),
         "dashboard-port": dashboard_port,
@@ -35,9 +35,13 @@ def ray_start_command(temp_dir: str, dashboard_port: int) -> list[str]:
         "metrics-export-port": free_port(),
         "runtime-env-agent-port": free_port(),
         "ray-client-server-port": free_port(),
-        "min-worker-port": worker_ports,
-        "max-worker-port": worker_ports + 40,
     }
+    # The worker range must not hold any of the ports above: Ray refuses overlapping components.
+    taken = set(ports.values())
+    low = free_port()
+    while any(low <= port <= low + WORKER_PORTS for port in taken) or low + WORKER_PORTS > 65535:
+        low = free_port()
+    ports |= {"min-worker-port": low, "max-worker-port": low + WORKER_PORTS}
     return [
         str(RAY),
         "start",
