@@ -1,4 +1,4 @@
-"""Shared fixtures: a private Ray instance and RLJob configs built the way manifests are."""
+"""Shared fixtures: a private Ray instance, and an emulated Kubernetes API (`kube_api`)."""
 
 import os
 from pathlib import Path
@@ -24,3 +24,12 @@ def ray_local():
     ray.init(address="local", num_cpus=2, include_dashboard=False, log_to_driver=False)
     yield ray
     ray.shutdown()
+
+
+@pytest.fixture
+def kube_api():
+    """A fresh emulated Kubernetes API on a loopback port (see kubeapi.py)."""
+    from kubeapi import running_kube_api
+
+    with running_kube_api() as client:
+        yield client
