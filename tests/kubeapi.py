@@ -32,13 +32,20 @@ small one below, served as kmock fallback reactions. What it fixes (see DESIGN.m
 - A POSTed CustomResourceDefinition registers its served versions (kind, plural, singular,
   shortNames, scope, status subresource), so `/apis/<group>/<version>` lists the resource.
 
-Not emulated (don't rely on it): label/field selectors, server-side apply, garbage collection
-(ownerReferences), admission and schema validation, watch bookmarks and 410 Gone.
+- Label selectors on lists (`labelSelector`: equality, inequality, existence, in/notin) and the
+  garbage collector (background cascading deletion along ownerReferences) are emulated; built-in
+  kinds the operator touches (pods, secrets, configmaps, events, poddisruptionbudgets) are
+  registered, and a Secret's stringData is stored as base64 data.
+
+Not emulated (don't rely on it): field selectors, server-side apply, admission and schema
+validation, watch bookmarks and 410 Gone.
 """
 
 from __future__ import annotations
 
 import asyncio
+import base64
+import bisect
 import contextlib
 import copy
 import datetime
@@ -59,6 +66,15 @@ from kmock._internal import parsing
 CRDS = kmock.resource("apiextensions.k8s.io", "v1", "customresourcedefinitions")
 NAMESPACES = kmock.resource("", "v1", "namespaces")
 EVENTS = kmock.resource("", "v1", "events")  # kopf posts its handlers' outcomes as events
+# Built-in kinds the operator creates or watches: (group, version, plural, kind, subresources).
+BUILT_IN = [
+    ("", "v1", "pods", "Pod", ("status",)),
+    ("", "v1", "secrets", "Secret", ()),
+    ("", "v1", "configmaps", "ConfigMap", ()),
+    ("", "v1", "events", "Event", ()),
+    ("policy", "v1", "poddisruptionbudgets", "PodDisruptionBudget", ("status",)),
+]
+SECRETS = kmock.resource("", "v1", "secrets")
 _NAMESPACES_PATH = re.compile(r"/api/v1/namespaces(?:/([^/]+))?/?")
 _original_parse_path = parsing.parse_path
 
@@ -70,6 +86,10 @@ def _parse_path(path: str) -> parsing.ParsedPath:
 
 
 parsing.parse_path = _parse_path  # kmock's Request._parse looks it up in the module on each call
+
+
+def _revision(entry: tuple) -> int:
+    return entry[0]
 
 
 def _error(status: int, reason: str, message: str) -> kmock.KubernetesError:
@@ -116,7 +136,10 @@ class KubeAPI(kmock.KubernetesScaffold):
         self.fallback["put"] << self._update
         json_lines = {"Content-Type": "application/json"}
         self.fallback[kmock.action.WATCH] << json_lines << self._watch
-        self.resources[EVENTS] = kmock.ResourceInfo(kind="Event", singular="event", namespaced=True)
+        for group, version, plural, kind, subresources in BUILT_IN:
+            self.resources[kmock.resource(group, version, plural)] = kmock.ResourceInfo(
+                kind=kind, singular=kind.lower(), namespaced=True, subresources=subresources
+            )
         self.store(NAMESPACES, {"metadata": {"name": "default"}})
 
     # Discovery: kmock says groupVersion "/v1" for the core group.
@@ -176,6 +199,9 @@ class KubeAPI(kmock.KubernetesScaffold):
         if meta.get("deletionTimestamp") and not meta.get("finalizers"):
             self.objects.pop(key, None)
             event = {"type": "DELETED", "object": obj}
+            self.history.append((self.revision, resource, event))
+            self._collect_garbage(meta["uid"])
+            return obj
         else:
             self.objects[key] = obj
             event = {"type": "MODIFIED" if old else "ADDED", "object": obj}
@@ -183,6 +209,15 @@ class KubeAPI(kmock.KubernetesScaffold):
         if resource == CRDS and event["type"] != "DELETED":
             self._register(obj)
         return obj
+
+    def _collect_garbage(self, owner_uid: str) -> None:
+        """Kubernetes' garbage collector, in background mode: the dependents of a removed object
+        (an ownerReference to its uid) are deleted in turn, each honouring its own finalizers."""
+        for (resource, _, _), obj in list(self.objects.items()):
+            owners = obj["metadata"].get("ownerReferences") or []
+            owned = any(ref.get("uid") == owner_uid for ref in owners)
+            if owned and not obj["metadata"].get("deletionTimestamp"):
+                self.store(resource, copy.deepcopy(obj), old=obj, deleting=True)
 
     def _register(self, crd: dict) -> None:
         spec = crd["spec"]
@@ -204,10 +239,13 @@ class KubeAPI(kmock.KubernetesScaffold):
     # Fallback reactions (kmock calls them when no test-defined reaction matched).
     async def _list(self, request: kmock.Request) -> dict:
         self.info(request.resource)
+        selector = parse_label_selector(request.params.get("labelSelector") or "")
         items = [
             obj
             for (resource, namespace, _), obj in self.objects.items()
-            if resource == request.resource and request.namespace in (None, namespace)
+            if resource == request.resource
+            and request.namespace in (None, namespace)
+            and selector(obj["metadata"].get("labels") or {})
         ]
         return {"metadata": {"resourceVersion": str(self.revision)}, "items": items}
 
@@ -233,6 +271,12 @@ class KubeAPI(kmock.KubernetesScaffold):
             raise _error(409, "AlreadyExists", f'{key[0].plural} "{key[2]}" already exists')
         if "status" in self.info(request.resource).subresources:
             obj.pop("status", None)
+        if request.resource == SECRETS and "stringData" in obj:  # as kube-apiserver stores it
+            encoded = {
+                k: base64.b64encode(v.encode()).decode() for k, v in obj["stringData"].items()
+            }
+            obj["data"] = {**obj.get("data", {}), **encoded}
+            del obj["stringData"]
         obj = self.store(request.resource, obj)
         await self._notify()
         return obj
@@ -297,7 +341,7 @@ class KubeAPI(kmock.KubernetesScaffold):
         with contextlib.suppress(TimeoutError):
             async with asyncio.timeout(timeout):
                 while True:
-                    new = [e for e in self.history if e[0] > since]
+                    new = self.history[bisect.bisect_right(self.history, since, key=_revision) :]
                     for revision, resource, event in new:
                         since = revision
                         if wanted(resource, event["object"]):
@@ -306,6 +350,37 @@ class KubeAPI(kmock.KubernetesScaffold):
                         if self.history and self.history[-1][0] > since:
                             continue
                         await self._changed.wait()
+
+
+_REQUIREMENT = re.compile(
+    r"\s*(?P<neg>!)?(?P<key>[\w./-]+)\s*"
+    r"(?:(?P<op>==|!=|=|\s+in\s+|\s+notin\s+)\s*(?P<value>\([^)]*\)|[\w./-]*))?\s*"
+)
+
+
+def parse_label_selector(text: str) -> Any:
+    """A predicate over labels for a `labelSelector` query: `k=v`, `k==v`, `k!=v`, `k`, `!k`,
+    `k in (a,b)`, `k notin (a,b)`, comma-separated (all must hold). Bad syntax is a 400."""
+    requirements = []
+    for part in re.split(r",(?![^(]*\))", text) if text.strip() else []:
+        match = _REQUIREMENT.fullmatch(part)
+        if not match:
+            raise _error(400, "BadRequest", f"unable to parse requirement: {part!r}")
+        key, op, value = match["key"], (match["op"] or "").strip(), match["value"] or ""
+        values = {v.strip() for v in value.strip("()").split(",")}
+        if match["neg"]:
+            requirements.append(lambda labels, k=key: k not in labels)
+        elif not op:
+            requirements.append(lambda labels, k=key: k in labels)
+        elif op in ("=", "=="):
+            requirements.append(lambda labels, k=key, v=value: labels.get(k) == v)
+        elif op == "!=":
+            requirements.append(lambda labels, k=key, v=value: labels.get(k) != v)
+        elif op == "in":
+            requirements.append(lambda labels, k=key, vs=values: labels.get(k) in vs)
+        else:  # notin
+            requirements.append(lambda labels, k=key, vs=values: labels.get(k) not in vs)
+    return lambda labels: all(requirement(labels) for requirement in requirements)
 
 
 # --- For tests: the emulation on a loopback port, and plain-HTTP helpers -----------------------

@@ -218,3 +218,54 @@ def test_kopf_runs_handlers_and_finalizes(crd):
         crd.delete(path)
         wait_until(lambda: crd.get(path, check=False).get("code") == 404, what="finalization")
     assert calls == {"create": 1, "field": 2, "delete": 1}
+
+
+PODS = "/api/v1/namespaces/default/pods"
+
+
+def pod(name: str, **labels: str) -> dict:
+    return {"metadata": {"name": name, "labels": labels}, "spec": {"containers": []}}
+
+
+@pytest.mark.parametrize(
+    ("selector", "names"),
+    [
+        ("", ["a", "b", "c"]),
+        ("ray.io/cluster=x", ["a", "b"]),
+        ("ray.io/cluster==x,ray.io/node-type=head", ["a"]),
+        ("ray.io/node-type!=head", ["b", "c"]),
+        ("ray.io/node-type", ["a", "b"]),
+        ("!ray.io/node-type", ["c"]),
+        ("ray.io/cluster in (x, y)", ["a", "b", "c"]),
+        ("ray.io/cluster notin (x)", ["c"]),
+    ],
+)
+def test_label_selectors(kube_api, selector, names):
+    kube_api.create(PODS, pod("a", **{"ray.io/cluster": "x", "ray.io/node-type": "head"}))
+    kube_api.create(PODS, pod("b", **{"ray.io/cluster": "x", "ray.io/node-type": "worker"}))
+    kube_api.create(PODS, pod("c", **{"ray.io/cluster": "y"}))
+    items = kube_api.list(PODS, params={"labelSelector": selector})
+    assert sorted(i["metadata"]["name"] for i in items) == names
+
+
+def test_a_bad_label_selector_is_a_400(kube_api):
+    kube_api.get(PODS, params={"labelSelector": "a=(b"}, check=False)
+    assert kube_api.last.status_code == 400
+
+
+def test_secrets_store_string_data_as_base64(kube_api):
+    path = "/api/v1/namespaces/default/secrets"
+    secret = kube_api.create(path, {"metadata": {"name": "s"}, "stringData": {"token": "abc"}})
+    assert secret["data"] == {"token": "YWJj"} and "stringData" not in secret
+
+
+def test_garbage_collection_follows_owner_references(crd):
+    owner = crd.create(crd.rljobs(), RLJOB)
+    ref = {"apiVersion": "kuberl.io/v1alpha1", "kind": "RLJob", "name": "job"}
+    child = pod("child") | {
+        "metadata": {"name": "child", "ownerReferences": [ref | {"uid": owner["metadata"]["uid"]}]}
+    }
+    crd.create(PODS, child)
+    crd.create(PODS, pod("stranger"))
+    crd.delete(crd.rljobs(name="job"))
+    assert [p["metadata"]["name"] for p in crd.list(PODS)] == ["stranger"]
