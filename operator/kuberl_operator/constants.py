@@ -71,6 +71,12 @@ RAY_METRICS_PORT = 8080
 KUBERAY_AVAILABLE_CONDITION = "KubeRayAvailable"
 RAYCLUSTER_CRD_NAME = "rayclusters.ray.io"
 
+# Whether the current attempt runs the current spec; False when a field that cannot change under a
+# running driver was edited (it applies on the next attempt).
+UP_TO_DATE_CONDITION = "UpToDate"
+REASON_SPEC_APPLIED = "SpecApplied"
+REASON_RESTART_REQUIRED = "RestartRequired"
+
 REASON_CRD_FOUND = "CRDFound"
 REASON_CRD_NOT_FOUND = "CRDNotFound"
 REASON_INVALID_SPEC = "InvalidSpec"
@@ -82,6 +88,7 @@ REASON_HEAD_FAILED = "HeadFailed"
 REASON_CLUSTER_LOST = "RayClusterLost"
 REASON_HEAD_PREEMPTED = "HeadPreempted"
 REASON_WORKER_PREEMPTED = "WorkerPreempted"
+REASON_WORKERS_REFILLED = "WorkersRefilled"
 REASON_NOT_PREEMPTED = "NotPreempted"
 REASON_RESUMING = "Resuming"
 REASON_RESTART_BACKOFF = "RestartBackoff"
@@ -94,9 +101,6 @@ REASON_NOT_FAILED = "NotFailed"
 REASON_FINISHED = "Finished"
 REASON_STALE_ATTEMPT = "StaleAttempt"
 
-# How long the Preempted condition stays True after rollout workers were preempted (the driver
-# keeps going and the group is refilled, so it is news, not a state).
-WORKER_PREEMPTED_HOLD_SECONDS = 300
 # The longest wait between restarts: backoffSeconds doubles per restart up to this (or up to
 # backoffSeconds itself, when that is longer).
 MAX_BACKOFF_SECONDS = 3600

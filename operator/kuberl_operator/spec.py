@@ -514,6 +514,10 @@ class RLJobStatus(Spec):
     preemptions: int = Field(0, ge=0)
     """Times the job's pods were preempted."""
 
+    preempted_pods: list[str] = Field(default_factory=list)
+    """UIDs of the preempted rollout worker pods already counted in preemptions, kept while the
+    pods still exist, so each is counted once."""
+
     ray_cluster: str | None = None
     """Name of the job's RayCluster."""
 

@@ -52,11 +52,14 @@ from kuberl_operator.constants import (
     REASON_NOT_SUSPENDED,
     REASON_PROVISIONING,
     REASON_RESTART_BACKOFF,
+    REASON_RESTART_REQUIRED,
     REASON_RESUMING,
+    REASON_SPEC_APPLIED,
     REASON_STALE_ATTEMPT,
     REASON_SUSPENDED,
     REASON_WORKER_PREEMPTED,
-    WORKER_PREEMPTED_HOLD_SECONDS,
+    REASON_WORKERS_REFILLED,
+    UP_TO_DATE_CONDITION,
 )
 from kuberl_operator.spec import (
     Condition,
@@ -149,9 +152,15 @@ class Observed:
     cluster: ObservedCluster | None = None
     head: ObservedHead | None = None
     """The head pod of the current attempt's cluster; None while there is none."""
-    workers_disrupted: int = 0
-    """Rollout worker pods of the current attempt lost since the last observation (a
-    DisruptionTarget condition, or their node gone)."""
+    disrupted_workers: frozenset[str] = frozenset()
+    """UIDs of the current attempt's rollout worker pods that were preempted (a DisruptionTarget
+    condition, or their node gone) and still exist; each is counted once (status.preemptedPods)."""
+    workers_short: int = 0
+    """Rollout worker pods the current attempt's cluster lacks: its replicas minus the worker pods
+    that exist and were not preempted (0 once KubeRay has refilled the group)."""
+    stale_spec: tuple[str, ...] = ()
+    """Spec fields that changed since the current attempt's cluster was built and cannot change
+    under a running driver (they apply on the next attempt)."""
     driver: ObservedDriver | None = None
     """The current attempt's submission; None before it is submitted (or while the Jobs API cannot
     be reached)."""
@@ -245,6 +254,8 @@ class PhaseEvent(StrEnum):
     FAIL = "Fail"  # invalid spec, restarts exhausted, deadline exceeded, preemption with Fail
     SUSPEND = "Suspend"
     UNSUSPEND = "Unsuspend"
+    WORKERS_PREEMPTED = "WorkersPreempted"  # the driver keeps going while the group is refilled
+    WORKERS_REFILLED = "WorkersRefilled"
 
 
 TERMINAL = frozenset({Phase.SUCCEEDED, Phase.FAILED})
@@ -259,6 +270,8 @@ TRANSITIONS: dict[tuple[Phase, PhaseEvent], Phase] = {
     (Phase.PREEMPTED, PhaseEvent.NEW_ATTEMPT): Phase.RESUMING,
     (Phase.RESUMING, PhaseEvent.NEW_ATTEMPT): Phase.RESUMING,
     (Phase.SUSPENDED, PhaseEvent.UNSUSPEND): Phase.RESUMING,
+    (Phase.RUNNING, PhaseEvent.WORKERS_PREEMPTED): Phase.PREEMPTED,
+    (Phase.PREEMPTED, PhaseEvent.WORKERS_REFILLED): Phase.RUNNING,
     **{(phase, PhaseEvent.HEAD_PREEMPTED): Phase.PREEMPTED for phase in ACTIVE},
     **{(phase, PhaseEvent.RESTART): Phase.RESUMING for phase in ACTIVE},
     **{(phase, PhaseEvent.SUCCEEDED): Phase.SUCCEEDED for phase in ACTIVE},
@@ -343,6 +356,7 @@ class _Decision:
     restarts: int = 0
     preemptions: int = 0
     workers_preempted: int = 0
+    preempted_pods: tuple[str, ...] = ()
     in_backoff: bool = False
 
 
@@ -350,7 +364,12 @@ def _decide(spec: RLJobSpec | None, observed: Observed, phase: Phase) -> _Decisi
     status = observed.status
     # Without a recorded attempt (a status write was lost), the cluster's label is the best guess.
     attempt = status.attempt or (observed.cluster.attempt if observed.cluster else 0)
-    decision = _Decision(attempt=attempt, restarts=status.restarts, preemptions=status.preemptions)
+    decision = _Decision(
+        attempt=attempt,
+        restarts=status.restarts,
+        preemptions=status.preemptions,
+        preempted_pods=tuple(status.preempted_pods),
+    )
     if phase in TERMINAL:
         decision.action = _finished_action(spec, observed)
         return decision
@@ -449,10 +468,13 @@ def _advance(spec: RLJobSpec, observed: Observed, phase: Phase, decision: _Decis
         decision.action = DeleteCluster(REASON_STALE_ATTEMPT)
         decision.in_backoff = _in_backoff(observed.status, phase)
         return decision
-    if phase in (Phase.PREEMPTED, Phase.RESUMING) and cluster is None:
+    attempt_given_up = phase == Phase.RESUMING or (
+        phase == Phase.PREEMPTED and not _workers_preempted(observed.status)
+    )
+    if attempt_given_up and cluster is None:
         return _next_attempt(spec, observed, phase, decision)
     if cluster is None:
-        if phase == Phase.RUNNING:
+        if phase in (Phase.RUNNING, Phase.PREEMPTED):
             message = f"the RayCluster of attempt {decision.attempt} disappeared"
             return _restart(spec, observed, decision, REASON_CLUSTER_LOST, message)
         decision.action = CreateCluster(decision.attempt)  # requested; not visible yet
@@ -494,8 +516,10 @@ def _follow_attempt(
     if head is not None and head.fate == HeadFate.FAILED:
         message = f"the head pod of attempt {decision.attempt} was lost: {head.reason}"
         return _restart(spec, observed, decision, REASON_HEAD_FAILED, message)
-    decision.workers_preempted = observed.workers_disrupted
-    decision.preemptions += observed.workers_disrupted
+    counted = set(decision.preempted_pods)
+    decision.workers_preempted = len(observed.disrupted_workers - counted)
+    decision.preemptions += decision.workers_preempted
+    decision.preempted_pods = tuple(sorted(observed.disrupted_workers))  # those gone are forgotten
     if driver is not None and driver.state == DriverState.SUCCEEDED:
         decision.event, decision.reason = PhaseEvent.SUCCEEDED, REASON_DRIVER_SUCCEEDED
         decision.message = driver.message or "training finished"
@@ -504,12 +528,31 @@ def _follow_attempt(
         message = f"driver {driver.state.value}: {driver.message or 'no message'}"
         return _restart(spec, observed, decision, REASON_DRIVER_FAILED, message)
     elif driver is not None and driver.state == DriverState.RUNNING:
-        if phase != Phase.RUNNING:
+        if decision.workers_preempted and phase == Phase.RUNNING:
+            decision.event, decision.reason = PhaseEvent.WORKERS_PREEMPTED, REASON_WORKER_PREEMPTED
+            decision.message = _workers_preempted_message(decision.workers_preempted)
+        elif phase == Phase.PREEMPTED and observed.workers_short <= 0:
+            decision.event, decision.reason = PhaseEvent.WORKERS_REFILLED, REASON_WORKERS_REFILLED
+            decision.message = "the rollout worker group is whole again"
+        elif phase in (Phase.PROVISIONING, Phase.RESUMING):
             decision.event, decision.reason = PhaseEvent.DRIVER_RUNNING, REASON_DRIVER_RUNNING
             decision.message = f"the driver of attempt {decision.attempt} is training"
     elif driver is None and observed.cluster is not None and observed.cluster.ready:
         decision.action = SubmitDriver(decision.attempt)
     return decision
+
+
+def _workers_preempted_message(count: int) -> str:
+    return (
+        f"{count} rollout worker(s) preempted; the driver keeps training while the group is "
+        "refilled"
+    )
+
+
+def _workers_preempted(status: RLJobStatus) -> bool:
+    """The job is Preempted for lost rollout workers (its attempt goes on), not for its head."""
+    preempted = _condition(status, ConditionType.PREEMPTED)
+    return preempted is not None and preempted.reason == REASON_WORKER_PREEMPTED
 
 
 def _head_preempted(
@@ -608,6 +651,7 @@ def _wanted_conditions(phase: Phase, decision: _Decision, observed: Observed) ->
             if phase == Phase.SUSPENDED
             else _Want("False", REASON_NOT_SUSPENDED)
         ),
+        UP_TO_DATE_CONDITION: _up_to_date(observed),
         KUBERAY_AVAILABLE_CONDITION: (
             _Want("True", REASON_CRD_FOUND)
             if observed.kuberay_available
@@ -643,18 +687,27 @@ def _preempted(phase: Phase, decision: _Decision, observed: Observed) -> _Want:
         return _Want("True", REASON_HEAD_PREEMPTED, decision.message)
     if decision.workers_preempted:
         return _Want(
-            "True",
-            REASON_WORKER_PREEMPTED,
-            f"{decision.workers_preempted} rollout worker(s) preempted; the driver keeps going "
-            "and the group is refilled",
+            "True", REASON_WORKER_PREEMPTED, _workers_preempted_message(decision.workers_preempted)
         )
     if kept is not None and kept.status == "True":
         if kept.reason == REASON_HEAD_PREEMPTED and phase in (Phase.PREEMPTED, Phase.RESUMING):
             return _Want("True", kept.reason, kept.message)
-        held = _seconds(observed.now, kept.last_transition_time)
-        if kept.reason == REASON_WORKER_PREEMPTED and held < WORKER_PREEMPTED_HOLD_SECONDS:
+        if kept.reason == REASON_WORKER_PREEMPTED and phase == Phase.PREEMPTED:
             return _Want("True", kept.reason, kept.message)
     return _Want("False", REASON_NOT_PREEMPTED)
+
+
+def _up_to_date(observed: Observed) -> _Want:
+    if observed.stale_spec and observed.cluster is not None:
+        fields = ", ".join(f"spec.{name}" for name in observed.stale_spec)
+        return _Want(
+            "False",
+            REASON_RESTART_REQUIRED,
+            f"{fields} changed after attempt {observed.cluster.attempt} started and applies on "
+            "the next attempt; suspend and resume the job to apply it now (it resumes from the "
+            "newest checkpoint)",
+        )
+    return _Want("True", REASON_SPEC_APPLIED)
 
 
 def _merge_conditions(
@@ -694,14 +747,9 @@ def _events(
         events.append(
             KubeEvent("Warning" if warning else "Normal", decision.reason, decision.message)
         )
-    if decision.workers_preempted:
-        events.append(
-            KubeEvent(
-                "Warning",
-                REASON_WORKER_PREEMPTED,
-                f"{decision.workers_preempted} rollout worker(s) preempted; refilling the group",
-            )
-        )
+    if decision.workers_preempted and decision.event != PhaseEvent.WORKERS_PREEMPTED:
+        message = _workers_preempted_message(decision.workers_preempted)
+        events.append(KubeEvent("Warning", REASON_WORKER_PREEMPTED, message))
     for condition in changed:
         if condition.type == KUBERAY_AVAILABLE_CONDITION:
             kind = "Normal" if condition.status == "True" else "Warning"
@@ -730,6 +778,7 @@ def compute_status(spec: RLJobSpec | None, observed: Observed) -> StatusUpdate:
         attempt=decision.attempt,
         restarts=decision.restarts,
         preemptions=decision.preemptions,
+        preempted_pods=list(decision.preempted_pods),
         ray_cluster=observed.cluster.name if observed.cluster else None,
         start_time=previous.start_time or (observed.now if phase == Phase.RUNNING else None),
         completion_time=previous.completion_time or (observed.now if finished else None),

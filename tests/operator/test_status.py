@@ -24,8 +24,10 @@ from kuberl_operator.constants import (
     REASON_HEAD_PREEMPTED,
     REASON_INVALID_SPEC,
     REASON_RESTART_BACKOFF,
+    REASON_RESTART_REQUIRED,
     REASON_WORKER_PREEMPTED,
-    WORKER_PREEMPTED_HOLD_SECONDS,
+    REASON_WORKERS_REFILLED,
+    UP_TO_DATE_CONDITION,
 )
 from kuberl_operator.spec import (
     Condition,
@@ -63,7 +65,7 @@ NAME = "walker"
 SPEC: dict[str, Any] = {
     "trainer": {"algorithm": "PPO", "env": "CartPole-v1", "stop": {"timesteps": 1000}}
 }
-ALL_TYPES = {*ConditionType, KUBERAY_AVAILABLE_CONDITION}
+ALL_TYPES = {*ConditionType, KUBERAY_AVAILABLE_CONDITION, UP_TO_DATE_CONDITION}
 
 
 def spec(**changes: Any) -> RLJobSpec:
@@ -334,22 +336,82 @@ def test_a_row_without_a_checkpoint_keeps_the_last_one_and_nan_becomes_null() ->
 # --- Rollout workers preempted ------------------------------------------------------------------
 
 
-def test_preempted_workers_are_counted_and_the_job_keeps_running() -> None:
+def test_preempted_workers_are_counted_once_and_the_job_runs_on_until_refilled() -> None:
     first = running()
-    update = compute_status(spec(), on_cluster(first, workers_disrupted=2))
-    assert update.phase == Phase.RUNNING
+    disrupted = frozenset({"pod-a", "pod-b"})
+    update = compute_status(spec(), on_cluster(first, disrupted_workers=disrupted, workers_short=2))
+    assert update.phase == Phase.PREEMPTED
     assert (update.status.preemptions, update.status.restarts) == (2, 0)
+    assert update.status.preempted_pods == ["pod-a", "pod-b"]
     assert update.action == Nothing()
+    assert update.attempt == first.attempt  # the driver keeps going on the same cluster
     preempted = condition(update, ConditionType.PREEMPTED)
     assert (preempted.status, preempted.reason) == ("True", REASON_WORKER_PREEMPTED)
     assert [(e.type, e.reason) for e in update.events] == [("Warning", REASON_WORKER_PREEMPTED)]
-    assert condition(update, ConditionType.READY).status == "True"
 
-    held = compute_status(spec(), on_cluster(update, seconds=WORKER_PREEMPTED_HOLD_SECONDS - 1))
-    assert condition(held, ConditionType.PREEMPTED).status == "True"
-    assert held.status.preemptions == 2
-    cleared = compute_status(spec(), on_cluster(update, seconds=WORKER_PREEMPTED_HOLD_SECONDS))
-    assert condition(cleared, ConditionType.PREEMPTED).status == "False"
+    # Seen again while KubeRay refills the group: not counted twice, still Preempted.
+    again = compute_status(spec(), on_cluster(update, disrupted_workers=disrupted, workers_short=1))
+    assert (again.phase, again.status.preemptions, again.events) == (Phase.PREEMPTED, 2, ())
+    assert condition(again, ConditionType.PREEMPTED).status == "True"
+
+    # The lost pods are gone and their replacements exist: Running again, and they are forgotten.
+    refilled = compute_status(spec(), on_cluster(again))
+    assert (refilled.phase, refilled.status.preemptions) == (Phase.RUNNING, 2)
+    assert refilled.status.preempted_pods == []
+    assert condition(refilled, ConditionType.PREEMPTED).status == "False"
+    assert condition(refilled, ConditionType.READY).status == "True"
+    assert [(e.type, e.reason) for e in refilled.events] == [("Normal", REASON_WORKERS_REFILLED)]
+
+
+def test_a_new_preemption_while_preempted_is_counted_without_a_transition() -> None:
+    update = compute_status(
+        spec(), on_cluster(running(), disrupted_workers=frozenset({"a"}), workers_short=1)
+    )
+    more = compute_status(
+        spec(), on_cluster(update, disrupted_workers=frozenset({"a", "b"}), workers_short=2)
+    )
+    assert (more.phase, more.status.preemptions) == (Phase.PREEMPTED, 2)
+    assert [(e.type, e.reason) for e in more.events] == [("Warning", REASON_WORKER_PREEMPTED)]
+
+
+def test_workers_preempted_before_the_driver_runs_are_counted_in_provisioning() -> None:
+    update = compute_status(spec(), observe())
+    update = compute_status(
+        spec(),
+        after(
+            update,
+            cluster=cluster(1, ready=False),
+            disrupted_workers=frozenset({"a"}),
+            workers_short=1,
+        ),
+    )
+    assert (update.phase, update.status.preemptions) == (Phase.PROVISIONING, 1)
+    assert [(e.type, e.reason) for e in update.events] == [("Warning", REASON_WORKER_PREEMPTED)]
+
+
+def test_the_cluster_lost_while_workers_are_preempted_is_a_restart() -> None:
+    update = compute_status(
+        spec(), on_cluster(running(), disrupted_workers=frozenset({"a"}), workers_short=1)
+    )
+    lost = compute_status(spec(), after(update, cluster=None, head=None))
+    assert lost.phase == Phase.RESUMING
+    assert lost.status.restarts == 1
+    assert condition(lost, ConditionType.PROGRESSING).reason == REASON_RESTART_BACKOFF
+
+
+# --- A spec edited under a running attempt ------------------------------------------------------
+
+
+def test_a_spec_change_that_needs_a_restart_is_reported_not_applied() -> None:
+    update = compute_status(spec(), on_cluster(running(), stale_spec=("trainer", "image")))
+    up_to_date = condition(update, UP_TO_DATE_CONDITION)
+    assert (up_to_date.status, up_to_date.reason) == ("False", REASON_RESTART_REQUIRED)
+    assert "spec.trainer, spec.image" in up_to_date.message
+    assert "next attempt" in up_to_date.message
+    assert (update.phase, update.action) == (Phase.RUNNING, Nothing())
+    assert condition(compute_status(spec(), on_cluster(update)), UP_TO_DATE_CONDITION).status == (
+        "True"
+    )
 
 
 # --- Head preempted -----------------------------------------------------------------------------

@@ -272,7 +272,7 @@ class Driver:
             },
         }
         path = self.store.save(self.iteration, state, self._meta(optimizer))
-        self.metrics.checkpointed(time.time())
+        self.metrics.checkpointed(time.time(), path)
         return path
 
     def _resume(self, optimizer) -> Path | None:
@@ -291,7 +291,8 @@ class Driver:
         random.setstate(driver["rng"]["python"])
         np.random.set_state(driver["rng"]["numpy"])
         torch.set_rng_state(driver["rng"]["torch"])
-        self.metrics.checkpointed(found.meta["created"])
+        self.metrics.checkpointed(found.meta["created"], found.path)
+        self.metrics.position(self.iteration, optimizer.counters.steps_sampled)
         _truncate_progress(self.run_dir / "progress.jsonl", self.iteration)
         self.report.message(
             f"Resuming from {found.path} (iteration {self.iteration}, "

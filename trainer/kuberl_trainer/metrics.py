@@ -6,7 +6,7 @@ from __future__ import annotations
 import math
 import time
 
-from prometheus_client import CollectorRegistry, Counter, Gauge, start_http_server
+from prometheus_client import CollectorRegistry, Counter, Gauge, Info, start_http_server
 
 LABELS = ("namespace", "job", "algorithm")
 
@@ -44,6 +44,16 @@ class TrainerMetrics:
         self.samples_per_second = gauge(
             "kuberl_samples_per_second", "Env steps sampled per second in the last iteration."
         )
+        # Where the run stands, across resumed runs (the counters above restart with the process):
+        # what the operator reads into the RLJob's status.progress.
+        self.iteration = gauge("kuberl_training_iteration", "Training iterations completed in all.")
+        self.timesteps = gauge("kuberl_training_timesteps", "Env steps sampled in all.")
+        self.last_iteration = gauge(
+            "kuberl_last_iteration_timestamp_seconds", "Unix time the newest iteration ended."
+        )
+        self.checkpoint = Info(
+            "kuberl_checkpoint", "Location of the newest checkpoint.", LABELS, registry=r
+        ).labels(**self.labels)
         self.learner_time = counter("kuberl_learner_seconds_total", "Time spent learning.")
         self.sample_time = counter("kuberl_sample_seconds_total", "Time spent sampling.")
         self.weight_sync_time = counter(
@@ -65,13 +75,20 @@ class TrainerMetrics:
     def serve(self, port: int) -> None:
         start_http_server(port, registry=self.registry)
 
-    def checkpointed(self, when: float) -> None:
+    def checkpointed(self, when: float, path: object) -> None:
         self._last_checkpoint_time = when
         self.last_checkpoint.set(when)
+        self.checkpoint.info({"path": str(path)})
+
+    def position(self, iteration: int, timesteps: int) -> None:
+        self.iteration.set(iteration)
+        self.timesteps.set(timesteps)
 
     def record(self, row: dict, timer_deltas: dict[str, float], new_restarts: int) -> None:
         """Update from one iteration's progress row."""
         self.iterations.inc()
+        self.position(row["iteration"], row["timesteps_total"])
+        self.last_iteration.set(time.time())
         self.steps_sampled.inc(row["timesteps_this_iter"])
         self.steps_trained.inc(row["timesteps_trained_this_iter"])
         self.episodes.inc(row["episodes_this_iter"])
