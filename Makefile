@@ -16,7 +16,7 @@ $(BIN)/python:
 $(INSTALLED): pyproject.toml | $(BIN)/python
 	$(BIN)/python -m pip install --quiet --upgrade pip
 	$(BIN)/python -m pip install --quiet torch==2.13.0
-	$(BIN)/python -m pip install --quiet -e '.[trainer,operator,dev]'
+	$(BIN)/python -m pip install --quiet -e '.[trainer,operator,api,dev]'
 	touch $(INSTALLED)
 
 run: $(INSTALLED)

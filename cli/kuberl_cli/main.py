@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+from enum import StrEnum
 from pathlib import Path
 from typing import Annotated
 
@@ -50,6 +51,60 @@ def train(
     from kuberl_cli.train import train_command
 
     raise typer.Exit(train_command(file, run_dir=run_dir, metrics_port=metrics_port))
+
+
+class BackendName(StrEnum):
+    local = "local"
+    kubernetes = "kubernetes"
+
+
+@app.command()
+def serve(
+    backend: Annotated[
+        BackendName, typer.Option(help="local: trainer processes here; kubernetes: RLJobs.")
+    ] = BackendName.local,
+    host: Annotated[str, typer.Option(help="Address to listen on.")] = "127.0.0.1",
+    port: Annotated[int, typer.Option(help="Port to listen on.", min=1, max=65535)] = 8080,
+    data_dir: Annotated[
+        Path | None,
+        typer.Option(
+            help="Local backend: jobs database, manifests, run directories and logs "
+            "[default: ~/.local/share/kuberl/api]."
+        ),
+    ] = None,
+    token_file: Annotated[
+        Path | None,
+        typer.Option(
+            help="Local backend: accepted bearer tokens, one per line (also KUBERL_API_TOKEN)."
+        ),
+    ] = None,
+    max_running: Annotated[
+        int | None,
+        typer.Option(
+            help="Local backend: trainers running at once; more jobs wait Pending "
+            "[default: half the cores].",
+            min=0,
+        ),
+    ] = None,
+    kubeconfig: Annotated[
+        Path | None,
+        typer.Option(
+            help="Kubernetes backend: kubeconfig file [default: in-cluster config, "
+            "else KUBECONFIG or ~/.kube/config]."
+        ),
+    ] = None,
+    kube_server: Annotated[
+        str | None, typer.Option(help="Kubernetes backend: API server URL (overrides the config).")
+    ] = None,
+) -> None:
+    """Serve the REST API: submit, list, follow, suspend, resume and delete jobs over HTTP."""
+    from kuberl_cli.serve import serve_command
+
+    raise typer.Exit(
+        serve_command(
+            backend.value, host, port, data_dir, token_file, max_running, kubeconfig, kube_server
+        )
+    )
 
 
 if __name__ == "__main__":

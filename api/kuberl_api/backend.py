@@ -1,0 +1,153 @@
+"""What every backend offers the routes, and the errors they raise.
+
+Routes speak only this interface, so the local backend (trainer processes and SQLite) and the
+kubernetes backend (RLJob custom objects) answer the same requests the same way. Errors carry the
+HTTP status and Kubernetes' `Status` reason, so a client reads one error shape whichever backend
+is behind the API.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Literal, NamedTuple, Protocol
+
+from kuberl_operator.spec import RLJob
+
+Verb = Literal["create", "list", "get", "patch", "delete"]
+
+
+class Cause(NamedTuple):
+    """One reason a request was refused: the field it concerns (a dotted path) and why."""
+
+    field: str
+    message: str
+
+
+class ApiError(Exception):
+    """A request the API refuses, with its HTTP status and Kubernetes `Status` reason."""
+
+    def __init__(
+        self, code: int, reason: str, message: str, causes: list[Cause] | None = None
+    ) -> None:
+        super().__init__(message)
+        self.code, self.reason, self.message = code, reason, message
+        self.causes = causes or []
+
+
+def not_found(namespace: str, name: str) -> ApiError:
+    return ApiError(404, "NotFound", f'job "{name}" not found in namespace "{namespace}"')
+
+
+def already_exists(namespace: str, name: str) -> ApiError:
+    return ApiError(409, "AlreadyExists", f'job "{name}" already exists in namespace "{namespace}"')
+
+
+def bad_request(field_path: str, message: str) -> ApiError:
+    return ApiError(400, "BadRequest", f"{field_path}: {message}", [Cause(field_path, message)])
+
+
+class Action(NamedTuple):
+    """What a caller asks to do, in RBAC's terms: a verb on rljobs in a namespace."""
+
+    verb: Verb
+    namespace: str
+    name: str | None = None
+
+
+class Authorizer(Protocol):
+    """Says who may do what; raises ApiError 401 (who are you?) or 403 (not allowed)."""
+
+    async def authorize(self, token: str | None, action: Action) -> None: ...
+
+
+@dataclass(frozen=True)
+class ListQuery:
+    """Filters and the page wanted, as Kubernetes spells them (`labelSelector`, `limit`,
+    `continue`), plus the job's phase."""
+
+    phase: str | None = None
+    label_selector: str | None = None
+    limit: int | None = None
+    continue_token: str | None = None
+
+
+@dataclass(frozen=True)
+class JobPage:
+    """One page of a list; `continue_token` fetches the next, None on the last page."""
+
+    items: list[dict[str, Any]]
+    continue_token: str | None = None
+
+
+@dataclass(frozen=True)
+class JobSummary:
+    """What /metrics reports about one job (bounded labels and two numbers)."""
+
+    namespace: str
+    name: str
+    algorithm: str
+    phase: str
+    episode_return_mean: float | None = None
+    timesteps: int = 0
+
+    @classmethod
+    def of(cls, document: dict[str, Any]) -> JobSummary:
+        """The summary of an RLJob document (as stored or as Kubernetes returns it)."""
+        status = document.get("status") or {}
+        progress = status.get("progress") or {}
+        return cls(
+            namespace=document["metadata"].get("namespace") or "",
+            name=document["metadata"]["name"],
+            algorithm=str(document["spec"]["trainer"]["algorithm"]),
+            phase=status.get("phase") or "Unknown",
+            episode_return_mean=progress.get("episodeReturnMean"),
+            timesteps=int(progress.get("timesteps") or 0),
+        )
+
+
+@dataclass(frozen=True)
+class ProgressRow:
+    """One training iteration of a job's history."""
+
+    iteration: int
+    timesteps: int
+    episode_return_mean: float | None = None
+    evaluation_return_mean: float | None = None
+    samples_per_second: float | None = None
+    time_total_seconds: float | None = None
+
+
+class Backend(Protocol):
+    """Where jobs live and run. Methods raise ApiError for anything the caller should read."""
+
+    name: str
+    """`local` or `kubernetes`, for /readyz and logs."""
+
+    history_source: str
+    """Where GET .../progress gets its rows, in words (shown in the OpenAPI description)."""
+
+    async def start(self) -> None: ...
+
+    async def close(self) -> None: ...
+
+    async def not_ready_reason(self) -> str | None:
+        """None when the backend can serve requests, else why not."""
+        ...
+
+    async def create(self, namespace: str, job: RLJob, document: dict[str, Any]) -> dict[str, Any]:
+        """Stores a validated job (`document` is the manifest as submitted) and returns it."""
+        ...
+
+    async def list(self, namespace: str, query: ListQuery) -> JobPage: ...
+
+    async def get(self, namespace: str, name: str) -> dict[str, Any]: ...
+
+    async def progress(self, namespace: str, name: str) -> list[ProgressRow]: ...
+
+    async def set_suspended(self, namespace: str, name: str, suspend: bool) -> dict[str, Any]: ...
+
+    async def delete(self, namespace: str, name: str) -> dict[str, Any]: ...
+
+    async def logs(self, namespace: str, name: str, tail_lines: int | None) -> str: ...
+
+    async def summaries(self) -> list[JobSummary]: ...

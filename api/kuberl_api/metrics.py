@@ -1,0 +1,101 @@
+"""Prometheus metrics of the API: requests and their latency, and the jobs it serves.
+
+Names follow the project's conventions (`kuberl_` prefix, `_total` and `_seconds` suffixes) under
+`kuberl_api_` so they never collide with the trainer's or the operator's series. Labels are bounded:
+requests by method, route template (never the raw path) and status code; jobs by namespace, job,
+algorithm and phase. Job gauges are rebuilt from the backend at each scrape, so a deleted job's
+series disappear with it.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
+
+from kuberl_api.backend import JobSummary
+
+JOB_LABELS = ("namespace", "job", "algorithm", "phase")
+# Latency buckets for an API answering from memory and SQLite: sub-millisecond to seconds.
+METHODS = frozenset({"GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS"})
+LATENCY_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0)
+
+
+class ApiMetrics:
+    def __init__(self) -> None:
+        self.registry = CollectorRegistry()
+        r = self.registry
+        self.requests = Counter(
+            "kuberl_api_requests_total",
+            "HTTP requests answered, by method, route template and status code.",
+            ("method", "route", "code"),
+            registry=r,
+        )
+        self.latency = Histogram(
+            "kuberl_api_request_duration_seconds",
+            "Time to answer an HTTP request, by method and route template.",
+            ("method", "route"),
+            buckets=LATENCY_BUCKETS,
+            registry=r,
+        )
+        self.jobs = Gauge(
+            "kuberl_api_jobs", "Jobs by namespace and phase.", ("namespace", "phase"), registry=r
+        )
+        self.job_return = Gauge(
+            "kuberl_api_job_episode_return_mean",
+            "Latest mean episode return of each job.",
+            JOB_LABELS,
+            registry=r,
+        )
+        self.job_timesteps = Gauge(
+            "kuberl_api_job_timesteps", "Env steps each job has sampled.", JOB_LABELS, registry=r
+        )
+
+    def observe_request(self, method: str, route: str, code: int, seconds: float) -> None:
+        method = method if method in METHODS else "other"
+        self.requests.labels(method, route, str(code)).inc()
+        self.latency.labels(method, route).observe(seconds)
+
+    def render(self, jobs: list[JobSummary]) -> bytes:
+        """The exposition text, with job series set from `jobs`."""
+        for gauge in (self.jobs, self.job_return, self.job_timesteps):
+            gauge.clear()
+        counts: dict[tuple[str, str], int] = {}
+        for job in jobs:
+            counts[job.namespace, job.phase] = counts.get((job.namespace, job.phase), 0) + 1
+            labels = (job.namespace, job.name, job.algorithm, job.phase)
+            self.job_timesteps.labels(*labels).set(job.timesteps)
+            if job.episode_return_mean is not None:
+                self.job_return.labels(*labels).set(job.episode_return_mean)
+        for (namespace, phase), count in counts.items():
+            self.jobs.labels(namespace, phase).set(count)
+        return generate_latest(self.registry)
+
+
+class RequestMetricsMiddleware:
+    """Counts and times every request (plain ASGI: no per-request task or body buffering)."""
+
+    def __init__(self, app: Any, metrics: ApiMetrics) -> None:
+        self.app, self.metrics = app, metrics
+
+    async def __call__(self, scope: dict, receive: Any, send: Any) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        started = time.perf_counter()
+        status = {"code": 500}
+
+        async def send_recording_status(message: dict) -> None:
+            if message["type"] == "http.response.start":
+                status["code"] = message["status"]
+            await send(message)
+
+        try:
+            await self.app(scope, receive, send_recording_status)
+        finally:
+            route = scope.get("route")
+            template = getattr(route, "path", None) or "unmatched"
+            self.metrics.observe_request(
+                scope["method"], template, status["code"], time.perf_counter() - started
+            )

@@ -1,0 +1,126 @@
+"""Trainer processes of the local backend: the one module that starts, signals and observes them.
+
+Each job runs `python -m kuberl_cli.main train FILE --run-dir DIR` under a small `sh` that records
+the trainer's exit status in a file. The file is what lets an API that restarted learn how a job it
+did not start (so cannot wait for) ended. The `sh` leads a process group of its own (a new
+session), so a signal reaches the trainer and anything it spawned, and the API's death never does.
+The `sh` traps SIGTERM and SIGINT so it outlives the trainer long enough to write the status; a
+trap set to a command (not ignored) is reset in the trainer by exec, which handles them itself.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import subprocess
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+import psutil
+
+_WRAPPER = (
+    'trap : TERM INT; "$@"; code=$?; echo "$code" > "$0.tmp" && mv "$0.tmp" "$0"; exit "$code"'
+)
+# psutil's create_time is rounded differently across calls on some systems; a PID reused by another
+# process starts at least a clock tick later.
+_START_TIME_TOLERANCE_S = 0.05
+
+
+@dataclass(frozen=True)
+class TrainerFiles:
+    """Where one job's trainer reads and writes."""
+
+    manifest: Path
+    run_dir: Path
+    log: Path
+    exit_status: Path
+
+
+@dataclass(frozen=True)
+class Started:
+    """A process the API started: its PID (also its process group) and start time."""
+
+    pid: int
+    started: float
+
+
+class TrainerProcesses:
+    """Starts trainers and tells whether one still runs, including those started before a restart
+    of the API (which it cannot wait for: they were re-parented when the old API died)."""
+
+    def __init__(self) -> None:
+        self._children: dict[int, subprocess.Popen] = {}
+
+    def start(self, files: TrainerFiles) -> Started:
+        files.run_dir.mkdir(parents=True, exist_ok=True)
+        files.exit_status.unlink(missing_ok=True)
+        command = [sys.executable, "-m", "kuberl_cli.main", "train", str(files.manifest)]
+        command += ["--run-dir", str(files.run_dir)]
+        with open(files.log, "ab") as log:
+            child = subprocess.Popen(
+                ["sh", "-c", _WRAPPER, str(files.exit_status), *command],
+                stdin=subprocess.DEVNULL,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
+                env={**os.environ, "PYTHONUNBUFFERED": "1"},
+            )
+        self._children[child.pid] = child
+        return Started(child.pid, _start_time(child.pid) or 0.0)
+
+    def is_ours(self, pid: int, started: float) -> bool:
+        """Whether `pid` is still the process the API started at `started` and has not ended."""
+        if pid in self._children:
+            return self._children[pid].poll() is None
+        try:
+            process = psutil.Process(pid)
+            return (
+                abs(process.create_time() - started) < _START_TIME_TOLERANCE_S
+                and process.status() != psutil.STATUS_ZOMBIE
+            )
+        except psutil.Error:
+            return False
+
+    def signal(self, pid: int, started: float, signum: signal.Signals) -> None:
+        """Sends `signum` to the trainer's process group, if it is still ours."""
+        if self.is_ours(pid, started):
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.killpg(pid, signum)
+
+    def kill(self, pid: int, started: float, timeout_s: float = 10.0) -> None:
+        """Ends the whole process group now and waits until the leader is gone."""
+        if not self.is_ours(pid, started):
+            self._children.pop(pid, None)
+            return
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(pid, signal.SIGKILL)
+        child = self._children.pop(pid, None)
+        if child is not None:
+            child.wait(timeout_s)
+        else:
+            with contextlib.suppress(psutil.Error):
+                psutil.Process(pid).wait(timeout_s)
+
+    def forget(self, pid: int) -> None:
+        """Drops the handle of a child that has ended (after its exit status was read)."""
+        child = self._children.pop(pid, None)
+        if child is not None:
+            child.poll()
+
+
+def read_exit_status(path: Path) -> int | None:
+    """The exit status the wrapper recorded, or None when it recorded none (the trainer and its
+    wrapper were killed, or it still runs)."""
+    try:
+        return int(path.read_text().strip())
+    except (OSError, ValueError):
+        return None
+
+
+def _start_time(pid: int) -> float | None:
+    try:
+        return psutil.Process(pid).create_time()
+    except psutil.Error:
+        return None

@@ -1,0 +1,85 @@
+"""The API's own response shapes (a job itself is the operator's `RLJob` model).
+
+Errors use Kubernetes' `Status` shape, with one `details.causes` entry per bad field, so kubectl
+users and Kubernetes client libraries read them without a second parser. Lists look like
+Kubernetes lists (`items`, `metadata.continue`).
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+from pydantic.alias_generators import to_camel
+
+from kuberl_operator.constants import API_VERSION
+from kuberl_operator.spec import RLJob
+
+
+class _Camel(BaseModel):
+    model_config = ConfigDict(alias_generator=to_camel, populate_by_name=True)
+
+
+class StatusCause(_Camel):
+    field: str = Field(description="Dotted path of the offending field, such as spec.trainer.env.")
+    message: str = Field(description="What is wrong with it and how to fix it.")
+    reason: str = Field("FieldValueInvalid", description="Kubernetes' cause type.")
+
+
+class StatusDetails(_Camel):
+    name: str | None = Field(None, description="The job the error is about, when there is one.")
+    kind: str = Field("rljobs", description="The resource.")
+    causes: list[StatusCause] = Field(default_factory=list, description="One per bad field.")
+
+
+class Status(_Camel):
+    """An error, in the shape of Kubernetes' `Status`."""
+
+    api_version: Literal["v1"] = "v1"
+    kind: Literal["Status"] = "Status"
+    status: Literal["Failure"] = "Failure"
+    code: int = Field(description="The HTTP status code.")
+    reason: str = Field(description="NotFound, AlreadyExists, Invalid, Unauthorized, ...")
+    message: str = Field(description="What went wrong, for people.")
+    details: StatusDetails = Field(default_factory=StatusDetails)
+
+
+class ListMeta(_Camel):
+    continue_: str | None = Field(
+        None,
+        alias="continue",
+        description="Pass as `continue` to get the next page; absent on the last page.",
+    )
+
+
+class RLJobList(_Camel):
+    """A page of jobs, ordered by name."""
+
+    api_version: Literal["kuberl.io/v1alpha1"] = API_VERSION
+    kind: Literal["RLJobList"] = "RLJobList"
+    metadata: ListMeta = Field(default_factory=ListMeta)
+    items: list[RLJob]
+
+
+class ProgressPoint(_Camel):
+    """One training iteration."""
+
+    iteration: int = Field(ge=0, description="Training iterations completed.")
+    timesteps: int = Field(ge=0, description="Env steps sampled in total.")
+    episode_return_mean: float | None = Field(
+        None, description="Mean return of the recent training episodes (null before the first)."
+    )
+    evaluation_return_mean: float | None = Field(
+        None, description="The latest greedy evaluation's mean return, when the job evaluates."
+    )
+    samples_per_second: float | None = Field(None, description="Env steps sampled per second.")
+    time_total_seconds: float | None = Field(None, description="Training time so far.")
+
+
+class ProgressHistory(_Camel):
+    """A job's training progress, oldest iteration first."""
+
+    namespace: str
+    name: str
+    source: str = Field(description="Where the rows come from (depends on the backend).")
+    items: list[ProgressPoint]

@@ -1,0 +1,104 @@
+"""A submitted request body turned into a validated RLJob, or into a 4xx naming every bad field.
+
+The RLJob contract is the operator's (`validate_rljob`); this module only decodes the body by its
+media type and adds the one rule that belongs to a REST path: the job's namespace is the URL's.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from kuberl_api.backend import ApiError, Cause
+from kuberl_operator.spec import RLJob
+from kuberl_operator.validation import InvalidManifest, Problem, parse_yaml_document, validate_rljob
+
+JSON_TYPES = frozenset({"application/json"})
+YAML_TYPES = frozenset({"application/yaml", "application/x-yaml", "text/yaml", "text/x-yaml"})
+MAX_BODY_BYTES = 1024 * 1024
+
+
+def parse_submission(
+    body: bytes, content_type: str | None, namespace: str
+) -> tuple[RLJob, dict[str, Any]]:
+    """The job and the document as submitted (with the URL's namespace), or ApiError: 413 too
+    large, 415 unknown media type, 422 with one cause per problem."""
+    if len(body) > MAX_BODY_BYTES:
+        raise ApiError(413, "RequestEntityTooLarge", f"body over {MAX_BODY_BYTES} bytes")
+    media_type = (content_type or "").split(";")[0].strip().lower()
+    if media_type and media_type not in JSON_TYPES | YAML_TYPES:
+        accepted = ", ".join(sorted(JSON_TYPES | YAML_TYPES))
+        raise ApiError(
+            415, "UnsupportedMediaType", f"Content-Type {media_type} is not one of {accepted}"
+        )
+    try:
+        text = body.decode("utf-8")
+        document = _json(text) if media_type in JSON_TYPES else parse_yaml_document(text)
+    except UnicodeDecodeError:
+        raise invalid([Problem("", "the body is not UTF-8 text")]) from None
+    except InvalidManifest as exc:
+        raise invalid(exc.problems) from None
+    problems = _namespace_problems(document, namespace)
+    document = _as_submitted(document)
+    try:
+        job = validate_rljob(document)
+    except InvalidManifest as exc:
+        raise invalid([*exc.problems, *problems]) from None
+    if problems:
+        raise invalid(problems)
+    document = {**document, "metadata": {**document["metadata"], "namespace": namespace}}
+    return job, document
+
+
+# Set by the server, never by a submission (Kubernetes ignores them on create too).
+SERVER_METADATA = frozenset(
+    {
+        "uid",
+        "resourceVersion",
+        "creationTimestamp",
+        "generation",
+        "deletionTimestamp",
+        "deletionGracePeriodSeconds",
+        "managedFields",
+        "selfLink",
+    }
+)
+
+
+def _as_submitted(document: Any) -> Any:
+    """The document without status and server-set metadata (what a create may set)."""
+    if not isinstance(document, dict):
+        return document
+    document = {key: value for key, value in document.items() if key != "status"}
+    if isinstance(metadata := document.get("metadata"), dict):
+        document["metadata"] = {k: v for k, v in metadata.items() if k not in SERVER_METADATA}
+    return document
+
+
+def invalid(problems: list[Problem]) -> ApiError:
+    """A 422 whose message lists every problem and whose causes name each field."""
+    causes = [Cause(problem.path, problem.message) for problem in problems]
+    summary = "; ".join(str(problem) for problem in problems)
+    return ApiError(422, "Invalid", f"invalid RLJob: {summary}", causes)
+
+
+def _json(text: str) -> Any:
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError as exc:
+        where = f"line {exc.lineno}, column {exc.colno}"
+        raise InvalidManifest([Problem("", f"{where}: not valid JSON: {exc.msg}")]) from None
+
+
+def _namespace_problems(document: Any, namespace: str) -> list[Problem]:
+    metadata = document.get("metadata") if isinstance(document, dict) else None
+    written = metadata.get("namespace") if isinstance(metadata, dict) else None
+    if written is not None and written != namespace:
+        return [
+            Problem(
+                "metadata.namespace",
+                f"{written!r} differs from the namespace in the URL ({namespace!r}): remove it "
+                "or submit to that namespace",
+            )
+        ]
+    return []
