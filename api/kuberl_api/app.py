@@ -113,7 +113,7 @@ def create_app(backend: Backend, authorizer: Authorizer) -> FastAPI:
         jobs,
         status_code=201,
         response_model=RLJob,
-        responses=_errors(409, 413, 415, 422),
+        responses=_errors(404, 409, 413, 415, 422),
         tags=["jobs"],
         openapi_extra={
             "requestBody": {

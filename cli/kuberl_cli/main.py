@@ -107,5 +107,112 @@ def serve(
     )
 
 
+# --- The REST API's client ----------------------------------------------------------------------
+
+Server = Annotated[
+    str | None,
+    typer.Option(
+        help="URL of the kuberl API [env KUBERL_SERVER; default http://127.0.0.1:8080].",
+        show_default=False,
+    ),
+]
+Token = Annotated[
+    str | None,
+    typer.Option(help="Bearer token [env KUBERL_API_TOKEN].", show_default=False),
+]
+Namespace = Annotated[str, typer.Option("--namespace", "-n", help="The jobs' namespace.")]
+JobName = Annotated[str, typer.Argument(help="The job's name.", show_default=False)]
+
+
+def _client(server: str | None, token: str | None, namespace: str):
+    from kuberl_cli.client import Client
+
+    return Client.from_options(server, token, namespace)
+
+
+@app.command()
+def submit(
+    file: ManifestFile, server: Server = None, token: Token = None, namespace: Namespace = "default"
+) -> None:
+    """Submit an RLJob manifest to the kuberl API."""
+    from kuberl_cli import client
+
+    raise typer.Exit(client.run(client.submit, _client(server, token, namespace), file))
+
+
+@app.command()
+def jobs(
+    phase: Annotated[str | None, typer.Option(help="Only jobs in this phase.")] = None,
+    selector: Annotated[
+        str | None, typer.Option("--selector", "-l", help="Label selector, as in kubectl.")
+    ] = None,
+    server: Server = None,
+    token: Token = None,
+    namespace: Namespace = "default",
+) -> None:
+    """List the namespace's jobs with their phase and latest progress."""
+    from kuberl_cli import client
+
+    raise typer.Exit(client.run(client.jobs, _client(server, token, namespace), phase, selector))
+
+
+@app.command()
+def status(
+    name: JobName, server: Server = None, token: Token = None, namespace: Namespace = "default"
+) -> None:
+    """Show a job's phase, conditions and latest progress."""
+    from kuberl_cli import client
+
+    raise typer.Exit(client.run(client.status, _client(server, token, namespace), name))
+
+
+@app.command()
+def logs(
+    name: JobName,
+    tail: Annotated[int | None, typer.Option(help="Only the last N lines.", min=0)] = None,
+    server: Server = None,
+    token: Token = None,
+    namespace: Namespace = "default",
+) -> None:
+    """Print a job's trainer output (local backend)."""
+    from kuberl_cli import client
+
+    raise typer.Exit(client.run(client.logs, _client(server, token, namespace), name, tail))
+
+
+@app.command()
+def suspend(
+    name: JobName, server: Server = None, token: Token = None, namespace: Namespace = "default"
+) -> None:
+    """Suspend a job: its trainer checkpoints and stops."""
+    from kuberl_cli import client
+
+    raise typer.Exit(
+        client.run(client.set_suspended, _client(server, token, namespace), name, True)
+    )
+
+
+@app.command()
+def resume(
+    name: JobName, server: Server = None, token: Token = None, namespace: Namespace = "default"
+) -> None:
+    """Resume a suspended job from its newest checkpoint."""
+    from kuberl_cli import client
+
+    raise typer.Exit(
+        client.run(client.set_suspended, _client(server, token, namespace), name, False)
+    )
+
+
+@app.command()
+def delete(
+    name: JobName, server: Server = None, token: Token = None, namespace: Namespace = "default"
+) -> None:
+    """Delete a job, stopping its trainer."""
+    from kuberl_cli import client
+
+    raise typer.Exit(client.run(client.delete, _client(server, token, namespace), name))
+
+
 if __name__ == "__main__":
     app()

@@ -1,0 +1,192 @@
+"""The kubernetes backend: jobs are RLJob custom objects, and Kubernetes decides who may do what.
+
+Each request's bearer token goes to a TokenReview and each action to a SubjectAccessReview on
+rljobs in the URL's namespace (the verb RBAC would check), so a user can do through the API exactly
+what `kubectl` would let them do; the API's own ServiceAccount needs only the reviews and rljobs.
+The operator is the only writer of `.status`: this backend writes the spec (create, merge patch of
+`spec.suspend`) and deletes, nothing else.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from kuberl_api.backend import (
+    Action,
+    ApiError,
+    JobPage,
+    JobSummary,
+    ListQuery,
+    ProgressRow,
+    already_exists,
+    not_found,
+)
+from kuberl_api.kube import KubeClient, KubeConfig, KubeError
+from kuberl_api.selectors import matches, parse_label_selector
+from kuberl_operator.spec import RLJob
+
+
+class KubernetesAuthorizer:
+    """TokenReview, then SubjectAccessReview, for every request."""
+
+    def __init__(self, client: KubeClient) -> None:
+        self.client = client
+
+    async def authorize(self, token: str | None, action: Action) -> None:
+        if not token:
+            raise ApiError(
+                401, "Unauthorized", "missing bearer token: send 'Authorization: Bearer <token>'"
+            )
+        try:
+            review = await self.client.review_token(token)
+            if not review.get("authenticated"):
+                error = review.get("error")
+                raise ApiError(
+                    401, "Unauthorized", f"invalid bearer token{': ' + error if error else ''}"
+                )
+            user = review.get("user") or {}
+            access = await self.client.review_access(
+                user, action.verb, action.namespace, action.name
+            )
+        except KubeError as exc:
+            raise upstream_error(exc) from None
+        if not access.get("allowed"):
+            who = user.get("username") or "the caller"
+            target = f'rljobs "{action.name}"' if action.name else "rljobs"
+            why = f": {access['reason']}" if access.get("reason") else ""
+            raise ApiError(
+                403,
+                "Forbidden",
+                f'{who} cannot {action.verb} {target} in namespace "{action.namespace}"{why}',
+            )
+
+
+class KubernetesBackend:
+    name = "kubernetes"
+    history_source = (
+        "the RLJob's .status.progress (the newest iteration only: Kubernetes keeps no history; "
+        "the per-iteration series are in Prometheus)"
+    )
+
+    def __init__(self, config: KubeConfig) -> None:
+        self.client = KubeClient(config)
+        self.authorizer = KubernetesAuthorizer(self.client)
+
+    async def start(self) -> None:
+        return None
+
+    async def close(self) -> None:
+        await self.client.close()
+
+    async def not_ready_reason(self) -> str | None:
+        try:
+            if not await self.client.served():
+                return "the RLJob CRD (rljobs.kuberl.io) is not installed"
+        except KubeError as exc:
+            return exc.message
+        return None
+
+    async def create(self, namespace: str, job: RLJob, document: dict[str, Any]) -> dict[str, Any]:
+        try:
+            return await self.client.request("POST", self.client.rljobs_path(namespace), document)
+        except KubeError as exc:
+            if exc.code == 404:  # the namespace, or the CRD, is missing
+                raise ApiError(404, "NotFound", f"Kubernetes: {exc.message}") from None
+            raise _job_error(exc, namespace, job.name) from None
+
+    async def list(self, namespace: str, query: ListQuery) -> JobPage:
+        requirements = parse_label_selector(query.label_selector)
+        params = {}
+        if query.label_selector:
+            params["labelSelector"] = query.label_selector
+        if query.limit:
+            params["limit"] = str(query.limit)
+        if query.continue_token:
+            params["continue"] = query.continue_token
+        try:
+            answer = await self.client.request(
+                "GET", self.client.rljobs_path(namespace), params=params
+            )
+        except KubeError as exc:
+            raise _job_error(exc, namespace, None) from None
+        # Custom resources cannot be selected by status fields: the phase is filtered here, so a
+        # page may hold fewer than `limit` jobs (as with Kubernetes' own field selectors).
+        items = [
+            item
+            for item in answer.get("items") or []
+            if matches(requirements, item.get("metadata", {}).get("labels") or {})
+            and (query.phase is None or (item.get("status") or {}).get("phase") == query.phase)
+        ]
+        return JobPage(items, (answer.get("metadata") or {}).get("continue") or None)
+
+    async def get(self, namespace: str, name: str) -> dict[str, Any]:
+        try:
+            return await self.client.request("GET", self.client.rljobs_path(namespace, name))
+        except KubeError as exc:
+            raise _job_error(exc, namespace, name) from None
+
+    async def progress(self, namespace: str, name: str) -> list[ProgressRow]:
+        progress = ((await self.get(namespace, name)).get("status") or {}).get("progress") or {}
+        if not progress.get("iteration"):
+            return []
+        return [
+            ProgressRow(
+                iteration=int(progress["iteration"]),
+                timesteps=int(progress.get("timesteps") or 0),
+                episode_return_mean=progress.get("episodeReturnMean"),
+                samples_per_second=progress.get("samplesPerSecond"),
+            )
+        ]
+
+    async def set_suspended(self, namespace: str, name: str, suspend: bool) -> dict[str, Any]:
+        try:
+            return await self.client.request(
+                "PATCH",
+                self.client.rljobs_path(namespace, name),
+                {"spec": {"suspend": suspend}},
+                content_type="application/merge-patch+json",
+            )
+        except KubeError as exc:
+            raise _job_error(exc, namespace, name) from None
+
+    async def delete(self, namespace: str, name: str) -> dict[str, Any]:
+        job = await self.get(namespace, name)
+        try:
+            await self.client.request("DELETE", self.client.rljobs_path(namespace, name))
+        except KubeError as exc:
+            raise _job_error(exc, namespace, name) from None
+        return job
+
+    async def logs(self, namespace: str, name: str, tail_lines: int | None) -> str:
+        await self.get(namespace, name)
+        raise ApiError(
+            501,
+            "NotImplemented",
+            "the kubernetes backend does not serve logs: read the driver's output with "
+            f"kubectl logs on the head pod of the job's Ray cluster (label kuberl.io/job={name})",
+        )
+
+    async def summaries(self) -> list[JobSummary]:
+        try:
+            answer = await self.client.request("GET", self.client.rljobs_path())
+        except KubeError:
+            return []  # /metrics still answers (request metrics) while Kubernetes is away
+        return [JobSummary.of(item) for item in answer.get("items") or []]
+
+
+def _job_error(exc: KubeError, namespace: str, name: str | None) -> ApiError:
+    if exc.code == 404 and name:
+        return not_found(namespace, name)
+    if exc.code == 409 and name:
+        return already_exists(namespace, name)
+    if exc.code in (400, 422):
+        return ApiError(422, "Invalid", f"Kubernetes refused the job: {exc.message}")
+    return upstream_error(exc)
+
+
+def upstream_error(exc: KubeError) -> ApiError:
+    """Kubernetes failing the API itself (unreachable, or its ServiceAccount lacks a right): not
+    the caller's fault, so 503 when unreachable and 500 otherwise, with Kubernetes' words."""
+    if exc.code == 0:
+        return ApiError(503, "ServiceUnavailable", exc.message)
+    return ApiError(500, "InternalError", f"Kubernetes answered {exc.code}: {exc.message}")
