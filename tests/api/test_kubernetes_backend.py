@@ -1,0 +1,173 @@
+"""The kubernetes backend over real HTTP against the emulated Kubernetes API: TokenReview says who
+calls, SubjectAccessReview what RBAC allows them, and RLJobs are custom objects there."""
+
+import kmock
+import pytest
+from apiserver import ApiClient, ApiServer, small_job
+
+pytestmark = pytest.mark.timeout(120)
+
+TOKENS = {
+    "alice-token": {"username": "alice", "uid": "1", "groups": ["system:authenticated"]},
+    "bob-token": {"username": "bob", "uid": "2", "groups": ["system:authenticated"]},
+}
+# RBAC as the emulated cluster's reviews answer it: alice may do anything with rljobs in team-a,
+# bob may only read them there.
+ALLOWED = {
+    ("alice", "team-a"): {"create", "get", "list", "patch", "delete"},
+    ("bob", "team-a"): {"get", "list"},
+}
+
+
+@pytest.fixture
+def cluster(kube_api):
+    """The emulated Kubernetes API with the RLJob CRD and review endpoints; `reviews` records
+    every SubjectAccessReview's resourceAttributes."""
+    kube_api.register_crd()
+    reviews = []
+
+    def token_review(request):
+        user = TOKENS.get(request.data["spec"]["token"])
+        status = {"authenticated": True, "user": user} if user else {"authenticated": False}
+        return {"apiVersion": "authentication.k8s.io/v1", "kind": "TokenReview", "status": status}
+
+    def access_review(request):
+        spec = request.data["spec"]
+        attributes = spec["resourceAttributes"]
+        reviews.append({"user": spec["user"], **attributes})
+        allowed = (
+            attributes["group"] == "kuberl.io"
+            and attributes["resource"] == "rljobs"
+            and attributes["verb"] in ALLOWED.get((spec["user"], attributes["namespace"]), ())
+        )
+        status = {"allowed": allowed, **({} if allowed else {"reason": "no RBAC rule allows it"})}
+        return {"kind": "SubjectAccessReview", "status": status}
+
+    async def react():
+        api = kube_api.api
+        api[kmock.action.CREATE, kmock.resource("authentication.k8s.io", "v1", "tokenreviews")] << (
+            token_review
+        )
+        (
+            api[
+                kmock.action.CREATE,
+                kmock.resource("authorization.k8s.io", "v1", "subjectaccessreviews"),
+            ]
+            << access_review
+        )
+
+    kube_api.call(react)
+    kube_api.reviews = reviews
+    return kube_api
+
+
+@pytest.fixture
+def api(cluster, tmp_path):
+    server = ApiServer(tmp_path / "unused", "--backend", "kubernetes", "--kube-server", cluster.url)
+    with server:
+        yield server
+
+
+def test_authentication_and_authorization_follow_kubernetes(api, cluster):
+    anonymous, stranger = ApiClient(api.url), ApiClient(api.url, "stolen-token")
+    alice, bob = ApiClient(api.url, "alice-token"), ApiClient(api.url, "bob-token")
+    job = small_job("shared")
+
+    assert anonymous.submit(job, "team-a").status_code == 401
+    response = stranger.submit(job, "team-a")
+    assert response.status_code == 401 and "invalid bearer token" in response.json()["message"]
+
+    response = bob.submit(job, "team-a")
+    assert response.status_code == 403
+    assert response.json()["message"] == (
+        'bob cannot create rljobs in namespace "team-a": no RBAC rule allows it'
+    )
+    assert cluster.list(cluster.rljobs("team-a")) == []  # nothing created
+
+    response = alice.submit(job, "team-a")
+    assert response.status_code == 201, response.text
+    stored = cluster.get(cluster.rljobs("team-a", "shared"))
+    assert stored["spec"]["trainer"]["stop"] == job["spec"]["trainer"]["stop"]
+    assert "status" not in stored  # the operator writes status, never the API
+    assert alice.submit(job, "team-a").status_code == 409
+
+    assert bob.job("shared", "team-a")["metadata"]["name"] == "shared"
+    listed = bob.request("GET", bob.jobs("team-a")).json()["items"]
+    assert [item["metadata"]["name"] for item in listed] == ["shared"]
+    assert bob.request("GET", bob.jobs("team-b")).status_code == 403
+    assert bob.request("POST", bob.jobs("team-a", "shared", "suspend")).status_code == 403
+    assert bob.request("DELETE", bob.jobs("team-a", "shared")).status_code == 403
+
+    response = alice.request("POST", alice.jobs("team-a", "shared", "suspend"))
+    assert response.status_code == 200 and response.json()["spec"]["suspend"] is True
+    assert cluster.get(cluster.rljobs("team-a", "shared"))["spec"]["suspend"] is True
+    response = alice.request("POST", alice.jobs("team-a", "shared", "resume"))
+    assert response.status_code == 200
+    assert cluster.get(cluster.rljobs("team-a", "shared"))["spec"]["suspend"] is False
+
+    verbs = [(r["user"], r["verb"], r["namespace"], r.get("name")) for r in cluster.reviews]
+    assert ("bob", "create", "team-a", None) in verbs
+    assert ("bob", "get", "team-a", "shared") in verbs
+    assert ("bob", "list", "team-b", None) in verbs
+    assert ("alice", "patch", "team-a", "shared") in verbs
+    assert ("bob", "delete", "team-a", "shared") in verbs
+
+    assert alice.request("DELETE", alice.jobs("team-a", "shared")).status_code == 200
+    assert cluster.list(cluster.rljobs("team-a")) == []
+    assert alice.request("GET", alice.jobs("team-a", "shared")).status_code == 404
+
+
+def test_status_progress_and_filters_come_from_the_rljob(api, cluster):
+    alice = ApiClient(api.url, "alice-token")
+    for name, team in (("first", "rl"), ("second", "vision")):
+        assert alice.submit(small_job(name, team=team), "team-a").status_code == 201
+    assert alice.request("GET", alice.jobs("team-a", "first", "progress")).json()["items"] == []
+
+    # The operator's write of the status subresource.
+    progress = {"iteration": 7, "timesteps": 896, "episodeReturnMean": 31.5}
+    cluster.patch(
+        cluster.rljobs("team-a", "first") + "/status",
+        {"status": {"phase": "Running", "progress": progress}},
+    )
+    history = alice.request("GET", alice.jobs("team-a", "first", "progress")).json()
+    assert [(r["iteration"], r["timesteps"], r["episodeReturnMean"]) for r in history["items"]] == [
+        (7, 896, 31.5)
+    ]
+    assert ".status.progress" in history["source"]
+
+    def names(**params):
+        response = alice.request("GET", alice.jobs("team-a"), params=params)
+        return [item["metadata"]["name"] for item in response.json()["items"]]
+
+    assert names(phase="Running") == ["first"]
+    assert names(labelSelector="team=vision") == ["second"]
+
+    response = alice.request("GET", alice.jobs("team-a", "first", "logs"))
+    assert response.status_code == 501 and "kubectl logs" in response.json()["message"]
+
+    broken = small_job("broken")
+    broken["spec"]["trainer"]["algorithm"] = "PPOO"
+    response = alice.submit(broken, "team-a")
+    assert response.status_code == 422
+    assert response.json()["details"]["causes"][0]["field"] == "spec.trainer.algorithm"
+
+    metrics = alice.request("GET", "/metrics").text
+    assert 'kuberl_api_jobs{namespace="team-a",phase="Running"} 1.0' in metrics
+    assert (
+        'kuberl_api_job_episode_return_mean{algorithm="PPO",job="first",namespace="team-a",'
+        'phase="Running"} 31.5'
+    ) in metrics
+
+
+def test_not_ready_without_the_crd(kube_api, tmp_path):
+    server = ApiServer(
+        tmp_path / "unused", "--backend", "kubernetes", "--kube-server", kube_api.url
+    )
+    server.process = None
+    with pytest.raises(AssertionError, match="timed out"):
+        server.start(ready_timeout=3)
+    try:
+        response = ApiClient(server.url).request("GET", "/readyz")
+        assert response.status_code == 503 and "CRD" in response.text
+    finally:
+        server.stop()
