@@ -210,7 +210,6 @@ def create_app(backend: Backend, authorizer: Authorizer) -> FastAPI:
 
     @app.get(
         job + "/logs",
-        response_class=PlainTextResponse,
         responses={
             **_errors(404, 501),
             200: {"content": {"text/plain": {"schema": {"type": "string"}}}},
