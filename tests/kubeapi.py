@@ -437,13 +437,14 @@ class KubeAPIClient:
         return self.create("/apis/apiextensions.k8s.io/v1/customresourcedefinitions", crd)
 
     @contextlib.contextmanager
-    def kopf(self, registry: Any, **options: Any) -> Iterator[threading.Thread]:
+    def kopf(self, registry: Any, login: bool = True, **options: Any) -> Iterator[threading.Thread]:
         """Runs kopf for real (`kopf.operator`, standalone, in namespace "default" unless
-        `options` say otherwise) in a thread of its own, with `registry`'s handlers and a login
-        handler for this server; waits until it is ready, stops it on exit."""
+        `options` say otherwise) in a thread of its own, with `registry`'s handlers and (unless
+        `login` is False: the registry logs in itself) a login handler for this server; waits
+        until it is ready, stops it on exit."""
         import kopf
 
-        if getattr(registry, "_kube_api_url", None) != self.url:
+        if login and getattr(registry, "_kube_api_url", None) != self.url:
             registry._kube_api_url = self.url
 
             @kopf.on.login(registry=registry)
@@ -462,6 +463,21 @@ class KubeAPIClient:
             stop.set()
             thread.join(10)
             assert not thread.is_alive(), "kopf did not stop"
+
+    def kubeconfig(self, path: Path) -> Path:
+        """Writes a kubeconfig for this server (as `kubectl config` would) and returns its path."""
+        cluster = {"name": "emulated", "cluster": {"server": self.url}}
+        context = {"cluster": "emulated", "user": "tester", "namespace": "default"}
+        config = {
+            "apiVersion": "v1",
+            "kind": "Config",
+            "clusters": [cluster],
+            "users": [{"name": "tester", "user": {"token": "emulated"}}],
+            "contexts": [{"name": "emulated", "context": context}],
+            "current-context": "emulated",
+        }
+        path.write_text(yaml.safe_dump(config))
+        return path
 
     @staticmethod
     def rljobs(namespace: str = "default", name: str = "") -> str:

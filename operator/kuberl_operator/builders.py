@@ -76,6 +76,8 @@ after a worker is preempted, but restarts from scratch if its head is lost.
 
 from __future__ import annotations
 
+import hashlib
+import json
 import math
 import shlex
 from typing import Any, NamedTuple
@@ -85,9 +87,7 @@ import yaml
 from kuberl_operator.constants import (
     ATTEMPT_LABEL,
     GPU_RESOURCE,
-    JOB_CONFIG_DIR,
     JOB_CONFIG_FILE,
-    JOB_CONFIG_PATH,
     JOB_LABEL,
     KUEUE_QUEUE_LABEL,
     MANAGED_BY,
@@ -109,6 +109,9 @@ from kuberl_operator.settings import OperatorSettings
 from kuberl_operator.spec import IntOrPercent, RLJob, RolloutWorkers, SpotProvider, Toleration
 
 Object = dict[str, Any]
+
+# On the RayCluster: the hashes of the spec fields it was built from (`spec_hashes`).
+SPEC_HASHES_ANNOTATION = "kuberl.io/spec-hashes"
 
 # `[k]uberl train` matches the driver's command line but not this shell's, which holds the pattern
 # itself (a plain "kuberl train" would make pkill signal the hook's own shell).
@@ -183,7 +186,7 @@ def driver_entrypoint(job: RLJob, settings: OperatorSettings) -> str:
         [
             "kuberl",
             "train",
-            JOB_CONFIG_PATH,
+            f"{settings.job_config_dir}/{JOB_CONFIG_FILE}",
             "--run-dir",
             run_dir(job, settings),
             "--metrics-port",
@@ -379,7 +382,7 @@ def _head_volumes(job: RLJob, settings: OperatorSettings) -> list[tuple[Object, 
     # The manifest directory is mounted whole (no subPath), so edits of the job reach the file.
     manifest = (
         {"name": "job-config", "configMap": {"name": child_names(job).job_config}},
-        {"name": "job-config", "mountPath": JOB_CONFIG_DIR, "readOnly": True},
+        {"name": "job-config", "mountPath": settings.job_config_dir, "readOnly": True},
     )
     claim = job.spec.storage.persistent_volume_claim if job.spec.storage else None
     if claim is None:
@@ -476,10 +479,12 @@ def build_ray_cluster(
         )
     labels = child_labels(job) | {ATTEMPT_LABEL: str(attempt)}
     queue = {KUEUE_QUEUE_LABEL: job.queue_name} if job.queue_name else {}
+    metadata = _metadata(job, child_names(job).ray_cluster, labels | queue)
+    metadata["annotations"] = {SPEC_HASHES_ANNOTATION: json.dumps(spec_hashes(job))}
     return {
         "apiVersion": "ray.io/v1",
         "kind": "RayCluster",
-        "metadata": _metadata(job, child_names(job).ray_cluster, labels | queue),
+        "metadata": metadata,
         "spec": {
             "rayVersion": job.spec.ray_version,
             "enableInTreeAutoscaling": False,
@@ -556,6 +561,41 @@ def build_children(
     ]
 
 
+# --- Spec edits under a running attempt ---------------------------------------------------------
+
+# What the operator itself acts on: an edit of these applies at once, with no new Ray cluster.
+APPLIED_IN_PLACE = frozenset(
+    {"suspend", "restartPolicy", "activeDeadlineSeconds", "ttlSecondsAfterFinished"}
+)
+
+
+def spec_hashes(job: RLJob) -> dict[str, str]:
+    """A short hash of each spec field the Ray cluster and the driver are built from (every field
+    but APPLIED_IN_PLACE), kept on the RayCluster so a later edit of one can be named."""
+    spec = job.spec.model_dump(mode="json", by_alias=True)
+    return {
+        key: hashlib.sha256(json.dumps(value, sort_keys=True).encode()).hexdigest()[:12]
+        for key, value in sorted(spec.items())
+        if key not in APPLIED_IN_PLACE
+    }
+
+
+def stale_spec(job: RLJob, ray_cluster: Object) -> tuple[str, ...]:
+    """The spec fields edited since `ray_cluster` was built (they apply on the next attempt).
+    A cluster without the annotation (made by hand, or by an older operator) reports none."""
+    annotation = (ray_cluster.get("metadata", {}).get("annotations") or {}).get(
+        SPEC_HASHES_ANNOTATION
+    )
+    try:
+        built = json.loads(annotation) if annotation else {}
+    except ValueError:
+        return ()
+    if not isinstance(built, dict):
+        return ()
+    now = spec_hashes(job)
+    return tuple(key for key in sorted(now.keys() | built.keys()) if now.get(key) != built.get(key))
+
+
 # --- Falling back to on-demand rollout workers --------------------------------------------------
 
 
@@ -586,3 +626,20 @@ def fallback_replicas(
         return 0
     missing = min(pending_spot_pods, workers.replicas)
     return max(0, missing - max_unavailable(workers.spot.max_unavailable, workers.replicas))
+
+
+def scale_on_demand(ray_cluster: Object, replicas: int) -> list[Object]:
+    """A JSON patch setting the on-demand rollout group's replicas, or [] when it has them
+    already (or the cluster has no such group). The `test` op makes the patch fail, rather than
+    resize another group, if the groups were reordered since `ray_cluster` was read."""
+    groups = ray_cluster.get("spec", {}).get("workerGroupSpecs") or []
+    for index, group in enumerate(groups):
+        if group.get("groupName") == ROLLOUT_ON_DEMAND_GROUP:
+            if group.get("replicas") == replicas:
+                return []
+            path = f"/spec/workerGroupSpecs/{index}"
+            return [
+                {"op": "test", "path": f"{path}/groupName", "value": ROLLOUT_ON_DEMAND_GROUP},
+                {"op": "replace", "path": f"{path}/replicas", "value": replicas},
+            ]
+    return []

@@ -12,7 +12,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from kuberl_operator.constants import GPU_TYPE_LABEL
+from kuberl_operator.constants import GPU_TYPE_LABEL, JOB_CONFIG_DIR, RAY_DASHBOARD_PORT
 from kuberl_operator.spec import DNS_LABEL_PATTERN, IMAGE_PATTERN, LABEL_KEY_PATTERN, Quantity
 
 ENV_PREFIX = "KUBERL_"
@@ -61,6 +61,42 @@ class OperatorSettings(BaseModel):
     run_dir_root: str = Field("/kuberl/runs", pattern=r"^(/[^/:\s]+)+$")
     """Directory in the head pod (an emptyDir volume) holding the run directories of jobs without
     spec.storage.persistentVolumeClaim (KUBERL_RUN_DIR_ROOT)."""
+
+    job_config_dir: str = Field(JOB_CONFIG_DIR, pattern=r"^(/[^/:\s]+)+$")
+    """Directory in the head pod where the job's ConfigMap (its manifest, job.yaml) is mounted
+    (KUBERL_JOB_CONFIG_DIR)."""
+
+    ray_dashboard_url: str = Field(
+        f"http://{{cluster}}-head-svc.{{namespace}}.svc:{RAY_DASHBOARD_PORT}",
+        pattern=r"^https?://\S+$",
+    )
+    """URL of a job's Ray Jobs API, with {cluster} and {namespace} filled in: the head's
+    ClusterIP Service (KubeRay names it <cluster>-head-svc) unless the operator reaches heads
+    another way (KUBERL_RAY_DASHBOARD_URL)."""
+
+    trainer_metrics_url: str = Field(
+        "http://{cluster}-head-svc.{namespace}.svc:{port}/metrics", pattern=r"^https?://\S+$"
+    )
+    """URL of a job's driver metrics, with {cluster}, {namespace} and {port} (the
+    trainer_metrics_port) filled in: the operator reads the job's progress there
+    (KUBERL_TRAINER_METRICS_URL)."""
+
+    poll_seconds: float = Field(5.0, gt=0, le=30)
+    """How often the operator looks at each active job (its pods, its driver, its progress), on
+    top of reacting to edits at once (KUBERL_POLL_SECONDS); progress reaches the status within
+    this plus one metrics read."""
+
+    metrics_port: int = Field(8080, ge=0, le=65535)
+    """Port of the operator's own Prometheus metrics (/metrics); 0 turns them off
+    (KUBERL_METRICS_PORT)."""
+
+    def dashboard_url(self, cluster: str, namespace: str) -> str:
+        return self.ray_dashboard_url.format(cluster=cluster, namespace=namespace)
+
+    def metrics_url(self, cluster: str, namespace: str) -> str:
+        return self.trainer_metrics_url.format(
+            cluster=cluster, namespace=namespace, port=self.trainer_metrics_port
+        )
 
     @classmethod
     def from_env(cls, environ: Mapping[str, str]) -> OperatorSettings:

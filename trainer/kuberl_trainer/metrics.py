@@ -37,6 +37,7 @@ class TrainerMetrics:
         self.steps_trained = counter("kuberl_env_steps_trained_total", "Env steps trained on.")
         self.episodes = counter("kuberl_episodes_total", "Episodes finished while sampling.")
         self.episode_return = gauge("kuberl_episode_return_mean", "Mean recent episode return.")
+        self.episode_return.set(math.nan)  # no episode has finished yet: not a return of 0
         self.episode_length = gauge("kuberl_episode_length_mean", "Mean recent episode length.")
         self.evaluation_return = gauge(
             "kuberl_evaluation_return_mean", "Mean return of the last greedy evaluation."

@@ -1,0 +1,198 @@
+"""Pure readings of what the reconciler fetched: Kubernetes objects and the driver's metrics in,
+the plain values of `status.Observed` out. No I/O here, so every reading is unit-tested on
+objects shaped as KubeRay and the kubelet write them.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable
+from datetime import UTC, datetime
+from typing import Any
+
+from prometheus_client.parser import text_string_to_metric_families
+
+from kuberl_operator.constants import (
+    ATTEMPT_LABEL,
+    RAY_HEAD_NODE_TYPE,
+    RAY_NODE_TYPE_LABEL,
+    ROLLOUT_GROUP,
+)
+from kuberl_operator.status import HeadFate, ObservedCluster, ObservedHead, ObservedProgress
+
+Object = dict[str, Any]
+
+# Pod reasons the node lifecycle controller and the kubelet give a pod whose node went away
+# (clusters without the DisruptionTarget condition, before Kubernetes 1.26, say only this).
+NODE_GONE_REASONS = frozenset({"NodeLost", "NodeShutdown", "Terminated"})
+# KubeRay labels every pod of a worker group with the group's name.
+RAY_GROUP_LABEL = "ray.io/group"
+
+
+def parse_time(value: str | None) -> datetime | None:
+    if not value:
+        return None
+    return datetime.fromisoformat(value.replace("Z", "+00:00"))
+
+
+def _condition(obj: Object, type_: str) -> Object | None:
+    conditions = (obj.get("status") or {}).get("conditions") or []
+    return next((c for c in conditions if c.get("type") == type_), None)
+
+
+def _labels(obj: Object) -> dict[str, str]:
+    return obj.get("metadata", {}).get("labels") or {}
+
+
+def cluster_attempt(ray_cluster: Object) -> int:
+    """The attempt a RayCluster serves (its `kuberl.io/attempt` label); 0 when unlabelled."""
+    try:
+        return int(_labels(ray_cluster).get(ATTEMPT_LABEL, "0"))
+    except ValueError:
+        return 0
+
+
+def observed_cluster(ray_cluster: Object, head_pod: Object | None) -> ObservedCluster:
+    """KubeRay's view of the cluster (`.status.state`, or its HeadPodReady condition) and
+    whether the head pod is Ready."""
+    state = (ray_cluster.get("status") or {}).get("state")
+    head_ready_condition = _condition(ray_cluster, "HeadPodReady")
+    if state is None and head_ready_condition and head_ready_condition.get("status") == "True":
+        state = "ready"  # KubeRay >= 1.2 may leave the deprecated state empty
+    ready = head_pod is not None and pod_ready(head_pod)
+    return ObservedCluster(
+        name=ray_cluster["metadata"]["name"],
+        attempt=cluster_attempt(ray_cluster),
+        state=state,
+        head_ready=ready,
+    )
+
+
+def pod_ready(pod: Object) -> bool:
+    ready = _condition(pod, "Ready")
+    return (
+        ready is not None
+        and ready.get("status") == "True"
+        and not pod["metadata"].get("deletionTimestamp")
+    )
+
+
+def disruption(pod: Object) -> str | None:
+    """Why a pod was preempted, in words, or None: a DisruptionTarget condition (preemption,
+    eviction, taint manager, pod GC after its node went away) or a node-gone reason."""
+    target = _condition(pod, "DisruptionTarget")
+    if target is not None and target.get("status") == "True":
+        detail = target.get("message") or ""
+        return f"{target.get('reason') or 'DisruptionTarget'}" + (f": {detail}" if detail else "")
+    reason = (pod.get("status") or {}).get("reason")
+    if reason in NODE_GONE_REASONS:
+        return f"{reason}: its node is gone"
+    return None
+
+
+def _terminated_with_error(pod: Object) -> str | None:
+    for container in (pod.get("status") or {}).get("containerStatuses") or []:
+        terminated = (container.get("state") or {}).get("terminated")
+        if terminated and terminated.get("exitCode", 0) != 0:
+            return (
+                f"container {container.get('name')} exited {terminated.get('exitCode')}"
+                f" ({terminated.get('reason') or 'Error'})"
+            )
+    return None
+
+
+def observed_head(pod: Object | None) -> ObservedHead | None:
+    """What became of the head pod: preempted, failed (Failed phase, a container exited with an
+    error, or deleted), or running; None while it does not exist."""
+    if pod is None:
+        return None
+    preempted = disruption(pod)
+    if preempted:
+        return ObservedHead(HeadFate.PREEMPTED, preempted)
+    status = pod.get("status") or {}
+    if status.get("phase") == "Failed":
+        why = status.get("message") or status.get("reason") or "pod Failed"
+        return ObservedHead(HeadFate.FAILED, why)
+    crashed = _terminated_with_error(pod)
+    if crashed:
+        return ObservedHead(HeadFate.FAILED, crashed)
+    if pod["metadata"].get("deletionTimestamp"):
+        return ObservedHead(HeadFate.FAILED, "the pod was deleted")
+    return ObservedHead(HeadFate.RUNNING)
+
+
+def head_pod(pods: Iterable[Object]) -> Object | None:
+    """The cluster's head pod; the newest one if KubeRay has made a replacement already."""
+    heads = [p for p in pods if _labels(p).get(RAY_NODE_TYPE_LABEL) == RAY_HEAD_NODE_TYPE]
+    return max(heads, key=lambda p: p["metadata"].get("creationTimestamp") or "", default=None)
+
+
+def worker_pods(pods: Iterable[Object]) -> list[Object]:
+    return [p for p in pods if _labels(p).get(RAY_NODE_TYPE_LABEL) not in (None, "head")]
+
+
+def desired_workers(ray_cluster: Object) -> int:
+    groups = ray_cluster.get("spec", {}).get("workerGroupSpecs") or []
+    return sum(int(g.get("replicas") or 0) for g in groups)
+
+
+def workers(ray_cluster: Object, pods: Iterable[Object]) -> tuple[frozenset[str], int]:
+    """(UIDs of the preempted worker pods, how many worker pods the cluster lacks): KubeRay refills
+    a group by creating pods, so a group is whole again once pods that were not preempted, and
+    are not being deleted, number its replicas (Pending ones included)."""
+    disrupted, live = set(), 0
+    for pod in worker_pods(pods):
+        if disruption(pod):
+            disrupted.add(pod["metadata"]["uid"])
+        elif not pod["metadata"].get("deletionTimestamp"):
+            live += 1
+    return frozenset(disrupted), max(0, desired_workers(ray_cluster) - live)
+
+
+def pending_spot_workers(pods: Iterable[Object], now: datetime) -> tuple[int, float]:
+    """(Pending pods of the spot rollout group, seconds the oldest of them has been Pending)."""
+    pending = [
+        p
+        for p in worker_pods(pods)
+        if _labels(p).get(RAY_GROUP_LABEL) == ROLLOUT_GROUP
+        and (p.get("status") or {}).get("phase", "Pending") == "Pending"
+        and not p["metadata"].get("deletionTimestamp")
+    ]
+    created = [parse_time(p["metadata"].get("creationTimestamp")) or now for p in pending]
+    oldest = max(((now - t).total_seconds() for t in created), default=0.0)
+    return len(pending), oldest
+
+
+# --- The driver's progress, from its Prometheus metrics -------------------------------------------
+
+
+def progress_from_metrics(text: str) -> ObservedProgress | None:
+    """The driver's newest iteration, as its metrics report it (kuberl_training_iteration,
+    kuberl_training_timesteps, kuberl_episode_return_mean, kuberl_samples_per_second,
+    kuberl_last_iteration_timestamp_seconds, kuberl_checkpoint_info); None before the first
+    iteration of this run and before a resumed run has reported anything."""
+    values: dict[str, float] = {}
+    checkpoint = None
+    for family in text_string_to_metric_families(text):
+        for sample in family.samples:
+            if sample.name == "kuberl_checkpoint_info":
+                checkpoint = sample.labels.get("path") or checkpoint
+            else:
+                values[sample.name] = sample.value
+    when = values.get("kuberl_last_iteration_timestamp_seconds")
+    iteration = values.get("kuberl_training_iteration")
+    if not when or iteration is None:
+        return None
+    row = {
+        "iteration": int(iteration),
+        "timesteps_total": int(values.get("kuberl_training_timesteps", 0)),
+        "episode_return_mean": _finite(values.get("kuberl_episode_return_mean")),
+        "samples_per_s": _finite(values.get("kuberl_samples_per_second")),
+    }
+    return ObservedProgress(
+        row=row, time=datetime.fromtimestamp(when, UTC), last_checkpoint=checkpoint
+    )
+
+
+def _finite(value: float | None) -> float | None:
+    return value if value is not None and math.isfinite(value) else None

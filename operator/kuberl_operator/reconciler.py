@@ -1,0 +1,322 @@
+"""One reconcile of one RLJob: observe, `compute_status`, write the status and Events, act.
+
+The reconciler holds no state of its own that matters for correctness: the attempt, the counters
+and the backoff clock live in the RLJob's status, the Ray cluster's attempt in its label, and the
+driver's submission in the Ray Jobs API under an id fixed per attempt. So an operator restarted at
+any point picks up where it was, without duplicate children or submissions. (It caches the Ray
+auth tokens it read and whether KubeRay is installed, both re-read when missing.)
+
+Order matters once: the status is written before the action is carried out, so an attempt number
+is on record before its Ray cluster exists, and a crash in between only repeats the action.
+"""
+
+from __future__ import annotations
+
+import base64
+import logging
+import math
+import secrets
+import time
+from collections.abc import Mapping
+from datetime import UTC, datetime
+from typing import Any
+
+import aiohttp
+import kopf
+
+from kuberl_operator import builders
+from kuberl_operator.constants import (
+    API_VERSION,
+    KIND,
+    KUBERAY_RECHECK_SECONDS,
+    PLURAL,
+    RAY_AUTH_TOKEN_SECRET_KEY,
+    RAY_CLUSTER_LABEL,
+)
+from kuberl_operator.kube import Kube, KubeError, path
+from kuberl_operator.metrics import OperatorMetrics
+from kuberl_operator.observe import (
+    head_pod,
+    observed_cluster,
+    observed_head,
+    pending_spot_workers,
+    progress_from_metrics,
+    workers,
+)
+from kuberl_operator.ray_jobs import RayJobsClient, RayJobsError
+from kuberl_operator.settings import OperatorSettings
+from kuberl_operator.spec import Phase, RLJob, RLJobStatus
+from kuberl_operator.status import (
+    TERMINAL,
+    Action,
+    CreateCluster,
+    DeleteCluster,
+    DeleteJob,
+    DriverState,
+    Nothing,
+    Observed,
+    ObservedDriver,
+    Requeue,
+    StatusUpdate,
+    SubmitDriver,
+    compute_status,
+)
+from kuberl_operator.validation import InvalidManifest, validate_rljob
+
+RAY_CLUSTERS = ("ray.io/v1", "rayclusters")
+# A job that waits for nothing but an edit (suspended) is still looked at now and then.
+IDLE_SECONDS = 300.0
+
+logger = logging.getLogger(__name__)
+
+
+def read_job(body: Mapping[str, Any]) -> tuple[RLJob | None, tuple[str, ...]]:
+    """The RLJob as the operator validates it (kmock and a cluster without the CRD's schema accept
+    anything), or the problems, each naming its field."""
+    meta = body.get("metadata", {})
+    document = {
+        "apiVersion": body.get("apiVersion"),
+        "kind": body.get("kind"),
+        "metadata": {
+            key: meta[key] for key in ("name", "namespace", "labels", "annotations") if key in meta
+        },
+        "spec": body.get("spec"),
+    }
+    try:
+        return validate_rljob(document), ()
+    except InvalidManifest as exc:
+        return None, tuple(str(problem) for problem in exc.problems)
+
+
+def read_status(raw: Mapping[str, Any] | None) -> RLJobStatus:
+    """The status the operator wrote last; fields it does not know (another writer's) are
+    ignored rather than lost counts."""
+    known = {field.alias or name for name, field in RLJobStatus.model_fields.items()}
+    return RLJobStatus.model_validate({k: v for k, v in (raw or {}).items() if k in known})
+
+
+def status_patch(status: RLJobStatus) -> dict[str, Any]:
+    """A merge patch that makes the stored status equal `status` (None values delete keys)."""
+    return {"status": status.model_dump(mode="json", by_alias=True)}
+
+
+class Reconciler:
+    """Reconciles RLJobs with one Kubernetes client, one settings value and one metrics registry."""
+
+    def __init__(self, kube: Kube, settings: OperatorSettings, metrics: OperatorMetrics):
+        self.kube, self.settings, self.metrics = kube, settings, metrics
+        self._kuberay: tuple[bool, float] = (False, -math.inf)  # (installed, when checked)
+        self._tokens: dict[tuple[str, str], str] = {}
+        self._http: aiohttp.ClientSession | None = None
+
+    async def close(self) -> None:
+        if self._http is not None:
+            await self._http.close()
+        await self.kube.close()
+
+    async def reconcile(self, body: Mapping[str, Any]) -> float | None:
+        """Reconcile once; the seconds until the job should be looked at again, or None when
+        there is nothing left to do for it (finished, no TTL)."""
+        started = time.perf_counter()
+        try:
+            return await self._reconcile(body)
+        except (KubeError, RayJobsError):
+            self.metrics.reconcile_errors.labels(namespace=body["metadata"]["namespace"]).inc()
+            raise
+        finally:
+            self.metrics.reconcile_duration.observe(time.perf_counter() - started)
+
+    def forget(self, namespace: str, name: str) -> None:
+        """The RLJob is gone."""
+        self._tokens.pop((namespace, name), None)
+        self.metrics.forget(namespace, name)
+
+    # --- Observe ---------------------------------------------------------------------------------
+
+    async def _reconcile(self, body: Mapping[str, Any]) -> float | None:
+        meta = body["metadata"]
+        namespace, name = meta["namespace"], meta["name"]
+        status = read_status(body.get("status"))
+        job, problems = read_job(body)
+        now = datetime.now(UTC)
+        found: dict[str, Any] = {}
+        ray_cluster = pods = None
+        kuberay = await self._kuberay_available() if job else True
+        if job is not None and kuberay:
+            ray_cluster = await self.kube.get(path(*RAY_CLUSTERS, namespace, name))
+            if ray_cluster is not None:
+                pods = await self.kube.list(
+                    path("v1", "pods", namespace), {RAY_CLUSTER_LABEL: name}
+                )
+                found = await self._observe_cluster(job, status, ray_cluster, pods)
+        observed = Observed(
+            status=status,
+            generation=int(meta.get("generation") or 1),
+            now=now,
+            kuberay_available=kuberay,
+            spec_problems=problems,
+            **found,
+        )
+        update = compute_status(job.spec if job else None, observed)
+        if update.status != status:
+            await self.kube.merge_patch(
+                path(API_VERSION, PLURAL, namespace, name, "status"), status_patch(update.status)
+            )
+        self.metrics.observed(namespace, name, status, update.status)
+        for event in update.events:
+            kopf.event(dict(body), type=event.type, reason=event.reason, message=event.message)
+        if job is not None and ray_cluster is not None and update.phase not in TERMINAL:
+            await self._fall_back_to_on_demand(job, ray_cluster, pods or [], now)
+        return await self._act(update, body, job)
+
+    async def _kuberay_available(self) -> bool:
+        installed, checked = self._kuberay
+        if installed or time.monotonic() - checked < KUBERAY_RECHECK_SECONDS / 2:
+            return installed
+        installed = await self.kube.serves(*RAY_CLUSTERS)
+        self._kuberay = (installed, time.monotonic())
+        return installed
+
+    async def _observe_cluster(
+        self, job: RLJob, status: RLJobStatus, ray_cluster: dict, pods: list[dict]
+    ) -> dict[str, Any]:
+        """What the cluster says; the head, workers and driver only for the current attempt's
+        cluster (a stale one is only in the way)."""
+        head = head_pod(pods)
+        cluster = observed_cluster(ray_cluster, head)
+        found: dict[str, Any] = {"cluster": cluster}
+        attempt = status.attempt or cluster.attempt
+        if cluster.attempt != attempt:
+            return found
+        disrupted, short = workers(ray_cluster, pods)
+        found.update(
+            head=observed_head(head),
+            disrupted_workers=disrupted,
+            workers_short=short,
+            stale_spec=builders.stale_spec(job, ray_cluster),
+        )
+        if cluster.ready:
+            found["driver"] = await self._driver(job, attempt)
+            if found["driver"] is not None and found["driver"].state == DriverState.RUNNING:
+                found["progress"] = await self._progress(job)
+        return found
+
+    async def _jobs_client(self, job: RLJob) -> RayJobsClient | None:
+        token = await self._token(job)
+        if token is None:
+            return None
+        url = self.settings.dashboard_url(job.name, job.metadata.namespace or "default")
+        return RayJobsClient(url, token)
+
+    async def _driver(self, job: RLJob, attempt: int) -> ObservedDriver | None:
+        client = await self._jobs_client(job)
+        if client is None:
+            return None
+        try:
+            found = await client.status(builders.submission_id(job, attempt))
+        except RayJobsError as exc:
+            logger.info("%s: %s", job.name, exc)  # the head is coming up or going away
+            return None
+        return None if found is None else ObservedDriver(DriverState(found.status), found.message)
+
+    async def _progress(self, job: RLJob):
+        url = self.settings.metrics_url(job.name, job.metadata.namespace or "default")
+        if self._http is None:
+            self._http = aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=5))
+        try:
+            async with self._http.get(url) as response:
+                if response.status != 200:
+                    return None
+                return progress_from_metrics(await response.text())
+        except (aiohttp.ClientError, TimeoutError, ValueError) as exc:
+            logger.info("%s: no progress from %s: %s", job.name, url, exc)
+            return None
+
+    async def _token(self, job: RLJob) -> str | None:
+        key = (job.metadata.namespace or "default", job.name)
+        if key not in self._tokens:
+            secret = await self.kube.get(
+                path("v1", "secrets", key[0], builders.child_names(job).auth_secret)
+            )
+            data = (secret or {}).get("data") or {}
+            if RAY_AUTH_TOKEN_SECRET_KEY not in data:
+                return None
+            self._tokens[key] = base64.b64decode(data[RAY_AUTH_TOKEN_SECRET_KEY]).decode()
+        return self._tokens[key]
+
+    # --- Act -------------------------------------------------------------------------------------
+
+    async def _act(
+        self, update: StatusUpdate, body: Mapping[str, Any], job: RLJob | None
+    ) -> float | None:
+        action: Action = update.action
+        namespace, name = body["metadata"]["namespace"], body["metadata"]["name"]
+        poll = self.settings.poll_seconds
+        match action:
+            case CreateCluster(attempt=attempt):
+                assert job is not None
+                await self._create_children(body, job, attempt)
+                return poll
+            case SubmitDriver(attempt=attempt):
+                assert job is not None
+                await self._submit(job, attempt)
+                return poll
+            case DeleteCluster():
+                await self.kube.delete(path(*RAY_CLUSTERS, namespace, name))
+                return poll
+            case DeleteJob():
+                await self.kube.delete(path(API_VERSION, PLURAL, namespace, name))
+                return None
+            case Requeue(after_seconds=seconds):
+                return max(seconds, 0.5)
+            case Nothing():
+                if update.phase in TERMINAL:
+                    return None
+                return IDLE_SECONDS if update.phase == Phase.SUSPENDED else poll
+        raise AssertionError(f"unknown action {action!r}")
+
+    async def _create_children(self, body: Mapping[str, Any], job: RLJob, attempt: int) -> None:
+        """Create what the attempt runs on, each unless it exists; the job's manifest is updated
+        in place, so the attempt's driver trains the spec as it is now."""
+        namespace = job.metadata.namespace or "default"
+        token = await self._token(job) or secrets.token_urlsafe(32)
+        children = builders.build_children(job, self.settings, attempt, token)
+        owner = {"apiVersion": API_VERSION, "kind": KIND, "metadata": body["metadata"]}
+        kopf.append_owner_reference(children, owner=owner)
+        for child in children:
+            api_version, plural = child["apiVersion"], _PLURALS[child["kind"]]
+            created = await self.kube.create(path(api_version, plural, namespace), child)
+            if created is None and child["kind"] == "ConfigMap":
+                child_path = path(api_version, plural, namespace, child["metadata"]["name"])
+                await self.kube.merge_patch(child_path, {"data": child["data"]})
+        self._tokens.pop((namespace, job.name), None)  # read back: the Secret may have existed
+
+    async def _submit(self, job: RLJob, attempt: int) -> None:
+        client = await self._jobs_client(job)
+        if client is None:
+            raise RayJobsError(f"{job.name}: the Ray auth Secret is missing")
+        submission = builders.submission_id(job, attempt)
+        entrypoint = builders.driver_entrypoint(job, self.settings)
+        metadata = {"kuberl.io/job": job.name, "kuberl.io/attempt": str(attempt)}
+        if await client.submit(submission, entrypoint, metadata):
+            logger.info("%s: submitted the driver as %s", job.name, submission)
+
+    async def _fall_back_to_on_demand(
+        self, job: RLJob, ray_cluster: dict, pods: list[dict], now: datetime
+    ) -> None:
+        pending, pending_for = pending_spot_workers(pods, now)
+        replicas = builders.fallback_replicas(job, pending, pending_for, self.settings)
+        operations = builders.scale_on_demand(ray_cluster, replicas)
+        if operations:
+            name = ray_cluster["metadata"]["name"]
+            await self.kube.json_patch(
+                path(*RAY_CLUSTERS, job.metadata.namespace or "default", name), operations
+            )
+
+
+_PLURALS = {
+    "Secret": "secrets",
+    "ConfigMap": "configmaps",
+    "RayCluster": "rayclusters",
+    "PodDisruptionBudget": "poddisruptionbudgets",
+}

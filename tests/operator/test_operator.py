@@ -1,0 +1,355 @@
+"""The operator end to end: kopf running for real (handlers.py) against the emulated Kubernetes API,
+drivers submitted to a real Ray head on loopback and training for real.
+
+Nothing here plays the operator's part. The tests play KubeRay's and the kubelet's (`KubeRay`
+below): they bring a RayCluster's pods up and mark it ready, mount the job's ConfigMap where the
+head reads it, refill worker groups, complete evictions, and stop a deleted cluster's driver the
+way its head's preStop hook does. All clusters map to the one real Ray head, whose token the
+tests give each job's auth Secret before the operator would generate one.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import re
+import threading
+import time
+import urllib.request
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import kopf
+import pytest
+import requests
+from rayhead import running_ray_head
+
+from kuberl_operator.handlers import registry
+from kuberl_operator.settings import OperatorSettings
+from testkit import free_port
+
+pytestmark = pytest.mark.slow
+
+RAYCLUSTERS = "/apis/ray.io/v1/namespaces/default/rayclusters"
+PODS = "/api/v1/namespaces/default/pods"
+SECRETS = "/api/v1/namespaces/default/secrets"
+CONFIGMAPS = "/api/v1/namespaces/default/configmaps"
+PDBS = "/apis/policy/v1/namespaces/default/poddisruptionbudgets"
+EVENTS = "/api/v1/namespaces/default/events"
+RAYCLUSTER_CRD = {
+    "apiVersion": "apiextensions.k8s.io/v1",
+    "kind": "CustomResourceDefinition",
+    "metadata": {"name": "rayclusters.ray.io"},
+    "spec": {
+        "group": "ray.io",
+        "scope": "Namespaced",
+        "names": {"kind": "RayCluster", "plural": "rayclusters", "singular": "raycluster"},
+        "versions": [
+            {
+                "name": "v1",
+                "served": True,
+                "storage": True,
+                "subresources": {"status": {}},
+                "schema": {
+                    "openAPIV3Schema": {
+                        "type": "object",
+                        "x-kubernetes-preserve-unknown-fields": True,
+                    }
+                },
+            }
+        ],
+    },
+}
+
+
+def wait_until(condition: Callable[[], Any], timeout: float = 60, what: str = "") -> Any:
+    deadline = time.monotonic() + timeout
+    while not (result := condition()):
+        assert time.monotonic() < deadline, f"timed out waiting for {what or condition}"
+        time.sleep(0.1)
+    return result
+
+
+def rljob(name: str, **spec: Any) -> dict:
+    trainer = {
+        "algorithm": "PPO",
+        "env": "CartPole-v1",
+        "seed": 0,
+        "stop": {"timesteps": 20_000},
+        "hyperparameters": {"rollout_length": 64, "num_epochs": 4},
+        "checkpoint": {"everyIterations": 5},
+    }
+    return {
+        "apiVersion": "kuberl.io/v1alpha1",
+        "kind": "RLJob",
+        "metadata": {"name": name},
+        "spec": {"trainer": trainer, "rolloutWorkers": {"replicas": 0}, **spec},
+    }
+
+
+def pod(name: str, cluster: dict, node_type: str, group: str) -> dict:
+    meta = cluster["metadata"]
+    owner = {"apiVersion": "ray.io/v1", "kind": "RayCluster", "name": meta["name"]}
+    return {
+        "metadata": {
+            "name": name,
+            "labels": {
+                "ray.io/cluster": meta["name"],
+                "ray.io/node-type": node_type,
+                "ray.io/group": group,
+            },
+            "ownerReferences": [owner | {"uid": meta["uid"], "controller": True}],
+        },
+        "spec": {"containers": [{"name": "ray", "image": "ray"}]},
+    }
+
+
+RUNNING_READY = {
+    "phase": "Running",
+    "conditions": [{"type": "Ready", "status": "True"}],
+}
+
+
+class KubeRay:
+    """KubeRay and the kubelet, as far as the operator can tell, in a thread of their own."""
+
+    def __init__(self, api_url: str, ray_url: str, ray_token: str, config_dir: Path):
+        self.api, self.ray_url, self.config_dir = api_url, ray_url, config_dir
+        self.http = requests.Session()
+        self.ray = requests.Session()
+        self.ray.headers["Authorization"] = f"Bearer {ray_token}"
+        self.hold = threading.Event()  # set: new clusters are not brought up
+        self.up: dict[str, dict] = {}  # uid -> cluster, for clusters brought up
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="kuberay", daemon=True)
+        self._pods = 0
+
+    def __enter__(self) -> KubeRay:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *_: Any) -> None:
+        self._stop.set()
+        self._thread.join(10)
+
+    def _run(self) -> None:
+        while not self._stop.wait(0.2):
+            with contextlib.suppress(requests.RequestException):
+                self.step()
+
+    def get(self, path: str, **params: str) -> Any:
+        return self.http.get(self.api + path, params=params, timeout=10).json()
+
+    def step(self) -> None:
+        clusters = {c["metadata"]["uid"]: c for c in self.get(RAYCLUSTERS)["items"]}
+        for uid, cluster in clusters.items():
+            if uid not in self.up and not self.hold.is_set() and not cluster["spec"]["suspend"]:
+                self.bring_up(cluster)
+                self.up[uid] = cluster
+        for uid in [uid for uid in self.up if uid not in clusters]:
+            self.stop_drivers(self.up.pop(uid))  # the head's preStop hook
+        for cluster in self.up.values():
+            self.evict_and_refill(cluster)
+
+    def bring_up(self, cluster: dict) -> None:
+        name = cluster["metadata"]["name"]
+        config = self.get(f"{CONFIGMAPS}/{name}-job")
+        self.config_dir.mkdir(parents=True, exist_ok=True)
+        (self.config_dir / "job.yaml").write_text(config["data"]["job.yaml"])
+        self.create_pod(cluster, "head", "headgroup")
+        self.evict_and_refill(cluster)
+        ready = {"state": "ready", "conditions": [{"type": "HeadPodReady", "status": "True"}]}
+        self.patch(f"{RAYCLUSTERS}/{name}/status", {"status": ready})
+
+    def create_pod(self, cluster: dict, node_type: str, group: str) -> None:
+        self._pods += 1
+        name = f"{cluster['metadata']['name']}-{group}-{self._pods}"
+        self.http.post(self.api + PODS, json=pod(name, cluster, node_type, group), timeout=10)
+        self.patch(f"{PODS}/{name}/status", {"status": RUNNING_READY})
+
+    def evict_and_refill(self, cluster: dict) -> None:
+        name = cluster["metadata"]["name"]
+        pods = self.get(PODS, labelSelector=f"ray.io/cluster={name},ray.io/node-type=worker")
+        for group in cluster["spec"].get("workerGroupSpecs") or []:
+            members = [
+                p
+                for p in pods["items"]
+                if p["metadata"]["labels"]["ray.io/group"] == group["groupName"]
+            ]
+            live = 0
+            for member in members:
+                conditions = member.get("status", {}).get("conditions", [])
+                if any(c["type"] == "DisruptionTarget" for c in conditions):
+                    self.http.delete(f"{self.api}{PODS}/{member['metadata']['name']}", timeout=10)
+                else:
+                    live += 1
+            for _ in range(group["replicas"] - live):
+                self.create_pod(cluster, "worker", group["groupName"])
+
+    def stop_drivers(self, cluster: dict) -> None:
+        name = cluster["metadata"]["name"]
+        attempt = cluster["metadata"]["labels"]["kuberl.io/attempt"]
+        for job in self.ray.get(f"{self.ray_url}/api/jobs/", timeout=10).json():
+            if job["submission_id"] == f"{name}-{attempt}" and job["status"] == "RUNNING":
+                self.ray.post(f"{self.ray_url}/api/jobs/{job['submission_id']}/stop", timeout=10)
+
+    def patch(self, path: str, body: dict) -> None:
+        headers = {"Content-Type": "application/merge-patch+json"}
+        self.http.patch(self.api + path, json=body, headers=headers, timeout=10)
+
+    def submissions(self, name: str) -> list[str]:
+        jobs = self.ray.get(f"{self.ray_url}/api/jobs/", timeout=10).json()
+        return sorted(j["submission_id"] for j in jobs if j["submission_id"].startswith(f"{name}-"))
+
+
+@pytest.fixture(scope="module")
+def ray_head():
+    # Ray's job stop waits this long between SIGTERM and SIGKILL: the driver's checkpoint time, as
+    # the head pod's termination grace period gives it.
+    with running_ray_head(num_cpus=2, RAY_JOB_STOP_WAIT_TIME_S="30") as head:
+        yield head
+
+
+class Cluster:
+    """The emulated API, KubeRay, and a way to run (and restart) the operator."""
+
+    def __init__(self, kube_api: Any, kuberay: KubeRay, settings: OperatorSettings, token: str):
+        self.kube_api, self.kuberay, self.settings, self.token = kube_api, kuberay, settings, token
+
+    @contextlib.contextmanager
+    def operator(self) -> Iterator[None]:
+        with self.kube_api.kopf(registry, login=False, memo=kopf.Memo(settings=self.settings)):
+            yield
+
+    def submit(self, job: dict, own_token: bool = True) -> dict:
+        """Create the RLJob; with `own_token` first its auth Secret (the Ray head's token)."""
+        name = job["metadata"]["name"]
+        if own_token:
+            secret = {
+                "metadata": {"name": f"{name}-ray-auth"},
+                "stringData": {"auth_token": self.token},
+            }
+            self.kube_api.create(SECRETS, secret)
+        return self.kube_api.create(self.kube_api.rljobs(), job)
+
+    def job(self, name: str) -> dict:
+        return self.kube_api.get(self.kube_api.rljobs(name=name))
+
+    def status(self, name: str) -> dict:
+        return self.job(name).get("status") or {}
+
+    def wait_phase(self, name: str, phase: str, timeout: float = 90) -> dict:
+        def reached() -> dict | None:
+            status = self.status(name)
+            assert status.get("phase") != "Failed" or phase == "Failed", status
+            return status if status.get("phase") == phase else None
+
+        return wait_until(reached, timeout, f"{name} to be {phase}")
+
+    def condition(self, name: str, type_: str) -> dict:
+        return next(c for c in self.status(name)["conditions"] if c["type"] == type_)
+
+    def events(self, name: str) -> list[tuple[str, str]]:
+        return [
+            (e["type"], e["reason"])
+            for e in self.kube_api.list(EVENTS)
+            if e["involvedObject"]["name"] == name and e["involvedObject"]["kind"] == "RLJob"
+        ]
+
+    def clusters(self, name: str) -> list[dict]:
+        return [c for c in self.kube_api.list(RAYCLUSTERS) if c["metadata"]["name"] == name]
+
+
+@pytest.fixture
+def cluster(kube_api, ray_head, tmp_path, monkeypatch) -> Iterator[Cluster]:
+    ray_url, token = ray_head
+    metrics_port = free_port()
+    settings = OperatorSettings(
+        ray_dashboard_url=ray_url,
+        trainer_metrics_port=free_port(),
+        trainer_metrics_url="http://127.0.0.1:{port}/metrics",
+        run_dir_root=str(tmp_path / "runs"),
+        job_config_dir=str(tmp_path / "etc"),
+        poll_seconds=0.5,
+        metrics_port=metrics_port,
+    )
+    monkeypatch.setenv("KUBECONFIG", str(kube_api.kubeconfig(tmp_path / "kubeconfig")))
+    kube_api.register_crd()
+    kube_api.create("/apis/apiextensions.k8s.io/v1/customresourcedefinitions", RAYCLUSTER_CRD)
+    with KubeRay(kube_api.url, ray_url, token, tmp_path / "etc") as kuberay:
+        yield Cluster(kube_api, kuberay, settings, token)
+
+
+def metric(port: int, name: str, **labels: str) -> float | None:
+    text = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5).read().decode()
+    for line in text.splitlines():
+        match = re.fullmatch(rf"{name}(?:\{{(.*)\}})? (\S+)", line)
+        if match and all(f'{k}="{v}"' in (match.group(1) or "") for k, v in labels.items()):
+            return float(match.group(2))
+    return None
+
+
+# --- Scenarios -----------------------------------------------------------------------------------
+
+
+def test_a_job_trains_on_its_ray_cluster_to_success(cluster: Cluster):
+    with cluster.operator():
+        created = cluster.submit(rljob("solo"))
+        [ray_cluster] = wait_until(lambda: cluster.clusters("solo"), 30, "the RayCluster")
+        owner = ray_cluster["metadata"]["ownerReferences"][0]
+        assert (owner["kind"], owner["uid"]) == ("RLJob", created["metadata"]["uid"])
+        assert ray_cluster["metadata"]["labels"]["kuberl.io/attempt"] == "1"
+        assert cluster.kube_api.get(f"{CONFIGMAPS}/solo-job")["metadata"]["ownerReferences"]
+        assert cluster.kube_api.get(f"{PDBS}/solo-head")["metadata"]["ownerReferences"]
+
+        running = cluster.wait_phase("solo", "Running")
+        assert running["attempt"] == 1 and running["rayCluster"] == "solo"
+        assert running["startTime"]
+        progress = wait_until(
+            lambda: cluster.status("solo").get("progress", {}).get("iteration"), 60, "progress"
+        )
+        assert progress >= 1
+
+        done = cluster.wait_phase("solo", "Succeeded", timeout=120)
+        assert done["completionTime"] and done["restarts"] == 0
+        assert done["progress"]["timesteps"] > 0 and done["progress"]["lastUpdateTime"]
+        complete = cluster.condition("solo", "Complete")
+        assert (complete["status"], complete["reason"]) == ("True", "DriverSucceeded")
+        wait_until(lambda: not cluster.clusters("solo"), 10, "the RayCluster deleted")
+        assert cluster.kuberay.submissions("solo") == ["solo-1"]
+        events = cluster.events("solo")
+        for reason in ("Provisioning", "DriverRunning", "DriverSucceeded"):
+            assert ("Normal", reason) in events, events
+
+        port = cluster.settings.metrics_port
+        assert metric(port, "kuberl_operator_jobs", phase="Succeeded") == 1
+        assert metric(port, "kuberl_operator_reconcile_duration_seconds_count") > 0
+
+        cluster.kube_api.delete(cluster.kube_api.rljobs(name="solo"))
+        wait_until(
+            lambda: (
+                cluster.kube_api.get(cluster.kube_api.rljobs(name="solo"), check=False).get("code")
+                == 404
+            ),
+            20,
+            "the RLJob gone",
+        )
+        for path in (f"{CONFIGMAPS}/solo-job", f"{PDBS}/solo-head"):
+            assert cluster.kube_api.get(path, check=False)["code"] == 404, path
+        # The auth Secret was the test's own (made before the job): not the job's to delete.
+        assert cluster.kube_api.get(f"{SECRETS}/solo-ray-auth")["data"]["auth_token"]
+
+
+def test_an_invalid_job_fails_naming_the_field_and_creates_nothing(cluster: Cluster):
+    job = rljob("broken")
+    job["spec"]["trainer"]["hyperparameters"]["lerning_rate"] = 0.1
+    with cluster.operator():
+        cluster.submit(job, own_token=False)
+        failed = cluster.wait_phase("broken", "Failed", timeout=30)
+        condition = cluster.condition("broken", "Failed")
+        assert condition["reason"] == "InvalidSpec"
+        assert "spec.trainer.hyperparameters.lerning_rate" in condition["message"]
+        assert failed["completionTime"]
+        assert ("Warning", "InvalidSpec") in cluster.events("broken")
+        assert cluster.clusters("broken") == []
+        assert cluster.kube_api.get(f"{SECRETS}/broken-ray-auth", check=False)["code"] == 404
