@@ -1,0 +1,94 @@
+"""The API's pure parts: selectors, continue tokens, token files, the phase of an ended trainer,
+and the rule that an unauthenticated API serves on loopback only."""
+
+import pytest
+
+from kuberl_api.auth import load_tokens
+from kuberl_api.backend import ApiError
+from kuberl_api.local import outcome
+from kuberl_api.selectors import (
+    decode_continue,
+    encode_continue,
+    matches,
+    parse_label_selector,
+)
+from kuberl_operator.spec import Phase
+from testkit import free_port, run_kuberl
+
+LABELS = {"team": "rl", "tier": "gold"}
+
+
+@pytest.mark.parametrize(
+    ("selector", "expected"),
+    [
+        ("", True),
+        ("team=rl", True),
+        ("team==rl,tier=gold", True),
+        ("team!=rl", False),
+        ("team in (rl, vision)", True),
+        ("tier notin (gold)", False),
+        ("canary", False),
+        ("!canary,team", True),
+        ("missing!=x", True),
+    ],
+)
+def test_label_selectors(selector, expected):
+    assert matches(parse_label_selector(selector), LABELS) is expected
+
+
+@pytest.mark.parametrize("selector", ["team in rl", "=x", "a b", "team in ()"])
+def test_malformed_selectors_are_400(selector):
+    with pytest.raises(ApiError) as error:
+        parse_label_selector(selector)
+    assert error.value.code == 400 and error.value.causes[0].field == "labelSelector"
+
+
+def test_continue_tokens_round_trip_and_reject_forgeries():
+    assert decode_continue(encode_continue("job-7")) == "job-7"
+    assert decode_continue(None) is None
+    for forged in ("%%%", "bm9wZQ==", encode_continue("x")[:-4]):
+        with pytest.raises(ApiError):
+            decode_continue(forged)
+
+
+def test_tokens_from_a_file_and_the_environment(tmp_path):
+    path = tmp_path / "tokens"
+    path.write_text("# team tokens\nalpha\n\n  beta  \n")
+    assert load_tokens(path, {"KUBERL_API_TOKEN": "gamma"}) == {"alpha", "beta", "gamma"}
+    assert load_tokens(None, {}) == set()
+    path.write_text("# only a comment\n")
+    with pytest.raises(ValueError, match="no tokens"):
+        load_tokens(path, {})
+
+
+SUSPENDED_SPEC = {"spec": {"suspend": True}}
+RESUMED_SPEC = {"spec": {"suspend": False}}
+
+
+@pytest.mark.parametrize(
+    ("code", "stopping", "document", "phase", "reason"),
+    [
+        (0, False, RESUMED_SPEC, Phase.SUCCEEDED, "TrainerSucceeded"),
+        (0, True, SUSPENDED_SPEC, Phase.SUCCEEDED, "TrainerSucceeded"),
+        (143, True, SUSPENDED_SPEC, Phase.SUSPENDED, "Suspended"),
+        (143, True, RESUMED_SPEC, Phase.PENDING, "Queued"),  # resumed while it was stopping
+        (143, False, RESUMED_SPEC, Phase.FAILED, "TrainerFailed"),  # someone else's SIGTERM
+        (1, False, RESUMED_SPEC, Phase.FAILED, "TrainerFailed"),
+        (None, False, RESUMED_SPEC, Phase.FAILED, "TrainerLost"),
+    ],
+)
+def test_the_phase_of_an_ended_trainer(code, stopping, document, phase, reason):
+    assert outcome(code, stopping, document, False, 42)[:2] == (phase, reason)
+
+
+def test_no_tokens_means_loopback_only(tmp_path):
+    env = {"PATH": "/usr/bin:/bin", "HOME": str(tmp_path)}
+    out = run_kuberl(
+        "serve", "--host", "0.0.0.0", "--port", free_port(), "--data-dir", tmp_path, env=env
+    )
+    assert out.returncode == 1
+    assert "refusing to serve on 0.0.0.0 without authentication" in out.stderr
+    missing = run_kuberl(
+        "serve", "--token-file", tmp_path / "nope", "--data-dir", tmp_path, env=env
+    )
+    assert missing.returncode == 1 and "--token-file" in missing.stderr
