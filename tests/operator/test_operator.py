@@ -119,6 +119,7 @@ class KubeRay:
         self.ray = requests.Session()
         self.ray.headers["Authorization"] = f"Bearer {ray_token}"
         self.hold = threading.Event()  # set: new clusters are not brought up
+        self.lock = threading.Lock()  # held: KubeRay and the kubelet do nothing
         self.up: dict[str, dict] = {}  # uid -> cluster, for clusters brought up
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="kuberay", daemon=True)
@@ -134,14 +135,14 @@ class KubeRay:
 
     def _run(self) -> None:
         while not self._stop.wait(0.2):
-            with contextlib.suppress(requests.RequestException):
+            with self.lock, contextlib.suppress(requests.RequestException):
                 self.step()
 
     def get(self, path: str, **params: str) -> Any:
         return self.http.get(self.api + path, params=params, timeout=10).json()
 
     def step(self) -> None:
-        clusters = {c["metadata"]["uid"]: c for c in self.get(RAYCLUSTERS)["items"]}
+        clusters = {c["metadata"]["uid"]: c for c in self.get(RAYCLUSTERS).get("items", [])}
         for uid, cluster in clusters.items():
             if uid not in self.up and not self.hold.is_set() and not cluster["spec"]["suspend"]:
                 self.bring_up(cluster)
@@ -261,7 +262,10 @@ class Cluster:
 
 
 @pytest.fixture
-def cluster(kube_api, ray_head, tmp_path, monkeypatch) -> Iterator[Cluster]:
+def cluster(request, kube_api, ray_head, tmp_path, monkeypatch) -> Iterator[Cluster]:
+    """A run of the operator's world; `indirect` parameters: {"kuberay_crd": False} leaves KubeRay's
+    RayCluster CRD uninstalled."""
+    options = getattr(request, "param", {})
     ray_url, token = ray_head
     metrics_port = free_port()
     settings = OperatorSettings(
@@ -275,7 +279,8 @@ def cluster(kube_api, ray_head, tmp_path, monkeypatch) -> Iterator[Cluster]:
     )
     monkeypatch.setenv("KUBECONFIG", str(kube_api.kubeconfig(tmp_path / "kubeconfig")))
     kube_api.register_crd()
-    kube_api.create("/apis/apiextensions.k8s.io/v1/customresourcedefinitions", RAYCLUSTER_CRD)
+    if options.get("kuberay_crd", True):
+        kube_api.create("/apis/apiextensions.k8s.io/v1/customresourcedefinitions", RAYCLUSTER_CRD)
     with KubeRay(kube_api.url, ray_url, token, tmp_path / "etc") as kuberay:
         yield Cluster(kube_api, kuberay, settings, token)
 
@@ -353,3 +358,165 @@ def test_an_invalid_job_fails_naming_the_field_and_creates_nothing(cluster: Clus
         assert ("Warning", "InvalidSpec") in cluster.events("broken")
         assert cluster.clusters("broken") == []
         assert cluster.kube_api.get(f"{SECRETS}/broken-ray-auth", check=False)["code"] == 404
+
+
+def iteration(cluster: Cluster, name: str) -> int:
+    return cluster.status(name).get("progress", {}).get("iteration", 0)
+
+
+def test_a_preempted_spot_worker_then_suspend_and_resume(cluster: Cluster):
+    job = rljob(
+        "spot",
+        rolloutWorkers={
+            "replicas": 1,
+            "envsPerWorker": 4,
+            "spot": {"enabled": True, "provider": "gke"},
+        },
+    )
+    job["spec"]["trainer"]["stop"] = {"timesteps": 10_000_000}
+    with cluster.operator():
+        cluster.submit(job)
+        cluster.wait_phase("spot", "Running")
+        wait_until(lambda: iteration(cluster, "spot") >= 1, 60, "progress")
+
+        # The node of the rollout worker is reclaimed: Kubernetes marks its pod, then evicts it.
+        [worker] = cluster.kube_api.list(PODS, params={"labelSelector": "ray.io/node-type=worker"})
+        disruption = {
+            "type": "DisruptionTarget",
+            "status": "True",
+            "reason": "PreemptionByScheduler",
+            "message": "spot capacity reclaimed",
+        }
+        with cluster.kuberay.lock:  # the kubelet and KubeRay act after the operator has seen it
+            cluster.kube_api.patch(
+                f"{PODS}/{worker['metadata']['name']}/status",
+                {"status": {"conditions": [*RUNNING_READY["conditions"], disruption]}},
+            )
+            preempted = cluster.wait_phase("spot", "Preempted", timeout=20)
+        assert (preempted["preemptions"], preempted["restarts"], preempted["attempt"]) == (1, 0, 1)
+        assert cluster.condition("spot", "Preempted")["reason"] == "WorkerPreempted"
+        running = cluster.wait_phase("spot", "Running", timeout=20)  # the group was refilled
+        assert (running["preemptions"], running["attempt"]) == (1, 1)
+        assert ("Warning", "WorkerPreempted") in cluster.events("spot")
+        assert ("Normal", "WorkersRefilled") in cluster.events("spot")
+        assert cluster.kuberay.submissions("spot") == ["spot-1"]  # the driver kept going
+
+        # Suspend: the Ray cluster goes (its driver checkpoints on the way out), the job stays.
+        cluster.kube_api.patch(cluster.kube_api.rljobs(name="spot"), {"spec": {"suspend": True}})
+        suspended = cluster.wait_phase("spot", "Suspended", timeout=20)
+        wait_until(lambda: not cluster.clusters("spot"), 20, "the RayCluster deleted")
+        run_dir = Path(cluster.settings.run_dir_root) / "spot"
+        checkpoints = wait_until(lambda: list((run_dir / "checkpoints").glob("checkpoint-*")), 60)
+        assert suspended["preemptions"] == 1
+        assert cluster.condition("spot", "Suspended")["status"] == "True"
+        stopped_at = max(int(c.name.split("-")[1]) for c in checkpoints)
+
+        cluster.kube_api.patch(cluster.kube_api.rljobs(name="spot"), {"spec": {"suspend": False}})
+        resumed = cluster.wait_phase("spot", "Running", timeout=60)
+        assert (resumed["attempt"], resumed["restarts"], resumed["preemptions"]) == (2, 0, 1)
+        assert cluster.kuberay.submissions("spot") == ["spot-1", "spot-2"]
+        # The new attempt's driver goes on from the checkpoint, not from iteration 0.
+        wait_until(
+            lambda: iteration(cluster, "spot") > stopped_at, 60, "progress past the checkpoint"
+        )
+
+        cluster.kube_api.delete(cluster.kube_api.rljobs(name="spot"))
+        wait_until(lambda: not cluster.clusters("spot"), 20, "the RayCluster gone with its job")
+
+
+def test_a_failing_driver_is_restarted_with_backoff_then_fails(cluster: Cluster):
+    job = rljob("flaky", restartPolicy={"maxRestarts": 1, "backoffSeconds": 3})
+    job["spec"]["trainer"]["envConfig"] = {"no_such_argument": 1}  # gymnasium.make raises
+    with cluster.operator():
+        cluster.submit(job)
+        backoff = cluster.wait_phase("flaky", "Resuming", timeout=90)
+        progressing = cluster.condition("flaky", "Progressing")
+        assert (
+            progressing["reason"] == "RestartBackoff"
+            and "restart 1 of 1 in 3s" in progressing["message"]
+        )
+        assert backoff["restarts"] == 1 and backoff["attempt"] == 2
+        failed_at = time.monotonic()
+        wait_until(
+            lambda: (
+                cluster.clusters("flaky")
+                and cluster.clusters("flaky")[0]["metadata"]["labels"]["kuberl.io/attempt"] == "2"
+            ),
+            30,
+            "attempt 2",
+        )
+        assert (
+            time.monotonic() - failed_at >= 2
+        )  # the backoff (3 s from the failure) was waited out
+
+        failed = cluster.wait_phase("flaky", "Failed", timeout=90)
+        assert failed["restarts"] == 1
+        condition = cluster.condition("flaky", "Failed")
+        assert condition["reason"] == "BackoffLimitExceeded"
+        assert "maxRestarts (1) used up" in condition["message"]
+        assert "driver FAILED" in condition["message"]
+        assert cluster.kuberay.submissions("flaky") == ["flaky-1", "flaky-2"]
+        events = cluster.events("flaky")
+        assert ("Warning", "DriverFailed") in events and (
+            "Warning",
+            "BackoffLimitExceeded",
+        ) in events
+        wait_until(lambda: not cluster.clusters("flaky"), 20, "the RayCluster deleted")
+
+
+def test_an_operator_restarted_mid_reconcile_duplicates_nothing(cluster: Cluster):
+    job = rljob("steady")
+    job["spec"]["trainer"]["stop"] = {"timesteps": 10_000_000}
+    cluster.kuberay.hold.set()  # the cluster will not come up while the operator is down
+    with cluster.operator():
+        cluster.submit(job)
+        [first] = wait_until(lambda: cluster.clusters("steady"), 30, "the RayCluster")
+        cluster.wait_phase("steady", "Provisioning")
+    with cluster.operator():  # restarted while provisioning
+        time.sleep(2)
+        [same] = cluster.clusters("steady")
+        assert same["metadata"]["uid"] == first["metadata"]["uid"]
+        cluster.kuberay.hold.clear()
+        cluster.wait_phase("steady", "Running")
+    with cluster.operator():  # restarted while the driver runs
+        time.sleep(2)
+        status = cluster.wait_phase("steady", "Running")
+        assert (status["attempt"], status["restarts"]) == (1, 0)
+        assert [c["metadata"]["uid"] for c in cluster.clusters("steady")] == [
+            first["metadata"]["uid"]
+        ]
+        assert cluster.kuberay.submissions("steady") == ["steady-1"]
+        assert [e for e in cluster.events("steady") if e[1] == "Provisioning"] == [
+            ("Normal", "Provisioning")
+        ]
+        cluster.kube_api.delete(cluster.kube_api.rljobs(name="steady"))
+        wait_until(lambda: not cluster.clusters("steady"), 20, "the RayCluster gone with its job")
+
+
+@pytest.mark.parametrize("cluster", [{"kuberay_crd": False}], indirect=True)
+def test_without_kuberay_every_job_says_so_and_the_operator_keeps_running(cluster: Cluster):
+    with cluster.operator():
+        for name in ("first", "second"):
+            cluster.submit(rljob(name), own_token=False)
+        for name in ("first", "second"):
+            available = wait_until(
+                lambda n=name: next(
+                    (
+                        c
+                        for c in cluster.status(n).get("conditions", [])
+                        if c["type"] == "KubeRayAvailable"
+                    ),
+                    None,
+                ),
+                20,
+                f"{name}'s KubeRayAvailable condition",
+            )
+            assert (available["status"], available["reason"]) == ("False", "CRDNotFound")
+            assert (
+                "rayclusters.ray.io" in available["message"]
+                and "install KubeRay" in available["message"]
+            )
+            assert cluster.status(name)["phase"] == "Pending"
+            assert cluster.condition(name, "Progressing")["status"] == "False"
+            assert ("Warning", "CRDNotFound") in cluster.events(name)
+        assert cluster.kube_api.list(f"{SECRETS}") == []  # nothing created meanwhile
