@@ -169,7 +169,7 @@ def create_app(backend: Backend, authorizer: Authorizer) -> FastAPI:
     async def get_job(namespace: Namespace, name: JobName, credentials: Credentials):
         """One job, with its status."""
         await authorize(credentials, "get", namespace, name)
-        return JSONResponse(await backend.get(namespace, name))
+        return Response(await backend.get_json(namespace, name), media_type="application/json")
 
     @app.get(
         job + "/progress",

@@ -9,6 +9,7 @@ The operator is the only writer of `.status`: this backend writes the spec (crea
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 from kuberl_api.backend import (
@@ -124,6 +125,9 @@ class KubernetesBackend:
             return await self.client.request("GET", self.client.rljobs_path(namespace, name))
         except KubeError as exc:
             raise _job_error(exc, namespace, name) from None
+
+    async def get_json(self, namespace: str, name: str) -> str:
+        return json.dumps(await self.get(namespace, name))
 
     async def progress(self, namespace: str, name: str) -> list[ProgressRow]:
         progress = ((await self.get(namespace, name)).get("status") or {}).get("progress") or {}

@@ -49,7 +49,6 @@ TRAINER_LOST = "TrainerLost"
 SUSPENDED = "Suspended"
 
 EXIT_SIGTERM, EXIT_SIGINT = 128 + signal.SIGTERM, 128 + signal.SIGINT
-ACTIVE = (Phase.PENDING, Phase.RUNNING)
 _TAIL_BYTES = 64 * 1024  # enough for the last row of progress.jsonl
 
 
@@ -130,7 +129,7 @@ class LocalBackend:
     async def get(self, namespace: str, name: str) -> dict[str, Any]:
         return self._row(namespace, name).document
 
-    def get_json(self, namespace: str, name: str) -> str:
+    async def get_json(self, namespace: str, name: str) -> str:
         """The stored job as JSON text (the fast path of GET .../jobs/NAME)."""
         text = self.store.get_document_json(namespace, name)
         if text is None:
@@ -198,21 +197,20 @@ class LocalBackend:
         """One pass: finish jobs whose trainer ended, refresh the progress of running ones, and
         start queued ones while there is room."""
         running = 0
-        for row in self.store.in_phases(Phase.RUNNING):
+        for row in self.store.in_phase(Phase.RUNNING):
             if row.pid is not None and self.processes.is_ours(row.pid, row.pid_started or 0):
                 running += 1
                 self._refresh_progress(row)
             else:
                 self._finish(row)
-        for row in self.store.in_phases(Phase.PENDING):
-            if running >= self.max_running:
-                break
-            self._start(row)
-            running += 1
+        # Only the queue's head is read: a long queue costs nothing while the slots are full.
+        if running < self.max_running:
+            for row in self.store.in_phase(Phase.PENDING, self.max_running - running):
+                self._start(row)
 
     def _recover(self) -> None:
         """After a restart: re-attach trainers that still run, judge those that ended."""
-        for row in self.store.in_phases(Phase.RUNNING):
+        for row in self.store.in_phase(Phase.RUNNING):
             if row.pid is not None and self.processes.is_ours(row.pid, row.pid_started or 0):
                 log.info("re-attached %s/%s (pid %d)", row.namespace, row.name, row.pid)
             else:
