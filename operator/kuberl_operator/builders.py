@@ -587,7 +587,7 @@ def stale_spec(job: RLJob, ray_cluster: Object) -> tuple[str, ...]:
         SPEC_HASHES_ANNOTATION
     )
     try:
-        built = json.loads(annotation) if annotation else {}
+        built = json.loads(annotation or "null")
     except ValueError:
         return ()
     if not isinstance(built, dict):

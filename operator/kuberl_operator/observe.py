@@ -6,6 +6,7 @@ objects shaped as KubeRay and the kubelet write them.
 from __future__ import annotations
 
 import math
+import re
 from collections.abc import Iterable
 from datetime import UTC, datetime
 from typing import Any
@@ -196,3 +197,30 @@ def progress_from_metrics(text: str) -> ObservedProgress | None:
 
 def _finite(value: float | None) -> float | None:
     return value if value is not None and math.isfinite(value) else None
+
+
+# The summary `kuberl train` prints as it stops (cli/kuberl_cli/train.py): the driver's log ends so.
+_SUMMARY = re.compile(
+    r": (?:stopped at|interrupted by) \S+ after (?P<iteration>\d+) iterations\n"
+    r"\s+timesteps\s+(?P<timesteps>[\d,]+)\n"
+    r"\s+episode return\s+(?P<ret>-|-?[\d.]+)[^\n]*\n"
+    r"(?:\s+evaluation return[^\n]*\n)?"
+    r"\s+training time[^\n]*\n"
+    r"\s+checkpoint\s+(?P<checkpoint>\S+)"
+)
+
+
+def progress_from_summary(logs: str, now: datetime) -> ObservedProgress | None:
+    """The final progress of a driver that has exited (its metrics went with it), from the summary
+    at the end of its log; None when the log has none (it crashed)."""
+    matches = list(_SUMMARY.finditer(logs))
+    if not matches:
+        return None
+    found = matches[-1]
+    row = {
+        "iteration": int(found["iteration"]),
+        "timesteps_total": int(found["timesteps"].replace(",", "")),
+        "episode_return_mean": None if found["ret"] == "-" else float(found["ret"]),
+    }
+    checkpoint = None if found["checkpoint"] == "None" else found["checkpoint"]
+    return ObservedProgress(row=row, time=now, last_checkpoint=checkpoint)

@@ -70,6 +70,15 @@ class RayJobsClient:
         info = json.loads(text)
         return DriverStatus(info["status"], info.get("message") or "")
 
+    async def logs(self, submission_id: str) -> str:
+        """The driver's whole log so far ("" when the id is unknown)."""
+        status, text = await self._request("GET", f"{JOBS_PATH}{submission_id}/logs")
+        if status == 404:
+            return ""
+        if status != 200:
+            raise RayJobsError(f"reading the logs of {submission_id}: HTTP {status}: {text}")
+        return json.loads(text).get("logs") or ""
+
     async def stop(self, submission_id: str) -> bool:
         """Ask the driver to stop (SIGTERM, then SIGKILL after Ray's grace period); True when it
         was running."""

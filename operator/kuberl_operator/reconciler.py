@@ -41,6 +41,7 @@ from kuberl_operator.observe import (
     observed_head,
     pending_spot_workers,
     progress_from_metrics,
+    progress_from_summary,
     workers,
 )
 from kuberl_operator.ray_jobs import RayJobsClient, RayJobsError
@@ -56,6 +57,7 @@ from kuberl_operator.status import (
     Nothing,
     Observed,
     ObservedDriver,
+    ObservedProgress,
     Requeue,
     StatusUpdate,
     SubmitDriver,
@@ -196,9 +198,11 @@ class Reconciler:
             stale_spec=builders.stale_spec(job, ray_cluster),
         )
         if cluster.ready:
-            found["driver"] = await self._driver(job, attempt)
-            if found["driver"] is not None and found["driver"].state == DriverState.RUNNING:
+            driver = found["driver"] = await self._driver(job, attempt)
+            if driver is not None and driver.state == DriverState.RUNNING:
                 found["progress"] = await self._progress(job)
+            elif driver is not None and driver.state == DriverState.SUCCEEDED:
+                found["progress"] = await self._final_progress(job, attempt)
         return found
 
     async def _jobs_client(self, job: RLJob) -> RayJobsClient | None:
@@ -219,7 +223,7 @@ class Reconciler:
             return None
         return None if found is None else ObservedDriver(DriverState(found.status), found.message)
 
-    async def _progress(self, job: RLJob):
+    async def _progress(self, job: RLJob) -> ObservedProgress | None:
         url = self.settings.metrics_url(job.name, job.metadata.namespace or "default")
         if self._http is None:
             self._http = aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=5))
@@ -231,6 +235,18 @@ class Reconciler:
         except (aiohttp.ClientError, TimeoutError, ValueError) as exc:
             logger.info("%s: no progress from %s: %s", job.name, url, exc)
             return None
+
+    async def _final_progress(self, job: RLJob, attempt: int) -> ObservedProgress | None:
+        """A finished driver serves no metrics: its last iteration is in its log's summary."""
+        client = await self._jobs_client(job)
+        if client is None:
+            return None
+        try:
+            logs = await client.logs(builders.submission_id(job, attempt))
+        except RayJobsError as exc:
+            logger.info("%s: %s", job.name, exc)
+            return None
+        return progress_from_summary(logs, datetime.now(UTC))
 
     async def _token(self, job: RLJob) -> str | None:
         key = (job.metadata.namespace or "default", job.name)

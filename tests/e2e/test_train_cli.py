@@ -8,11 +8,13 @@ import subprocess
 import sys
 import time
 import urllib.request
+from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
 import yaml
 
+from kuberl_operator.observe import progress_from_metrics, progress_from_summary
 from testkit import free_port
 
 KUBERL = Path(sys.executable).with_name("kuberl")
@@ -76,6 +78,10 @@ def test_sigterm_checkpoints_within_5s_and_a_rerun_continues(tmp_path):
     metrics = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5).read().decode()
     sampled = re.search(r'kuberl_env_steps_sampled_total\{[^}]*job="job"[^}]*\} (\S+)', metrics)
     assert sampled and float(sampled.group(1)) > 0, metrics
+    # What the operator reads into the RLJob's status.progress while the driver runs.
+    progress = progress_from_metrics(metrics)
+    assert progress is not None and progress.row["iteration"] >= 3, metrics
+    assert progress.row["timesteps_total"] >= progress.row["iteration"]
 
     sent = time.monotonic()
     process.send_signal(signal.SIGTERM)
@@ -89,6 +95,11 @@ def test_sigterm_checkpoints_within_5s_and_a_rerun_continues(tmp_path):
     [checkpoint] = checkpoints.glob("checkpoint-*")
     stopped_at = rows(run_dir)[-1]
     assert checkpoint.name == f"checkpoint-{stopped_at['iteration']:08d}"
+    # ... and, once it has exited, from the summary that ends its log.
+    final = progress_from_summary(output, datetime.now(UTC))
+    assert final is not None and final.last_checkpoint == str(checkpoint)
+    assert final.row["iteration"] == stopped_at["iteration"]
+    assert final.row["timesteps_total"] == stopped_at["timesteps_total"]
 
     stop_after = stopped_at["iteration"] + 3
     job = manifest(tmp_path, trainer={"stop": {"iterations": stop_after}})

@@ -317,7 +317,9 @@ def test_a_job_trains_on_its_ray_cluster_to_success(cluster: Cluster):
 
         done = cluster.wait_phase("solo", "Succeeded", timeout=120)
         assert done["completionTime"] and done["restarts"] == 0
-        assert done["progress"]["timesteps"] > 0 and done["progress"]["lastUpdateTime"]
+        # The last iteration's figures, read from the finished driver's summary.
+        assert done["progress"]["timesteps"] >= 20_000 and done["progress"]["lastUpdateTime"]
+        assert done["progress"]["lastCheckpoint"].startswith(cluster.settings.run_dir_root)
         complete = cluster.condition("solo", "Complete")
         assert (complete["status"], complete["reason"]) == ("True", "DriverSucceeded")
         wait_until(lambda: not cluster.clusters("solo"), 10, "the RayCluster deleted")
