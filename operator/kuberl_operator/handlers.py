@@ -97,9 +97,10 @@ async def _sleep_until_woken(wake: asyncio.Event, stopped: kopf.DaemonStopped, s
 
 
 @kopf.on.event(GROUP, VERSION, PLURAL, registry=registry)
-def wake(type: str, body: kopf.Body, memo: kopf.Memo, **_: Any) -> None:
+async def wake(type: str, body: kopf.Body, memo: kopf.Memo, **_: Any) -> None:
     """An edit of the spec (a new generation) is reconciled at once, not at the next poll; the
-    operator's own status writes do not wake the daemon."""
+    operator's own status writes do not wake the daemon. (Async: kopf runs sync handlers in a
+    thread pool, which every event would then go through.)"""
     if type == "DELETED":
         memo.reconciler.forget(body.metadata.namespace, body.metadata.name)
         return

@@ -109,6 +109,10 @@ class Reconciler:
         self.kube, self.settings, self.metrics = kube, settings, metrics
         self._kuberay: tuple[bool, float] = (False, -math.inf)  # (installed, when checked)
         self._tokens: dict[tuple[str, str], str] = {}
+        # Each job's last validation, by (uid, resourceVersion): polling an unchanged job (most of
+        # them, most of the time) need not validate its spec again.
+        self._jobs: dict[tuple[str, str], tuple[tuple[Any, Any], RLJob | None, tuple[str, ...]]]
+        self._jobs = {}
         self._http: aiohttp.ClientSession | None = None
 
     async def close(self) -> None:
@@ -131,6 +135,7 @@ class Reconciler:
     def forget(self, namespace: str, name: str) -> None:
         """The RLJob is gone."""
         self._tokens.pop((namespace, name), None)
+        self._jobs.pop((namespace, name), None)
         self.metrics.forget(namespace, name)
 
     # --- Observe ---------------------------------------------------------------------------------
@@ -139,7 +144,7 @@ class Reconciler:
         meta = body["metadata"]
         namespace, name = meta["namespace"], meta["name"]
         status = read_status(body.get("status"))
-        job, problems = read_job(body)
+        job, problems = self._read_job(body)
         now = datetime.now(UTC)
         found: dict[str, Any] = {}
         ray_cluster = pods = None
@@ -170,6 +175,18 @@ class Reconciler:
         if job is not None and ray_cluster is not None and update.phase not in TERMINAL:
             await self._fall_back_to_on_demand(job, ray_cluster, pods or [], now)
         return await self._act(update, body, job)
+
+    def _read_job(self, body: Mapping[str, Any]) -> tuple[RLJob | None, tuple[str, ...]]:
+        """`read_job`, once per version of the object."""
+        meta = body["metadata"]
+        key = (meta["namespace"], meta["name"])
+        version = (meta.get("uid"), meta.get("resourceVersion"))
+        cached = self._jobs.get(key)
+        if cached is not None and cached[0] == version and version[1] is not None:
+            return cached[1], cached[2]
+        job, problems = read_job(body)
+        self._jobs[key] = (version, job, problems)
+        return job, problems
 
     async def _kuberay_available(self) -> bool:
         installed, checked = self._kuberay
