@@ -53,18 +53,6 @@ OPERATOR = [str(_SCRIPT)] if _SCRIPT.exists() else [sys.executable, "-m", "kuber
 RLJOBS = "/apis/kuberl.io/v1alpha1/namespaces/default/rljobs"
 RAYCLUSTERS = "/apis/ray.io/v1/namespaces/default/rayclusters"
 CRDS = "/apis/apiextensions.k8s.io/v1/customresourcedefinitions"
-# KubeRay's CRD, as far as the operator looks (discovery); without it every job waits for KubeRay.
-RAYCLUSTER_CRD = {
-    "apiVersion": "apiextensions.k8s.io/v1",
-    "kind": "CustomResourceDefinition",
-    "metadata": {"name": "rayclusters.ray.io"},
-    "spec": {
-        "group": "ray.io",
-        "scope": "Namespaced",
-        "names": {"kind": "RayCluster", "plural": "rayclusters", "singular": "raycluster"},
-        "versions": [{"name": "v1", "served": True, "subresources": {"status": {}}}],
-    },
-}
 MIB = 1024 * 1024
 
 
@@ -72,7 +60,7 @@ def serve_api() -> None:
     """The `--serve-api` child: the emulated API with both CRDs, its URL on stdout, until stdin
     closes (the parent exits) or it is terminated."""
     sys.path.insert(0, str(ROOT / "tests"))
-    from kubeapi import running_kube_api
+    from kubeapi import RAYCLUSTER_CRD, running_kube_api
 
     with running_kube_api() as api:
         api.register_crd()

@@ -436,6 +436,21 @@ def parse_label_selector(text: str) -> Any:
 # --- For tests: the emulation on a loopback port, and plain-HTTP helpers -----------------------
 
 CRD_PATH = Path(__file__).parents[1] / "deploy" / "crds" / "kuberl.io_rljobs.yaml"
+# KubeRay's RayCluster CRD as far as the operator looks at it (its names, in discovery): without it
+# every job waits for KubeRay. (The real one, for schema checks, is not copied in.)
+RAYCLUSTER_CRD = {
+    "apiVersion": "apiextensions.k8s.io/v1",
+    "kind": "CustomResourceDefinition",
+    "metadata": {"name": "rayclusters.ray.io"},
+    "spec": {
+        "group": "ray.io",
+        "scope": "Namespaced",
+        "names": {"kind": "RayCluster", "plural": "rayclusters", "singular": "raycluster"},
+        "versions": [
+            {"name": "v1", "served": True, "storage": True, "subresources": {"status": {}}}
+        ],
+    },
+}
 RLJOBS = "/apis/kuberl.io/v1alpha1/namespaces/{namespace}/rljobs"
 
 

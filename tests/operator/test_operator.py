@@ -22,6 +22,7 @@ from typing import Any
 import kopf
 import pytest
 import requests
+from kubeapi import RAYCLUSTER_CRD
 from rayhead import running_ray_head
 
 from kuberl_operator.handlers import registry
@@ -36,30 +37,6 @@ SECRETS = "/api/v1/namespaces/default/secrets"
 CONFIGMAPS = "/api/v1/namespaces/default/configmaps"
 PDBS = "/apis/policy/v1/namespaces/default/poddisruptionbudgets"
 EVENTS = "/api/v1/namespaces/default/events"
-RAYCLUSTER_CRD = {
-    "apiVersion": "apiextensions.k8s.io/v1",
-    "kind": "CustomResourceDefinition",
-    "metadata": {"name": "rayclusters.ray.io"},
-    "spec": {
-        "group": "ray.io",
-        "scope": "Namespaced",
-        "names": {"kind": "RayCluster", "plural": "rayclusters", "singular": "raycluster"},
-        "versions": [
-            {
-                "name": "v1",
-                "served": True,
-                "storage": True,
-                "subresources": {"status": {}},
-                "schema": {
-                    "openAPIV3Schema": {
-                        "type": "object",
-                        "x-kubernetes-preserve-unknown-fields": True,
-                    }
-                },
-            }
-        ],
-    },
-}
 
 
 def wait_until(condition: Callable[[], Any], timeout: float = 60, what: str = "") -> Any:
