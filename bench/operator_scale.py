@@ -30,7 +30,6 @@ import os
 import platform
 import shutil
 import signal
-import socket
 import statistics
 import subprocess
 import sys
@@ -43,9 +42,14 @@ from pathlib import Path
 from typing import Any
 
 import requests
-import yaml
 
 ROOT = Path(__file__).resolve().parents[1]
+# The emulated API and the small RLJob the operator's tests use.
+sys.path.insert(0, str(ROOT / "tests"))
+from kubeapi import RAYCLUSTER_CRD, running_kube_api, write_kubeconfig  # noqa: E402
+
+from testkit import free_port, rljob  # noqa: E402
+
 RESULTS = Path(__file__).parent / "results"
 # The console script where the venv has it, else the same entry point through the module.
 _SCRIPT = Path(sys.executable).parent / "kuberl-operator"
@@ -59,51 +63,11 @@ MIB = 1024 * 1024
 def serve_api() -> None:
     """The `--serve-api` child: the emulated API with both CRDs, its URL on stdout, until stdin
     closes (the parent exits) or it is terminated."""
-    sys.path.insert(0, str(ROOT / "tests"))
-    from kubeapi import RAYCLUSTER_CRD, running_kube_api
-
     with running_kube_api() as api:
         api.register_crd()
         api.create(CRDS, RAYCLUSTER_CRD)
         print(api.url, flush=True)
         sys.stdin.read()
-
-
-def rljob(name: str) -> dict:
-    """A small valid RLJob (the operator tests' shape): one head, no rollout workers."""
-    trainer = {
-        "algorithm": "PPO",
-        "env": "CartPole-v1",
-        "seed": 0,
-        "stop": {"timesteps": 20_000},
-        "hyperparameters": {"rollout_length": 64, "num_epochs": 4},
-    }
-    return {
-        "apiVersion": "kuberl.io/v1alpha1",
-        "kind": "RLJob",
-        "metadata": {"name": name},
-        "spec": {"trainer": trainer, "rolloutWorkers": {"replicas": 0}},
-    }
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def write_kubeconfig(url: str, path: Path) -> Path:
-    """What `kubectl config` would write for the emulation (a token it does not check)."""
-    config = {
-        "apiVersion": "v1",
-        "kind": "Config",
-        "clusters": [{"name": "emulated", "cluster": {"server": url}}],
-        "users": [{"name": "bench", "user": {"token": "emulated"}}],
-        "contexts": [{"name": "emulated", "context": {"cluster": "emulated", "user": "bench"}}],
-        "current-context": "emulated",
-    }
-    path.write_text(yaml.safe_dump(config))
-    return path
 
 
 def proc_status(pid: int) -> dict[str, float]:

@@ -454,6 +454,21 @@ RAYCLUSTER_CRD = {
 RLJOBS = "/apis/kuberl.io/v1alpha1/namespaces/{namespace}/rljobs"
 
 
+def write_kubeconfig(url: str, path: Path) -> Path:
+    """What `kubectl config` would write for the emulation at `url` (a token it does not check)."""
+    context = {"cluster": "emulated", "user": "tester", "namespace": "default"}
+    config = {
+        "apiVersion": "v1",
+        "kind": "Config",
+        "clusters": [{"name": "emulated", "cluster": {"server": url}}],
+        "users": [{"name": "tester", "user": {"token": "emulated"}}],
+        "contexts": [{"name": "emulated", "context": context}],
+        "current-context": "emulated",
+    }
+    path.write_text(yaml.safe_dump(config))
+    return path
+
+
 class KubeAPIClient:
     """A running `KubeAPI` and plain-HTTP helpers for tests.
 
@@ -530,19 +545,8 @@ class KubeAPIClient:
             assert not thread.is_alive(), "kopf did not stop"
 
     def kubeconfig(self, path: Path) -> Path:
-        """Writes a kubeconfig for this server (as `kubectl config` would) and returns its path."""
-        cluster = {"name": "emulated", "cluster": {"server": self.url}}
-        context = {"cluster": "emulated", "user": "tester", "namespace": "default"}
-        config = {
-            "apiVersion": "v1",
-            "kind": "Config",
-            "clusters": [cluster],
-            "users": [{"name": "tester", "user": {"token": "emulated"}}],
-            "contexts": [{"name": "emulated", "context": context}],
-            "current-context": "emulated",
-        }
-        path.write_text(yaml.safe_dump(config))
-        return path
+        """Writes a kubeconfig for this server and returns its path."""
+        return write_kubeconfig(self.url, path)
 
     @staticmethod
     def rljobs(namespace: str = "default", name: str = "") -> str:

@@ -6,6 +6,7 @@ import copy
 import socket
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -54,3 +55,34 @@ def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
+
+
+def wait_until(condition, timeout: float = 10, what: str = "", interval: float = 0.1):
+    """The first truthy value of `condition()` within `timeout` seconds; fails the test naming
+    `what` otherwise."""
+    deadline = time.monotonic() + timeout
+    while not (result := condition()):
+        assert time.monotonic() < deadline, (
+            f"timed out after {timeout} s waiting for {what or condition}"
+        )
+        time.sleep(interval)
+    return result
+
+
+def rljob(name: str, **spec) -> dict:
+    """A small valid RLJob: PPO on CartPole, 20k steps, no rollout workers; `spec` adds or
+    replaces top-level spec fields."""
+    trainer = {
+        "algorithm": "PPO",
+        "env": "CartPole-v1",
+        "seed": 0,
+        "stop": {"timesteps": 20_000},
+        "hyperparameters": {"rollout_length": 64, "num_epochs": 4},
+        "checkpoint": {"everyIterations": 5},
+    }
+    return {
+        "apiVersion": "kuberl.io/v1alpha1",
+        "kind": "RLJob",
+        "metadata": {"name": name},
+        "spec": {"trainer": trainer, "rolloutWorkers": {"replicas": 0}, **spec},
+    }

@@ -9,8 +9,7 @@ import os
 import signal
 import subprocess
 import sys
-import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -18,7 +17,7 @@ import psutil
 import requests
 import yaml
 
-from testkit import ROOT, free_port
+from testkit import ROOT, free_port, wait_until
 
 EXAMPLE = ROOT / "deploy" / "examples" / "cartpole-ppo.yaml"
 TOKEN = "test-token-0123456789"
@@ -39,18 +38,6 @@ def small_job(
     trainer["checkpoint"] = {"everyIterations": 5, "keep": 2}
     job["spec"]["rolloutWorkers"] = {"replicas": 0, "envsPerWorker": 4}
     return job
-
-
-def wait_for(predicate: Callable[[], Any], timeout: float, what: str, interval: float = 0.2):
-    """The first truthy value of `predicate()` within `timeout` seconds."""
-    deadline = time.monotonic() + timeout
-    while True:
-        value = predicate()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout} s waiting for {what}")
-        time.sleep(interval)
 
 
 class ApiClient:
@@ -80,7 +67,7 @@ class ApiClient:
         return self.job(name)["status"]["phase"]
 
     def wait_phase(self, name: str, *phases: str, timeout: float = 90) -> dict[str, Any]:
-        return wait_for(
+        return wait_until(
             lambda: (job := self.job(name))["status"]["phase"] in phases and job,
             timeout,
             f"{name} to reach {'/'.join(phases)}",
@@ -105,7 +92,7 @@ class ApiServer:
             self.process = subprocess.Popen(
                 command, stdout=log, stderr=subprocess.STDOUT, env=self.env, cwd=ROOT
             )
-        wait_for(self._ready, ready_timeout, f"the API on {self.url} (log: {self.log})")
+        wait_until(self._ready, ready_timeout, f"the API on {self.url} (log: {self.log})")
         return self
 
     def _ready(self) -> bool:

@@ -5,9 +5,10 @@ import time
 
 import psutil
 import pytest
-from apiserver import small_job, wait_for
+from apiserver import small_job
 
 from kuberl_operator.spec import RLJob
+from testkit import wait_until
 
 pytestmark = pytest.mark.timeout(180)
 
@@ -59,7 +60,7 @@ def test_submit_trains_to_success_with_progress_history(client, local_api):
 def test_suspend_checkpoints_and_resume_continues_the_iteration_count(client):
     name = "suspended"
     assert client.submit(small_job(name, iterations=120)).status_code == 201
-    wait_for(
+    wait_until(
         lambda: client.job(name)["status"]["progress"]["iteration"] >= 3, 60, "a few iterations"
     )
 
@@ -86,8 +87,8 @@ def test_suspend_checkpoints_and_resume_continues_the_iteration_count(client):
 def test_delete_stops_the_trainer_and_removes_the_job(client, local_api):
     name = "deleted"
     assert client.submit(small_job(name, iterations=100_000)).status_code == 201
-    wait_for(lambda: client.phase(name) == "Running", 60, "the job to run")
-    wait_for(local_api.trainer_pids, 10, "the trainer process")
+    wait_until(lambda: client.phase(name) == "Running", 60, "the job to run")
+    wait_until(local_api.trainer_pids, 10, "the trainer process")
     pids = [
         pid
         for pid in local_api.trainer_pids()
@@ -99,7 +100,7 @@ def test_delete_stops_the_trainer_and_removes_the_job(client, local_api):
     response = client.request("DELETE", client.jobs(name=name))
     assert response.status_code == 200 and response.json()["metadata"]["name"] == name
     assert client.request("GET", client.jobs(name=name)).status_code == 404
-    wait_for(lambda: not any(psutil.pid_exists(pid) for pid in group), 10, "the trainer to end")
+    wait_until(lambda: not any(psutil.pid_exists(pid) for pid in group), 10, "the trainer to end")
     assert not (local_api.data_dir / "jobs" / "default" / name).exists()
     assert client.request("DELETE", client.jobs(name=name)).status_code == 404
 

@@ -10,14 +10,16 @@ from concurrent.futures import ThreadPoolExecutor
 
 import psutil
 import pytest
-from apiserver import TOKEN, ApiClient, ApiServer, small_job, wait_for
+from apiserver import TOKEN, ApiClient, ApiServer, small_job
+
+from testkit import wait_until
 
 pytestmark = pytest.mark.timeout(180)
 ENV = {"KUBERL_API_TOKEN": TOKEN}
 
 
 def trainer_of(server: ApiServer, name: str) -> int:
-    pids = wait_for(
+    pids = wait_until(
         lambda: [
             pid
             for pid in server.trainer_pids()
@@ -35,7 +37,9 @@ def test_a_restarted_api_reattaches_running_trainers(tmp_path):
     try:
         client = ApiClient(server.url, TOKEN)
         assert client.submit(small_job("survivor", iterations=60)).status_code == 201
-        wait_for(lambda: client.job("survivor")["status"]["progress"]["iteration"] >= 2, 60, "run")
+        wait_until(
+            lambda: client.job("survivor")["status"]["progress"]["iteration"] >= 2, 60, "run"
+        )
         pid = trainer_of(server, "survivor")
 
         server.stop(signal.SIGKILL)  # the API dies; its trainer goes on
@@ -65,13 +69,13 @@ def test_trainers_lost_while_the_api_was_down_are_failed_with_the_reason(tmp_pat
         client = ApiClient(server.url, TOKEN)
         for name in ("killed", "reused"):
             assert client.submit(small_job(name, iterations=100_000)).status_code == 201
-        wait_for(lambda: client.phase("killed") == client.phase("reused") == "Running", 60, "run")
+        wait_until(lambda: client.phase("killed") == client.phase("reused") == "Running", 60, "run")
         killed, reused = trainer_of(server, "killed"), trainer_of(server, "reused")
 
         server.stop(signal.SIGKILL)
         for pid in (killed, reused):
             os.killpg(pid, signal.SIGKILL)  # no exit status is written
-        wait_for(lambda: not psutil.pid_exists(killed), 10, "the trainer to end")
+        wait_until(lambda: not psutil.pid_exists(killed), 10, "the trainer to end")
         # "reused": its PID now belongs to another process (one started later), as after a reboot
         # or PID wrap-around; the API must not take it for its trainer.
         impostor = subprocess.Popen(["sleep", "60"])

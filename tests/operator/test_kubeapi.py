@@ -2,11 +2,11 @@
 
 import json
 import threading
-import time
-from collections.abc import Callable
 
 import pytest
 import requests
+
+from testkit import wait_until
 
 RLJOB = {
     "apiVersion": "kuberl.io/v1alpha1",
@@ -14,14 +14,6 @@ RLJOB = {
     "metadata": {"name": "job"},
     "spec": {"algorithm": "ppo"},
 }
-
-
-def wait_until(condition: Callable[[], object], timeout: float = 10, what: str = "") -> object:
-    deadline = time.monotonic() + timeout
-    while not (result := condition()):
-        assert time.monotonic() < deadline, f"timed out waiting for {what or condition}"
-        time.sleep(0.05)
-    return result
 
 
 @pytest.fixture

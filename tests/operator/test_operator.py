@@ -15,7 +15,7 @@ import re
 import threading
 import time
 import urllib.request
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -27,7 +27,7 @@ from rayhead import running_ray_head
 
 from kuberl_operator.handlers import registry
 from kuberl_operator.settings import OperatorSettings
-from testkit import free_port
+from testkit import free_port, rljob, wait_until
 
 pytestmark = pytest.mark.slow
 
@@ -37,31 +37,6 @@ SECRETS = "/api/v1/namespaces/default/secrets"
 CONFIGMAPS = "/api/v1/namespaces/default/configmaps"
 PDBS = "/apis/policy/v1/namespaces/default/poddisruptionbudgets"
 EVENTS = "/api/v1/namespaces/default/events"
-
-
-def wait_until(condition: Callable[[], Any], timeout: float = 60, what: str = "") -> Any:
-    deadline = time.monotonic() + timeout
-    while not (result := condition()):
-        assert time.monotonic() < deadline, f"timed out waiting for {what or condition}"
-        time.sleep(0.1)
-    return result
-
-
-def rljob(name: str, **spec: Any) -> dict:
-    trainer = {
-        "algorithm": "PPO",
-        "env": "CartPole-v1",
-        "seed": 0,
-        "stop": {"timesteps": 20_000},
-        "hyperparameters": {"rollout_length": 64, "num_epochs": 4},
-        "checkpoint": {"everyIterations": 5},
-    }
-    return {
-        "apiVersion": "kuberl.io/v1alpha1",
-        "kind": "RLJob",
-        "metadata": {"name": name},
-        "spec": {"trainer": trainer, "rolloutWorkers": {"replicas": 0}, **spec},
-    }
 
 
 def pod(name: str, cluster: dict, node_type: str, group: str) -> dict:
