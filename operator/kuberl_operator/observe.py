@@ -129,7 +129,9 @@ def head_pod(pods: Iterable[Object]) -> Object | None:
 
 
 def worker_pods(pods: Iterable[Object]) -> list[Object]:
-    return [p for p in pods if _labels(p).get(RAY_NODE_TYPE_LABEL) not in (None, "head")]
+    return [
+        p for p in pods if _labels(p).get(RAY_NODE_TYPE_LABEL) not in (None, RAY_HEAD_NODE_TYPE)
+    ]
 
 
 def desired_workers(ray_cluster: Object) -> int:

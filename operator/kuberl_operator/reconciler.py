@@ -214,12 +214,14 @@ class Reconciler:
             workers_short=short,
             stale_spec=builders.stale_spec(job, ray_cluster),
         )
-        if cluster.ready:
-            driver = found["driver"] = await self._driver(job, attempt)
+        client = await self._jobs_client(job) if cluster.ready else None
+        if client is not None:
+            submission = builders.submission_id(job, attempt)
+            driver = found["driver"] = await self._driver(client, job, submission)
             if driver is not None and driver.state == DriverState.RUNNING:
                 found["progress"] = await self._progress(job)
             elif driver is not None and driver.state == DriverState.SUCCEEDED:
-                found["progress"] = await self._final_progress(job, attempt)
+                found["progress"] = await self._final_progress(client, job, submission)
         return found
 
     async def _jobs_client(self, job: RLJob) -> RayJobsClient | None:
@@ -229,12 +231,11 @@ class Reconciler:
         url = self.settings.dashboard_url(job.name, job.metadata.namespace or "default")
         return RayJobsClient(url, token)
 
-    async def _driver(self, job: RLJob, attempt: int) -> ObservedDriver | None:
-        client = await self._jobs_client(job)
-        if client is None:
-            return None
+    async def _driver(
+        self, client: RayJobsClient, job: RLJob, submission: str
+    ) -> ObservedDriver | None:
         try:
-            found = await client.status(builders.submission_id(job, attempt))
+            found = await client.status(submission)
         except RayJobsError as exc:
             logger.info("%s: %s", job.name, exc)  # the head is coming up or going away
             return None
@@ -253,13 +254,12 @@ class Reconciler:
             logger.info("%s: no progress from %s: %s", job.name, url, exc)
             return None
 
-    async def _final_progress(self, job: RLJob, attempt: int) -> ObservedProgress | None:
+    async def _final_progress(
+        self, client: RayJobsClient, job: RLJob, submission: str
+    ) -> ObservedProgress | None:
         """A finished driver serves no metrics: its last iteration is in its log's summary."""
-        client = await self._jobs_client(job)
-        if client is None:
-            return None
         try:
-            logs = await client.logs(builders.submission_id(job, attempt))
+            logs = await client.logs(submission)
         except RayJobsError as exc:
             logger.info("%s: %s", job.name, exc)
             return None
