@@ -5,7 +5,6 @@ import os
 import signal
 import sqlite3
 import subprocess
-import time
 from concurrent.futures import ThreadPoolExecutor
 
 import psutil
@@ -16,6 +15,7 @@ from testkit import wait_until
 
 pytestmark = pytest.mark.timeout(180)
 ENV = {"KUBERL_API_TOKEN": TOKEN}
+ITERATIONS = 200  # far more than can pass between seeing iteration 2 and the freeze
 
 
 def trainer_of(server: ApiServer, name: str) -> int:
@@ -36,25 +36,30 @@ def test_a_restarted_api_reattaches_running_trainers(tmp_path):
     server = ApiServer(tmp_path / "data", "--max-running", "2", env=ENV).start()
     try:
         client = ApiClient(server.url, TOKEN)
-        assert client.submit(small_job("survivor", iterations=60)).status_code == 201
+        assert client.submit(small_job("survivor", iterations=ITERATIONS)).status_code == 201
         wait_until(
             lambda: client.job("survivor")["status"]["progress"]["iteration"] >= 2, 60, "run"
         )
         pid = trainer_of(server, "survivor")
+        # Frozen while the API is away, so it is still running when the API comes back however
+        # long the restart takes on a busy machine; it goes on from where it was once thawed.
+        os.killpg(pid, signal.SIGSTOP)
+        trainer = psutil.Process(pid)
+        wait_until(lambda: trainer.status() == psutil.STATUS_STOPPED, 10, "the trainer to freeze")
 
         server.stop(signal.SIGKILL)  # the API dies; its trainer goes on
         assert psutil.pid_exists(pid)
-        time.sleep(0.5)
 
         server.start()
         client = ApiClient(server.url, TOKEN)
         job = client.job("survivor")
         assert job["status"]["phase"] == "Running"  # re-attached, not restarted
         assert trainer_of(server, "survivor") == pid
+        os.killpg(pid, signal.SIGCONT)
         done = client.wait_phase("survivor", "Succeeded", "Failed", timeout=120)
         assert done["status"]["phase"] == "Succeeded", done["status"]
         history = client.request("GET", client.jobs(name="survivor", action="progress")).json()
-        assert [row["iteration"] for row in history["items"]] == list(range(1, 61))
+        assert [row["iteration"] for row in history["items"]] == list(range(1, ITERATIONS + 1))
         log = client.request("GET", client.jobs(name="survivor", action="logs")).text
         assert "Resuming" not in log  # one uninterrupted trainer
     finally:
