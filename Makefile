@@ -5,7 +5,11 @@ BIN := $(VENV)/bin
 # Reinstall whenever the dependency pins change.
 INSTALLED := $(VENV)/.installed
 
-.PHONY: run test lint format crds bench install
+.PHONY: run test lint format crds bench install system-packages images
+# Debian packages some tests use as real peers: Prometheus and promtool (metrics, dashboards and
+# alert rules), Chromium (the status page), buildah and debootstrap (the images). Installed when
+# missing and this is Debian as root; elsewhere those tests skip and say which package they need.
+SYSTEM_PACKAGES := prometheus chromium buildah debootstrap
 
 install: $(INSTALLED)
 
@@ -22,8 +26,18 @@ $(INSTALLED): pyproject.toml | $(BIN)/python
 run: $(INSTALLED)
 	$(BIN)/kuberl train deploy/examples/cartpole-ppo.yaml
 
-test: $(INSTALLED)
+test: $(INSTALLED) system-packages
 	$(BIN)/python -m pytest
+
+system-packages:
+	@missing=$$(for p in $(SYSTEM_PACKAGES); do dpkg -s $$p >/dev/null 2>&1 || echo $$p; done); \
+	if [ -z "$$missing" ]; then exit 0; fi; \
+	if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
+		echo "installing Debian packages: $$missing"; \
+		apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $$missing >/dev/null; \
+	else \
+		echo "not installed (their tests will skip): $$missing"; \
+	fi
 
 lint: $(INSTALLED)
 	$(BIN)/ruff format --check .
@@ -36,3 +50,7 @@ format: $(INSTALLED)
 
 crds: $(INSTALLED)
 	$(BIN)/python -m kuberl_operator.crd > deploy/crds/kuberl.io_rljobs.yaml
+
+# The operator, API and CPU trainer images, built with buildah (see deploy/docker/README.md).
+images:
+	bash deploy/docker/build.sh

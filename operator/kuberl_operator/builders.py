@@ -312,12 +312,15 @@ def _auth_env(job: RLJob) -> list[Object]:
     ]
 
 
-def _ray_container(job: RLJob, settings: OperatorSettings, name: str, resources: Object) -> Object:
+def _ray_container(
+    job: RLJob, settings: OperatorSettings, name: str, resources: Object, gpus: int = 0
+) -> Object:
     # No command: KubeRay generates `ray start` with the group's rayStartParams for a container
     # whose command does not already run it. KubeRay takes the first container as Ray's.
+    default_image = settings.trainer_gpu_image if gpus else settings.trainer_image
     return {
         "name": name,
-        "image": job.spec.image or settings.trainer_image,
+        "image": job.spec.image or default_image,
         "resources": resources,
         "env": _auth_env(job),
     }
@@ -361,7 +364,9 @@ def _rollout_resources(workers: RolloutWorkers, settings: OperatorSettings) -> O
 
 
 def _head_container(job: RLJob, settings: OperatorSettings) -> Object:
-    container = _ray_container(job, settings, "ray-head", _head_resources(job))
+    container = _ray_container(
+        job, settings, "ray-head", _head_resources(job), gpus=job.spec.learner.gpus
+    )
     storage = job.spec.storage
     if storage and storage.secret_ref:
         container["envFrom"] = [{"secretRef": {"name": storage.secret_ref.name}}]

@@ -32,6 +32,11 @@ class OperatorSettings(BaseModel):
     It must hold kuberl's trainer, the Ray version of spec.rayVersion, and procps (the head's
     preStop hook signals the driver with pkill)."""
 
+    trainer_gpu_image: str = Field("ghcr.io/kuberl/trainer:0.1.0-cuda", pattern=IMAGE_PATTERN)
+    """Image of the Ray head for jobs whose learner has GPUs and whose spec.image is empty
+    (KUBERL_TRAINER_GPU_IMAGE): the trainer image's CUDA variant, with the same Python, Ray and
+    kuberl as trainer_image, which the rollout workers keep."""
+
     watch_namespace: str | None = Field(None, max_length=63, pattern=DNS_LABEL_PATTERN)
     """The one namespace whose RLJobs the operator reconciles; empty means every namespace
     (KUBERL_WATCH_NAMESPACE)."""

@@ -607,6 +607,24 @@ def test_image_and_ray_version():
     )
 
 
+def test_a_gpu_learner_gets_the_cuda_image_and_rollout_workers_the_cpu_one():
+    settings = OperatorSettings(
+        trainer_image="example.com/t:1", trainer_gpu_image="example.com/t:1-cuda"
+    )
+    job = job_with(**{"spec.learner.gpus": 1, "spec.rolloutWorkers.replicas": 2})
+    cluster = build_ray_cluster(job, settings, 1)
+    head, *workers = pod_templates(cluster)
+    assert head["spec"]["containers"][0]["image"] == "example.com/t:1-cuda"
+    assert workers and {w["spec"]["containers"][0]["image"] for w in workers} == {"example.com/t:1"}
+    # spec.image, when given, is every pod's image: the user chose it
+    custom = build_ray_cluster(
+        job_with(**{"spec.learner.gpus": 1, "spec.image": "example.com/mine:2"}), settings, 1
+    )
+    assert {t["spec"]["containers"][0]["image"] for t in pod_templates(custom)} == {
+        "example.com/mine:2"
+    }
+
+
 # --- Authentication -----------------------------------------------------------------------------
 
 
