@@ -5,7 +5,7 @@ BIN := $(VENV)/bin
 # Reinstall whenever the dependency pins change.
 INSTALLED := $(VENV)/.installed
 
-.PHONY: run test lint format crds bench install system-packages images
+.PHONY: run test lint format crds dashboards bench install system-packages images
 # Debian packages some tests use as real peers: Prometheus and promtool (metrics, dashboards and
 # alert rules), Chromium (the status page), buildah and debootstrap (the images). Installed when
 # missing and this is Debian as root; elsewhere those tests skip and say which package they need.
@@ -50,6 +50,10 @@ format: $(INSTALLED)
 
 crds: $(INSTALLED)
 	$(BIN)/python -m kuberl_operator.crd > deploy/crds/kuberl.io_rljobs.yaml
+
+# The Grafana dashboards in deploy/grafana/ (the chart links them); a test holds them equal.
+dashboards: $(INSTALLED)
+	$(BIN)/python deploy/grafana/generate.py
 
 # The operator, API and CPU trainer images, built with buildah (see deploy/docker/README.md).
 images:

@@ -34,8 +34,8 @@ small one below, served as kmock fallback reactions. What it fixes (see DESIGN.m
 
 - Label selectors on lists (`labelSelector`: equality, inequality, existence, in/notin) and the
   garbage collector (background cascading deletion along ownerReferences) are emulated; built-in
-  kinds the operator touches (pods, secrets, configmaps, events, poddisruptionbudgets) are
-  registered, and a Secret's stringData is stored as base64 data.
+  kinds the operator touches (pods, secrets, configmaps, events, poddisruptionbudgets,
+  networkpolicies) are registered, and a Secret's stringData is stored as base64 data.
 
 Not emulated (don't rely on it): field selectors, server-side apply, admission and schema
 validation, watch bookmarks and 410 Gone.
@@ -55,7 +55,7 @@ import threading
 import uuid
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 import jsonpatch
 import kmock
@@ -75,6 +75,7 @@ BUILT_IN = [
     ("", "v1", "configmaps", "ConfigMap", ()),
     ("", "v1", "events", "Event", ()),
     ("policy", "v1", "poddisruptionbudgets", "PodDisruptionBudget", ("status",)),
+    ("networking.k8s.io", "v1", "networkpolicies", "NetworkPolicy", ()),
 ]
 SECRETS = kmock.resource("", "v1", "secrets")
 _NAMESPACES_PATH = re.compile(r"/api/v1/namespaces(?:/([^/]+))?/?")
@@ -120,6 +121,15 @@ def _now() -> str:
     return datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
+class Logged(NamedTuple):
+    """A request as it arrived (`KubeAPI.log`): for tests of who called what."""
+
+    method: str  # upper case, as on the wire
+    path: str
+    query: dict[str, str]
+    authorization: str | None  # the Authorization header: tells the callers apart
+
+
 class KubeAPI(kmock.KubernetesScaffold):
     """kmock's Kubernetes scaffold with an object store that behaves as kopf expects."""
 
@@ -131,6 +141,7 @@ class KubeAPI(kmock.KubernetesScaffold):
         self.history: list[tuple[int, kmock.resource, dict]] = []  # (rv, resource, watch event)
         self.revision = 0
         self.watches = 0  # how many watch streams have started (for tests to wait on)
+        self.log: list[Logged] = []  # every request, in order of arrival
         self._changed = asyncio.Condition()
         self.resources[CRDS] = kmock.ResourceInfo(
             kind="CustomResourceDefinition", singular="customresourcedefinition", namespaced=False
@@ -157,6 +168,10 @@ class KubeAPI(kmock.KubernetesScaffold):
         the request. kmock asks `request in view`, which re-filters every request recorded so
         far, so each request costs more than the last (a thousand jobs' worth of kopf traffic
         takes seconds per request); `_sees` gives the same answer from this request alone."""
+        url, headers = request.url, request.headers
+        self.log.append(
+            Logged(request.method.value, url.path, dict(url.query), headers.get("Authorization"))
+        )
         # Order as kmock does: priorities padded to one length, highest first, stable.
         priorities = [tuple(-p for p in payload.priorities) for payload in self._payloads]
         length = max((len(p) for p in priorities), default=0)

@@ -86,3 +86,21 @@ def rljob(name: str, **spec) -> dict:
         "metadata": {"name": name},
         "spec": {"trainer": trainer, "rolloutWorkers": {"replicas": 0}, **spec},
     }
+
+
+def as_strict_json_schema(node: dict) -> dict:
+    """A CRD's OpenAPI v3 schema as jsonschema's Draft 4 reads it, with `nullable` spelt as a null
+    type and unknown fields rejected (as `kubectl apply --validate=strict` rejects them), except
+    where the schema preserves them."""
+    node = dict(node)
+    if "properties" in node:
+        node["properties"] = {k: as_strict_json_schema(v) for k, v in node["properties"].items()}
+        if not node.get("x-kubernetes-preserve-unknown-fields"):
+            node["additionalProperties"] = False
+    if "items" in node:
+        node["items"] = as_strict_json_schema(node["items"])
+    if isinstance(node.get("additionalProperties"), dict):
+        node["additionalProperties"] = as_strict_json_schema(node["additionalProperties"])
+    if node.pop("nullable", False):
+        node = {"anyOf": [{"type": "null"}, node]}
+    return node

@@ -16,7 +16,10 @@ The children of a job:
 - a `ConfigMap` with the job's manifest (`build_job_config_map`), mounted into the head at
   /etc/kuberl/job.yaml for `kuberl train`,
 - a `PodDisruptionBudget` that lets no voluntary disruption (a drain, an upgrade) take the head
-  while it is healthy (`build_pod_disruption_budget`).
+  while it is healthy (`build_pod_disruption_budget`),
+- a `NetworkPolicy` around the job's Ray pods (`build_network_policy`): Ray's ports are open only
+  among them, the Ray Jobs API (on the dashboard's port) and the driver's metrics to the operator,
+  and the metrics alone to Prometheus.
 
 Stopping the head. Kubernetes runs the head's preStop hook before it signals `ray start`: the hook
 sends SIGTERM to the driver (found by its command line, `kuberl train`, with pkill) and waits for it
@@ -92,6 +95,7 @@ from kuberl_operator.constants import (
     KUEUE_QUEUE_LABEL,
     MANAGED_BY,
     MANAGED_BY_LABEL,
+    NAMESPACE_NAME_LABEL,
     RAY_AUTH_MODE_ENV,
     RAY_AUTH_TOKEN_ENV,
     RAY_AUTH_TOKEN_SECRET_KEY,
@@ -132,6 +136,7 @@ class ChildNames(NamedTuple):
     auth_secret: str
     job_config: str
     head_pdb: str
+    network_policy: str
 
 
 def child_names(job: RLJob) -> ChildNames:
@@ -142,6 +147,7 @@ def child_names(job: RLJob) -> ChildNames:
         auth_secret=f"{job.name}-ray-auth",
         job_config=f"{job.name}-job",
         head_pdb=f"{job.name}-head",
+        network_policy=f"{job.name}-ray",
     )
 
 
@@ -553,14 +559,66 @@ def build_pod_disruption_budget(job: RLJob) -> Object:
     }
 
 
+def ray_pod_selector(job: RLJob) -> dict[str, str]:
+    """The labels of the job's Ray pods: KubeRay's cluster label (pods of the job's RayCluster)
+    and the job's label from the operator's pod templates, both required, so no other pod of the
+    namespace is taken for one of them."""
+    return {RAY_CLUSTER_LABEL: child_names(job).ray_cluster, JOB_LABEL: job.name}
+
+
+def _tcp(*ports: int) -> list[Object]:
+    return [{"protocol": "TCP", "port": port} for port in ports]
+
+
+def build_network_policy(job: RLJob, settings: OperatorSettings) -> Object:
+    """A NetworkPolicy that admits into the job's Ray pods only:
+    - any port, from the job's own Ray pods (GCS, raylets, object transfer, workers' ports: Ray
+      uses many, some random, and they need no one else);
+    - the Ray dashboard's port (which serves the Jobs API) and the driver's metrics port, from the
+      operator's pods (settings.operator_namespace and operator_pod_labels), which submit and watch
+      the driver there and read its progress;
+    - the driver's metrics port, from Prometheus (pods of settings.prometheus_namespace, or of any
+      namespace when that is empty).
+    Anything else (the dashboard from other pods, Ray's client port, Ray's own metrics) is refused.
+    Egress is left alone: drivers and workers fetch packages, environments and checkpoints from
+    wherever the job says. Traffic from the node itself (kubelet probes) is not governed by
+    NetworkPolicies on the usual network plugins."""
+    ray_pods = {"podSelector": {"matchLabels": ray_pod_selector(job)}}
+    operator = {
+        "namespaceSelector": {"matchLabels": {NAMESPACE_NAME_LABEL: settings.operator_namespace}},
+        "podSelector": {"matchLabels": dict(settings.operator_pod_labels)},
+    }
+    scraper = (
+        {"matchLabels": {NAMESPACE_NAME_LABEL: settings.prometheus_namespace}}
+        if settings.prometheus_namespace
+        else {}  # every namespace
+    )
+    metrics = settings.trainer_metrics_port
+    return {
+        "apiVersion": "networking.k8s.io/v1",
+        "kind": "NetworkPolicy",
+        "metadata": _metadata(job, child_names(job).network_policy, child_labels(job)),
+        "spec": {
+            "podSelector": {"matchLabels": ray_pod_selector(job)},
+            "policyTypes": ["Ingress"],
+            "ingress": [
+                {"from": [ray_pods]},
+                {"from": [operator], "ports": _tcp(RAY_DASHBOARD_PORT, metrics)},
+                {"from": [{"namespaceSelector": scraper}], "ports": _tcp(metrics)},
+            ],
+        },
+    }
+
+
 def build_children(
     job: RLJob, settings: OperatorSettings, attempt: int, token: str
 ) -> list[Object]:
     """Every object the operator creates for an attempt, in creation order: what the Ray pods
-    mount comes before the cluster."""
+    mount, and the policy that fences them in, come before the cluster."""
     return [
         build_auth_secret(job, token),
         build_job_config_map(job),
+        build_network_policy(job, settings),
         build_ray_cluster(job, settings, attempt),
         build_pod_disruption_budget(job),
     ]

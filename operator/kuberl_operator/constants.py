@@ -36,6 +36,10 @@ ATTEMPT_LABEL = "kuberl.io/attempt"
 # User labels under these prefixes are not copied to children: kuberl and KubeRay own them.
 RESERVED_LABEL_PREFIXES = ("kuberl.io/", "ray.io/")
 
+# The label Kubernetes (>= 1.22) sets on every namespace to its name: what NetworkPolicies select a
+# namespace by.
+NAMESPACE_NAME_LABEL = "kubernetes.io/metadata.name"
+
 # The labels KubeRay puts on the pods of a RayCluster (ray-operator/controllers/ray/utils).
 RAY_CLUSTER_LABEL = "ray.io/cluster"
 RAY_NODE_TYPE_LABEL = "ray.io/node-type"

@@ -1,23 +1,82 @@
 """The operator's Prometheus metrics (DESIGN.md §6): jobs by phase, reconcile duration,
-preemptions and restarts. Labels stay bounded: namespace, job, phase."""
+preemptions and restarts, and where each job's time and rollout workers go (the spot dashboard's
+figures). Labels stay bounded: namespace, job, phase, capacity."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import time
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, start_http_server
 
+from kuberl_operator.constants import ROLLOUT_GROUP
+from kuberl_operator.observe import RAY_GROUP_LABEL, disruption, worker_pods
 from kuberl_operator.spec import Phase, RLJobStatus
+
+# Values of the `capacity` label: which kind of node a rollout worker pod runs on.
+SPOT = "spot"
+ON_DEMAND = "on-demand"
+CAPACITIES = (SPOT, ON_DEMAND)
+
+
+def rollout_workers(pods: Iterable[dict[str, Any]], spot: bool) -> dict[str, int]:
+    """Running rollout worker pods by capacity: the main rollout group is on spot nodes when the
+    job asks for spot, every other group (the on-demand fallback) on on-demand nodes. Pending,
+    preempted and terminating pods cost nothing yet or any more, so they are not counted."""
+    counts = dict.fromkeys(CAPACITIES, 0)
+    for pod in worker_pods(pods):
+        meta, phase = pod["metadata"], (pod.get("status") or {}).get("phase")
+        if phase != "Running" or meta.get("deletionTimestamp") or disruption(pod):
+            continue
+        on_spot = spot and (meta.get("labels") or {}).get(RAY_GROUP_LABEL) == ROLLOUT_GROUP
+        counts[SPOT if on_spot else ON_DEMAND] += 1
+    return counts
+
+
+@dataclass
+class _Seen:
+    """A job as the previous reconcile left it: the time until now is charged to this."""
+
+    at: float
+    phase: str
+    workers: dict[str, int] = field(default_factory=dict)
 
 
 class OperatorMetrics:
-    def __init__(self) -> None:
+    def __init__(self, clock: Callable[[], float] = time.monotonic) -> None:
         self.registry = CollectorRegistry()
+        self._clock = clock
         r = self.registry
         self.jobs = Gauge(
             "kuberl_operator_jobs",
             "RLJobs by namespace and phase.",
             ("namespace", "phase"),
+            registry=r,
+        )
+        self.job_phase = Gauge(
+            "kuberl_operator_job_phase",
+            "1 for each RLJob's current phase (the series of its other phases are absent).",
+            ("namespace", "job", "phase"),
+            registry=r,
+        )
+        self.phase_seconds = Counter(
+            "kuberl_operator_job_phase_seconds_total",
+            "Seconds RLJobs spent in each phase, as the operator observed them (until finished).",
+            ("namespace", "job", "phase"),
+            registry=r,
+        )
+        self.workers = Gauge(
+            "kuberl_operator_rollout_workers",
+            "Running rollout worker pods of each RLJob, by capacity (spot or on-demand).",
+            ("namespace", "job", "capacity"),
+            registry=r,
+        )
+        self.worker_seconds = Counter(
+            "kuberl_operator_rollout_worker_seconds_total",
+            "Seconds of running rollout worker pods of each RLJob, by capacity (worker-time).",
+            ("namespace", "job", "capacity"),
             registry=r,
         )
         self.reconcile_duration = Histogram(
@@ -45,6 +104,7 @@ class OperatorMetrics:
             registry=r,
         )
         self._phases: dict[tuple[str, str], str] = {}
+        self._seen: dict[tuple[str, str], _Seen] = {}
 
     def serve(self, port: int, address: str = "0.0.0.0") -> Callable[[], None]:
         """Serve /metrics; returns the function that stops serving."""
@@ -57,18 +117,55 @@ class OperatorMetrics:
 
         return stop
 
-    def observed(self, namespace: str, name: str, before: RLJobStatus, after: RLJobStatus) -> None:
-        """Count what one status write changed."""
+    def observed(
+        self,
+        namespace: str,
+        name: str,
+        before: RLJobStatus,
+        after: RLJobStatus,
+        workers: Mapping[str, int] | None = None,
+    ) -> None:
+        """Count what one status write changed; `workers` are the job's running rollout workers
+        by capacity (`rollout_workers`), none when it has no Ray cluster."""
         job = {"namespace": namespace, "job": name}
+        if (namespace, name) not in self._seen:
+            # Every series of a job exists from its first reconcile, so increase() and rate()
+            # see its first preemption, and "none yet" reads 0 rather than no data.
+            for counter in (self.preemptions, self.restarts):
+                counter.labels(**job)
+            for phase in Phase:
+                self.phase_seconds.labels(**job, phase=phase.value)
+            for capacity in CAPACITIES:
+                self.worker_seconds.labels(**job, capacity=capacity)
         if after.preemptions > before.preemptions:
             self.preemptions.labels(**job).inc(after.preemptions - before.preemptions)
         if after.restarts > before.restarts:
             self.restarts.labels(**job).inc(after.restarts - before.restarts)
-        self._set_phase(namespace, name, (after.phase or Phase.PENDING).value)
+        phase = (after.phase or Phase.PENDING).value
+        self._charge(namespace, name, phase, dict(workers or dict.fromkeys(CAPACITIES, 0)))
+        self._set_phase(namespace, name, phase)
 
     def forget(self, namespace: str, name: str) -> None:
-        """The job is gone: it leaves the phase counts (its counters stay, as counters do)."""
+        """The job is gone: it leaves the phase counts and its gauges (its counters stay, as
+        counters do)."""
         self._set_phase(namespace, name, None)
+        if self._seen.pop((namespace, name), None) is not None:
+            for capacity in CAPACITIES:
+                self.workers.remove(namespace, name, capacity)
+
+    def _charge(self, namespace: str, name: str, phase: str, workers: dict[str, int]) -> None:
+        """The time since the job's previous reconcile goes to the phase and the workers it had
+        then (a job is reconciled every few seconds while active, so the error is that long)."""
+        now = self._clock()
+        previous = self._seen.get((namespace, name))
+        if previous is not None:
+            elapsed = max(now - previous.at, 0.0)
+            self.phase_seconds.labels(namespace, name, previous.phase).inc(elapsed)
+            for capacity, count in previous.workers.items():
+                self.worker_seconds.labels(namespace, name, capacity).inc(count * elapsed)
+        self._seen[namespace, name] = _Seen(now, phase, workers)
+        for capacity, count in workers.items():
+            self.workers.labels(namespace, name, capacity).set(count)
 
     def _set_phase(self, namespace: str, name: str, phase: str | None) -> None:
         old = self._phases.get((namespace, name))
@@ -76,8 +173,10 @@ class OperatorMetrics:
             return
         if old is not None:
             self.jobs.labels(namespace=namespace, phase=old).dec()
+            self.job_phase.remove(namespace, name, old)
         if phase is None:
             del self._phases[(namespace, name)]
         else:
             self._phases[(namespace, name)] = phase
             self.jobs.labels(namespace=namespace, phase=phase).inc()
+            self.job_phase.labels(namespace, name, phase).set(1)

@@ -34,7 +34,7 @@ from kuberl_operator.constants import (
     RAY_CLUSTER_LABEL,
 )
 from kuberl_operator.kube import Kube, KubeError, path
-from kuberl_operator.metrics import OperatorMetrics
+from kuberl_operator.metrics import OperatorMetrics, rollout_workers
 from kuberl_operator.observe import (
     head_pod,
     observed_cluster,
@@ -169,7 +169,9 @@ class Reconciler:
             await self.kube.merge_patch(
                 path(API_VERSION, PLURAL, namespace, name, "status"), status_patch(update.status)
             )
-        self.metrics.observed(namespace, name, status, update.status)
+        spot = job is not None and job.spec.rollout_workers.spot.enabled
+        workers = rollout_workers(pods or [], spot)
+        self.metrics.observed(namespace, name, status, update.status, workers)
         for event in update.events:
             kopf.event(dict(body), type=event.type, reason=event.reason, message=event.message)
         if job is not None and ray_cluster is not None and update.phase not in TERMINAL:
@@ -352,4 +354,5 @@ _PLURALS = {
     "ConfigMap": "configmaps",
     "RayCluster": "rayclusters",
     "PodDisruptionBudget": "poddisruptionbudgets",
+    "NetworkPolicy": "networkpolicies",
 }

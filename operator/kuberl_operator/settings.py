@@ -8,14 +8,37 @@ always builds the same objects.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any
+from typing import Annotated, Any
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, ValidationError
 
 from kuberl_operator.constants import GPU_TYPE_LABEL, JOB_CONFIG_DIR, RAY_DASHBOARD_PORT
-from kuberl_operator.spec import DNS_LABEL_PATTERN, IMAGE_PATTERN, LABEL_KEY_PATTERN, Quantity
+from kuberl_operator.spec import (
+    DNS_LABEL_PATTERN,
+    IMAGE_PATTERN,
+    LABEL_KEY_PATTERN,
+    LabelMap,
+    Quantity,
+)
 
 ENV_PREFIX = "KUBERL_"
+
+
+def parse_labels(value: Any) -> Any:
+    """`key=value,key=value` (as `kubectl -l` writes labels) as a dict; anything else unchanged."""
+    if not isinstance(value, str):
+        return value
+    labels = {}
+    for pair in filter(None, (part.strip() for part in value.split(","))):
+        key, equals, label_value = pair.partition("=")
+        if not equals:
+            raise ValueError(f"{pair!r} is not key=value")
+        labels[key.strip()] = label_value.strip()
+    return labels
+
+
+Labels = Annotated[LabelMap, BeforeValidator(parse_labels)]
+"""Labels, also accepted as `key=value,key=value` (an environment variable's form)."""
 
 
 class InvalidSettings(ValueError):
@@ -90,6 +113,28 @@ class OperatorSettings(BaseModel):
     """How often the operator looks at each active job (its pods, its driver, its progress), on
     top of reacting to edits at once (KUBERL_POLL_SECONDS); progress reaches the status within
     this plus one metrics read."""
+
+    operator_namespace: str = Field("kuberl-system", max_length=63, pattern=DNS_LABEL_PATTERN)
+    """Namespace the operator's pods run in (KUBERL_OPERATOR_NAMESPACE; the chart sets it from the
+    pod's own namespace): each job's NetworkPolicy lets pods there that carry operator_pod_labels
+    reach the Ray Jobs API and the driver's metrics."""
+
+    operator_pod_labels: Labels = Field(
+        default_factory=lambda: {
+            "app.kubernetes.io/name": "kuberl",
+            "app.kubernetes.io/component": "operator",
+        },
+        min_length=1,
+    )
+    """Labels of the operator's pods, as `key=value,key=value` (KUBERL_OPERATOR_POD_LABELS; the
+    chart sets it from its Deployment's pod labels): with operator_namespace they say which pods
+    each job's NetworkPolicy admits to the Ray Jobs API and the driver's metrics."""
+
+    prometheus_namespace: str | None = Field(None, max_length=63, pattern=DNS_LABEL_PATTERN)
+    """Namespace of the Prometheus that scrapes the drivers' metrics (KUBERL_PROMETHEUS_NAMESPACE):
+    each job's NetworkPolicy lets only pods there reach the metrics port. Empty: pods of every
+    namespace may, since where Prometheus runs differs between clusters and the metrics (training
+    curves, no secrets) are what it serves; no other port is opened that way."""
 
     metrics_port: int = Field(8080, ge=0, le=65535)
     """Port of the operator's own Prometheus metrics (/metrics); 0 turns them off

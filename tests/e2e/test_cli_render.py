@@ -31,12 +31,13 @@ def test_every_example_renders_the_operators_objects(example):
     assert [(o["apiVersion"], o["kind"]) for o in objects] == [
         ("v1", "Secret"),
         ("v1", "ConfigMap"),
+        ("networking.k8s.io/v1", "NetworkPolicy"),
         ("ray.io/v1", "RayCluster"),
         ("policy/v1", "PodDisruptionBudget"),
     ]
     names = {o["kind"]: o["metadata"]["name"] for o in objects}
     assert names["RayCluster"] == example.stem
-    secret, config_map, cluster, _ = objects
+    secret, config_map, _, cluster, _ = objects
     assert secret["stringData"] == {"auth_token": "<generated at creation>"}
     assert cluster["spec"]["authOptions"]["secretName"] == names["Secret"]
     embedded = yaml.safe_load(config_map["data"]["job.yaml"])
@@ -57,7 +58,7 @@ def test_render_follows_the_operators_settings():
     example = ROOT / "deploy" / "examples" / "pendulum-ppo-gpu-spot.yaml"
     result = kuberl("render", example, KUBERL_GPU_TYPE_LABEL="nvidia.com/gpu.product")
 
-    cluster = list(yaml.safe_load_all(result.stdout))[2]
+    [cluster] = [o for o in yaml.safe_load_all(result.stdout) if o["kind"] == "RayCluster"]
     head = cluster["spec"]["headGroupSpec"]["template"]["spec"]
     assert head["nodeSelector"]["nvidia.com/gpu.product"] == "nvidia-l4"
     groups = [group["groupName"] for group in cluster["spec"]["workerGroupSpecs"]]

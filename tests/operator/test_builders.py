@@ -40,7 +40,7 @@ from kuberl_operator.constants import (
 from kuberl_operator.settings import InvalidSettings, OperatorSettings
 from kuberl_operator.spec import RLJob
 from kuberl_operator.validation import InvalidManifest, load_rljob, validate_rljob
-from testkit import edited
+from testkit import as_strict_json_schema, edited
 
 ROOT = Path(__file__).resolve().parents[2]
 EXAMPLES = sorted((ROOT / "deploy" / "examples").glob("*.yaml"))
@@ -145,24 +145,6 @@ def env_of(container: dict[str, Any]) -> dict[str, Any]:
 
 
 # --- Schemas ------------------------------------------------------------------------------------
-
-
-def as_strict_json_schema(node: dict[str, Any]) -> dict[str, Any]:
-    """A CRD's OpenAPI v3 schema as jsonschema's Draft 4 reads it, with `nullable` spelt as a null
-    type and unknown fields rejected (as `kubectl apply --validate=strict` rejects them), except
-    where the schema preserves them."""
-    node = dict(node)
-    if "properties" in node:
-        node["properties"] = {k: as_strict_json_schema(v) for k, v in node["properties"].items()}
-        if not node.get("x-kubernetes-preserve-unknown-fields"):
-            node["additionalProperties"] = False
-    if "items" in node:
-        node["items"] = as_strict_json_schema(node["items"])
-    if isinstance(node.get("additionalProperties"), dict):
-        node["additionalProperties"] = as_strict_json_schema(node["additionalProperties"])
-    if node.pop("nullable", False):
-        node = {"anyOf": [{"type": "null"}, node]}
-    return node
 
 
 @pytest.fixture(scope="module")
@@ -280,11 +262,12 @@ def test_the_schemas_catch_mistakes(ray_cluster_schema):
 def test_child_names_are_fixed_and_distinct():
     names = child_names(job_with())
 
-    assert names == ("walker", "walker-ray-auth", "walker-job", "walker-head")
+    assert names == ("walker", "walker-ray-auth", "walker-job", "walker-head", "walker-ray")
     objects = build_children(job_with(), SETTINGS, attempt=1, token=TOKEN)
     assert [(o["kind"], o["metadata"]["name"]) for o in objects] == [
         ("Secret", "walker-ray-auth"),
         ("ConfigMap", "walker-job"),
+        ("NetworkPolicy", "walker-ray"),
         ("RayCluster", "walker"),
         ("PodDisruptionBudget", "walker-head"),
     ]

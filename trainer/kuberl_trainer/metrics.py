@@ -42,6 +42,7 @@ class TrainerMetrics:
         self.evaluation_return = gauge(
             "kuberl_evaluation_return_mean", "Mean return of the last greedy evaluation."
         )
+        self.evaluation_return.set(math.nan)  # none yet, or the job does not evaluate
         self.samples_per_second = gauge(
             "kuberl_samples_per_second", "Env steps sampled per second in the last iteration."
         )
@@ -72,6 +73,8 @@ class TrainerMetrics:
         self._last_checkpoint_time = math.nan
         self.checkpoint_age.set_function(lambda: time.time() - self._last_checkpoint_time)
         self.learner = {stat: gauge(name, doc) for stat, (name, doc) in LEARNER_GAUGES.items()}
+        for learner_gauge in self.learner.values():
+            learner_gauge.set(math.nan)  # a statistic this algorithm lacks is no loss of 0
 
     def serve(self, port: int) -> None:
         start_http_server(port, registry=self.registry)

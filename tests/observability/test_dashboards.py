@@ -1,0 +1,116 @@
+"""The committed Grafana dashboards are the generator's output and hold together: stable uids, the
+data source as a variable, units on every panel, variables defined where used, and only metric
+names that kuberl exports (or that a named exporter provides). Whether every query runs against a
+real Prometheus is test_prometheus.py's part."""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+from promql import (
+    EXTERNAL_METRICS,
+    GRAFANA,
+    alert_rules,
+    dashboards,
+    exported_metric_names,
+    generator,
+    metric_names,
+    panel_queries,
+    variables,
+)
+
+UIDS = {
+    "kuberl-fleet.json": "kuberl-fleet",
+    "kuberl-training.json": "kuberl-training",
+    "kuberl-spot.json": "kuberl-spot",
+}
+# Grafana's own variables a query may use.
+BUILT_IN_VARIABLES = {"__rate_interval", "__range", "__interval", "__range_s"}
+
+
+def test_committed_dashboards_are_generated():
+    module = generator()
+    assert sorted(module.DASHBOARDS) == sorted(UIDS)
+    for name, build in module.DASHBOARDS.items():
+        path = GRAFANA / name
+        assert path.exists() and path.read_text() == module.render(build), (
+            f"deploy/grafana/{name} is out of date with deploy/grafana/generate.py: run "
+            "`python deploy/grafana/generate.py` and commit the result"
+        )
+
+
+@pytest.mark.parametrize("name", sorted(UIDS))
+def test_dashboard_identity_and_data_source(name):
+    board = dashboards()[name]
+    assert board["uid"] == UIDS[name]
+    assert board["schemaVersion"] >= 39  # Grafana 11 and later
+    [datasource] = [v for v in variables(board) if v["type"] == "datasource"]
+    assert (datasource["name"], datasource["query"]) == ("datasource", "prometheus")
+    panel_ids = [panel["id"] for panel in board["panels"]]
+    assert len(set(panel_ids)) == len(panel_ids)
+    for panel in board["panels"]:
+        assert panel["datasource"]["uid"] == "${datasource}", panel["title"]
+        assert panel["fieldConfig"]["defaults"].get("unit"), f"{panel['title']}: no unit"
+        assert panel["description"], f"{panel['title']}: no description"
+        assert panel["targets"], f"{panel['title']}: no query"
+        for query in panel["targets"]:
+            assert query["datasource"]["uid"] == "${datasource}", panel["title"]
+
+
+@pytest.mark.parametrize("name", sorted(UIDS))
+def test_panels_fit_the_grid_without_overlapping(name):
+    taken: set[tuple[int, int]] = set()
+    for panel in dashboards()[name]["panels"]:
+        grid = panel["gridPos"]
+        assert grid["x"] >= 0 and grid["x"] + grid["w"] <= 24, panel["title"]
+        cells = {
+            (x, y)
+            for x in range(grid["x"], grid["x"] + grid["w"])
+            for y in range(grid["y"], grid["y"] + grid["h"])
+        }
+        assert not cells & taken, f"{panel['title']} overlaps another panel"
+        taken |= cells
+
+
+@pytest.mark.parametrize("name", sorted(UIDS))
+def test_every_variable_a_query_uses_is_defined(name):
+    board = dashboards()[name]
+    defined = {v["name"] for v in variables(board)} | BUILT_IN_VARIABLES
+    texts = [q.expr for q in panel_queries() if q.dashboard == board["uid"]]
+    texts += [v["definition"] for v in variables(board) if v["type"] == "query"]
+    for text in texts:
+        used = set(re.findall(r"\$\{?(\w+)", text))
+        assert used <= defined, f"{text}: undefined {used - defined}"
+
+
+def test_the_training_dashboard_selects_one_job_of_one_namespace():
+    board = dashboards()["kuberl-training.json"]
+    by_name = {v["name"]: v for v in variables(board)}
+    assert by_name["job"]["definition"] == (
+        'label_values(kuberl_training_iteration{namespace="$namespace"}, job)'
+    )
+    for query in panel_queries():
+        if query.dashboard == "kuberl-training":
+            assert 'namespace="$namespace"' in query.expr and 'job="$job"' in query.expr, query
+
+
+def test_the_learning_curve_is_also_drawn_against_timesteps():
+    board = dashboards()["kuberl-training.json"]
+    [xy] = [panel for panel in board["panels"] if panel["type"] == "xychart"]
+    legends = {query["legendFormat"] for query in xy["targets"]}
+    for series in xy["options"]["series"]:
+        assert series["x"]["matcher"]["options"] == "timesteps"
+        assert {series["x"]["matcher"]["options"], series["y"]["matcher"]["options"]} <= legends
+
+
+def test_dashboards_and_rules_read_only_metrics_that_exist():
+    exported = exported_metric_names()
+    assert exported & EXTERNAL_METRICS.keys() == set()
+    known = exported | EXTERNAL_METRICS.keys()
+    for query in panel_queries():
+        unknown = metric_names(query.expr) - known
+        assert not unknown, f"{query.dashboard} / {query.panel}: no such metric {unknown}"
+    for rule in alert_rules():
+        unknown = metric_names(rule["expr"]) - known
+        assert not unknown, f"alert {rule['alert']}: no such metric {unknown}"

@@ -1,0 +1,85 @@
+"""The operator's per-job series the dashboards and alerts read: phase, time per phase, rollout
+workers by capacity and worker-time, preemptions and restarts from the first reconcile on."""
+
+from __future__ import annotations
+
+from kuberl_operator.metrics import ON_DEMAND, SPOT, OperatorMetrics, rollout_workers
+from kuberl_operator.spec import Phase, RLJobStatus
+
+
+def worker(name: str, group: str, phase: str = "Running") -> dict:
+    labels = {"ray.io/node-type": "worker", "ray.io/group": group}
+    return {"metadata": {"name": name, "uid": name, "labels": labels}, "status": {"phase": phase}}
+
+
+HEAD = {"metadata": {"name": "head", "labels": {"ray.io/node-type": "head"}}, "status": {}}
+
+
+def test_running_rollout_workers_are_counted_by_capacity():
+    preempted = worker("w4", "rollout")
+    preempted["status"]["conditions"] = [{"type": "DisruptionTarget", "status": "True"}]
+    leaving = worker("w5", "rollout")
+    leaving["metadata"]["deletionTimestamp"] = "2026-01-01T00:00:00Z"
+    pods = [
+        HEAD,
+        worker("w1", "rollout"),
+        worker("w2", "rollout"),
+        worker("w3", "rollout", phase="Pending"),  # no node yet: costs nothing
+        preempted,
+        leaving,
+        worker("w6", "rollout-on-demand"),
+    ]
+    assert rollout_workers(pods, spot=True) == {SPOT: 2, ON_DEMAND: 1}
+    assert rollout_workers(pods, spot=False) == {SPOT: 0, ON_DEMAND: 3}
+    assert rollout_workers([], spot=True) == {SPOT: 0, ON_DEMAND: 0}
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 100.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def sample(metrics: OperatorMetrics, name: str, **labels: str) -> float | None:
+    return metrics.registry.get_sample_value(name, labels)
+
+
+def test_time_goes_to_the_phase_and_the_workers_a_job_had():
+    clock = Clock()
+    metrics = OperatorMetrics(clock=clock)
+    job = {"namespace": "team", "job": "cartpole"}
+    pending, running = RLJobStatus(), RLJobStatus(phase=Phase.RUNNING)
+    preempted = RLJobStatus(phase=Phase.PREEMPTED, preemptions=1)
+
+    metrics.observed("team", "cartpole", pending, running, {SPOT: 2, ON_DEMAND: 0})
+    # from the first reconcile on, every series reads 0 rather than being absent
+    for phase in Phase:
+        assert sample(metrics, "kuberl_operator_job_phase_seconds_total", **job, phase=phase) == 0
+    assert sample(metrics, "kuberl_operator_preemptions_total", **job) == 0
+    assert sample(metrics, "kuberl_operator_restarts_total", **job) == 0
+    assert sample(metrics, "kuberl_operator_job_phase", **job, phase="Running") == 1
+
+    clock.now += 10
+    metrics.observed("team", "cartpole", running, preempted, {SPOT: 1, ON_DEMAND: 1})
+    clock.now += 4
+    metrics.observed("team", "cartpole", preempted, running, {SPOT: 2, ON_DEMAND: 0})
+
+    seconds = "kuberl_operator_job_phase_seconds_total"
+    assert sample(metrics, seconds, **job, phase="Running") == 10
+    assert sample(metrics, seconds, **job, phase="Preempted") == 4
+    worker_seconds = "kuberl_operator_rollout_worker_seconds_total"
+    assert sample(metrics, worker_seconds, **job, capacity=SPOT) == 2 * 10 + 1 * 4
+    assert sample(metrics, worker_seconds, **job, capacity=ON_DEMAND) == 1 * 4
+    assert sample(metrics, "kuberl_operator_rollout_workers", **job, capacity=SPOT) == 2
+    assert sample(metrics, "kuberl_operator_preemptions_total", **job) == 1
+    # one phase series per job: the old phase's is gone
+    assert sample(metrics, "kuberl_operator_job_phase", **job, phase="Preempted") is None
+    assert sample(metrics, "kuberl_operator_jobs", namespace="team", phase="Running") == 1
+
+    metrics.forget("team", "cartpole")
+    assert sample(metrics, "kuberl_operator_job_phase", **job, phase="Running") is None
+    assert sample(metrics, "kuberl_operator_rollout_workers", **job, capacity=SPOT) is None
+    assert sample(metrics, "kuberl_operator_jobs", namespace="team", phase="Running") == 0
+    assert sample(metrics, worker_seconds, **job, capacity=SPOT) == 24  # counters stay
