@@ -66,9 +66,11 @@ def jobs_api_ready(url: str, token: str) -> bool:
         return False
 
 
-def stop_own_processes(head: subprocess.Popen, temp_dir: str) -> None:
-    """End exactly what this test started: the `ray start` process group, then any Ray process
-    whose command line names this test's temp dir (Ray starts some in sessions of their own)."""
+def stop_own_processes(head: subprocess.Popen, temp_dir: str, token: str) -> None:
+    """End exactly what this test started: the `ray start` process group, then any process whose
+    command line names this test's temp dir (Ray starts some in sessions of their own) or whose
+    environment holds this head's token (the drivers its Jobs API started, each in a session of
+    its own, which would otherwise outlive the head and go on training)."""
     for sig, wait in ((signal.SIGTERM, 10), (signal.SIGKILL, 10)):
         try:
             os.killpg(head.pid, sig)
@@ -76,10 +78,15 @@ def stop_own_processes(head: subprocess.Popen, temp_dir: str) -> None:
             break
         except (ProcessLookupError, subprocess.TimeoutExpired):
             continue
+    markers = (temp_dir.encode(), f"RAY_AUTH_TOKEN={token}".encode())
     for entry in Path("/proc").iterdir():
         if entry.name.isdigit():
             try:
-                if temp_dir.encode() in (entry / "cmdline").read_bytes():
+                cmdline, environ = (
+                    (entry / "cmdline").read_bytes(),
+                    (entry / "environ").read_bytes(),
+                )
+                if markers[0] in cmdline or markers[1] in environ.split(b"\0"):
                     os.kill(int(entry.name), signal.SIGKILL)
             except (OSError, ProcessLookupError):
                 pass
@@ -115,5 +122,5 @@ def running_ray_head(num_cpus: int = 1, **env: str) -> Iterator[tuple[str, str]]
             time.sleep(0.5)
         yield url, token
     finally:
-        stop_own_processes(head, temp_dir)
+        stop_own_processes(head, temp_dir, token)
         log.close()

@@ -8,6 +8,7 @@ schemathesis checks the answers against.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
@@ -22,6 +23,7 @@ from starlette.exceptions import HTTPException
 
 from kuberl_api.backend import Action, ApiError, Authorizer, Backend, Cause, ListQuery, Verb
 from kuberl_api.metrics import ApiMetrics, RequestMetricsMiddleware
+from kuberl_api.page import PLOT_ROUTE, cookie_token, page_routes
 from kuberl_api.schemas import (
     ProgressHistory,
     ProgressPoint,
@@ -33,6 +35,7 @@ from kuberl_api.schemas import (
 from kuberl_api.submission import JSON_TYPES, YAML_TYPES, parse_submission
 from kuberl_operator.constants import MAX_JOB_NAME_LENGTH
 from kuberl_operator.spec import DNS_LABEL_PATTERN, JOB_NAME_PATTERN, Phase, RLJob
+from kuberl_trainer.plots import MEDIA_TYPES, Curve, PlotFormat, draw
 
 log = logging.getLogger(__name__)
 
@@ -227,6 +230,52 @@ def create_app(backend: Backend, authorizer: Authorizer) -> FastAPI:
         """The trainer's output (stdout and stderr), where the backend keeps it."""
         await authorize(credentials, "get", namespace, name)
         return PlainTextResponse(await backend.logs(namespace, name, tail_lines))
+
+    @app.get(
+        job + "/plot",
+        name=PLOT_ROUTE,
+        response_class=Response,
+        responses={
+            **_errors(404, 501),
+            200: {
+                "description": "The learning curve.",
+                "content": {
+                    "image/png": {"schema": {"type": "string", "format": "binary"}},
+                    "image/svg+xml": {"schema": {"type": "string"}},
+                },
+            },
+        },
+        tags=["jobs"],
+    )
+    async def job_plot(
+        namespace: Namespace,
+        name: JobName,
+        request: Request,
+        credentials: Credentials,
+        format: Annotated[PlotFormat, Query(description="The image format.")] = "png",
+    ):
+        """The job's learning curve: the mean episode return (the greedy evaluation's dashed)
+        against env steps; a job without progress yet gets a figure saying so. The status page's
+        cookie is accepted in place of the bearer token. 501 where the backend keeps no history."""
+        token = credentials.credentials if credentials else cookie_token(request)
+        await authorizer.authorize(token, Action("get", namespace, name))
+        if backend.no_history_reason:
+            await backend.get(namespace, name)  # an unknown job is a 404 all the same
+            raise ApiError(501, "NotImplemented", backend.no_history_reason)
+        rows = await backend.progress(namespace, name)
+        curve = Curve(
+            name,
+            timesteps=[row.timesteps for row in rows],
+            returns=[row.episode_return_mean for row in rows],
+            evaluation_returns=[row.evaluation_return_mean for row in rows],
+        )
+        # matplotlib draws for tens of milliseconds: off the event loop.
+        image = await asyncio.to_thread(draw, [curve], format, name)
+        return Response(
+            image, media_type=MEDIA_TYPES[format], headers={"Cache-Control": "no-cache"}
+        )
+
+    app.include_router(page_routes(backend, authorizer))
 
     # --- operations -----------------------------------------------------------------------------
 

@@ -126,6 +126,10 @@ class Backend(Protocol):
     history_source: str
     """Where GET .../progress gets its rows, in words (shown in the OpenAPI description)."""
 
+    no_history_reason: str | None
+    """Why the backend keeps no progress history to draw (GET .../plot answers 501 with it), or
+    None when it keeps one."""
+
     async def start(self) -> None: ...
 
     async def close(self) -> None: ...

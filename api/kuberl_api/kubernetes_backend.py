@@ -4,7 +4,8 @@ Each request's bearer token goes to a TokenReview and each action to a SubjectAc
 rljobs in the URL's namespace (the verb RBAC would check), so a user can do through the API exactly
 what `kubectl` would let them do; the API's own ServiceAccount needs only the reviews and rljobs.
 The operator is the only writer of `.status`: this backend writes the spec (create, merge patch of
-`spec.suspend`) and deletes, nothing else.
+`spec.suspend`) and deletes, nothing else. It calls Kubernetes through the operator's client
+(kuberl_operator.kube), as the API's own ServiceAccount.
 """
 
 from __future__ import annotations
@@ -22,16 +23,55 @@ from kuberl_api.backend import (
     already_exists,
     not_found,
 )
-from kuberl_api.kube import KubeClient, KubeConfig, KubeError
 from kuberl_api.selectors import matches, parse_label_selector
+from kuberl_operator.constants import API_VERSION, GROUP, PLURAL, VERSION
+from kuberl_operator.kube import Kube, KubeConfig, KubeError, path
 from kuberl_operator.spec import RLJob
+
+
+def rljobs_path(namespace: str | None = None, name: str | None = None) -> str:
+    """RLJobs of `namespace` (of every namespace when None), or the one called `name`."""
+    return path(API_VERSION, PLURAL, namespace, name)
+
+
+async def review_token(kube: Kube, token: str) -> dict[str, Any]:
+    """TokenReview's status: `authenticated`, `user` (username, uid, groups, extra), `error`."""
+    review = {
+        "apiVersion": "authentication.k8s.io/v1",
+        "kind": "TokenReview",
+        "spec": {"token": token},
+    }
+    answer = await kube.request("POST", path("authentication.k8s.io/v1", "tokenreviews"), review)
+    return answer.get("status") or {}
+
+
+async def review_access(
+    kube: Kube, user: dict[str, Any], verb: str, namespace: str, name: str | None
+) -> dict[str, Any]:
+    """SubjectAccessReview's status (`allowed`, `reason`) for `user` doing `verb` on rljobs."""
+    attributes = {"namespace": namespace, "verb": verb, "group": GROUP}
+    attributes |= {"version": VERSION, "resource": PLURAL}
+    if name:
+        attributes["name"] = name
+    spec = {
+        "user": user.get("username", ""),
+        "groups": user.get("groups") or [],
+        "resourceAttributes": attributes,
+    }
+    if user.get("uid"):
+        spec["uid"] = user["uid"]
+    if user.get("extra"):
+        spec["extra"] = user["extra"]
+    review = {"apiVersion": "authorization.k8s.io/v1", "kind": "SubjectAccessReview", "spec": spec}
+    url = path("authorization.k8s.io/v1", "subjectaccessreviews")
+    return (await kube.request("POST", url, review)).get("status") or {}
 
 
 class KubernetesAuthorizer:
     """TokenReview, then SubjectAccessReview, for every request."""
 
-    def __init__(self, client: KubeClient) -> None:
-        self.client = client
+    def __init__(self, kube: Kube) -> None:
+        self.kube = kube
 
     async def authorize(self, token: str | None, action: Action) -> None:
         if not token:
@@ -39,15 +79,15 @@ class KubernetesAuthorizer:
                 401, "Unauthorized", "missing bearer token: send 'Authorization: Bearer <token>'"
             )
         try:
-            review = await self.client.review_token(token)
+            review = await review_token(self.kube, token)
             if not review.get("authenticated"):
                 error = review.get("error")
                 raise ApiError(
                     401, "Unauthorized", f"invalid bearer token{': ' + error if error else ''}"
                 )
             user = review.get("user") or {}
-            access = await self.client.review_access(
-                user, action.verb, action.namespace, action.name
+            access = await review_access(
+                self.kube, user, action.verb, action.namespace, action.name
             )
         except KubeError as exc:
             raise upstream_error(exc) from None
@@ -68,20 +108,25 @@ class KubernetesBackend:
         "the RLJob's .status.progress (the newest iteration only: Kubernetes keeps no history; "
         "the per-iteration series are in Prometheus)"
     )
+    no_history_reason = (
+        "the kubernetes backend keeps only a job's newest progress (.status.progress), not a "
+        "history to draw: its learning curve is on Grafana's 'kuberl / Training' dashboard "
+        "(from Prometheus)"
+    )
 
     def __init__(self, config: KubeConfig) -> None:
-        self.client = KubeClient(config)
-        self.authorizer = KubernetesAuthorizer(self.client)
+        self.kube = Kube(config)
+        self.authorizer = KubernetesAuthorizer(self.kube)
 
     async def start(self) -> None:
         return None
 
     async def close(self) -> None:
-        await self.client.close()
+        await self.kube.close()
 
     async def not_ready_reason(self) -> str | None:
         try:
-            if not await self.client.served():
+            if not await self.kube.serves(API_VERSION, PLURAL):
                 return "the RLJob CRD (rljobs.kuberl.io) is not installed"
         except KubeError as exc:
             return exc.message
@@ -89,9 +134,9 @@ class KubernetesBackend:
 
     async def create(self, namespace: str, job: RLJob, document: dict[str, Any]) -> dict[str, Any]:
         try:
-            return await self.client.request("POST", self.client.rljobs_path(namespace), document)
+            return await self.kube.request("POST", rljobs_path(namespace), document)
         except KubeError as exc:
-            if exc.code == 404:  # the namespace, or the CRD, is missing
+            if exc.status == 404:  # the namespace, or the CRD, is missing
                 raise ApiError(404, "NotFound", f"Kubernetes: {exc.message}") from None
             raise _job_error(exc, namespace, job.name) from None
 
@@ -105,9 +150,7 @@ class KubernetesBackend:
         if query.continue_token:
             params["continue"] = query.continue_token
         try:
-            answer = await self.client.request(
-                "GET", self.client.rljobs_path(namespace), params=params
-            )
+            answer = await self.kube.request("GET", rljobs_path(namespace), params=params)
         except KubeError as exc:
             raise _job_error(exc, namespace, None) from None
         # Custom resources cannot be selected by status fields: the phase is filtered here, so a
@@ -122,7 +165,7 @@ class KubernetesBackend:
 
     async def get(self, namespace: str, name: str) -> dict[str, Any]:
         try:
-            return await self.client.request("GET", self.client.rljobs_path(namespace, name))
+            return await self.kube.request("GET", rljobs_path(namespace, name))
         except KubeError as exc:
             raise _job_error(exc, namespace, name) from None
 
@@ -144,11 +187,8 @@ class KubernetesBackend:
 
     async def set_suspended(self, namespace: str, name: str, suspend: bool) -> dict[str, Any]:
         try:
-            return await self.client.request(
-                "PATCH",
-                self.client.rljobs_path(namespace, name),
-                {"spec": {"suspend": suspend}},
-                content_type="application/merge-patch+json",
+            return await self.kube.merge_patch(
+                rljobs_path(namespace, name), {"spec": {"suspend": suspend}}
             )
         except KubeError as exc:
             raise _job_error(exc, namespace, name) from None
@@ -156,7 +196,7 @@ class KubernetesBackend:
     async def delete(self, namespace: str, name: str) -> dict[str, Any]:
         job = await self.get(namespace, name)
         try:
-            await self.client.request("DELETE", self.client.rljobs_path(namespace, name))
+            await self.kube.request("DELETE", rljobs_path(namespace, name))
         except KubeError as exc:
             raise _job_error(exc, namespace, name) from None
         return job
@@ -172,18 +212,18 @@ class KubernetesBackend:
 
     async def summaries(self) -> list[JobSummary]:
         try:
-            answer = await self.client.request("GET", self.client.rljobs_path())
+            answer = await self.kube.request("GET", rljobs_path())
         except KubeError:
             return []  # /metrics still answers (request metrics) while Kubernetes is away
         return [JobSummary.of(item) for item in answer.get("items") or []]
 
 
 def _job_error(exc: KubeError, namespace: str, name: str | None) -> ApiError:
-    if exc.code == 404 and name:
+    if exc.status == 404 and name:
         return not_found(namespace, name)
-    if exc.code == 409 and name:
+    if exc.status == 409 and name:
         return already_exists(namespace, name)
-    if exc.code in (400, 422):
+    if exc.status in (400, 422):
         return ApiError(422, "Invalid", f"Kubernetes refused the job: {exc.message}")
     return upstream_error(exc)
 
@@ -191,6 +231,6 @@ def _job_error(exc: KubeError, namespace: str, name: str | None) -> ApiError:
 def upstream_error(exc: KubeError) -> ApiError:
     """Kubernetes failing the API itself (unreachable, or its ServiceAccount lacks a right): not
     the caller's fault, so 503 when unreachable and 500 otherwise, with Kubernetes' words."""
-    if exc.code == 0:
+    if exc.status == 0:
         return ApiError(503, "ServiceUnavailable", exc.message)
-    return ApiError(500, "InternalError", f"Kubernetes answered {exc.code}: {exc.message}")
+    return ApiError(500, "InternalError", f"Kubernetes answered {exc.status}: {exc.message}")

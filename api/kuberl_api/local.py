@@ -61,6 +61,7 @@ class LocalBackend:
         "the trainer's progress.jsonl: one row per training iteration since the job started "
         "(a resumed job continues the same history)"
     )
+    no_history_reason = None
 
     def __init__(self, data_dir: Path, max_running: int, poll_interval_s: float = 0.5) -> None:
         self.data_dir = data_dir

@@ -73,14 +73,13 @@ def local_setup(
 def kubernetes_setup(
     kubeconfig: Path | None, kube_server: str | None
 ) -> tuple[Backend, Authorizer]:
-    from kuberl_api.kube import KubeConfigError, load_kube_config
     from kuberl_api.kubernetes_backend import KubernetesBackend
+    from kuberl_operator.kube import KubeConfigError, load_kube_config
 
     try:
-        config = load_kube_config(kubeconfig=kubeconfig, server=kube_server)
+        backend = KubernetesBackend(load_kube_config(kubeconfig=kubeconfig, server=kube_server))
     except KubeConfigError as exc:
         raise ServeError(str(exc)) from None
-    backend = KubernetesBackend(config)
     return backend, backend.authorizer
 
 

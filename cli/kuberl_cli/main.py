@@ -46,11 +46,42 @@ def train(
     metrics_port: Annotated[
         int | None, typer.Option(help="Serve Prometheus metrics on this port.", min=1, max=65535)
     ] = None,
+    tensorboard: Annotated[
+        bool,
+        typer.Option(
+            "--tensorboard",
+            help="Write TensorBoard event files to <run dir>/tensorboard/ "
+            "(as spec.trainer.tensorboard: true).",
+        ),
+    ] = False,
 ) -> None:
     """Train an RLJob on this machine, resuming from its newest checkpoint."""
     from kuberl_cli.train import train_command
 
-    raise typer.Exit(train_command(file, run_dir=run_dir, metrics_port=metrics_port))
+    raise typer.Exit(
+        train_command(file, run_dir=run_dir, metrics_port=metrics_port, tensorboard=tensorboard)
+    )
+
+
+@app.command()
+def plot(
+    run_dirs: Annotated[
+        list[Path],
+        typer.Argument(
+            metavar="RUN_DIR",
+            help="Run directories (each with its progress.jsonl).",
+            show_default=False,
+        ),
+    ],
+    output: Annotated[
+        Path, typer.Option("--output", "-o", help="The figure: .png or .svg.")
+    ] = Path("plot.png"),
+) -> None:
+    """Draw the learning curves of runs in one figure: return against env steps, evaluation
+    dashed."""
+    from kuberl_cli.plot import plot_command
+
+    raise typer.Exit(plot_command(run_dirs, output))
 
 
 class BackendName(StrEnum):

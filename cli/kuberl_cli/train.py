@@ -9,9 +9,12 @@ from pathlib import Path
 from kuberl_cli.validate import EXIT_INVALID, checked_job, describe_job
 
 
-def train_command(file: Path, run_dir: Path | None, metrics_port: int | None) -> int:
+def train_command(
+    file: Path, run_dir: Path | None, metrics_port: int | None, tensorboard: bool = False
+) -> int:
     """0 when a stop condition was met, 128+signal when interrupted (after checkpointing), 1 when
-    the job is invalid or failed, 2 when the file is missing."""
+    the job is invalid or failed, 2 when the file is missing. `tensorboard` turns on
+    spec.trainer.tensorboard."""
     job, exit_code = checked_job(file)
     if job is None:
         return exit_code
@@ -21,13 +24,16 @@ def train_command(file: Path, run_dir: Path | None, metrics_port: int | None) ->
     # The training stack loads only once the manifest is known to be good.
     from kuberl_trainer.driver import Driver
     from kuberl_trainer.errors import TrainingError
-    from kuberl_trainer.progress import format_return
+    from kuberl_trainer.progress_row import format_return
 
     run_dir = run_dir or Path("runs") / job.name
     print(f"Training {job.name}: {describe_job(job)}; run directory {run_dir}", flush=True)
     try:
+        trainer = job.spec.trainer
+        if tensorboard:
+            trainer = trainer.model_copy(update={"tensorboard": True})
         result = Driver(
-            job.spec.trainer,
+            trainer,
             job.spec.rollout_workers,
             run_dir,
             job.name,

@@ -18,7 +18,7 @@ from typing import Any
 import kopf
 
 from kuberl_operator.constants import GROUP, PLURAL, VERSION
-from kuberl_operator.kube import Kube, KubeError
+from kuberl_operator.kube import Kube, KubeConfigError, KubeError, load_kube_config
 from kuberl_operator.metrics import OperatorMetrics
 from kuberl_operator.ray_jobs import RayJobsError
 from kuberl_operator.reconciler import Reconciler
@@ -54,13 +54,14 @@ async def start(settings: kopf.OperatorSettings, memo: kopf.Memo, **kwargs: Any)
     )
     settings.posting.level = logging.WARNING  # kopf's own log lines become Events only as warnings
     operator_settings = memo.get("settings") or OperatorSettings.from_env(os.environ)
-    info = login(settings=settings, **kwargs)
-    if info is None:
-        raise kopf.PermanentError("no Kubernetes credentials: no service account, no kubeconfig")
+    try:  # the reconciler's client reads the same places as `login`, and re-reads rotated tokens
+        kube = Kube(load_kube_config())
+    except KubeConfigError as exc:
+        raise kopf.PermanentError(str(exc)) from None
     metrics = OperatorMetrics()
     if operator_settings.metrics_port:
         memo.stop_metrics = metrics.serve(operator_settings.metrics_port)
-    memo.reconciler = Reconciler(Kube(info), operator_settings, metrics)
+    memo.reconciler = Reconciler(kube, operator_settings, metrics)
 
 
 @kopf.on.cleanup(registry=registry)

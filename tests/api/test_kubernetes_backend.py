@@ -1,9 +1,16 @@
 """The kubernetes backend over real HTTP against the emulated Kubernetes API: TokenReview says who
 calls, SubjectAccessReview what RBAC allows them, and RLJobs are custom objects there."""
 
+import contextlib
+
 import kmock
 import pytest
+import requests
+import yaml
 from apiserver import ApiClient, ApiServer, small_job
+from kubeapi import write_kubeconfig
+
+from testkit import free_port, run_kuberl, wait_until
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -63,7 +70,10 @@ def cluster(kube_api):
 
 @pytest.fixture
 def api(cluster, tmp_path):
-    server = ApiServer(tmp_path / "unused", "--backend", "kubernetes", "--kube-server", cluster.url)
+    kubeconfig = cluster.kubeconfig(tmp_path / "kubeconfig")
+    server = ApiServer(
+        tmp_path / "unused", "--backend", "kubernetes", "--kubeconfig", str(kubeconfig)
+    )
     with server:
         yield server
 
@@ -144,6 +154,12 @@ def test_status_progress_and_filters_come_from_the_rljob(api, cluster):
 
     response = alice.request("GET", alice.jobs("team-a", "first", "logs"))
     assert response.status_code == 501 and "kubectl logs" in response.json()["message"]
+    # No history to draw: the plot points to Grafana (and an unknown job is still a 404).
+    response = alice.request("GET", alice.jobs("team-a", "first", "plot"))
+    assert response.status_code == 501 and "Grafana" in response.json()["message"]
+    assert alice.request("GET", alice.jobs("team-a", "nobody", "plot")).status_code == 404
+    page = alice.request("GET", "/?namespace=team-a").text
+    assert '<tr id="job-first">' in page and "<img" not in page and "Grafana" in page
 
     broken = small_job("broken")
     broken["spec"]["trainer"]["algorithm"] = "PPOO"
@@ -167,7 +183,28 @@ def test_not_ready_without_the_crd(kube_api, tmp_path):
     with pytest.raises(AssertionError, match="timed out"):
         server.start(ready_timeout=3)
     try:
-        response = ApiClient(server.url).request("GET", "/readyz")
-        assert response.status_code == 503 and "CRD" in response.text
+        # Not ready is not down: once it listens (a loaded machine may take a while), it says why.
+        def readyz() -> tuple[int, str] | None:
+            with contextlib.suppress(requests.ConnectionError):
+                response = ApiClient(server.url).request("GET", "/readyz")
+                return response.status_code, response.text
+            return None
+
+        status, text = wait_until(readyz, 30, "the API to listen")
+        assert status == 503 and "CRD" in text
     finally:
         server.stop()
+
+
+def test_a_kubeconfig_the_api_cannot_use_stops_it_with_the_reason(tmp_path):
+    kubeconfig = write_kubeconfig("https://kube.example", tmp_path / "kubeconfig")
+    document = yaml.safe_load(kubeconfig.read_text())
+    document["users"][0]["user"] = {"exec": {"command": "gke-gcloud-auth-plugin"}}
+    kubeconfig.write_text(yaml.safe_dump(document))
+    out = run_kuberl(
+        "serve", "--backend", "kubernetes", "--kubeconfig", kubeconfig, "--port", free_port()
+    )
+    assert out.returncode == 1
+    assert f"kuberl serve: {kubeconfig}: user 'tester' authenticates with an exec plugin" in (
+        out.stderr
+    )

@@ -329,6 +329,10 @@ class _TrainerBase(Spec):
     metrics_window: int = Field(20, ge=1, le=10_000)
     """Number of most recent episodes averaged into episode_return_mean."""
 
+    tensorboard: bool = False
+    """Also write every progress row as TensorBoard scalars (event files in tensorboard/ of the
+    run directory, step = timesteps_total)."""
+
     @model_validator(mode="after")
     def _check_pairings(self) -> _TrainerBase:
         allowed = COMPATIBLE_OPTIMIZERS[Algorithm(self.algorithm)]

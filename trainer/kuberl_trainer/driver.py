@@ -24,7 +24,9 @@ from kuberl_trainer.checkpoint import CheckpointStore, checkpoint_dir
 from kuberl_trainer.config import AnyTrainerConfig, RolloutConfig, StopConditions
 from kuberl_trainer.metrics import TrainerMetrics
 from kuberl_trainer.progress import ConsoleReport, ProgressLog
+from kuberl_trainer.progress_row import PROGRESS_FILE
 from kuberl_trainer.rollout_worker import RolloutWorker
+from kuberl_trainer.tensorboard import TensorBoardLog
 from kuberl_trainer.worker_set import WorkerSet
 
 log = logging.getLogger(__name__)
@@ -98,6 +100,7 @@ class Driver:
         self.evaluation_return_mean: float | None = None
         self._signal: int | None = None
         self._started_ray = False
+        self._tensorboard: TensorBoardLog | None = None
 
     # -- the loop ---------------------------------------------------------------------------
 
@@ -113,7 +116,10 @@ class Driver:
             optimizer = algorithms.optimizer_class(self.config)(workers, self.config)
             resumed_from = self._resume(optimizer)
             # Opened after resuming, which may truncate the file to the checkpoint's iteration.
-            progress = ProgressLog(self.run_dir / "progress.jsonl")
+            progress = ProgressLog(self.run_dir / PROGRESS_FILE)
+            if self.config.tensorboard:
+                purge = optimizer.counters.steps_sampled + 1 if resumed_from else None
+                self._tensorboard = TensorBoardLog(self.run_dir, purge_step=purge)
             if self.metrics_port is not None:
                 self.metrics.serve(self.metrics_port)
             checkpoint, stopped_by = resumed_from, None
@@ -124,6 +130,8 @@ class Driver:
             while stopped_by is None and self._signal is None:
                 row, timer_deltas, restarts = self._iterate(optimizer)
                 progress.write(row)
+                if self._tensorboard is not None:
+                    self._tensorboard.write(row)
                 self.report.update(row)
                 self.metrics.record(row, timer_deltas, restarts)
                 stopped_by = stop_reason(self.config.stop, row)
@@ -147,6 +155,8 @@ class Driver:
         finally:
             if progress is not None:
                 progress.close()
+            if self._tensorboard is not None:
+                self._tensorboard.close()
             self.report.close()
             if workers is not None:
                 workers.stop()
@@ -272,6 +282,8 @@ class Driver:
             },
         }
         path = self.store.save(self.iteration, state, self._meta(optimizer))
+        if self._tensorboard is not None:  # the events up to a checkpoint are on disk with it
+            self._tensorboard.flush()
         self.metrics.checkpointed(time.time(), path)
         return path
 
@@ -293,7 +305,7 @@ class Driver:
         torch.set_rng_state(driver["rng"]["torch"])
         self.metrics.checkpointed(found.meta["created"], found.path)
         self.metrics.position(self.iteration, optimizer.counters.steps_sampled)
-        _truncate_progress(self.run_dir / "progress.jsonl", self.iteration)
+        _truncate_progress(self.run_dir / PROGRESS_FILE, self.iteration)
         self.report.message(
             f"Resuming from {found.path} (iteration {self.iteration}, "
             f"{optimizer.counters.steps_sampled:,} timesteps)"

@@ -12,6 +12,8 @@ from typing import Any
 from rich.console import Console
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
+from kuberl_trainer.progress_row import format_return
+
 
 class ProgressLog:
     """Appends one JSON object per iteration; a resumed run continues the same file."""
@@ -79,8 +81,3 @@ class ConsoleReport:
     def close(self) -> None:
         if self._progress is not None:
             self._progress.stop()
-
-
-def format_return(value: float | None) -> str:
-    """A return for people: one decimal, or "-" when there is none (no episode finished yet)."""
-    return "-" if value is None or not math.isfinite(value) else f"{value:.1f}"

@@ -1,0 +1,175 @@
+"""The learning-curve endpoint and the status page over real HTTP, and the page once in a real
+headless Chromium: what the browser drew (a screenshot) and built (its DOM)."""
+
+import re
+import shutil
+import struct
+import subprocess
+import xml.etree.ElementTree as ET
+
+import numpy as np
+import pytest
+from apiserver import TOKEN, ApiClient, serving, small_job
+from matplotlib.image import imread
+
+from kuberl_api.page import TOKEN_COOKIE
+from kuberl_trainer.plots import DPI, FIGURE_INCHES, X_LABEL, Y_LABEL
+from testkit import edited
+
+SVG = "{http://www.w3.org/2000/svg}"
+PLOT_SIZE = tuple(round(inches * DPI) for inches in FIGURE_INCHES)
+CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
+WINDOW = (1200, 900)
+
+
+@pytest.fixture(scope="module")
+def open_api(tmp_path_factory):
+    """A local backend without tokens (so loopback only), where a browser needs no login."""
+    data_dir = tmp_path_factory.mktemp("api") / "data"
+    with serving(data_dir, "--max-running", "2", env={"KUBERL_API_TOKEN": ""}) as server:
+        yield server
+
+
+@pytest.fixture(scope="module")
+def trained(open_api):
+    """A job trained to its end (5 iterations of 128 env steps)."""
+    client = ApiClient(open_api.url)
+    assert client.submit(small_job("curve", iterations=5, team="rl")).status_code == 201
+    client.wait_phase("curve", "Succeeded")
+    return client
+
+
+def png_size(data: bytes) -> tuple[int, int]:
+    assert data[:8] == b"\x89PNG\r\n\x1a\n" and data[12:16] == b"IHDR", data[:16]
+    return struct.unpack(">II", data[16:24])
+
+
+def svg_texts(data: bytes) -> list[str]:
+    return ["".join(element.itertext()) for element in ET.fromstring(data).iter(SVG + "text")]
+
+
+def test_plot_of_a_trained_job(trained):
+    response = trained.request("GET", trained.jobs(name="curve", action="plot"))
+    assert response.status_code == 200, response.text
+    assert response.headers["content-type"] == "image/png"
+    assert png_size(response.content) == PLOT_SIZE
+
+    response = trained.request("GET", trained.jobs(name="curve", action="plot") + "?format=svg")
+    assert response.status_code == 200 and response.headers["content-type"] == "image/svg+xml"
+    texts = svg_texts(response.content)
+    assert {X_LABEL, Y_LABEL} <= set(texts) and texts.count("curve") == 2  # title and legend
+    ticks = [int(text) for text in texts if text.isdigit()]
+    assert min(ticks) <= 128 and max(ticks) >= 600  # 5 iterations of 128 env steps
+
+
+def test_plot_errors(trained):
+    response = trained.request("GET", trained.jobs(name="nobody", action="plot"))
+    assert response.status_code == 404 and response.json()["reason"] == "NotFound"
+    response = trained.request("GET", trained.jobs(name="curve", action="plot") + "?format=jpg")
+    assert response.status_code == 400
+    assert response.json()["details"]["causes"][0]["field"] == "format"
+
+
+def test_the_page_lists_jobs_with_their_plots(trained):
+    response = trained.request("GET", "/")
+    assert response.status_code == 200 and response.headers["content-type"].startswith("text/html")
+    assert "script-src" not in response.headers["content-security-policy"]  # no script at all
+    row = re.search(r'<tr id="job-curve">(.*?)</tr>', response.text).group(1)
+    assert "Succeeded" in row and "PPO" in row and "team=rl" in row
+    assert '<td class="number">5</td><td class="number">640</td>' in row
+    (src,) = re.findall(r'<img src="([^"]+)"', row)
+    assert src == "/v1/namespaces/default/jobs/curve/plot?format=png"
+    assert png_size(trained.request("GET", src).content) == PLOT_SIZE
+
+    assert "No jobs in namespace elsewhere" in trained.request("GET", "/?namespace=elsewhere").text
+    assert trained.request("GET", "/?namespace=Not_A_Namespace").status_code == 400
+
+
+def test_a_token_server_asks_the_browser_for_it_once(queue_api):
+    anonymous = ApiClient(queue_api.url)
+    assert anonymous.submit(small_job("unseen"), "team").status_code == 401
+    with_token = ApiClient(queue_api.url, TOKEN)
+    assert with_token.submit(small_job("unseen"), "team").status_code == 201
+
+    form = anonymous.request("GET", "/?namespace=team")
+    assert form.status_code == 401 and '<form method="post" action="/login">' in form.text
+    assert "unseen" not in form.text
+    assert anonymous.request("GET", with_token.jobs("team", "unseen", "plot")).status_code == 401
+
+    refused = anonymous.request("POST", "/login", data={"token": "guess", "namespace": "team"})
+    assert refused.status_code == 401 and "invalid bearer token" in refused.text
+    assert TOKEN_COOKIE not in anonymous.http.cookies
+
+    login = anonymous.request(
+        "POST", "/login", data={"token": TOKEN, "namespace": "team"}, allow_redirects=False
+    )
+    assert login.status_code == 303 and login.headers["location"] == "/?namespace=team"
+    cookie = login.headers["set-cookie"].lower()
+    assert "httponly" in cookie and "samesite=strict" in cookie
+    assert anonymous.http.cookies[TOKEN_COOKIE] == TOKEN
+
+    page = anonymous.request("GET", "/?namespace=team")
+    assert page.status_code == 200 and '<tr id="job-unseen">' in page.text
+    # A job without progress yet: its plot says so.
+    plot = anonymous.request("GET", with_token.jobs("team", "unseen", "plot") + "?format=svg")
+    assert plot.status_code == 200 and "no progress yet" in svg_texts(plot.content)
+    # The cookie reads the page and plots, and nothing else: no change rides on it.
+    assert anonymous.request("GET", with_token.jobs("team", "unseen")).status_code == 401
+    assert anonymous.request("DELETE", with_token.jobs("team", "unseen")).status_code == 401
+    assert anonymous.submit(small_job("forged"), "team").status_code == 401
+
+    assert anonymous.request("POST", "/logout", allow_redirects=False).status_code == 303
+    assert TOKEN_COOKIE not in anonymous.http.cookies
+    assert anonymous.request("GET", "/?namespace=team").status_code == 401
+
+
+def test_values_are_escaped(queue_client):
+    job = edited(small_job("escaped"), **{"spec.trainer.env": "<script>alert('x')</script>"})
+    assert queue_client.submit(job, "escaping").status_code == 201
+    page = queue_client.request("GET", "/?namespace=escaping").text
+    assert "<script>" not in page
+    assert "&lt;script&gt;alert(&#x27;x&#x27;)&lt;/script&gt;" in page
+
+
+def chromium(*args: str, tmp_path) -> subprocess.CompletedProcess[str]:
+    profile = tmp_path / f"profile-{len(list(tmp_path.iterdir()))}"
+    command = [CHROMIUM, "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic"]
+    command += ["--no-first-run", "--disable-background-networking", "--disable-component-update"]
+    command += ["--disable-sync", f"--user-data-dir={profile}", *args]
+    return subprocess.run(command, capture_output=True, text=True, timeout=120)
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(300)
+def test_chromium_shows_the_page_and_its_plot(trained, tmp_path):
+    if not shutil.which(CHROMIUM):
+        pytest.skip("the status page's browser test needs Chromium: apt-get install chromium")
+    url = f"{trained.url}/?namespace=default"
+    size = f"--window-size={WINDOW[0]},{WINDOW[1]}"
+
+    dom = chromium("--dump-dom", size, url, tmp_path=tmp_path)
+    assert dom.returncode == 0, dom.stderr
+    assert '<tr id="job-curve">' in dom.stdout and "Succeeded" in dom.stdout
+    assert 'src="/v1/namespaces/default/jobs/curve/plot?format=png"' in dom.stdout
+
+    def plot_fetches() -> float:
+        metrics = trained.request("GET", "/metrics").text
+        pattern = r'kuberl_api_requests_total\{code="200",method="GET",route="[^"]*/plot"\} (\S+)'
+        found = re.search(pattern, metrics)
+        return float(found.group(1)) if found else 0.0
+
+    before = plot_fetches()
+    screenshot = tmp_path / "page.png"
+    shot = chromium(f"--screenshot={screenshot}", size, url, tmp_path=tmp_path)
+    assert shot.returncode == 0 and screenshot.exists(), shot.stderr
+    assert plot_fetches() > before  # the browser fetched the plot itself
+
+    assert png_size(screenshot.read_bytes()) == WINDOW
+    red, green, blue = np.moveaxis(imread(screenshot)[..., :3] * 255, -1, 0)
+    # The curve is matplotlib's first colour (#1f77b4), scaled and smoothed by the browser; the
+    # page itself has nothing blue.
+    line = (blue - red > 60) & (blue > green)
+    assert line.sum() > 300, "the plot's line is not on the screenshot"
+    rows, columns = np.nonzero(line)
+    assert columns.min() > WINDOW[0] // 3  # where the image is: right of the text columns
+    assert columns.max() - columns.min() > 200 and rows.max() - rows.min() > 50
