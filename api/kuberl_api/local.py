@@ -37,6 +37,13 @@ from kuberl_api.processes import TrainerFiles, TrainerProcesses, read_exit_statu
 from kuberl_api.selectors import decode_continue, encode_continue, matches, parse_label_selector
 from kuberl_api.store import DuplicateJob, JobRow, JobStore
 from kuberl_operator.spec import ConditionType, Phase, RLJob
+from kuberl_trainer.progress_row import (
+    EPISODE_RETURN_MEAN,
+    EVALUATION_RETURN_MEAN,
+    ITERATION,
+    PROGRESS_FILE,
+    TIMESTEPS_TOTAL,
+)
 
 log = logging.getLogger(__name__)
 
@@ -139,7 +146,7 @@ class LocalBackend:
 
     async def progress(self, namespace: str, name: str) -> list[ProgressRow]:
         self._row(namespace, name)
-        return read_progress(self._files(namespace, name).run_dir / "progress.jsonl")
+        return read_progress(self._files(namespace, name).run_dir / PROGRESS_FILE)
 
     async def set_suspended(self, namespace: str, name: str, suspend: bool) -> dict[str, Any]:
         row = self._row(namespace, name)
@@ -244,7 +251,7 @@ class LocalBackend:
 
     def _refresh_progress(self, row: JobRow) -> None:
         """Copies the newest progress row into the status when progress.jsonl changed."""
-        path = self._files(row.namespace, row.name).run_dir / "progress.jsonl"
+        path = self._files(row.namespace, row.name).run_dir / PROGRESS_FILE
         try:
             stat = path.stat()
         except FileNotFoundError:
@@ -390,7 +397,7 @@ def outcome(
 
 def with_progress(document: dict[str, Any], run_dir: Path) -> dict[str, Any]:
     """The document with status.progress from the newest row of the run's progress.jsonl."""
-    path = run_dir / "progress.jsonl"
+    path = run_dir / PROGRESS_FILE
     row = last_progress_row(path)
     if row is None:
         return document
@@ -417,10 +424,10 @@ def newest_checkpoint(run_dir: Path) -> str | None:
 def progress_row(raw: dict[str, Any]) -> ProgressRow:
     """One line of progress.jsonl in the API's terms."""
     return ProgressRow(
-        iteration=int(raw["iteration"]),
-        timesteps=int(raw.get("timesteps_total") or 0),
-        episode_return_mean=raw.get("episode_return_mean"),
-        evaluation_return_mean=raw.get("evaluation_return_mean"),
+        iteration=int(raw[ITERATION]),
+        timesteps=int(raw.get(TIMESTEPS_TOTAL) or 0),
+        episode_return_mean=raw.get(EPISODE_RETURN_MEAN),
+        evaluation_return_mean=raw.get(EVALUATION_RETURN_MEAN),
         samples_per_second=raw.get("samples_per_s"),
         time_total_seconds=raw.get("time_total_s"),
     )

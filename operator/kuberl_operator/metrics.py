@@ -103,7 +103,6 @@ class OperatorMetrics:
             ("namespace", "job"),
             registry=r,
         )
-        self._phases: dict[tuple[str, str], str] = {}
         self._seen: dict[tuple[str, str], _Seen] = {}
 
     def serve(self, port: int, address: str = "0.0.0.0") -> Callable[[], None]:
@@ -128,7 +127,8 @@ class OperatorMetrics:
         """Count what one status write changed; `workers` are the job's running rollout workers
         by capacity (`rollout_workers`), none when it has no Ray cluster."""
         job = {"namespace": namespace, "job": name}
-        if (namespace, name) not in self._seen:
+        previous = self._seen.get((namespace, name))
+        if previous is None:
             # Every series of a job exists from its first reconcile, so increase() and rate()
             # see its first preemption, and "none yet" reads 0 rather than no data.
             for counter in (self.preemptions, self.restarts):
@@ -142,22 +142,31 @@ class OperatorMetrics:
         if after.restarts > before.restarts:
             self.restarts.labels(**job).inc(after.restarts - before.restarts)
         phase = (after.phase or Phase.PENDING).value
-        self._charge(namespace, name, phase, dict(workers or dict.fromkeys(CAPACITIES, 0)))
-        self._set_phase(namespace, name, phase)
+        self._charge(
+            namespace, name, previous, phase, dict(workers or dict.fromkeys(CAPACITIES, 0))
+        )
+        self._move_phase(namespace, name, previous.phase if previous else None, phase)
 
     def forget(self, namespace: str, name: str) -> None:
         """The job is gone: it leaves the phase counts and its gauges (its counters stay, as
         counters do)."""
-        self._set_phase(namespace, name, None)
-        if self._seen.pop((namespace, name), None) is not None:
+        previous = self._seen.pop((namespace, name), None)
+        if previous is not None:
+            self._move_phase(namespace, name, previous.phase, None)
             for capacity in CAPACITIES:
                 self.workers.remove(namespace, name, capacity)
 
-    def _charge(self, namespace: str, name: str, phase: str, workers: dict[str, int]) -> None:
+    def _charge(
+        self,
+        namespace: str,
+        name: str,
+        previous: _Seen | None,
+        phase: str,
+        workers: dict[str, int],
+    ) -> None:
         """The time since the job's previous reconcile goes to the phase and the workers it had
         then (a job is reconciled every few seconds while active, so the error is that long)."""
         now = self._clock()
-        previous = self._seen.get((namespace, name))
         if previous is not None:
             elapsed = max(now - previous.at, 0.0)
             self.phase_seconds.labels(namespace, name, previous.phase).inc(elapsed)
@@ -167,16 +176,13 @@ class OperatorMetrics:
         for capacity, count in workers.items():
             self.workers.labels(namespace, name, capacity).set(count)
 
-    def _set_phase(self, namespace: str, name: str, phase: str | None) -> None:
-        old = self._phases.get((namespace, name))
-        if old == phase:
+    def _move_phase(self, namespace: str, name: str, old: str | None, new: str | None) -> None:
+        """The job leaves phase `old` and enters `new` (None: none, it is new or gone)."""
+        if old == new:
             return
         if old is not None:
             self.jobs.labels(namespace=namespace, phase=old).dec()
             self.job_phase.remove(namespace, name, old)
-        if phase is None:
-            del self._phases[(namespace, name)]
-        else:
-            self._phases[(namespace, name)] = phase
-            self.jobs.labels(namespace=namespace, phase=phase).inc()
-            self.job_phase.labels(namespace, name, phase).set(1)
+        if new is not None:
+            self.jobs.labels(namespace=namespace, phase=new).inc()
+            self.job_phase.labels(namespace, name, new).set(1)
