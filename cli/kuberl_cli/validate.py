@@ -69,15 +69,17 @@ def _env_problem(trainer: dict[str, Any]) -> str | None:
     env, env_config = trainer.get("env"), trainer.get("envConfig")
     if not isinstance(env, str) or not env:
         return None  # reported by the spec's validation
-    from kuberl_trainer.config import DISCRETE_ACTIONS_ONLY
+    from kuberl_trainer.config import ALGORITHMS
     from kuberl_trainer.envs import env_problem  # gymnasium: only imported when needed
+
+    row = ALGORITHMS.get(trainer.get("algorithm"))  # an unknown one is the spec's problem
 
     with warnings.catch_warnings():  # env constructors warn freely; the verdict is what counts
         warnings.simplefilter("ignore")
         return env_problem(
             env,
             env_config if isinstance(env_config, dict) else {},
-            discrete_actions_only=trainer.get("algorithm") in DISCRETE_ACTIONS_ONLY,
+            discrete_actions_only=row is not None and row.discrete_actions_only,
         )
 
 

@@ -76,11 +76,19 @@ BROKEN = {
     ),
     "bad-optimizer-pairing": (
         edited(**{"spec.trainer.optimizer": "SyncReplay"}),
-        ["spec.trainer.optimizer: SyncReplay cannot drive PPO; compatible: SyncSamples"],
+        [
+            (
+                "spec.trainer.optimizer: SyncReplay cannot drive PPO: it learns on transitions "
+                "replayed from a buffer, but PPO takes several epochs of minibatch SGD on fresh "
+                "samples of its current policy; compatible: SyncSamples, AsyncSamples"
+            )
+        ],
     ),
     "unknown-algorithm": (
         edited(**{"spec.trainer.algorithm": "PP0"}),
-        ["spec.trainer.algorithm: 'PP0' is not one of PG, A2C, PPO, DQN; did you mean 'PPO'?"],
+        [
+            "spec.trainer.algorithm: 'PP0' is not one of PG, A2C, A3C, PPO, APPO, IMPALA, DQN, APEX; did you mean 'PPO'?"
+        ],
     ),
     "tolerations-not-a-list": (
         edited(**{"spec.learner": {"tolerations": {"key": "nvidia.com/gpu"}}}),

@@ -139,11 +139,15 @@ def test_spot_workers_on_a_known_provider():
         ),
         (
             {"spec.trainer.algorithm": "PP0"},
-            "spec.trainer.algorithm: 'PP0' is not one of PG, A2C, PPO, DQN; did you mean 'PPO'?",
+            "spec.trainer.algorithm: 'PP0' is not one of PG, A2C, A3C, PPO, APPO, IMPALA, DQN, APEX; did you mean 'PPO'?",
         ),
         (
             {"spec.trainer.optimizer": "SyncReplay"},
-            "spec.trainer.optimizer: SyncReplay cannot drive PPO; compatible: SyncSamples",
+            (
+                "spec.trainer.optimizer: SyncReplay cannot drive PPO: it learns on transitions "
+                "replayed from a buffer, but PPO takes several epochs of minibatch SGD on fresh "
+                "samples of its current policy; compatible: SyncSamples, AsyncSamples"
+            ),
         ),
         (
             {
@@ -249,7 +253,7 @@ def test_missing_algorithm_lists_the_choices():
     del document["spec"]["trainer"]["algorithm"]
 
     assert problems_of(document) == [
-        "spec.trainer.algorithm: missing: set it to one of PG, A2C, PPO, DQN"
+        "spec.trainer.algorithm: missing: set it to one of PG, A2C, A3C, PPO, APPO, IMPALA, DQN, APEX"
     ]
 
 

@@ -1,31 +1,30 @@
-"""An algorithm is a policy, a default optimizer and default hyperparameters (in config.py).
+"""The trainer's side of the algorithm table: the policy and optimizer classes a config names.
 
-Classes are imported on lookup so that picking PPO never loads DQN's replay machinery.
+Classes are imported on lookup so that picking PPO never loads DQN's replay machinery, and
+config.py (which the operator and the API import) stays free of torch.
 """
 
 from __future__ import annotations
 
 import importlib
 
-from kuberl_trainer.config import Algorithm, AnyTrainerConfig, OptimizerName
+from kuberl_trainer.config import ALGORITHMS, Algorithm, AnyTrainerConfig, OptimizerName
 from kuberl_trainer.optimizers.base import PolicyOptimizer
 from kuberl_trainer.policy.base import Policy
-
-POLICIES: dict[Algorithm, str] = {
-    Algorithm.PG: "kuberl_trainer.policy.pg:PGPolicy",
-    Algorithm.A2C: "kuberl_trainer.policy.a2c:A2CPolicy",
-    Algorithm.PPO: "kuberl_trainer.policy.ppo:PPOPolicy",
-    Algorithm.DQN: "kuberl_trainer.policy.dqn:DQNPolicy",
-}
 
 OPTIMIZERS: dict[OptimizerName, str] = {
     OptimizerName.SYNC_SAMPLES: "kuberl_trainer.optimizers.sync_samples:SyncSamplesOptimizer",
     OptimizerName.SYNC_REPLAY: "kuberl_trainer.optimizers.sync_replay:SyncReplayOptimizer",
+    OptimizerName.ASYNC_GRADIENTS: (
+        "kuberl_trainer.optimizers.async_gradients:AsyncGradientsOptimizer"
+    ),
+    OptimizerName.ASYNC_REPLAY: "kuberl_trainer.optimizers.async_replay:AsyncReplayOptimizer",
+    OptimizerName.ASYNC_SAMPLES: "kuberl_trainer.optimizers.async_samples:AsyncSamplesOptimizer",
 }
 
 
 def policy_class(config: AnyTrainerConfig) -> type[Policy]:
-    return _load(POLICIES[Algorithm(config.algorithm)])
+    return _load(ALGORITHMS[Algorithm(config.algorithm)].policy)
 
 
 def optimizer_class(config: AnyTrainerConfig) -> type[PolicyOptimizer]:

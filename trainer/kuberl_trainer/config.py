@@ -1,4 +1,5 @@
-"""The trainer's typed configuration: algorithm, env, hyperparameters, stop, checkpoints.
+"""The trainer's typed configuration: algorithm, env, optimizer, stop, checkpoints, and the
+table of algorithms (`ALGORITHMS`).
 
 This module is the single source of truth for what `spec.trainer` of an RLJob may hold. It imports
 neither ray, torch nor gymnasium, so the operator and the API can validate a job without the
@@ -10,11 +11,23 @@ names RL practitioners know from RLlib, Stable-Baselines3 and CleanRL.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from enum import StrEnum
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, Literal, Union
 
 from pydantic import BaseModel, ConfigDict, Discriminator, Field, Tag, model_validator
 from pydantic.alias_generators import to_camel
+
+from kuberl_trainer.hyperparameters import (
+    A2CHyperparameters,
+    A3CHyperparameters,
+    APEXHyperparameters,
+    APPOHyperparameters,
+    DQNHyperparameters,
+    IMPALAHyperparameters,
+    PGHyperparameters,
+    PPOHyperparameters,
+)
 
 
 class Spec(BaseModel):
@@ -29,190 +42,15 @@ class Spec(BaseModel):
     )
 
 
-class Hyperparameters(BaseModel):
-    """Base of the per-algorithm hyperparameters (snake_case, unknown keys rejected)."""
-
-    model_config = ConfigDict(extra="forbid", use_attribute_docstrings=True, frozen=True)
-
-    gamma: float = Field(0.99, gt=0.0, le=1.0)
-    """Discount factor applied to future rewards."""
-
-    learning_rate: float = Field(5e-4, gt=0.0, le=1.0)
-    """Adam step size."""
-
-    hidden_sizes: list[Annotated[int, Field(ge=1, le=4096)]] = Field(
-        default_factory=lambda: [64, 64], min_length=1, max_length=8
-    )
-    """Widths of the hidden layers of every network (policy, value and Q)."""
-
-    activation: Literal["tanh", "relu"] = "tanh"
-    """Nonlinearity between hidden layers."""
-
-    rollout_length: int = Field(32, ge=1, le=100_000)
-    """Env steps taken by every env of every rollout worker per iteration. The iteration's batch
-    is rollout_length x envsPerWorker x max(1, replicas) env steps."""
-
-    max_grad_norm: float | None = Field(0.5, gt=0.0)
-    """Clip the global gradient norm to this value; null disables clipping."""
-
-
-class PGHyperparameters(Hyperparameters):
-    """Vanilla policy gradient (REINFORCE on discounted returns-to-go)."""
-
-    learning_rate: float = Field(4e-3, gt=0.0, le=1.0)
-    """Adam step size."""
-
-    rollout_length: int = Field(200, ge=1, le=100_000)
-    """Env steps taken by every env of every rollout worker per iteration."""
-
-    entropy_coeff: float = Field(0.0, ge=0.0)
-    """Weight of the entropy bonus in the loss."""
-
-    normalize_returns: bool = True
-    """Standardize returns within the batch before the gradient step (a variance-reducing
-    baseline)."""
-
-
-class A2CHyperparameters(Hyperparameters):
-    """Synchronous advantage actor-critic."""
-
-    learning_rate: float = Field(7e-4, gt=0.0, le=1.0)
-    """Adam step size."""
-
-    rollout_length: int = Field(8, ge=1, le=100_000)
-    """Env steps taken by every env of every rollout worker per iteration."""
-
-    gae_lambda: float = Field(1.0, ge=0.0, le=1.0)
-    """GAE lambda: 1.0 is the n-step advantage of the A2C paper, lower trades bias for variance."""
-
-    vf_coeff: float = Field(0.5, ge=0.0)
-    """Weight of the value-function loss (the mean squared error, as vf_coef in Stable-Baselines3
-    and vf_loss_coeff in RLlib)."""
-
-    entropy_coeff: float = Field(0.0, ge=0.0)
-    """Weight of the entropy bonus in the loss."""
-
-    normalize_advantages: bool = False
-    """Standardize advantages within the batch."""
-
-
-class PPOHyperparameters(Hyperparameters):
-    """Proximal policy optimization with the clipped surrogate objective."""
-
-    learning_rate: float = Field(3e-4, gt=0.0, le=1.0)
-    """Adam step size (the start value when schedule is linear)."""
-
-    rollout_length: int = Field(128, ge=1, le=100_000)
-    """Env steps taken by every env of every rollout worker per iteration."""
-
-    gae_lambda: float = Field(0.95, ge=0.0, le=1.0)
-    """GAE lambda."""
-
-    clip_range: float = Field(0.2, gt=0.0, le=1.0)
-    """Clip parameter of the surrogate objective (the start value when schedule is linear)."""
-
-    vf_coeff: float = Field(0.5, ge=0.0)
-    """Weight of the value-function loss (the mean squared error, as vf_coef in Stable-Baselines3
-    and vf_loss_coeff in RLlib)."""
-
-    vf_clip_range: float | None = Field(None, gt=0.0)
-    """Clip value predictions to this distance from the old ones; null disables it."""
-
-    entropy_coeff: float = Field(0.0, ge=0.0)
-    """Weight of the entropy bonus in the loss."""
-
-    num_epochs: int = Field(10, ge=1, le=1000)
-    """Passes of SGD over each iteration's batch."""
-
-    minibatch_size: int = Field(64, ge=1)
-    """Samples per SGD minibatch (capped at the batch size)."""
-
-    normalize_advantages: bool = True
-    """Standardize advantages within each minibatch."""
-
-    target_kl: float | None = Field(None, gt=0.0)
-    """Stop the epochs of an iteration early once the approximate KL exceeds this; null never
-    stops early."""
-
-    schedule: Literal["constant", "linear"] = "constant"
-    """How learning_rate and clip_range evolve: linear decays both to zero at stop.timesteps."""
-
-    initial_log_std: float = Field(0.0, ge=-5.0, le=2.0)
-    """Starting log standard deviation of the Gaussian policy (continuous actions only)."""
-
-
-class DQNHyperparameters(Hyperparameters):
-    """Deep Q-learning with double Q, dueling heads, n-step returns and prioritized replay."""
-
-    learning_rate: float = Field(1e-3, gt=0.0, le=1.0)
-    """Adam step size."""
-
-    hidden_sizes: list[Annotated[int, Field(ge=1, le=4096)]] = Field(
-        default_factory=lambda: [256, 256], min_length=1, max_length=8
-    )
-    """Widths of the hidden layers of the Q-network."""
-
-    activation: Literal["tanh", "relu"] = "relu"
-    """Nonlinearity between hidden layers."""
-
-    max_grad_norm: float | None = Field(10.0, gt=0.0)
-    """Clip the global gradient norm to this value; null disables clipping."""
-
-    rollout_length: int = Field(32, ge=1, le=100_000)
-    """Env steps taken by every env of every rollout worker per iteration."""
-
-    buffer_size: int = Field(100_000, ge=1)
-    """Capacity of the replay buffer in transitions."""
-
-    batch_size: int = Field(64, ge=1)
-    """Transitions per gradient step."""
-
-    learning_starts: int = Field(1_000, ge=0)
-    """Env steps collected before the first gradient step."""
-
-    gradient_steps: int = Field(128, ge=1)
-    """Gradient steps per iteration once learning has started."""
-
-    target_update_interval: int = Field(128, ge=1)
-    """Gradient steps between copies of the online network into the target network."""
-
-    epsilon_initial: float = Field(1.0, ge=0.0, le=1.0)
-    """Exploration rate at the first env step."""
-
-    epsilon_final: float = Field(0.04, ge=0.0, le=1.0)
-    """Exploration rate after epsilon_timesteps env steps."""
-
-    epsilon_timesteps: int = Field(10_000, ge=1)
-    """Env steps over which epsilon decays linearly."""
-
-    double_q: bool = True
-    """Pick the next action with the online network, evaluate it with the target (double DQN)."""
-
-    dueling: bool = False
-    """Split the Q head into state value and advantage streams (dueling DQN)."""
-
-    n_step: int = Field(3, ge=1, le=100)
-    """Bootstrap after this many rewards (n-step returns). 3 propagates rewards faster than 1:
-    on CartPole-v1 it solved every seed tried within 25k env steps, 1-step took up to 54k."""
-
-    prioritized_replay: bool = False
-    """Sample transitions in proportion to their TD error (prioritized experience replay)."""
-
-    prioritized_replay_alpha: float = Field(0.6, ge=0.0, le=1.0)
-    """How strongly priorities skew sampling: 0 is uniform."""
-
-    prioritized_replay_beta: float = Field(0.4, ge=0.0, le=1.0)
-    """Importance-sampling correction exponent: 1 fully corrects the sampling bias."""
-
-    prioritized_replay_eps: float = Field(1e-6, gt=0.0)
-    """Added to every priority so no transition becomes unreachable."""
-
-
 class Algorithm(StrEnum):
     PG = "PG"
     A2C = "A2C"
+    A3C = "A3C"
     PPO = "PPO"
+    APPO = "APPO"
+    IMPALA = "IMPALA"
     DQN = "DQN"
+    APEX = "APEX"
 
 
 class OptimizerName(StrEnum):
@@ -220,18 +58,22 @@ class OptimizerName(StrEnum):
 
     SYNC_SAMPLES = "SyncSamples"
     SYNC_REPLAY = "SyncReplay"
+    ASYNC_GRADIENTS = "AsyncGradients"
+    ASYNC_REPLAY = "AsyncReplay"
+    ASYNC_SAMPLES = "AsyncSamples"
 
 
-# Algorithms whose policies only handle Discrete action spaces (checked when a job is validated).
-DISCRETE_ACTIONS_ONLY = frozenset({Algorithm.DQN})
+SYNC_SAMPLES, SYNC_REPLAY = OptimizerName.SYNC_SAMPLES, OptimizerName.SYNC_REPLAY
+ASYNC_SAMPLES, ASYNC_REPLAY = OptimizerName.ASYNC_SAMPLES, OptimizerName.ASYNC_REPLAY
+ASYNC_GRADIENTS = OptimizerName.ASYNC_GRADIENTS
 
-# An algorithm's default optimizer comes first; the others are the swaps that make sense for its
-# numerics (on-policy losses need fresh samples, off-policy ones need a replay buffer).
-COMPATIBLE_OPTIMIZERS: dict[Algorithm, tuple[OptimizerName, ...]] = {
-    Algorithm.PG: (OptimizerName.SYNC_SAMPLES,),
-    Algorithm.A2C: (OptimizerName.SYNC_SAMPLES,),
-    Algorithm.PPO: (OptimizerName.SYNC_SAMPLES,),
-    Algorithm.DQN: (OptimizerName.SYNC_REPLAY,),
+# What each optimizer hands the policy, for the message that rejects a pair that cannot work.
+OPTIMIZER_FEEDS: dict[OptimizerName, str] = {
+    OptimizerName.SYNC_SAMPLES: "learns on a fresh batch from every worker",
+    OptimizerName.ASYNC_SAMPLES: "learns on batches of slightly older policies",
+    OptimizerName.ASYNC_GRADIENTS: "applies one gradient per worker batch, computed on the worker",
+    OptimizerName.SYNC_REPLAY: "learns on transitions replayed from a buffer",
+    OptimizerName.ASYNC_REPLAY: "learns on transitions replayed from sharded buffers",
 }
 
 
@@ -304,6 +146,53 @@ class RolloutConfig(Spec):
     """CPUs reserved for each remote rollout worker."""
 
 
+class OptimizerConfig(Spec):
+    """Settings of the execution strategy. Each applies to the optimizers its description names;
+    setting one the job's optimizer does not use is rejected."""
+
+    sample_timeout_seconds: float | None = Field(None, gt=0)
+    """SyncSamples, SyncReplay: seconds a step waits for its rollout workers before learning on
+    the batches that arrived (at least one). The late workers' batches are dropped and counted as
+    stragglers, and a straggler sits out the steps until it is free again. Null waits for every
+    worker."""
+
+    requests_in_flight_per_worker: int = Field(2, ge=1, le=16)
+    """AsyncSamples, AsyncGradients, AsyncReplay: calls kept queued on each rollout worker, so a
+    worker never idles while its last result travels (RLlib's
+    max_requests_in_flight_per_env_runner, 2)."""
+
+    learner_queue_size: int = Field(16, ge=1, le=1024)
+    """AsyncSamples, AsyncReplay: batches waiting for the learner thread at most. A full queue
+    holds the driver back (backpressure) instead of growing memory (RLlib's learner_queue_size,
+    16)."""
+
+    broadcast_interval: int = Field(1, ge=1)
+    """AsyncSamples, AsyncReplay: learner steps between fresh weights for a worker that returns a
+    result; larger values save object-store traffic at the cost of policy lag (RLlib's IMPALA
+    broadcast_interval 1; Ape-X's max_weight_sync_delay plays the same part)."""
+
+    replay_shards: int = Field(2, ge=1, le=256)
+    """AsyncReplay: replay-buffer actors, each holding buffer_size / replay_shards transitions and
+    sampling its own prioritized minibatches (RLlib's num_replay_buffer_shards, 4)."""
+
+    cpus_per_replay_shard: float = Field(0.0, ge=0.0)
+    """AsyncReplay: CPUs reserved for each replay shard. 0 as in RLlib: shards mostly wait on the
+    learner, and they are placed beside the driver, off the preemptible rollout nodes."""
+
+
+# Which optimizers read each OptimizerConfig field.
+OPTIMIZER_SETTINGS: dict[str, frozenset[OptimizerName]] = {
+    "sample_timeout_seconds": frozenset({OptimizerName.SYNC_SAMPLES, OptimizerName.SYNC_REPLAY}),
+    "requests_in_flight_per_worker": frozenset(
+        {OptimizerName.ASYNC_SAMPLES, OptimizerName.ASYNC_GRADIENTS, OptimizerName.ASYNC_REPLAY}
+    ),
+    "learner_queue_size": frozenset({OptimizerName.ASYNC_SAMPLES, OptimizerName.ASYNC_REPLAY}),
+    "broadcast_interval": frozenset({OptimizerName.ASYNC_SAMPLES, OptimizerName.ASYNC_REPLAY}),
+    "replay_shards": frozenset({OptimizerName.ASYNC_REPLAY}),
+    "cpus_per_replay_shard": frozenset({OptimizerName.ASYNC_REPLAY}),
+}
+
+
 class _TrainerBase(Spec):
     env: str = Field(min_length=1)
     """A gymnasium id such as CartPole-v1, or module:Class naming a gymnasium.Env subclass."""
@@ -313,6 +202,9 @@ class _TrainerBase(Spec):
 
     optimizer: OptimizerName | None = None
     """Override of the algorithm's default policy optimizer (the execution strategy)."""
+
+    optimizer_config: OptimizerConfig = Field(default_factory=OptimizerConfig)
+    """Settings of the optimizer that runs (queue sizes, calls in flight, timeouts, shards)."""
 
     stop: StopConditions
     """When training ends."""
@@ -335,13 +227,25 @@ class _TrainerBase(Spec):
 
     @model_validator(mode="after")
     def _check_pairings(self) -> _TrainerBase:
-        allowed = COMPATIBLE_OPTIMIZERS[Algorithm(self.algorithm)]
-        if self.optimizer is not None and self.optimizer not in allowed:
-            names = ", ".join(o.value for o in allowed)
+        row = ALGORITHMS[Algorithm(self.algorithm)]
+        if self.optimizer is not None and self.optimizer not in row.optimizers:
+            names = ", ".join(o.value for o in row.optimizers)
             raise ValueError(
-                f"optimizer: {self.optimizer.value} cannot drive {self.algorithm}; "
+                f"optimizer: {self.optimizer.value} cannot drive {self.algorithm}: it "
+                f"{OPTIMIZER_FEEDS[self.optimizer]}, but {self.algorithm} {row.learns}; "
                 f"compatible: {names}"
             )
+        # A setting the optimizer ignores is a mistake; left at its default, it is no setting.
+        for name, field in OptimizerConfig.model_fields.items():
+            users = OPTIMIZER_SETTINGS[name]
+            if getattr(self.optimizer_config, name) != field.default and (
+                self.optimizer_name not in users
+            ):
+                raise ValueError(
+                    f"optimizerConfig.{to_camel(name)}: used by "
+                    f"{', '.join(sorted(o.value for o in users))} only, and this job runs "
+                    f"{self.optimizer_name.value}"
+                )
         schedule = getattr(self.hyperparameters, "schedule", "constant")
         if schedule == "linear" and self.stop.timesteps is None:
             raise ValueError(
@@ -353,7 +257,7 @@ class _TrainerBase(Spec):
     @property
     def optimizer_name(self) -> OptimizerName:
         """The optimizer that runs: the override, or the algorithm's default."""
-        return self.optimizer or COMPATIBLE_OPTIMIZERS[Algorithm(self.algorithm)][0]
+        return self.optimizer or ALGORITHMS[Algorithm(self.algorithm)].optimizers[0]
 
 
 class PGConfig(_TrainerBase):
@@ -370,11 +274,32 @@ class A2CConfig(_TrainerBase):
     """A2C hyperparameters."""
 
 
+class A3CConfig(_TrainerBase):
+    algorithm: Literal["A3C"]
+    """The RL algorithm."""
+    hyperparameters: A3CHyperparameters = Field(default_factory=A3CHyperparameters)
+    """A3C hyperparameters."""
+
+
 class PPOConfig(_TrainerBase):
     algorithm: Literal["PPO"]
     """The RL algorithm."""
     hyperparameters: PPOHyperparameters = Field(default_factory=PPOHyperparameters)
     """PPO hyperparameters."""
+
+
+class APPOConfig(_TrainerBase):
+    algorithm: Literal["APPO"]
+    """The RL algorithm."""
+    hyperparameters: APPOHyperparameters = Field(default_factory=APPOHyperparameters)
+    """APPO hyperparameters."""
+
+
+class IMPALAConfig(_TrainerBase):
+    algorithm: Literal["IMPALA"]
+    """The RL algorithm."""
+    hyperparameters: IMPALAHyperparameters = Field(default_factory=IMPALAHyperparameters)
+    """IMPALA hyperparameters."""
 
 
 class DQNConfig(_TrainerBase):
@@ -384,20 +309,91 @@ class DQNConfig(_TrainerBase):
     """DQN hyperparameters."""
 
 
+class APEXConfig(_TrainerBase):
+    algorithm: Literal["APEX"]
+    """The RL algorithm."""
+    hyperparameters: APEXHyperparameters = Field(default_factory=APEXHyperparameters)
+    """APEX hyperparameters."""
+
+
+@dataclass(frozen=True)
+class AlgorithmRow:
+    """Everything kuberl knows about an algorithm, in one place: adding one is a hyperparameters
+    class, a config class, a row here and a policy file."""
+
+    config: type[_TrainerBase]
+    policy: str
+    """The policy class as module:Class, imported only by the trainer (this module stays light)."""
+    optimizers: tuple[OptimizerName, ...]
+    """The default optimizer first, then the swaps its numerics allow."""
+    learns: str
+    """How it learns, for the message that rejects an optimizer that cannot feed it."""
+    discrete_actions_only: bool = False
+    """Its policy handles Discrete action spaces only (checked when a job is validated)."""
+
+
+_ON_POLICY = "learns on fresh samples of its current policy"
+_SGD_EPOCHS = "takes several epochs of minibatch SGD on fresh samples of its current policy"
+_VTRACE = "learns on samples whose policy lag V-trace corrects"
+_REPLAY = "learns Q-values from replayed transitions"
+
+ALGORITHMS: dict[Algorithm, AlgorithmRow] = {
+    Algorithm.PG: AlgorithmRow(
+        PGConfig, "kuberl_trainer.policy.pg:PGPolicy", (SYNC_SAMPLES, ASYNC_GRADIENTS), _ON_POLICY
+    ),
+    Algorithm.A2C: AlgorithmRow(
+        A2CConfig,
+        "kuberl_trainer.policy.a2c:A2CPolicy",
+        (SYNC_SAMPLES, ASYNC_GRADIENTS),
+        _ON_POLICY,
+    ),
+    Algorithm.A3C: AlgorithmRow(
+        A3CConfig,
+        "kuberl_trainer.policy.a2c:A2CPolicy",
+        (ASYNC_GRADIENTS, SYNC_SAMPLES),
+        _ON_POLICY,
+    ),
+    Algorithm.PPO: AlgorithmRow(
+        PPOConfig, "kuberl_trainer.policy.ppo:PPOPolicy", (SYNC_SAMPLES, ASYNC_SAMPLES), _SGD_EPOCHS
+    ),
+    Algorithm.APPO: AlgorithmRow(
+        APPOConfig, "kuberl_trainer.policy.appo:APPOPolicy", (ASYNC_SAMPLES, SYNC_SAMPLES), _VTRACE
+    ),
+    Algorithm.IMPALA: AlgorithmRow(
+        IMPALAConfig,
+        "kuberl_trainer.policy.impala:IMPALAPolicy",
+        (ASYNC_SAMPLES, SYNC_SAMPLES),
+        _VTRACE,
+    ),
+    Algorithm.DQN: AlgorithmRow(
+        DQNConfig,
+        "kuberl_trainer.policy.dqn:DQNPolicy",
+        (SYNC_REPLAY, ASYNC_REPLAY),
+        _REPLAY,
+        discrete_actions_only=True,
+    ),
+    Algorithm.APEX: AlgorithmRow(
+        APEXConfig,
+        "kuberl_trainer.policy.dqn:DQNPolicy",
+        (ASYNC_REPLAY, SYNC_REPLAY),
+        _REPLAY,
+        discrete_actions_only=True,
+    ),
+}
+
 TrainerConfig = Annotated[
-    Annotated[PGConfig, Tag("PG")]
-    | Annotated[A2CConfig, Tag("A2C")]
-    | Annotated[PPOConfig, Tag("PPO")]
-    | Annotated[DQNConfig, Tag("DQN")],
+    Union[tuple(Annotated[row.config, Tag(name.value)] for name, row in ALGORITHMS.items())],  # noqa: UP007
     Discriminator("algorithm"),
 ]
 """`spec.trainer`: the algorithm field picks which hyperparameters are valid."""
 
-ALGORITHM_CONFIGS: dict[Algorithm, type[_TrainerBase]] = {
-    Algorithm.PG: PGConfig,
-    Algorithm.A2C: A2CConfig,
-    Algorithm.PPO: PPOConfig,
-    Algorithm.DQN: DQNConfig,
-}
-
-AnyTrainerConfig = PGConfig | A2CConfig | PPOConfig | DQNConfig
+AnyTrainerConfig = (
+    PGConfig
+    | A2CConfig
+    | A3CConfig
+    | PPOConfig
+    | APPOConfig
+    | IMPALAConfig
+    | DQNConfig
+    | APEXConfig
+)

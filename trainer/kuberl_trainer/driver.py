@@ -108,7 +108,7 @@ class Driver:
         torch.set_num_threads(LEARNER_TORCH_THREADS)
         self._seed_everything()
         previous_handlers = self._install_signal_handlers()
-        workers = progress = None
+        workers = optimizer = progress = None
         try:
             if self.rollout.replicas:
                 self._start_ray()
@@ -158,6 +158,8 @@ class Driver:
             if self._tensorboard is not None:
                 self._tensorboard.close()
             self.report.close()
+            if optimizer is not None:
+                optimizer.stop()
             if workers is not None:
                 workers.stop()
             if self._started_ray:
@@ -180,9 +182,10 @@ class Driver:
             evaluation.every_iterations and self.iteration % evaluation.every_iterations == 0
         )
         if evaluated:
-            self.evaluation_return_mean = optimizer.workers.local_worker.evaluate(
-                evaluation.episodes
-            )
+            with optimizer.policy_lock:
+                self.evaluation_return_mean = optimizer.workers.local_worker.evaluate(
+                    evaluation.episodes
+                )
         elapsed = time.perf_counter() - start
         self.time_total_s += elapsed
         row = {
@@ -227,6 +230,8 @@ class Driver:
                 "config": self.config,
                 "num_envs": self.rollout.envs_per_worker,
                 "seed": self.seed + 10_007 * index,
+                "worker_index": index,
+                "num_workers": self.rollout.replicas,
             }
 
         return WorkerSet(
@@ -263,9 +268,11 @@ class Driver:
         }
 
     def _save(self, optimizer) -> Path:
+        with optimizer.policy_lock:
+            policy_state, optimizer_state = optimizer.policy.get_state(), optimizer.save()
         state = {
-            "policy": optimizer.policy.get_state(),
-            "optimizer": optimizer.save(),
+            "policy": policy_state,
+            "optimizer": optimizer_state,
             "driver": {
                 "iteration": self.iteration,
                 "episodes_total": self.episodes_total,

@@ -24,8 +24,12 @@ class RolloutWorker:
         config: AnyTrainerConfig,
         num_envs: int,
         seed: int,
+        worker_index: int = 0,
+        num_workers: int = 0,
         torch_threads: int | None = None,
     ):
+        """`worker_index` is 0 for the driver's local worker and 1..`num_workers` for the remote
+        ones (Ape-X gives each its own exploration rate from them)."""
         if torch_threads is not None:
             torch.set_num_threads(torch_threads)
         self.config = config
@@ -37,6 +41,8 @@ class RolloutWorker:
         self.obs = encode_obs(obs, self.spaces)
         self.num_envs = num_envs
         self.seed = seed
+        self.worker_index = worker_index
+        self.num_workers = num_workers
         self.episode_returns = np.zeros(num_envs, dtype=np.float64)
         self.episode_lengths = np.zeros(num_envs, dtype=np.int64)
         self._eval_envs = None

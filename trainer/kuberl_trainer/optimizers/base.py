@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
+import threading
 import time
 from abc import ABC, abstractmethod
 from collections import defaultdict
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, contextmanager, nullcontext
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -49,11 +50,21 @@ class PolicyOptimizer(ABC):
     @abstractmethod
     def step(self) -> StepResult: ...
 
+    @property
+    def policy_lock(self) -> AbstractContextManager | threading.Lock:
+        """Held by whoever reads or changes the learner's policy outside `step()` (the driver's
+        evaluations and checkpoints) while a learner thread may be training it."""
+        return nullcontext()
+
+    def stop(self) -> None:  # noqa: B027 (optional: the synchronous optimizers start nothing)
+        """End what the optimizer started beside the workers (a learner thread, replay actors)."""
+
     def stats(self) -> dict[str, float]:
         return {
             "steps_sampled": self.counters.steps_sampled,
             "steps_trained": self.counters.steps_trained,
             "worker_restarts": self.workers.restarts,
+            "stragglers_dropped": self.workers.stragglers_dropped,
             **{f"{name}_time_s": seconds for name, seconds in self.counters.timers.items()},
         }
 

@@ -1,0 +1,271 @@
+"""Hyperparameters per algorithm: the numerics, validated like the rest of `spec.trainer`.
+
+snake_case names as RL practitioners know them from RLlib, Stable-Baselines3 and CleanRL; unknown
+names are rejected. Every field says what it does and, where it is not kuberl's own choice, where
+its default comes from. Light like config.py: no ray, torch or gymnasium.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+
+class Hyperparameters(BaseModel):
+    """Base of the per-algorithm hyperparameters (snake_case, unknown keys rejected)."""
+
+    model_config = ConfigDict(extra="forbid", use_attribute_docstrings=True, frozen=True)
+
+    gamma: float = Field(0.99, gt=0.0, le=1.0)
+    """Discount factor applied to future rewards."""
+
+    learning_rate: float = Field(5e-4, gt=0.0, le=1.0)
+    """Adam step size."""
+
+    hidden_sizes: list[Annotated[int, Field(ge=1, le=4096)]] = Field(
+        default_factory=lambda: [64, 64], min_length=1, max_length=8
+    )
+    """Widths of the hidden layers of every network (policy, value and Q)."""
+
+    activation: Literal["tanh", "relu"] = "tanh"
+    """Nonlinearity between hidden layers."""
+
+    rollout_length: int = Field(32, ge=1, le=100_000)
+    """Env steps taken by every env of every rollout worker per iteration. The iteration's batch
+    is rollout_length x envsPerWorker x max(1, replicas) env steps."""
+
+    max_grad_norm: float | None = Field(0.5, gt=0.0)
+    """Clip the global gradient norm to this value; null disables clipping."""
+
+
+class PGHyperparameters(Hyperparameters):
+    """Vanilla policy gradient (REINFORCE on discounted returns-to-go)."""
+
+    learning_rate: float = Field(4e-3, gt=0.0, le=1.0)
+    """Adam step size."""
+
+    rollout_length: int = Field(200, ge=1, le=100_000)
+    """Env steps taken by every env of every rollout worker per iteration."""
+
+    entropy_coeff: float = Field(0.0, ge=0.0)
+    """Weight of the entropy bonus in the loss."""
+
+    normalize_returns: bool = True
+    """Standardize returns within the batch before the gradient step (a variance-reducing
+    baseline)."""
+
+
+class A2CHyperparameters(Hyperparameters):
+    """Synchronous advantage actor-critic."""
+
+    learning_rate: float = Field(7e-4, gt=0.0, le=1.0)
+    """Adam step size."""
+
+    rollout_length: int = Field(8, ge=1, le=100_000)
+    """Env steps taken by every env of every rollout worker per iteration."""
+
+    gae_lambda: float = Field(1.0, ge=0.0, le=1.0)
+    """GAE lambda: 1.0 is the n-step advantage of the A2C paper, lower trades bias for variance."""
+
+    vf_coeff: float = Field(0.5, ge=0.0)
+    """Weight of the value-function loss (the mean squared error, as vf_coef in Stable-Baselines3
+    and vf_loss_coeff in RLlib)."""
+
+    entropy_coeff: float = Field(0.0, ge=0.0)
+    """Weight of the entropy bonus in the loss."""
+
+    normalize_advantages: bool = False
+    """Standardize advantages within the batch."""
+
+
+class PPOHyperparameters(Hyperparameters):
+    """Proximal policy optimization with the clipped surrogate objective."""
+
+    learning_rate: float = Field(3e-4, gt=0.0, le=1.0)
+    """Adam step size (the start value when schedule is linear)."""
+
+    rollout_length: int = Field(128, ge=1, le=100_000)
+    """Env steps taken by every env of every rollout worker per iteration."""
+
+    gae_lambda: float = Field(0.95, ge=0.0, le=1.0)
+    """GAE lambda."""
+
+    clip_range: float = Field(0.2, gt=0.0, le=1.0)
+    """Clip parameter of the surrogate objective (the start value when schedule is linear)."""
+
+    vf_coeff: float = Field(0.5, ge=0.0)
+    """Weight of the value-function loss (the mean squared error, as vf_coef in Stable-Baselines3
+    and vf_loss_coeff in RLlib)."""
+
+    vf_clip_range: float | None = Field(None, gt=0.0)
+    """Clip value predictions to this distance from the old ones; null disables it."""
+
+    entropy_coeff: float = Field(0.0, ge=0.0)
+    """Weight of the entropy bonus in the loss."""
+
+    num_epochs: int = Field(10, ge=1, le=1000)
+    """Passes of SGD over each iteration's batch."""
+
+    minibatch_size: int = Field(64, ge=1)
+    """Samples per SGD minibatch (capped at the batch size)."""
+
+    normalize_advantages: bool = True
+    """Standardize advantages within each minibatch."""
+
+    target_kl: float | None = Field(None, gt=0.0)
+    """Stop the epochs of an iteration early once the approximate KL exceeds this; null never
+    stops early."""
+
+    schedule: Literal["constant", "linear"] = "constant"
+    """How learning_rate and clip_range evolve: linear decays both to zero at stop.timesteps."""
+
+    initial_log_std: float = Field(0.0, ge=-5.0, le=2.0)
+    """Starting log standard deviation of the Gaussian policy (continuous actions only)."""
+
+
+class DQNHyperparameters(Hyperparameters):
+    """Deep Q-learning with double Q, dueling heads, n-step returns and prioritized replay."""
+
+    learning_rate: float = Field(1e-3, gt=0.0, le=1.0)
+    """Adam step size."""
+
+    hidden_sizes: list[Annotated[int, Field(ge=1, le=4096)]] = Field(
+        default_factory=lambda: [256, 256], min_length=1, max_length=8
+    )
+    """Widths of the hidden layers of the Q-network."""
+
+    activation: Literal["tanh", "relu"] = "relu"
+    """Nonlinearity between hidden layers."""
+
+    max_grad_norm: float | None = Field(10.0, gt=0.0)
+    """Clip the global gradient norm to this value; null disables clipping."""
+
+    rollout_length: int = Field(32, ge=1, le=100_000)
+    """Env steps taken by every env of every rollout worker per iteration."""
+
+    buffer_size: int = Field(100_000, ge=1)
+    """Capacity of the replay buffer in transitions."""
+
+    batch_size: int = Field(64, ge=1)
+    """Transitions per gradient step."""
+
+    learning_starts: int = Field(1_000, ge=0)
+    """Env steps collected before the first gradient step."""
+
+    gradient_steps: int = Field(128, ge=1)
+    """Gradient steps per iteration once learning has started."""
+
+    target_update_interval: int = Field(128, ge=1)
+    """Gradient steps between copies of the online network into the target network."""
+
+    epsilon_initial: float = Field(1.0, ge=0.0, le=1.0)
+    """Exploration rate at the first env step."""
+
+    epsilon_final: float = Field(0.04, ge=0.0, le=1.0)
+    """Exploration rate after epsilon_timesteps env steps."""
+
+    epsilon_timesteps: int = Field(10_000, ge=1)
+    """Env steps over which epsilon decays linearly."""
+
+    double_q: bool = True
+    """Pick the next action with the online network, evaluate it with the target (double DQN)."""
+
+    dueling: bool = False
+    """Split the Q head into state value and advantage streams (dueling DQN)."""
+
+    n_step: int = Field(3, ge=1, le=100)
+    """Bootstrap after this many rewards (n-step returns). 3 propagates rewards faster than 1:
+    on CartPole-v1 it solved every seed tried within 25k env steps, 1-step took up to 54k."""
+
+    prioritized_replay: bool = False
+    """Sample transitions in proportion to their TD error (prioritized experience replay)."""
+
+    prioritized_replay_alpha: float = Field(0.6, ge=0.0, le=1.0)
+    """How strongly priorities skew sampling: 0 is uniform."""
+
+    prioritized_replay_beta: float = Field(0.4, ge=0.0, le=1.0)
+    """Importance-sampling correction exponent: 1 fully corrects the sampling bias."""
+
+    prioritized_replay_eps: float = Field(1e-6, gt=0.0)
+    """Added to every priority so no transition becomes unreachable."""
+
+
+class A3CHyperparameters(A2CHyperparameters):
+    """Asynchronous advantage actor-critic (Mnih et al. 2016): A2C's loss, with every worker
+    computing gradients on its own samples and the driver applying them as they arrive."""
+
+    learning_rate: float = Field(1e-3, gt=0.0, le=1.0)
+    """Adam step size (RLlib's A3C used 1e-4 with 10-step fragments on Atari; short CartPole
+    fragments learn faster with a larger step)."""
+
+    rollout_length: int = Field(10, ge=1, le=100_000)
+    """Env steps taken by every env of a worker per gradient (RLlib's rollout_fragment_length 10;
+    the A3C paper's t_max is 5)."""
+
+    entropy_coeff: float = Field(0.01, ge=0.0)
+    """Weight of the entropy bonus in the loss (the A3C paper's beta = 0.01)."""
+
+    max_grad_norm: float | None = Field(40.0, gt=0.0)
+    """Clip each worker's gradient norm to this value (RLlib's A3C grad_clip 40); null disables
+    clipping."""
+
+
+class APEXHyperparameters(DQNHyperparameters):
+    """Ape-X DQN (Horgan et al. 2018): DQN with many actors, each exploring at its own fixed
+    epsilon, feeding sharded prioritized replay that one learner samples from."""
+
+    prioritized_replay: bool = True
+    """Sample transitions in proportion to their TD error; Ape-X is built on it."""
+
+    worker_epsilon: float = Field(0.4, ge=0.0, le=1.0)
+    """Base exploration rate of the per-worker schedule: worker i of N explores with
+    epsilon = worker_epsilon ** (1 + worker_epsilon_alpha * i / (N - 1)) (the Ape-X paper's 0.4)."""
+
+    worker_epsilon_alpha: float = Field(7.0, ge=0.0)
+    """Exponent spread of the per-worker schedule (the Ape-X paper's alpha = 7)."""
+
+
+class IMPALAHyperparameters(Hyperparameters):
+    """Importance-weighted actor-learner architecture (Espeholt et al. 2018): an actor-critic that
+    learns while the workers sample, correcting for their policy lag with V-trace."""
+
+    learning_rate: float = Field(5e-4, gt=0.0, le=1.0)
+    """Adam step size (RLlib's IMPALA lr 0.0005)."""
+
+    rollout_length: int = Field(50, ge=1, le=100_000)
+    """Env steps taken by every env of a worker per sample call (RLlib's rollout_fragment_length
+    50); V-trace runs over sequences of this length."""
+
+    train_batch_size: int = Field(500, ge=1)
+    """Env steps per learner step: sample calls are concatenated until they hold this many
+    (RLlib's train_batch_size 500)."""
+
+    vf_coeff: float = Field(0.5, ge=0.0)
+    """Weight of the value-function loss (RLlib's vf_loss_coeff 0.5)."""
+
+    entropy_coeff: float = Field(0.01, ge=0.0)
+    """Weight of the entropy bonus in the loss (RLlib's IMPALA entropy_coeff 0.01)."""
+
+    vtrace_clip_rho_threshold: float = Field(1.0, gt=0.0)
+    """rho-bar: clip of the importance weights in the V-trace value targets (the paper's 1.0)."""
+
+    vtrace_clip_pg_rho_threshold: float = Field(1.0, gt=0.0)
+    """Clip of the importance weights in the policy gradient's advantages (the paper's 1.0)."""
+
+    max_grad_norm: float | None = Field(40.0, gt=0.0)
+    """Clip the global gradient norm to this value (RLlib's IMPALA grad_clip 40); null disables
+    clipping."""
+
+
+class APPOHyperparameters(IMPALAHyperparameters):
+    """Asynchronous PPO: PPO's clipped surrogate on IMPALA's execution, with V-trace targets."""
+
+    clip_range: float = Field(0.4, gt=0.0, le=1.0)
+    """Clip parameter of the surrogate objective (RLlib's APPO clip_param 0.4)."""
+
+    num_epochs: int = Field(1, ge=1, le=1000)
+    """Passes of SGD over each learner batch (RLlib's APPO num_epochs 1)."""
+
+    minibatch_size: int | None = Field(None, ge=1)
+    """Samples per SGD minibatch; null learns on the whole learner batch at once."""

@@ -1,0 +1,101 @@
+"""The learner thread: learns on batches from a bounded queue while the driver keeps the workers
+busy, as in IMPALA and Ape-X. Torch releases the GIL in its kernels, so learning and the driver's
+bookkeeping overlap.
+
+The driver puts work in with `put()`, which blocks while the queue is full (backpressure: sampling
+can never outrun learning by more than the queue), and takes what each learn call returned from
+`results()`. An exception in the thread stops it and is raised in the driver by the next `put()`
+or `results()`, so a broken learner fails the run instead of hanging it.
+"""
+
+from __future__ import annotations
+
+import queue
+import threading
+import time
+from collections.abc import Callable
+from typing import Any
+
+from kuberl_trainer.errors import TrainingError
+
+_STOP = object()
+
+
+class LearnerError(TrainingError):
+    """The learner thread raised; the original exception is the cause."""
+
+
+class LearnerThread(threading.Thread):
+    def __init__(self, learn: Callable[[Any], Any], queue_size: int):
+        """`learn(item)` runs in the thread for every item put in; its return values are
+        collected for `results()`."""
+        super().__init__(name="kuberl-learner", daemon=True)
+        self._learn = learn
+        self.inqueue: queue.Queue = queue.Queue(maxsize=queue_size)
+        self._outqueue: queue.Queue = queue.Queue()
+        # Held while the policy changes: take it to read weights or state in one piece.
+        self.lock = threading.Lock()
+        self.num_steps = 0  # learn calls finished: the version of the learner's weights
+        self.busy_s = 0.0
+        self._started = time.perf_counter()
+        self.error: BaseException | None = None
+
+    def run(self) -> None:
+        self._started = time.perf_counter()
+        try:
+            while (item := self.inqueue.get()) is not _STOP:
+                start = time.perf_counter()
+                with self.lock:
+                    result = self._learn(item)
+                    self.num_steps += 1
+                self.busy_s += time.perf_counter() - start
+                self._outqueue.put(result)
+        except BaseException as exc:  # reported to the driver, which decides
+            self.error = exc
+
+    def put(self, item: Any) -> None:
+        """Queue `item` for learning, waiting while the queue is full; raises LearnerError
+        if the thread has failed instead of waiting forever."""
+        while True:
+            self.check()
+            try:
+                self.inqueue.put(item, timeout=0.1)  # wakes to notice a failed thread
+                return
+            except queue.Full:
+                continue
+
+    def results(self) -> list[Any]:
+        """What the learn calls finished since the last call returned, oldest first."""
+        self.check()
+        results = []
+        while True:
+            try:
+                results.append(self._outqueue.get_nowait())
+            except queue.Empty:
+                return results
+
+    def check(self) -> None:
+        if self.error is not None:
+            raise LearnerError(f"the learner thread failed: {self.error!r}") from self.error
+
+    @property
+    def queue_depth(self) -> int:
+        return self.inqueue.qsize()
+
+    @property
+    def utilisation(self) -> float:
+        """Fraction of its life the thread spent learning (1.0: the learner is the bottleneck)."""
+        alive = time.perf_counter() - self._started
+        return self.busy_s / alive if alive > 0 else 0.0
+
+    def stop(self) -> None:
+        """End the thread after the item it is learning on; queued items are dropped."""
+        if not self.is_alive():
+            return
+        while True:
+            try:
+                self.inqueue.get_nowait()
+            except queue.Empty:
+                break
+        self.inqueue.put(_STOP)
+        self.join()
