@@ -37,11 +37,11 @@ class LearnerThread(threading.Thread):
         self.lock = threading.Lock()
         self.num_steps = 0  # learn calls finished: the version of the learner's weights
         self.busy_s = 0.0
-        self._started = time.perf_counter()
+        self._began = time.perf_counter()
         self.error: BaseException | None = None
 
     def run(self) -> None:
-        self._started = time.perf_counter()
+        self._began = time.perf_counter()
         try:
             while (item := self.inqueue.get()) is not _STOP:
                 start = time.perf_counter()
@@ -85,7 +85,7 @@ class LearnerThread(threading.Thread):
     @property
     def utilisation(self) -> float:
         """Fraction of its life the thread spent learning (1.0: the learner is the bottleneck)."""
-        alive = time.perf_counter() - self._started
+        alive = time.perf_counter() - self._began
         return self.busy_s / alive if alive > 0 else 0.0
 
     def stop(self) -> None:
