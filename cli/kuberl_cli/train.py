@@ -39,6 +39,7 @@ def train_command(
             job.name,
             namespace=job.metadata.namespace or "local",
             metrics_port=metrics_port,
+            learner_gpus=job.spec.learner.gpus,
         ).run()
     except TrainingError as exc:
         print(f"{job.name}: training failed: {exc}", file=sys.stderr)

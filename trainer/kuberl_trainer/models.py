@@ -104,12 +104,23 @@ def _gaussian_logp(mean: torch.Tensor, log_std: torch.Tensor, actions: torch.Ten
 
 class NoiseSource:
     """Random draws made a chunk of steps at a time: one generator call per chunk instead of
-    several tiny ones per env step, which dominate at CartPole's step cost."""
+    several tiny ones per env step, which dominate at CartPole's step cost.
+
+    The draws come from a CPU generator whatever `device` is and each chunk moves there in one
+    transfer: a seed gives the same noise on every machine."""
 
     def __init__(self, generator: torch.Generator, chunk: int = 256):
         self.generator = generator
         self.chunk = chunk
+        self.device = torch.device("cpu")
         self._buffers: dict[tuple[str, torch.Size], tuple[torch.Tensor, int]] = {}
+
+    def to(self, device: torch.device) -> None:
+        """Hand out noise on `device`, starting with what is left of the current chunks."""
+        self.device = device
+        self._buffers = {
+            key: (buffer.to(device), position) for key, (buffer, position) in self._buffers.items()
+        }
 
     def gumbel(self, shape: torch.Size) -> torch.Tensor:
         return self._next("gumbel", shape)
@@ -126,6 +137,7 @@ class NoiseSource:
             else:
                 uniform = torch.rand(size, generator=self.generator).clamp_(1e-10, 1.0)
                 buffer = -torch.log(-torch.log(uniform))
+            buffer = buffer.to(self.device)
             position = 0
         self._buffers[(kind, shape)] = (buffer, position + 1)
         return buffer[position]

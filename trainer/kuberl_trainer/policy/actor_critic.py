@@ -31,14 +31,22 @@ class ActorCriticPolicy(TorchPolicy):
         self.model: ActorCritic
         self.noise = NoiseSource(self.generator)
 
+    def to(self, device: str | torch.device) -> ActorCriticPolicy:
+        super().to(device)
+        self.noise.to(self.device)
+        return self
+
     def compute_actions(
         self, obs: np.ndarray, explore: bool = True
     ) -> tuple[np.ndarray, dict[str, np.ndarray]]:
         with torch.inference_mode():
             actions, dist_inputs = self.model.sample(
-                torch.from_numpy(obs), self.noise if explore else None
+                self.as_tensor(obs), self.noise if explore else None
             )
-        columns = {"actions": actions.numpy(), "dist_inputs": dist_inputs.numpy()}
+        columns = {
+            "actions": actions.numpy(force=True),
+            "dist_inputs": dist_inputs.numpy(force=True),
+        }
         if self.spaces.discrete_actions:
             return columns["actions"], columns
         # The loss needs the unclipped sample; the env gets it inside its bounds.
@@ -73,10 +81,10 @@ class ActorCriticPolicy(TorchPolicy):
         """log pi(a|s) of the rollout's actions, from the distribution inputs recorded while
         sampling (the policy did not change within the rollout)."""
         with torch.inference_mode():
-            flat_inputs = torch.from_numpy(dist_inputs.reshape(-1, dist_inputs.shape[-1]))
-            flat_actions = torch.from_numpy(actions.reshape(len(flat_inputs), *actions.shape[2:]))
+            flat_inputs = self.as_tensor(dist_inputs.reshape(-1, dist_inputs.shape[-1]))
+            flat_actions = self.as_tensor(actions.reshape(len(flat_inputs), *actions.shape[2:]))
             logp = self.model.logp_of(flat_inputs, flat_actions)
-        return logp.numpy().reshape(actions.shape[:2])
+        return logp.numpy(force=True).reshape(actions.shape[:2])
 
     def _next_values(self, values: np.ndarray, rollout: dict[str, np.ndarray]) -> np.ndarray:
         """V of every step's next observation. That is the next step's observation, whose value
@@ -93,5 +101,5 @@ class ActorCriticPolicy(TorchPolicy):
     def _values(self, obs: np.ndarray) -> np.ndarray:
         """V for (T, N, obs_dim) observations in one batched forward pass."""
         with torch.inference_mode():
-            flat = torch.from_numpy(obs.reshape(-1, obs.shape[-1]))
-            return self.model.value(flat).numpy().reshape(obs.shape[:2])
+            flat = self.as_tensor(obs.reshape(-1, obs.shape[-1]))
+            return self.model.value(flat).numpy(force=True).reshape(obs.shape[:2])

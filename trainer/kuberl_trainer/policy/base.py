@@ -69,24 +69,50 @@ class Policy(ABC):
 
 
 class TorchPolicy(Policy):
-    """A policy whose parameters live in one torch module trained with Adam."""
+    """A policy whose parameters live in one torch module trained with Adam, on `device`.
+
+    Numpy arrays become tensors on the device through `as_tensor`/`as_tensors`; everything that
+    leaves the policy (actions, weights, gradients, state) is on the CPU (`tensor.numpy(force=True)`
+    brings a result back from any device), so rollout workers and checkpoints never see the
+    learner's device."""
 
     def __init__(self, spaces: SpaceInfo, config: AnyTrainerConfig, seed: int, model: nn.Module):
         super().__init__(spaces, config, seed)
         self.model = model
+        self.device = torch.device("cpu")
         # fused: one kernel for all parameters, twice as fast as the default on small CPU models
         self.optimizer = torch.optim.Adam(
             model.parameters(), lr=self.hp.learning_rate, eps=1e-5, fused=True
         )
+        # On the CPU whatever the device: a seed draws the same numbers on every machine.
         self.generator = torch.Generator().manual_seed(seed)
         self.rng = np.random.default_rng(seed)
+
+    def to(self, device: str | torch.device) -> TorchPolicy:
+        """Move the model, and any optimizer state already built, to `device`."""
+        self.device = torch.device(device)
+        self.model.to(self.device)
+        if self.optimizer.state:  # moments follow: loading casts them to the parameters' device
+            self.optimizer.load_state_dict(self.optimizer.state_dict())
+        return self
+
+    def as_tensor(self, array: np.ndarray) -> torch.Tensor:
+        """`array` as a tensor on the policy's device: on the CPU it shares the array's memory,
+        unless the array is read-only (as Ray's object store hands them out), which torch
+        cannot share without a warning, so that one is copied."""
+        if array.flags.writeable:
+            return torch.from_numpy(array).to(self.device)
+        return torch.tensor(array, device=self.device)
+
+    def as_tensors(self, columns: dict[str, np.ndarray]) -> dict[str, torch.Tensor]:
+        return {k: self.as_tensor(v) for k, v in columns.items()}
 
     @abstractmethod
     def loss(self, batch: dict[str, torch.Tensor]) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
         """The scalar to minimise and the statistics to report."""
 
     def learn_on_batch(self, batch: SampleBatch) -> Stats:
-        return self.sgd_step(as_tensors(batch.columns))
+        return self.sgd_step(self.as_tensors(batch.columns))
 
     def sgd_step(self, tensors: dict[str, torch.Tensor]) -> Stats:
         loss, stats = self.loss(tensors)
@@ -95,7 +121,7 @@ class TorchPolicy(Policy):
         return stats
 
     def compute_gradients(self, batch: SampleBatch) -> tuple[list[np.ndarray], Stats]:
-        loss, stats = self.loss(as_tensors(batch.columns))
+        loss, stats = self.loss(self.as_tensors(batch.columns))
         stats = self.backward(loss, stats)
         return [_grad_or_zeros(p) for p in self.model.parameters()], stats
 
@@ -111,11 +137,11 @@ class TorchPolicy(Policy):
 
     def apply_gradients(self, gradients: list[np.ndarray]) -> None:
         for param, grad in zip(self.model.parameters(), gradients, strict=True):
-            param.grad = torch.from_numpy(grad)
+            param.grad = self.as_tensor(grad)
         self.optimizer.step()
 
     def get_weights(self) -> Weights:
-        return {k: v.detach().numpy().copy() for k, v in self.model.state_dict().items()}
+        return numpy_weights(self.model)
 
     def set_weights(self, weights: Weights) -> None:
         self.model.load_state_dict({k: torch.from_numpy(v) for k, v in weights.items()})
@@ -123,8 +149,9 @@ class TorchPolicy(Policy):
     def get_state(self) -> dict[str, Any]:
         return {
             "weights": self.get_weights(),
-            # a copy: load_state_dict shares tensors, and two policies must never share moments
-            "optimizer": copy.deepcopy(self.optimizer.state_dict()),
+            # a copy: load_state_dict shares tensors, and two policies must never share moments;
+            # on the CPU, so that a checkpoint loads anywhere (loading casts to the device)
+            "optimizer": cpu_copy(self.optimizer.state_dict()),
             "torch_rng": self.generator.get_state(),
             "numpy_rng": self.rng.bit_generator.state,
             "global_timesteps": self.global_timesteps,
@@ -142,8 +169,21 @@ class TorchPolicy(Policy):
             group["lr"] = lr
 
 
-def as_tensors(columns: dict[str, np.ndarray]) -> dict[str, torch.Tensor]:
-    return {k: torch.from_numpy(v) for k, v in columns.items()}
+def numpy_weights(module: nn.Module) -> Weights:
+    """The module's state as fresh CPU numpy arrays, whatever its device."""
+    return {k: _numpy_copy(v) for k, v in module.state_dict().items()}
+
+
+def cpu_copy(value: Any) -> Any:
+    """A deep copy of nested dicts and lists (an optimizer's state) with every tensor copied to
+    the CPU."""
+    if isinstance(value, torch.Tensor):
+        return value.detach().to("cpu", copy=True)
+    if isinstance(value, dict):
+        return {k: cpu_copy(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [cpu_copy(v) for v in value]
+    return copy.deepcopy(value)
 
 
 def flatten_time_major(columns: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
@@ -154,4 +194,9 @@ def flatten_time_major(columns: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
 def _grad_or_zeros(param: torch.Tensor) -> np.ndarray:
     if param.grad is None:
         return np.zeros(param.shape, dtype=np.float32)
-    return param.grad.detach().numpy().copy()
+    return _numpy_copy(param.grad)
+
+
+def _numpy_copy(tensor: torch.Tensor) -> np.ndarray:
+    # One copy on any device: from the GPU, or away from memory the tensor still shares.
+    return tensor.detach().to("cpu", copy=True).numpy()

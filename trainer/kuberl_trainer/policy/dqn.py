@@ -16,7 +16,7 @@ from torch import nn
 from kuberl_trainer.config import AnyTrainerConfig
 from kuberl_trainer.envs import EnvError, SpaceInfo
 from kuberl_trainer.models import ACTIVATIONS, mlp
-from kuberl_trainer.policy.base import Stats, TorchPolicy, as_tensors, flatten_time_major
+from kuberl_trainer.policy.base import Stats, TorchPolicy, flatten_time_major, numpy_weights
 from kuberl_trainer.postprocessing import compute_n_step
 from kuberl_trainer.sample_batch import SampleBatch
 
@@ -71,6 +71,11 @@ class DQNPolicy(TorchPolicy):
         self.target_model = copy.deepcopy(model).requires_grad_(False)
         self.num_gradient_steps = 0  # drives the target network's copy schedule
 
+    def to(self, device: str | torch.device) -> DQNPolicy:
+        super().to(device)
+        self.target_model.to(self.device)
+        return self
+
     @property
     def epsilon(self) -> float:
         """Exploration rate: linear from epsilon_initial to epsilon_final over
@@ -84,7 +89,7 @@ class DQNPolicy(TorchPolicy):
         self, obs: np.ndarray, explore: bool = True
     ) -> tuple[np.ndarray, dict[str, np.ndarray]]:
         with torch.inference_mode():
-            actions = self.model(torch.from_numpy(obs)).argmax(dim=-1).numpy()
+            actions = self.model(self.as_tensor(obs)).argmax(dim=-1).numpy(force=True)
         if explore:
             random_actions = self.rng.integers(0, self.spaces.action_discrete_n, len(actions))
             actions = np.where(
@@ -121,11 +126,11 @@ class DQNPolicy(TorchPolicy):
         """One gradient step on replayed transitions (with importance `weights` when the buffer
         is prioritized). Returns the statistics and the per-transition TD errors, from which a
         prioritized buffer computes the new priorities."""
-        loss, stats, td_errors = self._q_loss(as_tensors(columns))
+        loss, stats, td_errors = self._q_loss(self.as_tensors(columns))
         stats = self.backward(loss, stats)
         self.optimizer.step()
         self._count_gradient_step()
-        return stats, td_errors.numpy()
+        return stats, td_errors.numpy(force=True)
 
     def apply_gradients(self, gradients: list[np.ndarray]) -> None:
         super().apply_gradients(gradients)
@@ -150,9 +155,8 @@ class DQNPolicy(TorchPolicy):
         self.target_model.load_state_dict(self.model.state_dict())
 
     def get_state(self) -> dict[str, Any]:
-        target = {k: v.numpy().copy() for k, v in self.target_model.state_dict().items()}
         return super().get_state() | {
-            "target_weights": target,
+            "target_weights": numpy_weights(self.target_model),
             "num_gradient_steps": self.num_gradient_steps,
         }
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import torch
 
 from kuberl_trainer.policy.actor_critic import ActorCriticPolicy
-from kuberl_trainer.policy.base import Stats, as_tensors
+from kuberl_trainer.policy.base import Stats
 from kuberl_trainer.sample_batch import SampleBatch
 
 
@@ -24,11 +24,15 @@ class PPOPolicy(ActorCriticPolicy):
     def learn_on_batch(self, batch: SampleBatch) -> Stats:
         totals: dict[str, float] = {}
         steps = 0
-        minibatch_size = min(self.hp.minibatch_size, len(batch))
+        # One transfer of the batch to the device; the minibatches are cut there.
+        tensors = self.as_tensors(batch.columns)
+        count = max(1, len(batch) // self.hp.minibatch_size)
         for _ in range(self.hp.num_epochs):
             epoch_kl, epoch_steps = 0.0, 0
-            for minibatch in batch.minibatches(minibatch_size, self.rng):
-                stats = self.sgd_step(as_tensors(minibatch))
+            # The rows SampleBatch.minibatches would give: a shuffled pass in `count` parts.
+            order = self.as_tensor(self.rng.permutation(len(batch)))
+            for rows in torch.tensor_split(order, count):
+                stats = self.sgd_step({k: v[rows] for k, v in tensors.items()})
                 for key, value in stats.items():
                     totals[key] = totals.get(key, 0.0) + value
                 steps += 1
