@@ -538,6 +538,41 @@ def training() -> dict[str, Any]:
             "Mean length of the recent episodes, in env steps.",
             width=8,
         ),
+        timeseries(
+            "Policy lag",
+            [target(f"kuberl_policy_lag{{{sel}}}", "policy lag")],
+            "short",
+            "Asynchronous optimizers: learner steps between the weights a batch was sampled with "
+            "and those it was learned on (mean of the last iteration). V-trace corrects small "
+            "lags; a growing one means the learner falls behind the workers.",
+            width=8,
+        ),
+        timeseries(
+            "Learner queue and utilisation",
+            [
+                target(f"kuberl_learner_queue_depth{{{sel}}}", "queued batches"),
+                target(f"kuberl_learner_utilisation{{{sel}}}", "utilisation"),
+            ],
+            "short",
+            "Asynchronous optimizers: batches waiting for the learner thread, and the share of "
+            "time it spent learning (right axis). A full queue at utilisation near 1: the "
+            "learner is the bottleneck; an empty one at low utilisation: the workers are.",
+            width=8,
+            overrides=[right_axis("utilisation", "percentunit")],
+        ),
+        bars(
+            "Stragglers dropped",
+            [
+                target(
+                    f"sum(increase(kuberl_stragglers_dropped_total{{{sel}}}[$__rate_interval]))",
+                    "batches dropped",
+                )
+            ],
+            "short",
+            "SyncSamples and SyncReplay with a sample timeout: rollout worker batches that came "
+            "after it and were dropped (the step learned without them).",
+            width=8,
+        ),
     ]
     variables = [
         query_variable("namespace", "label_values(kuberl_training_iteration, namespace)"),

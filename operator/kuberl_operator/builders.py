@@ -30,7 +30,11 @@ Rollout workers. One Ray worker pod per rollout worker, in the group `rollout`, 
 spot is enabled: the provider's node selector and, on GKE and AKS, the toleration of its spot taint
 (DESIGN.md §3), merged with the user's rolloutWorkers.nodeSelector and tolerations (the user's
 entries win on the same key: they are the more specific statement). With provider `custom` the
-user's nodeSelector and tolerations alone are the spot placement.
+user's nodeSelector and tolerations alone are the spot placement. The spot pods also advertise one
+unit of the custom Ray resource `spot` (SPOT_RAY_RESOURCE, in rayStartParams), so a job whose
+rolloutWorkers.rayResources asks for {spot: 1} has its workers placed on spot pods only, one per
+pod; without it Ray places workers on any pod, one per pod while pods are free (the trainer
+creates them with the SPREAD strategy).
 
 Falling back to on-demand nodes. With spot.fallbackToOnDemand the cluster gets a second group,
 `rollout-on-demand`, with the same pods minus the spot placement (plus a node affinity that keeps
@@ -432,12 +436,20 @@ def _head_group(job: RLJob, settings: OperatorSettings, labels: dict[str, str]) 
     }
 
 
+SPOT_RAY_RESOURCE = "spot"
+"""The custom Ray resource the spot group's pods advertise, one unit each (each pod is sized for
+one rollout worker): `rolloutWorkers.rayResources: {spot: 1}` pins the workers to spot pods, one
+per pod. The on-demand fallback group does not advertise it."""
+
+
 class RolloutGroup(NamedTuple):
-    """A worker group of rollout workers: its name, its replicas and where its pods run."""
+    """A worker group of rollout workers: its name, its replicas, where its pods run and whether
+    they advertise the `spot` Ray resource."""
 
     name: str
     replicas: int
     placement: Placement
+    spot: bool = False
 
 
 def _rollout_group(
@@ -445,15 +457,24 @@ def _rollout_group(
 ) -> Object:
     workers = job.spec.rollout_workers
     container = _ray_container(job, settings, "ray-worker", _rollout_resources(workers, settings))
+    start_params = {"num-cpus": str(math.ceil(workers.cpus_per_worker))}
+    if group.spot:
+        start_params["resources"] = _ray_resources_param({SPOT_RAY_RESOURCE: 1})
     return {
         "groupName": group.name,
         # KubeRay keeps replicas within [minReplicas, maxReplicas]; the operator sets replicas.
         "replicas": group.replicas,
         "minReplicas": 0,
         "maxReplicas": workers.replicas,
-        "rayStartParams": {"num-cpus": str(math.ceil(workers.cpus_per_worker))},
+        "rayStartParams": start_params,
         "template": _pod_template(job, labels, container, group.placement),
     }
+
+
+def _ray_resources_param(resources: dict[str, int]) -> str:
+    """rayStartParams' `resources` as KubeRay takes it: JSON in double quotes with its own quotes
+    escaped, since KubeRay pastes it into the `ray start` command line."""
+    return '"' + json.dumps(resources).replace('"', '\\"') + '"'
 
 
 def _worker_groups(
@@ -466,7 +487,8 @@ def _worker_groups(
         groups = [RolloutGroup(ROLLOUT_GROUP, workers.replicas, _plain_placement(workers))]
     else:
         preset = _spot_preset(job)
-        groups = [RolloutGroup(ROLLOUT_GROUP, workers.replicas, _spot_placement(workers, preset))]
+        placement = _spot_placement(workers, preset)
+        groups = [RolloutGroup(ROLLOUT_GROUP, workers.replicas, placement, spot=True)]
         if workers.spot.fallback_to_on_demand:
             placement = _on_demand_placement(workers, preset)
             groups.append(RolloutGroup(ROLLOUT_ON_DEMAND_GROUP, on_demand_replicas, placement))

@@ -57,6 +57,41 @@ def test_invalid_jobs_are_422_naming_every_field(queue_client):
     assert queue_client.request("GET", queue_client.jobs(name="broken")).status_code == 404
 
 
+def test_incompatible_optimizers_and_misplaced_settings_are_422_naming_the_field(queue_client):
+    pairing = small_job("pairing")
+    pairing["spec"]["trainer"] |= {"algorithm": "IMPALA", "optimizer": "AsyncGradients"}
+    del pairing["spec"]["trainer"]["hyperparameters"]  # PPO's
+    setting = small_job("setting")
+    setting["spec"]["trainer"]["optimizerConfig"] = {"learnerQueueSize": 4}
+    resources = small_job("resources")
+    resources["spec"]["rolloutWorkers"] |= {"replicas": 2, "rayResources": {"spot": -1}}
+
+    for job, field, message in (
+        (pairing, "spec.trainer.optimizer", "AsyncGradients cannot drive IMPALA"),
+        (
+            setting,
+            "spec.trainer.optimizerConfig.learnerQueueSize",
+            "used by AsyncReplay, AsyncSamples only, and this job runs SyncSamples",
+        ),
+        (resources, "spec.rolloutWorkers.rayResources.spot", "must be >= 0.0001, got -1"),
+    ):
+        response = queue_client.submit(job)
+        assert response.status_code == 422, job["metadata"]["name"]
+        assert message in causes(response)[field]
+        name = job["metadata"]["name"]
+        assert queue_client.request("GET", queue_client.jobs(name=name)).status_code == 404
+
+
+def test_the_asynchronous_algorithms_are_accepted(queue_client):
+    for algorithm in ("A3C", "APEX", "IMPALA", "APPO"):
+        job = small_job(f"async-{algorithm.lower()}")
+        job["spec"]["trainer"]["algorithm"] = algorithm
+        del job["spec"]["trainer"]["hyperparameters"]
+        response = queue_client.submit(job)
+        assert response.status_code == 201, response.text
+        assert response.json()["spec"]["trainer"]["algorithm"] == algorithm
+
+
 def test_bodies_that_are_not_manifests(queue_client):
     url = queue_client.jobs()
     yaml_type = {"Content-Type": "application/yaml"}

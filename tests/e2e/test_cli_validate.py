@@ -84,10 +84,36 @@ BROKEN = {
             )
         ],
     ),
+    "apex-on-async-samples": (
+        edited(
+            **{
+                "spec.trainer.algorithm": "APEX",
+                "spec.trainer.hyperparameters": None,
+                "spec.trainer.optimizer": "AsyncSamples",
+            }
+        ),
+        [
+            "spec.trainer.optimizer: AsyncSamples cannot drive APEX: it learns on batches of "
+            "slightly older policies, but APEX learns Q-values from replayed transitions; "
+            "compatible: AsyncReplay, SyncReplay"
+        ],
+    ),
+    "optimizer-setting-of-another-optimizer": (
+        edited(**{"spec.trainer.optimizerConfig": {"replayShards": 4}}),
+        [
+            "spec.trainer.optimizerConfig.replayShards: used by AsyncReplay only, and this job "
+            "runs SyncSamples"
+        ],
+    ),
+    "ray-resources-cpu": (
+        edited(**{"spec.rolloutWorkers.rayResources": {"CPU": 1}}),
+        ["spec.rolloutWorkers.rayResources: 'CPU' is one of Ray's own resources"],
+    ),
     "unknown-algorithm": (
         edited(**{"spec.trainer.algorithm": "PP0"}),
         [
-            "spec.trainer.algorithm: 'PP0' is not one of PG, A2C, A3C, PPO, APPO, IMPALA, DQN, APEX; did you mean 'PPO'?"
+            "spec.trainer.algorithm: 'PP0' is not one of PG, A2C, A3C, PPO, APPO, IMPALA, DQN, "
+            "APEX; did you mean 'PPO'?"
         ],
     ),
     "tolerations-not-a-list": (
@@ -136,6 +162,26 @@ def test_broken_manifests_are_reported_by_field(tmp_path, text, expected):
     assert lines and all(line.startswith(f"{path}: ") for line in lines), result.stderr
     for fragment in expected:
         assert fragment in result.stderr, result.stderr
+
+
+@pytest.mark.parametrize("algorithm", ["A3C", "APEX", "IMPALA", "APPO"])
+def test_the_asynchronous_algorithms_validate(tmp_path, algorithm):
+    path = tmp_path / "job.yaml"
+    path.write_text(
+        edited(
+            **{
+                "spec.trainer.algorithm": algorithm,
+                "spec.trainer.hyperparameters": None,  # the algorithm's defaults
+                "spec.rolloutWorkers.replicas": 2,
+                "spec.rolloutWorkers.rayResources": {"spot": 1},
+            }
+        )
+    )
+
+    result = kuberl("validate", path)
+
+    assert result.returncode == 0, result.stderr
+    assert f"({algorithm} on CartPole-v1, 2 remote rollout workers x 8 envs" in result.stdout
 
 
 def test_one_line_per_problem(tmp_path):

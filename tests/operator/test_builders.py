@@ -5,6 +5,8 @@ KubeRay v1.7's CRD for the RayCluster)."""
 from __future__ import annotations
 
 import copy
+import json
+import shlex
 from pathlib import Path
 from typing import Any
 
@@ -14,6 +16,7 @@ import pytest
 import yaml
 
 from kuberl_operator.builders import (
+    SPOT_RAY_RESOURCE,
     STOP_DRIVER,
     build_auth_secret,
     build_children,
@@ -89,6 +92,7 @@ CASES: dict[str, dict[str, Any]] = {
     "spot-karpenter": spot("karpenter"),
     "spot-aks": spot("aks"),
     "spot-custom": CUSTOM_SPOT,
+    "spot-pinned": spot("gke", rayResources={"spot": 1}, cpusPerWorker=0.5),
     "spot-without-fallback": {
         "spec.rolloutWorkers": {
             "replicas": 2,
@@ -116,6 +120,19 @@ CASES: dict[str, dict[str, Any]] = {
     "priority-class": {"spec.priorityClassName": "training-high", **spot("aks")},
     "namespaced": {"metadata.namespace": "team-rl"},
     "suspended": {"spec.suspend": True},
+    # The asynchronous algorithms need nothing of their own from the operator.
+    "a3c": {"spec.trainer.algorithm": "A3C", "spec.rolloutWorkers": {"replicas": 2}},
+    "impala": {"spec.trainer.algorithm": "IMPALA", "spec.rolloutWorkers": {"replicas": 2}},
+    "appo": {
+        "spec.trainer.algorithm": "APPO",
+        "spec.trainer.optimizerConfig": {"learnerQueueSize": 4, "broadcastInterval": 2},
+        "spec.rolloutWorkers": {"replicas": 2},
+    },
+    "apex": {
+        "spec.trainer.algorithm": "APEX",
+        "spec.trainer.optimizerConfig": {"replayShards": 4, "cpusPerReplayShard": 0.5},
+        "spec.rolloutWorkers": {"replicas": 2},
+    },
     "custom-image": {
         "spec.image": "registry.example.com/rl/trainer:2",
         "spec.rayVersion": "2.60.0",
@@ -554,6 +571,37 @@ def test_rollout_worker_cpus(cpus, cpu_request, cpu_limit):
     assert resources["limits"]["cpu"] == cpu_limit
     assert group["rayStartParams"]["num-cpus"] == cpu_limit
     assert resources["requests"]["memory"] == resources["limits"]["memory"] == "2Gi"
+
+
+@pytest.mark.parametrize("case", ["spot-gke", "spot-pinned", "spot-without-fallback"])
+def test_spot_pods_advertise_the_spot_ray_resource_and_no_others_do(case):
+    cluster = build_ray_cluster(case_job(case), SETTINGS, 1, on_demand_replicas=1)
+    groups = ray_groups(cluster)
+
+    param = groups[ROLLOUT_GROUP]["rayStartParams"]["resources"]
+    assert param == '"{\\"spot\\": 1}"'  # KubeRay's documented form
+    # KubeRay pastes `--resources=<value>` into the `ray start` command line that bash runs.
+    [flag] = shlex.split(f"--resources={param}")
+    assert json.loads(flag.removeprefix("--resources=")) == {SPOT_RAY_RESOURCE: 1}
+    if ROLLOUT_ON_DEMAND_GROUP in groups:
+        assert "resources" not in groups[ROLLOUT_ON_DEMAND_GROUP]["rayStartParams"]
+    assert "resources" not in cluster["spec"]["headGroupSpec"]["rayStartParams"]
+
+
+def test_workers_off_spot_advertise_no_custom_resource():
+    group = ray_groups(build_ray_cluster(case_job("cpu-workers"), SETTINGS, 1))[ROLLOUT_GROUP]
+
+    assert group["rayStartParams"] == {"num-cpus": "1"}
+
+
+@pytest.mark.parametrize("case", ["a3c", "impala", "appo", "apex"])
+def test_asynchronous_algorithms_get_the_same_cluster_as_the_others(case):
+    job = case_job(case)
+    cluster = build_ray_cluster(job, SETTINGS, 1)
+
+    assert list(ray_groups(cluster)) == [ROLLOUT_GROUP]
+    assert ray_groups(cluster)[ROLLOUT_GROUP]["replicas"] == 2
+    assert job.spec.trainer.algorithm == case.upper()
 
 
 def test_workers_on_demand_have_only_the_users_placement():

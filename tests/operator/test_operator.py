@@ -299,19 +299,34 @@ def test_a_job_trains_on_its_ray_cluster_to_success(cluster: Cluster):
         assert cluster.kube_api.get(f"{SECRETS}/solo-ray-auth")["data"]["auth_token"]
 
 
+def invalid_jobs() -> dict[str, tuple[dict, str]]:
+    """Jobs the operator must refuse, each with the field its message names."""
+    misspelt = rljob("broken")
+    misspelt["spec"]["trainer"]["hyperparameters"]["lerning_rate"] = 0.1
+    mispaired = rljob("mispaired")
+    mispaired["spec"]["trainer"] |= {"algorithm": "APPO", "optimizer": "AsyncGradients"}
+    del mispaired["spec"]["trainer"]["hyperparameters"]  # PPO's
+    misplaced = rljob("misplaced")
+    misplaced["spec"]["trainer"]["optimizerConfig"] = {"replayShards": 4}
+    return {
+        "broken": (misspelt, "spec.trainer.hyperparameters.lerning_rate"),
+        "mispaired": (mispaired, "spec.trainer.optimizer: AsyncGradients cannot drive APPO"),
+        "misplaced": (misplaced, "spec.trainer.optimizerConfig.replayShards: used by AsyncReplay"),
+    }
+
+
 def test_an_invalid_job_fails_naming_the_field_and_creates_nothing(cluster: Cluster):
-    job = rljob("broken")
-    job["spec"]["trainer"]["hyperparameters"]["lerning_rate"] = 0.1
     with cluster.operator():
-        cluster.submit(job, own_token=False)
-        failed = cluster.wait_phase("broken", "Failed", timeout=30)
-        condition = cluster.condition("broken", "Failed")
-        assert condition["reason"] == "InvalidSpec"
-        assert "spec.trainer.hyperparameters.lerning_rate" in condition["message"]
-        assert failed["completionTime"]
-        assert ("Warning", "InvalidSpec") in cluster.events("broken")
-        assert cluster.clusters("broken") == []
-        assert cluster.kube_api.get(f"{SECRETS}/broken-ray-auth", check=False)["code"] == 404
+        for name, (job, field) in invalid_jobs().items():
+            cluster.submit(job, own_token=False)
+            failed = cluster.wait_phase(name, "Failed", timeout=30)
+            condition = cluster.condition(name, "Failed")
+            assert condition["reason"] == "InvalidSpec"
+            assert field in condition["message"]
+            assert failed["completionTime"]
+            assert ("Warning", "InvalidSpec") in cluster.events(name)
+            assert cluster.clusters(name) == []
+            assert cluster.kube_api.get(f"{SECRETS}/{name}-ray-auth", check=False)["code"] == 404
 
 
 def iteration(cluster: Cluster, name: str) -> int:

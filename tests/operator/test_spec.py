@@ -20,7 +20,7 @@ from kuberl_operator.validation import (
     parse_rljob_text,
     validate_rljob,
 )
-from kuberl_trainer.config import PPOConfig, RolloutConfig
+from kuberl_trainer.config import ALGORITHMS, PPOConfig, RolloutConfig
 from testkit import edited
 
 MINIMAL: dict[str, Any] = {
@@ -139,7 +139,8 @@ def test_spot_workers_on_a_known_provider():
         ),
         (
             {"spec.trainer.algorithm": "PP0"},
-            "spec.trainer.algorithm: 'PP0' is not one of PG, A2C, A3C, PPO, APPO, IMPALA, DQN, APEX; did you mean 'PPO'?",
+            "spec.trainer.algorithm: 'PP0' is not one of PG, A2C, A3C, PPO, APPO, IMPALA, DQN, "
+            "APEX; did you mean 'PPO'?",
         ),
         (
             {"spec.trainer.optimizer": "SyncReplay"},
@@ -253,7 +254,8 @@ def test_missing_algorithm_lists_the_choices():
     del document["spec"]["trainer"]["algorithm"]
 
     assert problems_of(document) == [
-        "spec.trainer.algorithm: missing: set it to one of PG, A2C, A3C, PPO, APPO, IMPALA, DQN, APEX"
+        "spec.trainer.algorithm: missing: set it to one of PG, A2C, A3C, PPO, APPO, IMPALA, "
+        "DQN, APEX"
     ]
 
 
@@ -382,3 +384,93 @@ def test_validation_runs_without_the_training_stack():
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
 
     assert result.stdout.strip() == "[]", result.stderr
+
+
+# --- Algorithms and optimizers, optimizerConfig, placement ---------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("algorithm", "optimizer"),
+    [
+        (name.value, optimizer.value)
+        for name, row in ALGORITHMS.items()
+        for optimizer in row.optimizers
+    ],
+)
+def test_every_algorithm_validates_with_each_of_its_optimizers(algorithm, optimizer):
+    job = validate_rljob(
+        manifest(**{"spec.trainer.algorithm": algorithm, "spec.trainer.optimizer": optimizer})
+    )
+
+    assert (job.spec.trainer.algorithm, job.spec.trainer.optimizer_name) == (algorithm, optimizer)
+
+
+@pytest.mark.parametrize(
+    ("changes", "expected"),
+    [
+        (
+            {"spec.trainer.algorithm": "APEX", "spec.trainer.optimizer": "AsyncSamples"},
+            "spec.trainer.optimizer: AsyncSamples cannot drive APEX: it learns on batches of "
+            "slightly older policies, but APEX learns Q-values from replayed transitions; "
+            "compatible: AsyncReplay, SyncReplay",
+        ),
+        (
+            {"spec.trainer.algorithm": "IMPALA", "spec.trainer.optimizer": "AsyncGradients"},
+            "spec.trainer.optimizer: AsyncGradients cannot drive IMPALA: it applies one gradient "
+            "per worker batch, computed on the worker, but IMPALA learns on samples whose policy "
+            "lag V-trace corrects; compatible: AsyncSamples, SyncSamples",
+        ),
+        (
+            {"spec.trainer.algorithm": "A3C", "spec.trainer.optimizer": "AsyncReplay"},
+            "spec.trainer.optimizer: AsyncReplay cannot drive A3C",
+        ),
+        (
+            {"spec.trainer.optimizerConfig": {"replayShards": 4}},
+            "spec.trainer.optimizerConfig.replayShards: used by AsyncReplay only, and this job "
+            "runs SyncSamples",
+        ),
+        (
+            {
+                "spec.trainer.algorithm": "IMPALA",
+                "spec.trainer.optimizerConfig": {"sampleTimeoutSeconds": 5},
+            },
+            "spec.trainer.optimizerConfig.sampleTimeoutSeconds: used by SyncReplay, SyncSamples "
+            "only, and this job runs AsyncSamples",
+        ),
+        (
+            {"spec.rolloutWorkers": {"replicas": 2, "rayResources": {"CPU": 1}}},
+            "spec.rolloutWorkers.rayResources: 'CPU' is one of Ray's own resources, not a custom "
+            "one (the workers' CPUs are set by cpusPerWorker)",
+        ),
+        (
+            {"spec.rolloutWorkers": {"replicas": 2, "rayResources": {"spot": 0}}},
+            "spec.rolloutWorkers.rayResources.spot: must be >= 0.0001, got 0",
+        ),
+        (
+            {"spec.rolloutWorkers": {"replicas": 2, "rayResources": {"spot node": 1}}},
+            "spec.rolloutWorkers.rayResources: 'spot node' is not a resource name",
+        ),
+    ],
+    ids=[
+        "apex-on-async-samples",
+        "impala-on-async-gradients",
+        "a3c-on-async-replay",
+        "replay-shards-without-async-replay",
+        "sample-timeout-on-async-samples",
+        "ray-resources-cpu",
+        "ray-resources-zero",
+        "ray-resources-name",
+    ],
+)
+def test_pairings_settings_and_resources_name_the_field(changes, expected):
+    [problem] = problems_of(manifest(**changes))
+
+    assert problem.startswith(expected)
+
+
+def test_ray_resources_reach_the_trainer():
+    job = validate_rljob(
+        manifest(**{"spec.rolloutWorkers": {"replicas": 2, "rayResources": {"spot": 1}}})
+    )
+
+    assert job.spec.rollout_workers.ray_resources == {"spot": 1.0}

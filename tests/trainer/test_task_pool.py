@@ -19,7 +19,9 @@ def test_results_come_back_with_their_worker_and_leave_the_pool(ray_local):
         assert [workers.in_flight(1), workers.in_flight(2)] == [1, 2]
 
         results = []
-        wait_until(lambda: results.extend(workers.completed(timeout=1)) or len(results) == 3)
+        wait_until(
+            lambda: results.extend(workers.completed(timeout=1)) or len(results) == 3, timeout=90
+        )
         assert sorted(index for index, _ in results) == [1, 2, 2]
         assert all(len(batch) == ROWS for _, batch in results)
         assert [workers.in_flight(1), workers.in_flight(2)] == [0, 0]
@@ -52,16 +54,19 @@ def test_a_dead_workers_calls_are_dropped_and_it_is_replaced_once(ray_local):
         results = []
         wait_until(
             lambda: results.extend(workers.completed(timeout=1)) or workers.in_flight(1) == 0,
+            timeout=90,
             what="the dead worker's calls to be dropped",
         )
-        wait_until(lambda: results.extend(workers.completed(timeout=1)) or results)
+        wait_until(lambda: results.extend(workers.completed(timeout=1)) or results, timeout=90)
         assert [index for index, _ in results] == [2]
         assert workers.restarts == 1  # one worker lost, however many calls it had
 
         wait_until(lambda: 1 in workers.healthy_indices, timeout=60, what="the replacement")
         workers.call(1, "sample")
         replacement = []
-        wait_until(lambda: replacement.extend(workers.completed(timeout=1)) or replacement)
+        wait_until(
+            lambda: replacement.extend(workers.completed(timeout=1)) or replacement, timeout=90
+        )
         assert replacement[0][0] == 1
         assert victim not in ray_local.get([w.pid.remote() for w in workers.remote_workers])
     finally:

@@ -145,6 +145,29 @@ class RolloutConfig(Spec):
     cpus_per_worker: float = Field(1.0, gt=0)
     """CPUs reserved for each remote rollout worker."""
 
+    ray_resources: dict[str, Annotated[float, Field(ge=0.0001)]] = Field(default_factory=dict)
+    """Custom Ray resources each remote rollout worker requires, by name: {spot: 1} places the
+    workers only on Ray nodes that advertise spot (an RLJob's spot worker pods do, one unit per
+    pod, each pod being sized for one worker; its on-demand fallback pods do not). Ray counts
+    amounts in steps of 0.0001."""
+
+    @model_validator(mode="after")
+    def _custom_ray_resources(self) -> RolloutConfig:
+        for name in self.ray_resources:
+            if name in ("CPU", "GPU", "memory", "object_store_memory"):
+                raise ValueError(
+                    f"rayResources: {name!r} is one of Ray's own resources, not a custom one "
+                    "(the workers' CPUs are set by cpusPerWorker)"
+                )
+            # Letters, digits, '_' and '-': names that pass unquoted through `ray start` flags.
+            plain = name.replace("_", "").replace("-", "")
+            if not (name[:1].isalpha() and name.isascii() and plain.isalnum()):
+                raise ValueError(
+                    f"rayResources: {name!r} is not a resource name: use letters, digits, '_' "
+                    "and '-', starting with a letter"
+                )
+        return self
+
 
 class OptimizerConfig(Spec):
     """Settings of the execution strategy. Each applies to the optimizers its description names;
@@ -374,7 +397,7 @@ ALGORITHMS: dict[Algorithm, AlgorithmRow] = {
     ),
     Algorithm.APEX: AlgorithmRow(
         APEXConfig,
-        "kuberl_trainer.policy.dqn:DQNPolicy",
+        "kuberl_trainer.policy.apex:APEXPolicy",
         (ASYNC_REPLAY, SYNC_REPLAY),
         _REPLAY,
         discrete_actions_only=True,

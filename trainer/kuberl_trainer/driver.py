@@ -24,7 +24,7 @@ from kuberl_trainer.checkpoint import CheckpointStore, checkpoint_dir
 from kuberl_trainer.config import AnyTrainerConfig, RolloutConfig, StopConditions
 from kuberl_trainer.metrics import TrainerMetrics
 from kuberl_trainer.progress import ConsoleReport, ProgressLog
-from kuberl_trainer.progress_row import PROGRESS_FILE
+from kuberl_trainer.progress_row import PROGRESS_FILE, STRAGGLERS_DROPPED
 from kuberl_trainer.rollout_worker import RolloutWorker
 from kuberl_trainer.tensorboard import TensorBoardLog
 from kuberl_trainer.worker_set import WorkerSet
@@ -65,6 +65,16 @@ def stop_reason(stop: StopConditions, row: dict[str, Any]) -> str | None:
     return None
 
 
+def learner_device(gpus: int, cuda_available: bool) -> tuple[str, str | None]:
+    """Where the learner trains: `cuda` when the job has GPUs and one is visible, else `cpu`,
+    with a warning when GPUs were asked for but none is visible."""
+    if gpus < 1:
+        return "cpu", None
+    if cuda_available:
+        return "cuda", None
+    return "cpu", f"learner.gpus={gpus} but no CUDA device is visible: learning on the CPU"
+
+
 class Driver:
     def __init__(
         self,
@@ -75,9 +85,11 @@ class Driver:
         namespace: str = "local",
         metrics_port: int | None = None,
         report: ConsoleReport | None = None,
+        learner_gpus: int = 0,
     ):
         self.config = config
         self.rollout = rollout
+        self.learner_gpus = learner_gpus
         self.run_dir = run_dir
         self.job_name = job_name
         self.seed = (
@@ -113,6 +125,10 @@ class Driver:
             if self.rollout.replicas:
                 self._start_ray()
             workers = self._make_workers()
+            device, warning = learner_device(self.learner_gpus, torch.cuda.is_available())
+            if warning:
+                log.warning(warning)
+            workers.local_worker.policy.to(device)  # the local worker is the learner
             optimizer = algorithms.optimizer_class(self.config)(workers, self.config)
             resumed_from = self._resume(optimizer)
             # Opened after resuming, which may truncate the file to the checkpoint's iteration.
@@ -200,6 +216,7 @@ class Driver:
             "samples_per_s": result.steps_sampled / elapsed,
             "time_this_iter_s": elapsed,
             "worker_restarts": optimizer.workers.restarts,
+            STRAGGLERS_DROPPED: optimizer.workers.stragglers_dropped,
             **result.learner_stats,
         }
         timer_deltas = {
@@ -235,7 +252,11 @@ class Driver:
             }
 
         return WorkerSet(
-            RolloutWorker, worker_kwargs, self.rollout.replicas, self.rollout.cpus_per_worker
+            RolloutWorker,
+            worker_kwargs,
+            self.rollout.replicas,
+            self.rollout.cpus_per_worker,
+            self.rollout.ray_resources,
         )
 
     def _start_ray(self) -> None:

@@ -8,6 +8,13 @@ import time
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Info, start_http_server
 
+from kuberl_trainer.progress_row import (
+    LEARNER_QUEUE_DEPTH,
+    LEARNER_UTILISATION,
+    POLICY_LAG,
+    STRAGGLERS_DROPPED,
+)
+
 LABELS = ("namespace", "job", "algorithm")
 
 # learner statistic → (metric name, help); only these leave the process, so cardinality is fixed
@@ -17,6 +24,13 @@ LEARNER_GAUGES = {
     "loss": ("kuberl_td_loss", "TD (Huber) loss of the last iteration."),
     "entropy": ("kuberl_policy_entropy", "Mean policy entropy of the last iteration."),
     "kl": ("kuberl_policy_kl", "Approximate KL between old and new policy."),
+    # The asynchronous optimizers' learner thread (NaN for the synchronous ones, which have none).
+    POLICY_LAG: ("kuberl_policy_lag", "Learner steps between sampling a batch and learning on it."),
+    LEARNER_QUEUE_DEPTH: ("kuberl_learner_queue_depth", "Batches waiting for the learner thread."),
+    LEARNER_UTILISATION: (
+        "kuberl_learner_utilisation",
+        "Share (0..1) of the last iteration the learner thread spent learning.",
+    ),
 }
 
 
@@ -64,6 +78,11 @@ class TrainerMetrics:
         self.worker_restarts = counter(
             "kuberl_worker_restarts_total", "Rollout workers recreated after dying."
         )
+        self.stragglers_dropped = counter(
+            "kuberl_stragglers_dropped_total",
+            "Rollout worker batches dropped because they came after the step's sample timeout.",
+        )
+        self._stragglers_seen = 0  # the row's count is this run's total; the counter takes steps
         self.last_checkpoint = gauge(
             "kuberl_last_checkpoint_timestamp_seconds", "Unix time of the newest checkpoint."
         )
@@ -108,6 +127,11 @@ class TrainerMetrics:
         self.sample_time.inc(timer_deltas.get("sample", 0.0))
         self.weight_sync_time.inc(timer_deltas.get("weight_sync", 0.0))
         self.worker_restarts.inc(new_restarts)
+        stragglers = row.get(STRAGGLERS_DROPPED, 0)
+        # Below the last total: a new WorkerSet counting from 0 again.
+        seen = self._stragglers_seen if stragglers >= self._stragglers_seen else 0
+        self.stragglers_dropped.inc(stragglers - seen)
+        self._stragglers_seen = stragglers
         for stat, gauge in self.learner.items():
             if stat in row:
                 gauge.set(row[stat])

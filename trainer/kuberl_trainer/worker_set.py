@@ -7,13 +7,19 @@ healthy remote worker at all, the local worker samples so training never stalls.
 Calls on remote workers go through one task pool (`call`, `completed`): the synchronous
 `sample()` and the asynchronous optimizers alike, so a dead worker's calls are dropped, the worker
 replaced and the loss counted in one place.
+
+Placement: remote workers are created with Ray's SPREAD strategy and the job's custom Ray resources
+(rolloutWorkers.rayResources). What the Ray cluster could never place fails at once with the
+manifest field to change (`check_resources`), where Ray itself would wait forever.
 """
 
 from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable
+from collections import Counter
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from kuberl_trainer.errors import TrainingError
@@ -26,7 +32,8 @@ log = logging.getLogger(__name__)
 
 
 class ResourceError(TrainingError):
-    """The requested workers can never be scheduled on this Ray cluster."""
+    """Requested actors (rollout workers, replay shards) can never be placed on this Ray
+    cluster."""
 
 
 class WorkerSet:
@@ -36,9 +43,12 @@ class WorkerSet:
         worker_kwargs: Callable[[int], dict[str, Any]],
         num_remote: int,
         cpus_per_worker: float = 1.0,
+        ray_resources: Mapping[str, float] | None = None,
     ):
         """`worker_kwargs(index)` gives the constructor arguments of worker `index` (0 is the
-        local worker, 1.. the remote ones), so every worker gets its own seed."""
+        local worker, 1.. the remote ones), so every worker gets its own seed. `ray_resources`
+        are custom Ray resources each remote worker requires (`{"spot": 1}` pins them to the
+        nodes that advertise `spot`)."""
         self.local_worker = worker_class(**worker_kwargs(0))
         self.restarts = 0
         self._worker_kwargs = worker_kwargs
@@ -46,14 +56,26 @@ class WorkerSet:
         self._healthy: dict[int, Any] = {}  # index → actor handle ready to sample
         self._starting: dict[int, tuple[Any, Any]] = {}  # index → (handle, ready ref)
         self._in_flight: dict[Any, int] = {}  # object ref of a call → index of its worker
+        self._calls: Counter[int] = Counter()  # worker index → its calls in flight
         self._abandoned: set[Any] = set()  # calls whose results nobody wants (stragglers)
         self.stragglers_dropped = 0
         self._weights_ref = None
         self._global_timesteps = 0
         self._torch_threads = max(1, int(cpus_per_worker))
+        # What the remote workers ask of the Ray cluster: an optimizer that places actors of
+        # its own checks them together with these (`check_resources`).
+        self.resource_requests: list[ResourceRequest] = []
         if num_remote:
-            check_resources(num_remote, cpus_per_worker)
-            self._remote_class = worker_class.as_remote(num_cpus=cpus_per_worker)
+            resources = dict(ray_resources or {})
+            self.resource_requests.append(
+                rollout_workers_request(num_remote, cpus_per_worker, resources)
+            )
+            check_resources(self.resource_requests)
+            # SPREAD: one worker per node while there are free nodes. Ray's default policy may
+            # fill a node first, and with cpusPerWorker 0.5 put two workers on one pod's CPU.
+            self._remote_class = worker_class.as_remote(num_cpus=cpus_per_worker).options(
+                scheduling_strategy="SPREAD", resources=resources
+            )
             for index in range(1, num_remote + 1):
                 self._healthy[index] = self._start_remote(index)
 
@@ -102,11 +124,12 @@ class WorkerSet:
         """Start `method(*args)` on remote worker `index`; its result comes from `completed()`."""
         ref = getattr(self._healthy[index], method).remote(*args)
         self._in_flight[ref] = index
+        self._calls[index] += 1
         return ref
 
     def in_flight(self, index: int) -> int:
         """Calls started on worker `index` whose results have not been taken yet."""
-        return sum(1 for owner in self._in_flight.values() if owner == index)
+        return self._calls[index]
 
     def completed(self, timeout: float | None = None, refs: list | None = None) -> list[tuple]:
         """(worker index, result) of every call in flight (or of `refs`) that has finished,
@@ -124,7 +147,7 @@ class WorkerSet:
             ready, _ = ray.wait(pending, num_returns=len(pending), timeout=0)
         results = []
         for ref in ready:
-            index = self._in_flight.pop(ref, None)
+            index = self._forget(ref)
             if index is None:  # dropped with its worker, which died earlier in this loop
                 continue
             try:
@@ -140,18 +163,18 @@ class WorkerSet:
         With `timeout`, the step learns on what arrived by then (at least one batch): workers
         still sampling are stragglers, counted in `stragglers_dropped`; their batches are thrown
         away when they come, and they sit out the steps until then."""
-        indices = self.healthy_indices
-        if not indices:
+        self._reap_abandoned()  # a straggler that has finished takes calls again from this step
+        free = [index for index in self.healthy_indices if not self.in_flight(index)]
+        if not free and self._abandoned:  # every worker is still on a straggling call
+            self._wait_for_a_free_worker(timeout)
+            free = [index for index in self.healthy_indices if not self.in_flight(index)]
+        if not free:  # none healthy, or none free in time: the local worker keeps training going
             return [self.local_worker.sample()]
-        free = [index for index in indices if not self.in_flight(index)]
-        if not free:  # every worker is a straggler from earlier steps: wait for one to be free
-            self._wait_for_a_free_worker()
-            return self.sample(timeout)
         refs = [self.call(index, "sample") for index in free]
         deadline = None if timeout is None else time.monotonic() + timeout
         batches: list[SampleBatch] = []
         while refs:
-            wait = None
+            wait = None  # the first batch is waited for however long it takes
             if deadline is not None and batches:
                 wait = deadline - time.monotonic()
                 if wait <= 0:
@@ -167,11 +190,18 @@ class WorkerSet:
             return [self.local_worker.sample()]
         return batches
 
-    def _wait_for_a_free_worker(self) -> None:
+    def _wait_for_a_free_worker(self, timeout: float | None) -> None:
         import ray
 
-        ray.wait(list(self._abandoned), num_returns=1)
+        ray.wait(list(self._abandoned), num_returns=1, timeout=timeout)
         self._reap_abandoned()
+
+    def _forget(self, ref) -> int | None:
+        """Take a call out of the pool; the index of its worker, or None if it was not in it."""
+        index = self._in_flight.pop(ref, None)
+        if index is not None:
+            self._calls[index] -= 1
+        return index
 
     def _reap_abandoned(self) -> None:
         """Forget abandoned calls that have finished, so their workers take calls again."""
@@ -182,8 +212,10 @@ class WorkerSet:
         done, _ = ray.wait(list(self._abandoned), num_returns=len(self._abandoned), timeout=0)
         for ref in done:
             self._abandoned.discard(ref)
-            index = self._in_flight.pop(ref, None)
+            index = self._forget(ref)
             try:
+                # Fetched only to learn whether the worker died on the way (a late batch costs
+                # one transfer; an error left unread would be logged by Ray as unhandled).
                 ray.get(ref)
             except ray.exceptions.RayActorError as exc:
                 if index in self._healthy:
@@ -199,7 +231,7 @@ class WorkerSet:
         """A healthy worker died: drop its calls, count the restart and start its replacement."""
         del self._healthy[index]
         for ref in [ref for ref, owner in self._in_flight.items() if owner == index]:
-            del self._in_flight[ref]
+            self._forget(ref)
             self._abandoned.discard(ref)
         self.restarts += 1
         self._start_replacement(index)
@@ -251,25 +283,123 @@ class WorkerSet:
         self._healthy.clear()
         self._starting.clear()
         self._in_flight.clear()
+        self._calls.clear()
         self._abandoned.clear()
 
 
-def check_resources(num_workers: int, cpus_per_worker: float) -> None:
-    """Fail fast instead of waiting forever for CPUs the cluster will never have."""
+@dataclass(frozen=True)
+class ResourceRequest:
+    """`count` Ray actors that each need `amounts` of Ray resources, with the manifest fields that
+    set them, so that a request the cluster can never satisfy is reported by field."""
+
+    what: str
+    """The actors, singular: "rollout worker"."""
+    section: str
+    """Where their fields are in the manifest, under spec: "rolloutWorkers"."""
+    count_field: str
+    """The field of `count`: "replicas"."""
+    count: int
+    amounts: dict[str, float]
+    """Ray resource → amount per actor: {"CPU": 0.5, "spot": 1}."""
+    amount_fields: dict[str, str] = field(default_factory=dict)
+    """Ray resource → the field that sets it: {"CPU": "cpusPerWorker"}."""
+
+
+def rollout_workers_request(
+    replicas: int, cpus_per_worker: float, ray_resources: Mapping[str, float]
+) -> ResourceRequest:
+    """What `rolloutWorkers` asks of the Ray cluster."""
+    fields = {"CPU": "cpusPerWorker"} | {name: f"rayResources.{name}" for name in ray_resources}
+    amounts = {"CPU": cpus_per_worker, **ray_resources}
+    return ResourceRequest(
+        "rollout worker", "rolloutWorkers", "replicas", replicas, amounts, fields
+    )
+
+
+def replay_shards_request(replay_shards: int, cpus_per_replay_shard: float) -> ResourceRequest:
+    """What AsyncReplay's replay-shard actors ask of the Ray cluster."""
+    return ResourceRequest(
+        "replay shard",
+        "trainer.optimizerConfig",
+        "replayShards",
+        replay_shards,
+        {"CPU": cpus_per_replay_shard},
+        {"CPU": "cpusPerReplayShard"},
+    )
+
+
+# Resources every Ray node has or that Ray derives itself: not a user's custom resources.
+_RAY_OWN = frozenset({"CPU", "GPU", "memory", "object_store_memory"})
+
+
+def check_resources(requests: Iterable[ResourceRequest]) -> None:
+    """Fail fast instead of waiting forever for resources the cluster will never have: an actor
+    needing more of a resource than any live node has (or a custom resource no node advertises),
+    no node with all that one actor needs, or more of a resource in all than the cluster has.
+
+    Raises ResourceError naming the manifest fields. Only live nodes count: a node that is still
+    starting (a pod Pending on Kubernetes) is not seen."""
     import ray
 
-    nodes = [n for n in ray.nodes() if n.get("Alive")]
-    largest = max((n["Resources"].get("CPU", 0.0) for n in nodes), default=0.0)
-    total = sum(n["Resources"].get("CPU", 0.0) for n in nodes)
-    wanted = num_workers * cpus_per_worker
-    if cpus_per_worker > largest:
+    nodes = [node["Resources"] for node in ray.nodes() if node.get("Alive")]
+    requests = [request for request in requests if request.count > 0]
+    for request in requests:
+        _check_one_actor_fits(request, nodes)
+    totals: dict[str, list[ResourceRequest]] = {}
+    for request in requests:
+        for name, amount in request.amounts.items():
+            if amount > 0:
+                totals.setdefault(name, []).append(request)
+    for name, asking in totals.items():
+        wanted = sum(request.count * request.amounts[name] for request in asking)
+        have = sum(node.get(name, 0.0) for node in nodes)
+        if wanted > have + 1e-9:  # sums of fractions such as 0.1 are not exact in binary
+            terms = " + ".join(
+                f"{r.section}: {r.count} {r.count_field} x {r.amounts[name]:g} {_unit(name)}"
+                for r in asking
+            )
+            knobs = [f"{r.section}.{f}" for r in asking for f in (r.count_field, _field(r, name))]
+            fractions = " (fractions such as 0.5 are allowed)" if name == "CPU" else ""
+            raise ResourceError(
+                f"{terms} = {wanted:g} {_unit(name)} requested but the Ray cluster has "
+                f"{have:g}; lower {', '.join(knobs[:-1])} or {knobs[-1]}{fractions}"
+            )
+
+
+def _check_one_actor_fits(request: ResourceRequest, nodes: list[dict[str, float]]) -> None:
+    needs = {name: amount for name, amount in request.amounts.items() if amount > 0}
+    for name, amount in needs.items():
+        where = f"{request.section}.{_field(request, name)}"
+        largest = max((node.get(name, 0.0) for node in nodes), default=0.0)
+        if largest == 0 and name not in _RAY_OWN:
+            advertised = ", ".join(sorted(_custom_resources(nodes))) or "none"
+            raise ResourceError(
+                f"{where}={amount:g} but no live Ray node advertises {name!r} (custom resources "
+                f"advertised: {advertised}): no {request.what} could ever be placed; start nodes "
+                f"that advertise {name!r} (an RLJob's spot worker groups advertise 'spot') or "
+                "remove it"
+            )
+        if amount > largest:
+            raise ResourceError(
+                f"{where}={amount:g} but the largest Ray node has {largest:g} {_unit(name)}: no "
+                f"{request.what} could ever be placed; lower {_field(request, name)}"
+            )
+    if not any(all(node.get(n, 0.0) >= a for n, a in needs.items()) for node in nodes):
+        wants = ", ".join(f"{request.section}.{_field(request, n)}={a:g}" for n, a in needs.items())
         raise ResourceError(
-            f"rolloutWorkers.cpusPerWorker={cpus_per_worker:g} but the largest Ray node has "
-            f"{largest:g} CPUs: no worker could ever be placed; lower cpusPerWorker"
+            f"no Ray node has all that one {request.what} needs at once ({wants}): none could "
+            "ever be placed"
         )
-    if wanted > total:
-        raise ResourceError(
-            f"rolloutWorkers: {num_workers} replicas x {cpus_per_worker:g} CPUs = {wanted:g} CPUs "
-            f"requested but the Ray cluster has {total:g}; lower replicas or cpusPerWorker "
-            "(fractions such as 0.5 are allowed)"
-        )
+
+
+def _custom_resources(nodes: list[dict[str, float]]) -> set[str]:
+    # Ray's own per-node names hold a colon ("node:10.0.0.5", "accelerator_type:A100").
+    return {name for node in nodes for name in node if name not in _RAY_OWN and ":" not in name}
+
+
+def _field(request: ResourceRequest, name: str) -> str:
+    return request.amount_fields.get(name, name)
+
+
+def _unit(name: str) -> str:
+    return f"{name}s" if name in ("CPU", "GPU") else name

@@ -1,5 +1,5 @@
 """SyncReplay: gather samples from every worker into a replay buffer, then take a fixed number of
-gradient steps on minibatches drawn from it (DQN)."""
+gradient steps on minibatches drawn from it (DQN). Stragglers are dropped as in SyncSamples."""
 
 from __future__ import annotations
 
@@ -7,6 +7,7 @@ from collections import defaultdict
 from typing import Any
 
 from kuberl_trainer.optimizers.base import PolicyOptimizer, StepResult
+from kuberl_trainer.optimizers.sync_samples import sample_timeout
 from kuberl_trainer.replay_buffer import PrioritizedReplayBuffer, ReplayBuffer
 from kuberl_trainer.worker_set import WorkerSet
 
@@ -35,7 +36,7 @@ class SyncReplayOptimizer(PolicyOptimizer):
         with self.timer("weight_sync"):
             self.workers.sync_weights(self.counters.steps_sampled)
         with self.timer("sample"):
-            batches = self.workers.sample()
+            batches = self.workers.sample(sample_timeout(self.config))
         with self.timer("replay_add"):
             for batch in batches:
                 self.buffer.add(batch.columns)

@@ -1,0 +1,48 @@
+"""The README's tables of algorithms and of optimizerConfig say what the code says."""
+
+from pathlib import Path
+
+from pydantic.alias_generators import to_camel
+
+from kuberl_trainer.config import ALGORITHMS, OPTIMIZER_SETTINGS, OptimizerConfig
+
+README = Path(__file__).parents[1] / "README.md"
+
+
+def table(header: str) -> list[list[str]]:
+    """The rows of the README's table whose header row starts with `header`."""
+    lines = README.read_text().splitlines()
+    start = next(i for i, line in enumerate(lines) if line.startswith(header))
+    rows = []
+    for line in lines[start + 2 :]:  # after the header and its |---| line
+        if not line.startswith("|"):
+            break
+        rows.append([cell.strip() for cell in line.strip("|").split("|")])
+    return rows
+
+
+def test_the_algorithm_table_matches_the_algorithms():
+    expected = [
+        [
+            name.value,
+            row.optimizers[0].value,
+            ", ".join(optimizer.value for optimizer in row.optimizers[1:]),
+            "Discrete" if row.discrete_actions_only else "Box, Discrete",
+        ]
+        for name, row in ALGORITHMS.items()
+    ]
+
+    assert table("| algorithm | default optimizer |") == expected
+
+
+def test_the_optimizer_config_table_matches_the_settings():
+    expected = [
+        [
+            to_camel(name),
+            "null" if field.default is None else f"{field.default:g}",
+            ", ".join(sorted(optimizer.value for optimizer in OPTIMIZER_SETTINGS[name])),
+        ]
+        for name, field in OptimizerConfig.model_fields.items()
+    ]
+
+    assert [row[:3] for row in table("| field | default | optimizers |")] == expected
