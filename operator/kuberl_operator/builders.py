@@ -112,6 +112,7 @@ from kuberl_operator.constants import (
     RESERVED_LABEL_PREFIXES,
     ROLLOUT_GROUP,
     ROLLOUT_ON_DEMAND_GROUP,
+    SPOT_RAY_RESOURCE,
 )
 from kuberl_operator.settings import OperatorSettings
 from kuberl_operator.spec import IntOrPercent, RLJob, RolloutWorkers, SpotProvider, Toleration
@@ -434,12 +435,6 @@ def _head_group(job: RLJob, settings: OperatorSettings, labels: dict[str, str]) 
         },
         "template": template,
     }
-
-
-SPOT_RAY_RESOURCE = "spot"
-"""The custom Ray resource the spot group's pods advertise, one unit each (each pod is sized for
-one rollout worker): `rolloutWorkers.rayResources: {spot: 1}` pins the workers to spot pods, one
-per pod. The on-demand fallback group does not advertise it."""
 
 
 class RolloutGroup(NamedTuple):

@@ -110,3 +110,7 @@ REASON_STALE_ATTEMPT = "StaleAttempt"
 MAX_BACKOFF_SECONDS = 3600
 # How often a job waiting for KubeRay's CRD looks again.
 KUBERAY_RECHECK_SECONDS = 60
+# The custom Ray resource the spot group's pods advertise, one unit each (each pod is sized for
+# one rollout worker): `rolloutWorkers.rayResources: {spot: 1}` pins the workers to spot pods, one
+# per pod. The on-demand fallback group does not advertise it.
+SPOT_RAY_RESOURCE = "spot"

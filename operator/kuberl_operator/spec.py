@@ -31,6 +31,7 @@ from kuberl_operator.constants import (
     KIND,
     KUEUE_QUEUE_LABEL,
     MAX_JOB_NAME_LENGTH,
+    SPOT_RAY_RESOURCE,
 )
 from kuberl_trainer.config import RolloutConfig, Spec, TrainerConfig
 
@@ -297,6 +298,12 @@ class RolloutWorkers(RolloutConfig):
             raise ValueError(
                 "spot.provider: custom adds no node selector or toleration; set nodeSelector or "
                 "tolerations here so the workers reach your spot nodes"
+            )
+        if SPOT_RAY_RESOURCE in self.ray_resources and not self.spot.enabled:
+            raise ValueError(
+                f"rayResources.{SPOT_RAY_RESOURCE}: only the pods of the spot worker group "
+                f"advertise {SPOT_RAY_RESOURCE}, and spot is not enabled; enable spot or remove "
+                "it, or no rollout worker could ever be placed"
             )
         return self
 

@@ -174,6 +174,7 @@ def test_the_asynchronous_algorithms_validate(tmp_path, algorithm):
                 "spec.trainer.hyperparameters": None,  # the algorithm's defaults
                 "spec.rolloutWorkers.replicas": 2,
                 "spec.rolloutWorkers.rayResources": {"spot": 1},
+                "spec.rolloutWorkers.spot": {"enabled": True, "provider": "gke"},
             }
         )
     )
@@ -181,7 +182,9 @@ def test_the_asynchronous_algorithms_validate(tmp_path, algorithm):
     result = kuberl("validate", path)
 
     assert result.returncode == 0, result.stderr
-    assert f"({algorithm} on CartPole-v1, 2 remote rollout workers x 8 envs" in result.stdout
+    assert f"({algorithm} on CartPole-v1, 2 remote rollout workers x 8 envs on gke spot" in (
+        result.stdout
+    )
 
 
 def test_one_line_per_problem(tmp_path):

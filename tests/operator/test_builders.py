@@ -16,7 +16,6 @@ import pytest
 import yaml
 
 from kuberl_operator.builders import (
-    SPOT_RAY_RESOURCE,
     STOP_DRIVER,
     build_auth_secret,
     build_children,
@@ -39,6 +38,7 @@ from kuberl_operator.constants import (
     RAY_AUTH_TOKEN_ENV,
     ROLLOUT_GROUP,
     ROLLOUT_ON_DEMAND_GROUP,
+    SPOT_RAY_RESOURCE,
 )
 from kuberl_operator.settings import InvalidSettings, OperatorSettings
 from kuberl_operator.spec import RLJob

@@ -450,6 +450,11 @@ def test_every_algorithm_validates_with_each_of_its_optimizers(algorithm, optimi
             {"spec.rolloutWorkers": {"replicas": 2, "rayResources": {"spot node": 1}}},
             "spec.rolloutWorkers.rayResources: 'spot node' is not a resource name",
         ),
+        (
+            {"spec.rolloutWorkers": {"replicas": 2, "rayResources": {"spot": 1}}},
+            "spec.rolloutWorkers: rayResources.spot: only the pods of the spot worker group "
+            "advertise spot, and spot is not enabled",
+        ),
     ],
     ids=[
         "apex-on-async-samples",
@@ -460,6 +465,7 @@ def test_every_algorithm_validates_with_each_of_its_optimizers(algorithm, optimi
         "ray-resources-cpu",
         "ray-resources-zero",
         "ray-resources-name",
+        "spot-resource-without-spot",
     ],
 )
 def test_pairings_settings_and_resources_name_the_field(changes, expected):
@@ -470,7 +476,15 @@ def test_pairings_settings_and_resources_name_the_field(changes, expected):
 
 def test_ray_resources_reach_the_trainer():
     job = validate_rljob(
-        manifest(**{"spec.rolloutWorkers": {"replicas": 2, "rayResources": {"spot": 1}}})
+        manifest(
+            **{
+                "spec.rolloutWorkers": {
+                    "replicas": 2,
+                    "rayResources": {"spot": 1},
+                    "spot": {"enabled": True, "provider": "gke"},
+                }
+            }
+        )
     )
 
     assert job.spec.rollout_workers.ray_resources == {"spot": 1.0}
