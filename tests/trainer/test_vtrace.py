@@ -1,0 +1,178 @@
+"""V-trace (Espeholt et al. 2018) against a plain loop over the paper's recursion, against
+compute_gae on on-policy data, and through IMPALA's sequence layout."""
+
+import math
+
+import numpy as np
+import pytest
+import torch
+
+from kuberl_trainer.policy.appo import APPOPolicy
+from kuberl_trainer.policy.impala import IMPALAPolicy, vtrace
+from kuberl_trainer.postprocessing import compute_gae
+from kuberl_trainer.rollout_worker import RolloutWorker
+from kuberl_trainer.sample_batch import SampleBatch
+from testkit import trainer_config
+
+GAMMA = 0.9
+
+
+def reference_vtrace(data, gamma, rho_bar, c_bar, pg_rho_bar):
+    """One env and one step at a time, in floats, straight from the paper:
+    v_s = V(x_s) + rho_s (r_s + gamma V(x_s+1) - V(x_s)) + gamma c_s (v_s+1 - V(x_s+1)), where
+    past an episode's end or the window's there is no v_s+1 to follow: v_s+1 = V(x_s+1) (and
+    V(x_s+1) = 0 after a termination)."""
+    log_rhos, rewards, values = (data[k] for k in ("log_rhos", "rewards", "values"))
+    next_values, terminateds, truncateds = (
+        data[k] for k in ("next_values", "terminateds", "truncateds")
+    )
+    horizon, envs = rewards.shape
+    vs = np.zeros((horizon, envs))
+    advantages = np.zeros((horizon, envs))
+    for b in range(envs):
+        for s in reversed(range(horizon)):
+            ratio = math.exp(log_rhos[s, b])
+            if terminateds[s, b]:
+                next_value = next_vs = 0.0
+            elif truncateds[s, b] or s == horizon - 1:
+                next_value = next_vs = next_values[s, b]  # bootstrap from the next observation
+            else:
+                next_value, next_vs = values[s + 1, b], vs[s + 1, b]
+            delta = min(rho_bar, ratio) * (rewards[s, b] + gamma * next_value - values[s, b])
+            vs[s, b] = values[s, b] + delta + gamma * min(c_bar, ratio) * (next_vs - next_value)
+            advantages[s, b] = min(pg_rho_bar, ratio) * (
+                rewards[s, b] + gamma * next_vs - values[s, b]
+            )
+    return vs, advantages
+
+
+def random_sequences(seed: int, horizon: int = 12, envs: int = 5, off_policy: float = 0.7):
+    """Rewards and values of `envs` sequences with terminations and truncations here and there,
+    and log importance ratios spread around 0 so that every clip applies somewhere."""
+    rng = np.random.default_rng(seed)
+    values = rng.normal(size=(horizon, envs)).astype(np.float32)
+    ends = rng.random((horizon, envs))
+    terminateds, truncateds = ends < 0.15, (ends >= 0.15) & (ends < 0.25)
+    # V(next observation): the next step's value inside an episode, a value of its own elsewhere
+    next_values = np.concatenate([values[1:], rng.normal(size=(1, envs))]).astype(np.float32)
+    cut = terminateds | truncateds
+    next_values[cut] = rng.normal(size=cut.sum())
+    return {
+        "log_rhos": (off_policy * rng.normal(size=(horizon, envs))).astype(np.float32),
+        "rewards": rng.normal(size=(horizon, envs)).astype(np.float32),
+        "values": values,
+        "next_values": next_values,
+        "terminateds": terminateds,
+        "truncateds": truncateds,
+    }
+
+
+def run_vtrace(data, **clips):
+    vs, advantages = vtrace(
+        **{k: torch.from_numpy(v) for k, v in data.items()}, gamma=GAMMA, **clips
+    )
+    return vs.numpy(), advantages.numpy()
+
+
+@pytest.mark.parametrize("seed", range(5))
+@pytest.mark.parametrize(
+    "clips",
+    [
+        {"rho_bar": 1.0, "c_bar": 1.0, "pg_rho_bar": 1.0},
+        {"rho_bar": 1.5, "c_bar": 0.8, "pg_rho_bar": 1.2},
+    ],
+)
+def test_vtrace_matches_the_papers_recursion_step_by_step(seed, clips):
+    data = random_sequences(seed)
+    assert data["terminateds"].any() and data["truncateds"].any()
+    vs, advantages = run_vtrace(data, **clips)
+    expected_vs, expected_advantages = reference_vtrace(data, gamma=GAMMA, **clips)
+    np.testing.assert_allclose(vs, expected_vs, rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(advantages, expected_advantages, rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_on_policy_vtrace_is_the_n_step_return_of_gae_with_lambda_1(seed):
+    """pi = mu: every rho and c is 1, so v_s is the return bootstrapped at the end of the window
+    (or of the episode), and the advantage is GAE's with lambda 1."""
+    data = random_sequences(seed, off_policy=0.0)
+    vs, advantages = run_vtrace(data)
+    gae_advantages, targets = compute_gae(
+        data["rewards"],
+        data["values"],
+        data["next_values"],
+        data["terminateds"],
+        data["truncateds"],
+        GAMMA,
+        1.0,
+    )
+    np.testing.assert_allclose(vs, targets, rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(advantages, gae_advantages, rtol=1e-5, atol=1e-5)
+
+
+def test_clipping_cuts_the_traces_of_unlikely_actions():
+    """An action the learner would hardly take (rho ~ 0) adds nothing: its v_s is V(x_s), and the
+    steps before it bootstrap from V(x_s) instead of following the rewards past it."""
+    data = random_sequences(0, horizon=4, envs=1)
+    data["terminateds"][:] = data["truncateds"][:] = False
+    data["log_rhos"][:] = 0.0
+    data["log_rhos"][2] = -50.0
+    vs, advantages = run_vtrace(data)
+    np.testing.assert_allclose(vs[2], data["values"][2], atol=1e-6)
+    expected = data["rewards"][1] + GAMMA * data["values"][2]  # r_1 + gamma V(x_2)
+    np.testing.assert_allclose(vs[1], expected, rtol=1e-5)
+    assert abs(advantages[2, 0]) < 1e-6
+
+
+@pytest.mark.parametrize("policy_class", [IMPALAPolicy, APPOPolicy])
+@pytest.mark.parametrize("env", ["CartPole-v1", "Pendulum-v1"])
+def test_the_learner_recovers_each_envs_sequence_from_concatenated_batches(policy_class, env):
+    """Two workers' batches, concatenated as the optimizer does: with the weights that sampled
+    them, V-trace's targets are GAE's (lambda 1) worked out on each env's own sequence."""
+    horizon = 16
+    config = trainer_config(
+        algorithm="IMPALA" if policy_class is IMPALAPolicy else "APPO",
+        env=env,
+        hyperparameters={"rollout_length": horizon},
+    )
+    workers = [RolloutWorker(policy_class, config, num_envs=3, seed=s) for s in (0, 1)]
+    workers[1].set_weights(workers[0].get_weights(), 0)
+    batch = SampleBatch.concat([w.sample() for w in workers])
+    assert len(batch) == 2 * 3 * horizon
+    policy = workers[0].policy
+    targets = policy.vtrace_targets(policy.as_tensors(batch.columns))
+
+    obs = batch["obs"].reshape(6, horizon, -1)
+    next_obs = batch["next_obs"].reshape(6, horizon, -1)
+    ended = (batch["terminateds"] | batch["truncateds"]).reshape(6, horizon)
+    # rows n*T + t: env n's steps in order, each next observation the following step's
+    np.testing.assert_array_equal(next_obs[:, :-1][~ended[:, :-1]], obs[:, 1:][~ended[:, :-1]])
+    with torch.no_grad():
+        values = policy.model.value(torch.from_numpy(batch["obs"])).numpy()
+        next_values = policy.model.value(torch.from_numpy(batch["next_obs"])).numpy()
+        logp, _ = policy.model.logp_entropy(
+            torch.from_numpy(batch["obs"]), torch.from_numpy(batch["actions"])
+        )
+    np.testing.assert_allclose(batch["logp"], logp.numpy(), rtol=1e-5, atol=1e-5)
+
+    def time_major(column):
+        return column.reshape(6, horizon).T
+
+    advantages, value_targets = compute_gae(
+        time_major(batch["rewards"]),
+        time_major(values),
+        time_major(next_values),
+        time_major(batch["terminateds"]),
+        time_major(batch["truncateds"]),
+        config.hyperparameters.gamma,
+        1.0,
+    )
+    np.testing.assert_allclose(
+        targets["value_targets"].numpy(), value_targets.T.reshape(-1), rtol=1e-4, atol=1e-4
+    )
+    np.testing.assert_allclose(
+        targets["advantages"].numpy(), advantages.T.reshape(-1), rtol=1e-4, atol=1e-4
+    )
+
+    stats = policy.learn_on_batch(batch)
+    assert all(math.isfinite(v) for v in stats.values()), stats

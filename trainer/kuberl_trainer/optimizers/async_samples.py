@@ -1,0 +1,147 @@
+"""AsyncSamples (IMPALA, APPO, and PPO swapped onto it): the rollout workers never wait for the
+learner.
+
+Every healthy worker always has `requests_in_flight_per_worker` sample calls queued. Returned
+batches go to a learner thread behind a bounded queue, concatenated up to the policy's
+train_batch_size (one by one when it has none, as PPO). When the learner falls behind, the driver
+blocks on the full queue and stops collecting, so the workers finish their queued calls and idle
+instead of memory growing. A worker that returns a batch gets fresh weights before its next call
+once the learner has taken `broadcast_interval` steps since its last ones; the weights go into
+the object store once per version, shared by every worker that needs them.
+
+A step returns after one batch per remote worker (from the local worker when none is healthy):
+the env steps of a SyncSamples iteration, so iterations compare. Its learner statistics are those
+of the learn calls finished meanwhile, plus `policy_lag` (learner steps between the weights a batch
+was sampled with and the learner's when it learned on it), the queue depth and the learner's
+utilisation over the step. Without remote workers the local worker samples with the learner's own
+policy, under the learner's lock, so sampling and learning take turns.
+
+Checkpoints keep the counters only: batches queued or in flight are lost on a restore (a few
+batches, which the workers sample again in seconds).
+"""
+
+from __future__ import annotations
+
+import time
+from collections import defaultdict, deque
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from kuberl_trainer.optimizers.base import PolicyOptimizer, StepResult
+from kuberl_trainer.optimizers.learner_thread import LearnerThread
+from kuberl_trainer.progress_row import LEARNER_QUEUE_DEPTH, LEARNER_UTILISATION, POLICY_LAG
+from kuberl_trainer.sample_batch import SampleBatch
+from kuberl_trainer.worker_set import WorkerSet
+
+if TYPE_CHECKING:
+    from kuberl_trainer.policy.base import Weights
+
+# The longest the driver waits on its workers before it looks at the learner (which may have
+# failed) and for replacement workers that have started.
+_POLL_S = 1.0
+
+
+class AsyncSamplesOptimizer(PolicyOptimizer):
+    def __init__(self, workers: WorkerSet, config: Any):
+        super().__init__(workers, config)
+        settings = config.optimizer_config
+        self.requests_per_worker = settings.requests_in_flight_per_worker
+        self.broadcast_interval = settings.broadcast_interval
+        self.train_batch_size = getattr(config.hyperparameters, "train_batch_size", None)
+        # (weights, version) copied by the learner after each step, so that sending weights
+        # never waits for a learn call to finish
+        self._published: tuple[Weights, int] | None = None
+        self.learner = LearnerThread(self._learn, settings.learner_queue_size)
+        self.learner.start()
+        self._pending: list[tuple[SampleBatch, int]] = []  # (batch, version) short of a batch
+        self._weights: tuple[Any, int] | None = None  # (object ref, version) put last
+        self._worker_versions: dict[int, int] = {}  # the weights version each worker holds
+        # Per worker, the weights version of each call in flight, oldest first (a worker
+        # answers its calls in order).
+        self._call_versions: dict[int, deque[int]] = defaultdict(deque)
+
+    @property
+    def policy_lock(self):
+        return self.learner.lock
+
+    def stop(self) -> None:
+        self.learner.stop()
+
+    def step(self) -> StepResult:
+        busy_before, start = self.learner.busy_s, time.perf_counter()
+        batches: list[SampleBatch] = []
+        learned: list[tuple[dict[str, float], list[int], int]] = []
+        while len(batches) < max(1, self.workers.num_remote):
+            for batch, version in self._collect():
+                batches.append(batch)
+                self._feed(batch, version)
+            learned += self.learner.results()
+        self.counters.timers["learn"] = self.learner.busy_s
+        # A learn call counts when it ends, whole: one that began before the step can push a
+        # short step's share past 1.
+        busy = (self.learner.busy_s - busy_before) / (time.perf_counter() - start)
+        stats = {
+            LEARNER_QUEUE_DEPTH: float(self.learner.queue_depth),
+            LEARNER_UTILISATION: min(1.0, busy),
+        }
+        if learned:
+            stats |= {k: float(np.mean([s[k] for s, _, _ in learned])) for k in learned[0][0]}
+            stats[POLICY_LAG] = float(np.mean([lag for _, lags, _ in learned for lag in lags]))
+        return self._result(batches, stats, sum(rows for _, _, rows in learned))
+
+    def _collect(self) -> list[tuple[SampleBatch, int]]:
+        """The batches that arrived, each with the weights version it was sampled with."""
+        healthy = self.workers.healthy_indices
+        if not healthy:  # none asked for, or all being replaced: the local worker samples
+            with self.timer("sample"), self.learner.lock:
+                return [(self.workers.local_worker.sample(), self.learner.num_steps)]
+        for index in healthy:
+            while self.workers.in_flight(index) < self.requests_per_worker:
+                self._refresh_weights(index)
+                self._call_versions[index].append(self._worker_versions[index])
+                self.workers.call(index, "sample")
+        with self.timer("sample"):
+            arrived = self.workers.completed(timeout=_POLL_S)
+        batches = [(batch, self._call_versions[index].popleft()) for index, batch in arrived]
+        for index, versions in self._call_versions.items():
+            if len(versions) > self.workers.in_flight(index):  # it died, and its calls with it
+                versions.clear()
+                self._worker_versions.pop(index, None)  # its replacement gets weights first
+        return batches
+
+    def _refresh_weights(self, index: int) -> None:
+        """Before a call: the latest weights, unless the worker's are fewer than
+        broadcast_interval learner steps old."""
+        if self._published is None:  # nothing learned yet: the policy as built or restored
+            with self.learner.lock:
+                self._published = (self.policy.get_weights(), self.learner.num_steps)
+        weights, version = self._published
+        held = self._worker_versions.get(index)
+        if held is not None and version - held < self.broadcast_interval:
+            return
+        if self._weights is None or self._weights[1] != version:
+            with self.timer("weight_sync"):
+                ref = self.workers.put_weights(weights, self.counters.steps_sampled)
+            self._weights = (ref, version)
+        self.workers.send_weights(index, self._weights[0])
+        self._worker_versions[index] = self._weights[1]
+
+    def _feed(self, batch: SampleBatch, version: int) -> None:
+        """Queue the batch for the learner once train_batch_size rows have come together;
+        blocks while the queue is full."""
+        self._pending.append((batch, version))
+        if self.train_batch_size and sum(len(b) for b, _ in self._pending) < self.train_batch_size:
+            return
+        batches, versions = zip(*self._pending, strict=True)
+        self._pending = []
+        self.learner.put((SampleBatch.concat(list(batches)), list(versions)))
+
+    def _learn(self, item: tuple[SampleBatch, list[int]]) -> tuple[dict[str, float], list, int]:
+        """In the learner thread: learn, and measure how far behind the batches were."""
+        batch, versions = item
+        lags = [self.learner.num_steps - version for version in versions]
+        self.policy.set_global_timesteps(self.counters.steps_sampled)
+        stats = self.policy.learn_on_batch(batch)
+        self._published = (self.policy.get_weights(), self.learner.num_steps + 1)
+        return stats, lags, len(batch)

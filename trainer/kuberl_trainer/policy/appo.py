@@ -1,0 +1,54 @@
+"""Asynchronous PPO: PPO's clipped surrogate on IMPALA's execution, with V-trace targets.
+
+The ratio is taken against the behaviour policy that sampled the batch (recorded by the worker),
+and the advantages are V-trace's (which already weight each step by min(pg_rho_bar, pi/mu), as
+RLlib's APPO does). Every epoch recomputes the V-trace targets with the current networks on the
+whole batch, since V-trace needs whole sequences; its minibatches can then take any rows.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from kuberl_trainer.policy.base import Stats
+from kuberl_trainer.policy.impala import IMPALAPolicy
+from kuberl_trainer.sample_batch import SampleBatch
+
+
+class APPOPolicy(IMPALAPolicy):
+    def learn_on_batch(self, batch: SampleBatch) -> Stats:
+        tensors = self.as_tensors(batch.columns)  # one transfer; minibatches are cut on the device
+        size = min(self.hp.minibatch_size or len(batch), len(batch))
+        totals: dict[str, float] = {}
+        steps = 0
+        for _ in range(self.hp.num_epochs):
+            epoch = tensors | self.vtrace_targets(tensors)
+            order = self.as_tensor(self.rng.permutation(len(batch)))
+            for rows in torch.tensor_split(order, max(1, len(batch) // size)):
+                stats = self.sgd_step({k: v[rows] for k, v in epoch.items()})
+                for key, value in stats.items():
+                    totals[key] = totals.get(key, 0.0) + value
+                steps += 1
+        return {k: v / steps for k, v in totals.items()} | {"sgd_steps": float(steps)}
+
+    def loss(self, batch: dict[str, torch.Tensor]):
+        logp, entropy = self.model.logp_entropy(batch["obs"], batch["actions"])
+        advantages = self.advantages(batch)
+        log_ratio = logp - batch["logp"]
+        ratio = log_ratio.exp()
+        clip = self.hp.clip_range
+        clipped = ratio.clamp(1.0 - clip, 1.0 + clip)
+        policy_loss = -torch.min(ratio * advantages, clipped * advantages).mean()
+        vf_loss = 0.5 * (batch["value_targets"] - self.model.value(batch["obs"])).pow(2).mean()
+        entropy = entropy.mean()
+        total = policy_loss + self.hp.vf_coeff * vf_loss - self.hp.entropy_coeff * entropy
+        with torch.no_grad():
+            kl = ((ratio - 1.0) - log_ratio).mean()  # behaviour to current, the k3 estimator
+            clip_fraction = ((ratio - 1.0).abs() > clip).float().mean()
+        return total, {
+            "policy_loss": policy_loss.detach(),
+            "vf_loss": vf_loss.detach(),
+            "entropy": entropy.detach(),
+            "kl": kl,
+            "clip_fraction": clip_fraction,
+        }

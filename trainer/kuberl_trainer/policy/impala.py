@@ -1,0 +1,123 @@
+"""IMPALA (Espeholt et al. 2018): an actor-critic whose learner corrects for the lag between the
+policy that sampled a batch and its own with V-trace.
+
+Workers record the behaviour policy's log-probabilities; the learner recomputes log-probabilities
+and values with its current networks, so every learner step works with fresh targets however old
+the batch. That needs whole sequences: a worker's batch is laid out env-major, row n*T + t for
+env n and step t (T = rollout_length), and since SampleBatch.concat stacks rows, any concatenation
+of batches reshapes back to (-1, T) sequences.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import torch
+
+from kuberl_trainer.policy.actor_critic import ActorCriticPolicy
+from kuberl_trainer.policy.base import Stats
+from kuberl_trainer.sample_batch import SampleBatch
+
+# The columns the learner needs; next_obs for every step (not only where an episode was cut or
+# the window ends) keeps the layout plain, and costs one critic pass without gradients.
+SEQUENCE_COLUMNS = ("obs", "next_obs", "actions", "rewards", "terminateds", "truncateds")
+
+
+@torch.no_grad()
+def vtrace(
+    log_rhos: torch.Tensor,
+    rewards: torch.Tensor,
+    values: torch.Tensor,
+    next_values: torch.Tensor,
+    terminateds: torch.Tensor,
+    truncateds: torch.Tensor,
+    gamma: float,
+    rho_bar: float = 1.0,
+    c_bar: float = 1.0,
+    pg_rho_bar: float = 1.0,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """V-trace targets and policy-gradient advantages over time-major (T, B) sequences.
+
+    `log_rhos` is log pi(a|x) - log mu(a|x) (target minus behaviour policy); `next_values[t]` is
+    V of the observation after step t, as for compute_gae (the final observation where an episode
+    ended). The paper's recursion (eq. 1, written backwards):
+
+        v_s - V(x_s) = rho_s (r_s + gamma V(x_s+1) - V(x_s)) + gamma c_s (v_s+1 - V(x_s+1))
+
+    with rho_s = min(rho_bar, pi/mu) and c_s = min(c_bar, pi/mu). An episode's end stops the
+    recursion (a terminated step does not bootstrap, a truncated one bootstraps from its final
+    observation), and past the window v_T = V(x_T). The advantage is
+    min(pg_rho_bar, pi/mu) (r_s + gamma v_s+1 - V(x_s)). Returns (vs, pg_advantages).
+    """
+    rhos = log_rhos.exp()
+    not_terminated = (~terminateds).to(values.dtype)
+    continues = (~(terminateds | truncateds)).to(values.dtype)
+    deltas = rhos.clamp(max=rho_bar) * (rewards + gamma * not_terminated * next_values - values)
+    decay = gamma * rhos.clamp(max=c_bar) * continues
+    corrections = torch.empty_like(values)  # v_s - V(x_s)
+    running = torch.zeros_like(values[0])
+    for t in range(len(values) - 1, -1, -1):
+        running = deltas[t] + decay[t] * running
+        corrections[t] = running
+    vs = values + corrections
+    # v_s+1 where the episode goes on inside the window; V(next observation) elsewhere.
+    next_vs = next_values.clone()
+    next_vs[:-1] += continues[:-1] * corrections[1:]
+    pg_advantages = rhos.clamp(max=pg_rho_bar) * (
+        rewards + gamma * not_terminated * next_vs - values
+    )
+    return vs, pg_advantages
+
+
+class IMPALAPolicy(ActorCriticPolicy):
+    def postprocess_trajectory(self, rollout: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+        columns = {key: rollout[key] for key in SEQUENCE_COLUMNS}
+        # The behaviour policy's log-probabilities: these weights sampled the whole rollout.
+        columns["logp"] = self._logp(rollout["dist_inputs"], rollout["actions"])
+        return {k: v.swapaxes(0, 1).reshape(-1, *v.shape[2:]) for k, v in columns.items()}
+
+    def learn_on_batch(self, batch: SampleBatch) -> Stats:
+        tensors = self.as_tensors(batch.columns)
+        return self.sgd_step(tensors | self.vtrace_targets(tensors))
+
+    def vtrace_targets(self, batch: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+        """`value_targets` (vs) and `advantages` of every row, with the current networks."""
+        with torch.no_grad():
+            logp, _ = self.model.logp_entropy(batch["obs"], batch["actions"])
+            values = self.model.value(batch["obs"])
+            next_values = self.model.value(batch["next_obs"])
+
+        def time_major(column: torch.Tensor) -> torch.Tensor:
+            return column.reshape(-1, self.hp.rollout_length).T
+
+        vs, advantages = vtrace(
+            time_major(logp - batch["logp"]),
+            time_major(batch["rewards"]),
+            time_major(values),
+            time_major(next_values),
+            time_major(batch["terminateds"]),
+            time_major(batch["truncateds"]),
+            self.hp.gamma,
+            self.hp.vtrace_clip_rho_threshold,
+            self.hp.vtrace_clip_c_threshold,
+            self.hp.vtrace_clip_pg_rho_threshold,
+        )
+        return {"value_targets": vs.T.reshape(-1), "advantages": advantages.T.reshape(-1)}
+
+    def advantages(self, batch: dict[str, torch.Tensor]) -> torch.Tensor:
+        """The (mini)batch's V-trace advantages, standardized if normalize_advantages."""
+        advantages = batch["advantages"]
+        if self.hp.normalize_advantages and len(advantages) > 1:
+            return (advantages - advantages.mean()) / (advantages.std() + 1e-8)
+        return advantages
+
+    def loss(self, batch: dict[str, torch.Tensor]):
+        logp, entropy = self.model.logp_entropy(batch["obs"], batch["actions"])
+        policy_loss = -(self.advantages(batch) * logp).mean()
+        vf_loss = 0.5 * (batch["value_targets"] - self.model.value(batch["obs"])).pow(2).mean()
+        entropy = entropy.mean()
+        total = policy_loss + self.hp.vf_coeff * vf_loss - self.hp.entropy_coeff * entropy
+        return total, {
+            "policy_loss": policy_loss.detach(),
+            "vf_loss": vf_loss.detach(),
+            "entropy": entropy.detach(),
+        }
