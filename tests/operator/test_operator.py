@@ -324,7 +324,12 @@ def test_an_invalid_job_fails_naming_the_field_and_creates_nothing(cluster: Clus
             assert condition["reason"] == "InvalidSpec"
             assert field in condition["message"]
             assert failed["completionTime"]
-            assert ("Warning", "InvalidSpec") in cluster.events(name)
+            # The Event is posted beside the status write, not before it: wait for it.
+            wait_until(
+                lambda: ("Warning", "InvalidSpec") in cluster.events(name),  # noqa: B023
+                30,
+                f"the InvalidSpec Event of {name}",
+            )
             assert cluster.clusters(name) == []
             assert cluster.kube_api.get(f"{SECRETS}/{name}-ray-auth", check=False)["code"] == 404
 

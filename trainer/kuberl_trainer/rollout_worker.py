@@ -7,14 +7,27 @@ The same class is the driver's local worker and, through `as_remote`, a Ray acto
 from __future__ import annotations
 
 import os
+from dataclasses import dataclass
 
 import numpy as np
 import torch
 
 from kuberl_trainer.config import AnyTrainerConfig
 from kuberl_trainer.envs import encode_obs, make_vector_env, space_info
-from kuberl_trainer.policy.base import Policy, Weights
+from kuberl_trainer.policy.base import Policy, Stats, Weights
 from kuberl_trainer.sample_batch import SampleBatch
+
+
+@dataclass
+class Gradients:
+    """What `compute_gradients()` hands the driver: gradients of one batch of a worker's own
+    samples, and the batch's size and finished episodes instead of the batch itself."""
+
+    gradients: list[np.ndarray]
+    stats: Stats
+    steps: int
+    episode_returns: np.ndarray
+    episode_lengths: np.ndarray
 
 
 class RolloutWorker:
@@ -37,6 +50,9 @@ class RolloutWorker:
         self.envs = make_vector_env(config.env, config.env_config, num_envs)
         self.spaces = space_info(self.envs.single_observation_space, self.envs.single_action_space)
         self.policy = policy_class(self.spaces, config, seed)
+        # Where this copy of the policy acts: Ape-X's exploration rate depends on it.
+        self.policy.worker_index = worker_index
+        self.policy.num_workers = num_workers
         obs, _ = self.envs.reset(seed=seed)
         self.obs = encode_obs(obs, self.spaces)
         self.num_envs = num_envs
@@ -103,6 +119,12 @@ class RolloutWorker:
             np.concatenate([np.zeros(0), *finished_returns]).astype(np.float32),
             np.concatenate([np.zeros(0, np.int64), *finished_lengths]),
         )
+
+    def compute_gradients(self) -> Gradients:
+        """Sample, then the policy's gradients on that batch (A3C: the driver applies them)."""
+        batch = self.sample()
+        gradients, stats = self.policy.compute_gradients(batch)
+        return Gradients(gradients, stats, len(batch), batch.episode_returns, batch.episode_lengths)
 
     def evaluate(self, episodes: int) -> float:
         """Mean return of `episodes` greedy episodes on envs of their own (one episode each)."""

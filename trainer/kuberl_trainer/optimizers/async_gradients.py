@@ -1,0 +1,96 @@
+"""AsyncGradients (A3C): every worker samples and computes gradients on its own batch; the driver
+applies each gradient as it arrives and sends the new weights back to that worker only.
+
+A step applies a gradient per remote worker at least (one synchronous iteration's worth of
+samples: replicas x envsPerWorker x rollout_length env steps), and every other one that has
+arrived by then. Without remote workers the local worker computes and applies in turn.
+
+With `requests_in_flight_per_worker` calls on each worker, its next gradient is already being
+computed on its old weights while its last one is applied: `policy_lag`, the gradients applied
+between a worker's weights and its gradient, is about N - 1 with one call on each of N workers
+and 2N - 1 with two. kuberl keeps the default of 2, measured on CartPole-v1 with 2 workers: it
+learned no worse (a return of 400 within 20-70k env steps on seeds 0-5, against 25-154k with 1)
+at about the same env steps per second on 2 CPUs (4.7k, 4.6k with 1), and a worker on another
+node does not idle while its gradient and new weights travel. With many workers, 1 halves the
+lag.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict, deque
+from typing import Any
+
+import numpy as np
+
+from kuberl_trainer.optimizers.base import PolicyOptimizer, StepResult
+from kuberl_trainer.progress_row import POLICY_LAG
+from kuberl_trainer.rollout_worker import Gradients
+from kuberl_trainer.worker_set import WorkerSet
+
+
+class AsyncGradientsOptimizer(PolicyOptimizer):
+    def __init__(self, workers: WorkerSet, config: Any):
+        super().__init__(workers, config)
+        self.requests_per_worker = config.optimizer_config.requests_in_flight_per_worker
+        self.num_applied = 0  # gradients applied: the version of the learner's weights
+        # Per worker, the weights version of each call in flight, oldest first (a worker
+        # answers its calls in order).
+        self._versions: dict[int, deque[int]] = defaultdict(deque)
+        self._synced = False
+
+    def step(self) -> StepResult:
+        if not self._synced:  # workers start from weights of their own seeds
+            self.workers.sync_weights(self.counters.steps_sampled)
+            self._synced = True
+        results: list[Gradients] = []
+        lags: list[int] = []
+        while len(results) < max(1, self.workers.num_remote):
+            healthy = self.workers.healthy_indices
+            if not healthy:  # no remote worker (yet): the local one computes and applies
+                results.append(self._apply(self.workers.local_worker.compute_gradients()))
+                lags.append(0)
+                continue
+            for index in healthy:
+                versions = self._versions[index]
+                while len(versions) > self.workers.in_flight(index):  # lost with a dead worker
+                    versions.popleft()
+                self._request_gradients(index)  # new workers, and replacements
+            with self.timer("wait"):
+                completed = self.workers.completed()
+            for index, gradients in completed:
+                lags.append(self.num_applied - self._versions[index].popleft())
+                results.append(self._apply(gradients, index))
+                self._request_gradients(index)  # behind the weights just sent
+        stats = {key: float(np.mean([r.stats[key] for r in results])) for key in results[0].stats}
+        sampled = sum(r.steps for r in results)
+        self.counters.steps_sampled += sampled
+        self.counters.steps_trained += sampled
+        return StepResult(
+            stats | {POLICY_LAG: float(np.mean(lags))},
+            np.concatenate([r.episode_returns for r in results]),
+            np.concatenate([r.episode_lengths for r in results]),
+            sampled,
+            sampled,
+        )
+
+    def _request_gradients(self, index: int) -> None:
+        """Top worker `index` up to its calls in flight, each noting the weights it starts from
+        (the worker's newest, which are the learner's)."""
+        versions = self._versions[index]
+        while len(versions) < self.requests_per_worker:
+            self.workers.call(index, "compute_gradients")
+            versions.append(self.num_applied)
+
+    def _apply(self, gradients: Gradients, index: int = 0) -> Gradients:
+        """Apply a worker's gradients and send the new weights to it alone (remote workers)."""
+        with self.timer("apply"):
+            self.policy.set_global_timesteps(self.counters.steps_sampled)
+            self.policy.apply_gradients(gradients.gradients)
+            self.num_applied += 1
+        if index:
+            with self.timer("weight_sync"):
+                weights = self.workers.put_weights(
+                    self.policy.get_weights(), self.counters.steps_sampled
+                )
+                self.workers.send_weights(index, weights)
+        return gradients

@@ -1,0 +1,238 @@
+"""AsyncReplay (Ape-X): rollout workers sample into sharded prioritized replay, and a learner
+thread learns on minibatches replayed from the shards.
+
+- Replay shards (see replay_shard.py) are Ray actors beside the driver, each holding
+  buffer_size / replay_shards transitions. A worker's batch goes to the next shard as the object
+  it already is in the object store: the driver passes its reference, not its contents.
+- Once the shards hold learning_starts transitions, they have replay calls in flight while the
+  learner's queue has room for their minibatches (so the driver never blocks on it), and the
+  learner's TD errors go back to the shard each minibatch came from as its new priorities.
+- With training_intensity, replay runs at that many transitions per transition sampled: new
+  sample calls wait while the learner is behind, replay calls while it is ahead.
+- A worker that returns a batch gets the learner's newest weights if they are broadcast_interval
+  learner steps newer than its own, queued before its next sample call.
+
+A step returns once it has a batch per remote worker (one synchronous iteration's worth of
+samples), with the statistics of the learner steps finished meanwhile. With APEX's per-worker
+exploration, the step's episodes are those of the least exploring third of the workers, as in
+RLlib's Ape-X: the others' rates (up to worker_epsilon) hide how good the policy is. There is no
+`policy_lag`: replayed transitions are of every age by design, and DQN corrects for none of it.
+"""
+
+from __future__ import annotations
+
+import time
+from collections import defaultdict, deque
+from typing import Any
+
+import numpy as np
+
+from kuberl_trainer.errors import TrainingError
+from kuberl_trainer.optimizers.base import PolicyOptimizer, StepResult
+from kuberl_trainer.optimizers.learner_thread import LearnerThread
+from kuberl_trainer.progress_row import LEARNER_QUEUE_DEPTH, LEARNER_UTILISATION
+from kuberl_trainer.replay_shard import ReplayShard, ReplayShards
+from kuberl_trainer.sample_batch import SampleBatch
+from kuberl_trainer.worker_set import WorkerSet, check_resources, replay_shards_request
+
+REPLAY_CALLS_PER_SHARD = 4  # minibatches travelling while the shard draws the next (RLlib 0.6: 4)
+POLL_S = 0.02  # learner results are no Ray objects: the driver looks for them this often
+
+
+class AsyncReplayOptimizer(PolicyOptimizer):
+    shard_class = ReplayShard
+
+    def __init__(self, workers: WorkerSet, config: Any):
+        super().__init__(workers, config)
+        if not workers.num_remote:
+            raise TrainingError(
+                "optimizer: AsyncReplay keeps its replay shards in Ray actors fed by remote "
+                "rollout workers; set rolloutWorkers.replicas to 1 or more, or use SyncReplay "
+                "to train in one process"
+            )
+        self.hp = hp = config.hyperparameters
+        settings = config.optimizer_config
+        self.checkpoint_buffer = config.checkpoint.replay_buffer
+        self.learner = LearnerThread(self._learn, settings.learner_queue_size)
+        self.queue_size = settings.learner_queue_size
+        count, cpus = settings.replay_shards, settings.cpus_per_replay_shard
+        check_resources([*workers.resource_requests, replay_shards_request(count, cpus)])
+        capacity = -(-hp.buffer_size // count)
+        self.shards = ReplayShards(
+            count,
+            capacity,
+            hp.prioritized_replay_alpha,
+            hp.prioritized_replay_eps,
+            cpus,
+            config.seed,
+            self.shard_class,
+        )
+        self.intensity = getattr(hp, "training_intensity", None)
+        self._learning = False
+        self._added = self._replayed = 0  # transitions sent to the shards, asked of them
+        self._next_replay = 0  # the shard to replay from next
+        # Per worker, its sample calls in flight, oldest first (a worker answers in order).
+        self._samples: dict[int, deque] = defaultdict(deque)
+        self._worker_versions: dict[int, int] = {}  # learner steps of each worker's weights
+        self._weights_version, self._weights_ref = 0, None
+        n = workers.num_remote
+        per_worker = getattr(hp, "worker_epsilon", None) is not None  # APEX
+        self.reported = {0, *range(n - max(1, n // 3) + 1, n + 1)} if per_worker else None
+        self._started = False
+
+    @property
+    def policy_lock(self):
+        return self.learner.lock
+
+    def step(self) -> StepResult:
+        if not self._started:  # workers start from weights of their own seeds
+            self.workers.sync_weights(self.counters.steps_sampled)
+            self.learner.start()
+            self._started = True
+        began, busy_before = time.perf_counter(), self.learner.busy_s
+        batches: list[tuple[int, SampleBatch]] = []
+        learned: list[dict[str, float]] = []
+        while len(batches) < self.workers.num_remote:
+            if not self._request_samples():  # no remote worker up: the local one samples
+                batch = self.workers.local_worker.sample()
+                self._add(batch, len(batch))
+                batches.append((0, batch))
+            self._request_replays()
+            with self.timer("wait"):
+                self._wait()
+            batches += self._take_samples()
+            for minibatch in self.shards.completed():
+                self.learner.put(minibatch)
+            for shard, generation, indices, td_errors, stats in self.learner.results():
+                self.shards.update_priorities(shard, generation, indices, td_errors)
+                learned.append(stats)
+        return self._step_result(batches, learned, began, busy_before)
+
+    def _learn(self, item: tuple[int, int, dict[str, np.ndarray]]):
+        """In the learner thread: one gradient step on a replayed minibatch."""
+        shard, generation, columns = item
+        indices = columns.pop("indices")
+        stats, td_errors = self.policy.learn_on_replay_batch(columns)
+        return shard, generation, indices, td_errors, stats
+
+    # -- rollout workers ----------------------------------------------------------------------
+
+    def _request_samples(self) -> bool:
+        """Top every healthy worker up to its calls in flight; False when none is healthy."""
+        healthy = self.workers.healthy_indices
+        for index in healthy:
+            calls = self._samples[index]
+            while len(calls) > self.workers.in_flight(index):  # lost with a dead worker
+                calls.popleft()
+            limit = self.config.optimizer_config.requests_in_flight_per_worker
+            while len(calls) < limit and not self._replay_behind():
+                calls.append(self.workers.call(index, "sample"))
+        return bool(healthy)
+
+    def _take_samples(self) -> list[tuple[int, SampleBatch]]:
+        taken = self.workers.completed(timeout=0)
+        for index, batch in taken:
+            self._add(self._samples[index].popleft(), len(batch))
+            self._send_weights(index)  # before its next sample call
+        return taken
+
+    def _send_weights(self, index: int) -> None:
+        version = self.learner.num_steps
+        interval = self.config.optimizer_config.broadcast_interval
+        if version - self._worker_versions.get(index, 0) < interval:
+            return
+        if self._weights_ref is None or self._weights_version != version:
+            with self.timer("weight_sync"), self.learner.lock:
+                self._weights_version = self.learner.num_steps
+                weights = self.policy.get_weights()
+            self._weights_ref = self.workers.put_weights(weights, self.counters.steps_sampled)
+        self.workers.send_weights(index, self._weights_ref)
+        self._worker_versions[index] = self._weights_version
+
+    # -- replay -------------------------------------------------------------------------------
+
+    def _add(self, batch, rows: int) -> None:
+        self.shards.add(batch, rows)
+        self._added += rows
+
+    def _replay_behind(self) -> bool:
+        """Replay has not reached training_intensity x the transitions sampled (and can: a
+        shard holds transitions)."""
+        if self.intensity is None or not self._learning or not any(self.shards.sizes):
+            return False
+        return self._replayed < self.intensity * self._added
+
+    def _request_replays(self) -> None:
+        """Replay calls, the shards in turn, as many as the learner queue has room for."""
+        self._learning = self._learning or sum(self.shards.sizes) >= self.hp.learning_starts
+        if not self._learning:
+            return
+        replays = self.shards.replays
+        room = self.queue_size - self.learner.queue_depth - sum(replays.values())
+        while room > 0 and (self.intensity is None or self._replay_behind()):
+            count = len(self.shards.sizes)
+            ready = [
+                shard
+                for shard, size in enumerate(self.shards.sizes)
+                if size and replays[shard] < REPLAY_CALLS_PER_SHARD
+            ]
+            if not ready:
+                return
+            shard = min(ready, key=lambda s: (s - self._next_replay) % count)
+            self._next_replay = (shard + 1) % count
+            self.shards.replay(shard, self.hp.batch_size, self.hp.prioritized_replay_beta)
+            self._replayed += self.hp.batch_size
+            room -= 1
+
+    def _wait(self) -> None:
+        """Until a worker or a shard has finished a call, or POLL_S passed."""
+        import ray
+
+        refs = [*self.shards.pending, *(ref for calls in self._samples.values() for ref in calls)]
+        if refs:
+            ray.wait(refs, num_returns=1, timeout=POLL_S)
+
+    # -- results and state --------------------------------------------------------------------
+
+    def _step_result(self, batches, learned, began: float, busy_before: float) -> StepResult:
+        sampled = sum(len(batch) for _, batch in batches)
+        trained = len(learned) * self.hp.batch_size
+        self.counters.steps_sampled += sampled
+        self.counters.steps_trained += trained
+        self.policy.set_global_timesteps(self.counters.steps_sampled)
+        stats = (
+            {key: float(np.mean([s[key] for s in learned])) for key in learned[0]}
+            if learned
+            else {}
+        )
+        if self.reported is None:  # one exploration rate for all, decaying
+            stats["epsilon"] = self.policy.epsilon
+        reported = [b for index, b in batches if self.reported is None or index in self.reported]
+        stats |= {
+            LEARNER_QUEUE_DEPTH: self.learner.queue_depth,
+            LEARNER_UTILISATION: (self.learner.busy_s - busy_before)
+            / (time.perf_counter() - began),
+            "replay_shards_lost": self.shards.lost,
+        }
+        return StepResult(
+            stats,
+            np.concatenate([np.zeros(0, np.float32), *(b.episode_returns for b in reported)]),
+            np.concatenate([np.zeros(0, np.int64), *(b.episode_lengths for b in reported)]),
+            sampled,
+            trained,
+        )
+
+    def save(self) -> dict[str, Any]:
+        state = super().save()
+        if self.checkpoint_buffer:
+            state["replay_shards"] = self.shards.state()
+        return state
+
+    def restore(self, state: dict[str, Any]) -> None:
+        super().restore(state)
+        if "replay_shards" in state:
+            self.shards.load_state(state["replay_shards"])
+
+    def stop(self) -> None:
+        self.learner.stop()
+        self.shards.stop()
