@@ -33,7 +33,7 @@ from kuberl_operator.constants import (
     MAX_JOB_NAME_LENGTH,
     SPOT_RAY_RESOURCE,
 )
-from kuberl_trainer.config import RolloutConfig, Spec, TrainerConfig
+from kuberl_trainer.config import OptimizerName, RolloutConfig, Spec, TrainerConfig
 
 # --- Kubernetes formats -------------------------------------------------------------------------
 
@@ -421,6 +421,17 @@ class RLJobSpec(Spec):
 
     priority_class_name: str | None = Field(None, max_length=253, pattern=DNS_SUBDOMAIN_PATTERN)
     """PriorityClass of the job's pods."""
+
+    @model_validator(mode="after")
+    def _replay_shards_need_ray(self) -> RLJobSpec:
+        if self.trainer.optimizer_name == OptimizerName.ASYNC_REPLAY and (
+            self.rollout_workers.replicas == 0
+        ):
+            raise ValueError(
+                "rolloutWorkers.replicas: AsyncReplay feeds its replay shards from remote rollout "
+                "workers, and replicas is 0; set replicas to 1 or more, or use SyncReplay"
+            )
+        return self
 
 
 # --- Status -------------------------------------------------------------------------------------

@@ -87,6 +87,7 @@ def test_the_asynchronous_algorithms_are_accepted(queue_client):
         job = small_job(f"async-{algorithm.lower()}")
         job["spec"]["trainer"]["algorithm"] = algorithm
         del job["spec"]["trainer"]["hyperparameters"]
+        job["spec"]["rolloutWorkers"]["replicas"] = 2  # Ape-X's replay shards need them
         response = queue_client.submit(job)
         assert response.status_code == 201, response.text
         assert response.json()["spec"]["trainer"]["algorithm"] == algorithm

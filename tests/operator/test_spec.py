@@ -399,7 +399,13 @@ def test_validation_runs_without_the_training_stack():
 )
 def test_every_algorithm_validates_with_each_of_its_optimizers(algorithm, optimizer):
     job = validate_rljob(
-        manifest(**{"spec.trainer.algorithm": algorithm, "spec.trainer.optimizer": optimizer})
+        manifest(
+            **{
+                "spec.trainer.algorithm": algorithm,
+                "spec.trainer.optimizer": optimizer,
+                "spec.rolloutWorkers.replicas": 2,  # AsyncReplay's shards need remote workers
+            }
+        )
     )
 
     assert (job.spec.trainer.algorithm, job.spec.trainer.optimizer_name) == (algorithm, optimizer)
@@ -451,6 +457,11 @@ def test_every_algorithm_validates_with_each_of_its_optimizers(algorithm, optimi
             "spec.rolloutWorkers.rayResources: 'spot node' is not a resource name",
         ),
         (
+            {"spec.trainer.algorithm": "APEX", "spec.trainer.hyperparameters": {}},
+            "spec.rolloutWorkers.replicas: AsyncReplay feeds its replay shards from remote "
+            "rollout workers, and replicas is 0",
+        ),
+        (
             {"spec.rolloutWorkers": {"replicas": 2, "rayResources": {"spot": 1}}},
             "spec.rolloutWorkers: rayResources.spot: only the pods of the spot worker group "
             "advertise spot, and spot is not enabled",
@@ -465,6 +476,7 @@ def test_every_algorithm_validates_with_each_of_its_optimizers(algorithm, optimi
         "ray-resources-cpu",
         "ray-resources-zero",
         "ray-resources-name",
+        "apex-without-workers",
         "spot-resource-without-spot",
     ],
 )

@@ -7,10 +7,6 @@ from kuberl_trainer.policy.dqn import DQNPolicy
 
 
 class APEXPolicy(DQNPolicy):
-    # Set by the RolloutWorker that holds this copy of the policy.
-    worker_index = 0
-    num_workers = 0
-
     @property
     def epsilon(self) -> float:
         return worker_epsilon(

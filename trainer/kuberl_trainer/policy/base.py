@@ -22,6 +22,11 @@ class Policy(ABC):
     """What the RLlib paper calls a policy graph: a model, how to act, how to postprocess a
     trajectory and how to learn. Optimizers and workers only ever talk to this interface."""
 
+    # Set by the rollout worker that holds the policy: 0 for the driver's local worker, 1..N for
+    # the remote ones (Ape-X explores at a rate per worker).
+    worker_index: int = 0
+    num_workers: int = 0
+
     def __init__(self, spaces: SpaceInfo, config: AnyTrainerConfig, seed: int):
         self.spaces = spaces
         self.config = config
