@@ -31,7 +31,7 @@ from pathlib import Path
 
 import ray
 import torch
-from driver_clock import IterationClock, run_driver, trainer_config
+from driver_clock import FREE_RUNNING, IterationClock, run_driver, trainer_config
 
 from kuberl_trainer.config import RolloutConfig
 
@@ -51,6 +51,7 @@ def measure(algorithm: str, workers: int, args: argparse.Namespace, seed: int) -
         env=ENV,
         seed=seed,
         stop={"iterations": args.warmup + args.iterations},
+        hyperparameters=FREE_RUNNING.get(algorithm, {}),
     )
     rollout = RolloutConfig(replicas=workers, envs_per_worker=args.envs, cpus_per_worker=1.0)
     clock = IterationClock()

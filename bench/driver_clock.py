@@ -100,6 +100,11 @@ class IterationClock(ConsoleReport):
         }
 
 
+# Throughput benchmarks let Ape-X's learner run free: its default training_intensity ties
+# sampling to the learner, so env steps/s would measure the learner, not the workers.
+FREE_RUNNING: dict[str, dict[str, Any]] = {"APEX": {"training_intensity": None}}
+
+
 def trainer_config(**fields: Any) -> AnyTrainerConfig:
     """`spec.trainer` from manifest-style keys, validated as `kuberl validate` would; checkpoints
     only at the end."""

@@ -40,7 +40,7 @@ from typing import Any
 
 import ray
 import torch
-from driver_clock import IterationClock, run_driver, trainer_config
+from driver_clock import FREE_RUNNING, IterationClock, run_driver, trainer_config
 
 from kuberl_trainer.algorithms import policy_class
 from kuberl_trainer.config import RolloutConfig
@@ -165,7 +165,7 @@ def optimizer(algorithm: str, args: argparse.Namespace) -> dict[str, Any]:
         env=ENV,
         seed=0,
         stop={"iterations": args.warmup + args.iterations},
-        hyperparameters={"rollout_length": args.rollout_length},
+        hyperparameters={**FREE_RUNNING.get(algorithm, {}), "rollout_length": args.rollout_length},
         optimizerConfig={"requestsInFlightPerWorker": args.in_flight},
     )
     rollout = RolloutConfig(
