@@ -104,3 +104,33 @@ def as_strict_json_schema(node: dict) -> dict:
     if node.pop("nullable", False):
         node = {"anyOf": [{"type": "null"}, node]}
     return node
+
+
+def progress_rows(run_dir) -> list[dict]:
+    """The progress rows a Driver run wrote to its run directory."""
+    import json
+
+    return [
+        json.loads(line) for line in (Path(run_dir) / "progress.jsonl").read_text().splitlines()
+    ]
+
+
+def killing_optimizer(base: type, after_steps: int) -> type:
+    """`base` that SIGKILLs its first remote rollout worker once, after `after_steps` env steps
+    (installed with monkeypatch on `kuberl_trainer.algorithms.optimizer_class`)."""
+    import os
+    import signal
+
+    import ray
+
+    class KillingOptimizer(base):
+        killed = False
+
+        def step(self):
+            result = super().step()
+            if not self.killed and self.counters.steps_sampled >= after_steps:
+                os.kill(ray.get(self.workers.remote_workers[0].pid.remote()), signal.SIGKILL)
+                self.killed = True
+            return result
+
+    return KillingOptimizer

@@ -1,6 +1,5 @@
 """Learning on real gymnasium envs, with return thresholds. CartPole-v1 starts near 20."""
 
-import json
 from pathlib import Path
 
 import pytest
@@ -8,15 +7,11 @@ import pytest
 from kuberl_operator.validation import load_rljob
 from kuberl_trainer.config import RolloutConfig
 from kuberl_trainer.driver import Driver
-from testkit import trainer_config
+from testkit import progress_rows, trainer_config
 
 EXAMPLES = Path(__file__).parents[2] / "deploy" / "examples"
 
 pytestmark = pytest.mark.slow
-
-
-def rows(run_dir: Path) -> list[dict]:
-    return [json.loads(line) for line in (run_dir / "progress.jsonl").read_text().splitlines()]
 
 
 def test_ppo_example_solves_cartpole_within_100k_steps(tmp_path):
@@ -47,7 +42,9 @@ def test_pg_and_a2c_clearly_improve(tmp_path, algorithm, hyperparameters):
         algorithm=algorithm, hyperparameters=hyperparameters, stop={"timesteps": 100_000}
     )
     Driver(config, RolloutConfig(envs_per_worker=8), tmp_path, "job").run()
-    returns = [r["episode_return_mean"] for r in rows(tmp_path) if r["episode_return_mean"]]
+    returns = [
+        r["episode_return_mean"] for r in progress_rows(tmp_path) if r["episode_return_mean"]
+    ]
     assert max(returns) >= 200, f"best {max(returns):.1f}"
     assert returns[-1] >= 5 * returns[0], f"first {returns[0]:.1f}, last {returns[-1]:.1f}"
 

@@ -2,9 +2,6 @@
 local Ray with 2 remote rollout workers, also through a rollout worker killed mid-run. CartPole-v1
 starts near 20."""
 
-import json
-import os
-import signal
 from pathlib import Path
 
 import pytest
@@ -13,7 +10,7 @@ from kuberl_trainer import algorithms
 from kuberl_trainer.config import RolloutConfig
 from kuberl_trainer.driver import Driver, TrainResult
 from kuberl_trainer.optimizers.async_gradients import AsyncGradientsOptimizer
-from testkit import trainer_config
+from testkit import killing_optimizer, progress_rows, trainer_config
 
 pytestmark = pytest.mark.slow
 
@@ -28,34 +25,19 @@ def train(tmp_path: Path, **fields) -> TrainResult:
     return Driver(config, rollout, tmp_path, "job").run()
 
 
-def rows(run_dir: Path) -> list[dict]:
-    return [json.loads(line) for line in (run_dir / "progress.jsonl").read_text().splitlines()]
-
-
 def test_a3c_cartpole_reaches_400(tmp_path):
     result = train(tmp_path)
     assert result.stopped_by == "episodeReturnMean>=400", result
-    assert rows(tmp_path)[-1]["policy_lag"] > 0  # two workers: each other's gradients between
+    assert (
+        progress_rows(tmp_path)[-1]["policy_lag"] > 0
+    )  # two workers: each other's gradients between
 
 
-class KillingOptimizer(AsyncGradientsOptimizer):
-    """SIGKILLs the first remote rollout worker once, after KILL_AFTER env steps."""
-
-    KILL_AFTER = 10_000
-    killed = False
-
-    def step(self):
-        result = super().step()
-        if not self.killed and self.counters.steps_sampled >= self.KILL_AFTER:
-            import ray
-
-            os.kill(ray.get(self.workers.remote_workers[0].pid.remote()), signal.SIGKILL)
-            self.killed = True
-        return result
+KillingOptimizer = killing_optimizer(AsyncGradientsOptimizer, after_steps=10_000)
 
 
 def test_a3c_keeps_learning_through_a_killed_worker(tmp_path, monkeypatch):
     monkeypatch.setattr(algorithms, "optimizer_class", lambda config: KillingOptimizer)
     result = train(tmp_path)
     assert result.stopped_by == "episodeReturnMean>=400", result
-    assert rows(tmp_path)[-1]["worker_restarts"] >= 1
+    assert progress_rows(tmp_path)[-1]["worker_restarts"] >= 1

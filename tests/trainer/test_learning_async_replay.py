@@ -3,9 +3,6 @@ local Ray with 2 remote rollout workers and 2 replay shards, also through a roll
 mid-run. The return is that of the least exploring worker (as the progress rows report it);
 CartPole-v1 starts near 20."""
 
-import json
-import os
-import signal
 from pathlib import Path
 
 import pytest
@@ -14,7 +11,7 @@ from kuberl_trainer import algorithms
 from kuberl_trainer.config import RolloutConfig
 from kuberl_trainer.driver import Driver, TrainResult
 from kuberl_trainer.optimizers.async_replay import AsyncReplayOptimizer
-from testkit import trainer_config
+from testkit import killing_optimizer, progress_rows, trainer_config
 
 pytestmark = pytest.mark.slow
 
@@ -29,36 +26,19 @@ def train(tmp_path: Path, **fields) -> TrainResult:
     return Driver(config, rollout, tmp_path, "job").run()
 
 
-def rows(run_dir: Path) -> list[dict]:
-    return [json.loads(line) for line in (run_dir / "progress.jsonl").read_text().splitlines()]
-
-
 def test_apex_cartpole_reaches_400(tmp_path):
     result = train(tmp_path)
     assert result.stopped_by == "episodeReturnMean>=400", result
-    last = rows(tmp_path)[-1]
+    last = progress_rows(tmp_path)[-1]
     assert last["replay_shards_lost"] == 0
     assert 0 < last["learner_utilisation"] <= 1
 
 
-class KillingOptimizer(AsyncReplayOptimizer):
-    """SIGKILLs the first remote rollout worker once, after KILL_AFTER env steps."""
-
-    KILL_AFTER = 10_000
-    killed = False
-
-    def step(self):
-        result = super().step()
-        if not self.killed and self.counters.steps_sampled >= self.KILL_AFTER:
-            import ray
-
-            os.kill(ray.get(self.workers.remote_workers[0].pid.remote()), signal.SIGKILL)
-            self.killed = True
-        return result
+KillingOptimizer = killing_optimizer(AsyncReplayOptimizer, after_steps=10_000)
 
 
 def test_apex_keeps_learning_through_a_killed_worker(tmp_path, monkeypatch):
     monkeypatch.setattr(algorithms, "optimizer_class", lambda config: KillingOptimizer)
     result = train(tmp_path)
     assert result.stopped_by == "episodeReturnMean>=400", result
-    assert rows(tmp_path)[-1]["worker_restarts"] >= 1
+    assert progress_rows(tmp_path)[-1]["worker_restarts"] >= 1

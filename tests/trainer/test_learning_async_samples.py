@@ -2,9 +2,6 @@
 with 1 or 2 remote rollout workers (1 CPU each: they fit 2 CPUs). CartPole-v1 starts near 20,
 Pendulum-v1 near -1200."""
 
-import json
-import os
-import signal
 from pathlib import Path
 
 import pytest
@@ -13,7 +10,7 @@ from kuberl_trainer import algorithms
 from kuberl_trainer.config import RolloutConfig
 from kuberl_trainer.driver import Driver, TrainResult
 from kuberl_trainer.optimizers.async_samples import AsyncSamplesOptimizer
-from testkit import trainer_config
+from testkit import killing_optimizer, progress_rows, trainer_config
 
 pytestmark = pytest.mark.slow
 
@@ -27,17 +24,13 @@ def train(tmp_path: Path, algorithm: str, replicas: int, **fields) -> TrainResul
     return Driver(config, rollout, tmp_path, "job").run()
 
 
-def rows(run_dir: Path) -> list[dict]:
-    return [json.loads(line) for line in (run_dir / "progress.jsonl").read_text().splitlines()]
-
-
 @pytest.mark.parametrize("replicas", [2, 1])
 @pytest.mark.parametrize("algorithm", ["IMPALA", "APPO"])
 def test_cartpole_reaches_400(tmp_path, algorithm, replicas):
     stop = {"episodeReturnMean": 400, "timesteps": CARTPOLE_BUDGET}
     result = train(tmp_path, algorithm, replicas, stop=stop)
     assert result.stopped_by == "episodeReturnMean>=400", result
-    lags = [row["policy_lag"] for row in rows(tmp_path) if "policy_lag" in row]
+    lags = [row["policy_lag"] for row in progress_rows(tmp_path) if "policy_lag" in row]
     assert lags and min(lags) >= 0
 
 
@@ -52,20 +45,7 @@ def test_appo_pendulum_reaches_minus_300(tmp_path):
     assert result.stopped_by == "episodeReturnMean>=-300", result
 
 
-class KillingOptimizer(AsyncSamplesOptimizer):
-    """SIGKILLs the first remote rollout worker once, after KILL_AFTER env steps."""
-
-    KILL_AFTER = 20_000
-    killed = False
-
-    def step(self):
-        result = super().step()
-        if not self.killed and self.counters.steps_sampled >= self.KILL_AFTER:
-            import ray
-
-            os.kill(ray.get(self.workers.remote_workers[0].pid.remote()), signal.SIGKILL)
-            self.killed = True
-        return result
+KillingOptimizer = killing_optimizer(AsyncSamplesOptimizer, after_steps=20_000)
 
 
 def test_impala_keeps_learning_through_a_killed_worker(tmp_path, monkeypatch):
@@ -73,4 +53,4 @@ def test_impala_keeps_learning_through_a_killed_worker(tmp_path, monkeypatch):
     stop = {"episodeReturnMean": 400, "timesteps": CARTPOLE_BUDGET}
     result = train(tmp_path, "IMPALA", 2, stop=stop)
     assert result.stopped_by == "episodeReturnMean>=400", result
-    assert rows(tmp_path)[-1]["worker_restarts"] >= 1
+    assert progress_rows(tmp_path)[-1]["worker_restarts"] >= 1
