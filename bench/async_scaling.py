@@ -15,7 +15,12 @@ busy, both in cores, so a reader can tell a saturated machine from driver overhe
 interleaved round by round with the order rotating, and the 2-worker / 1-worker ratio is the
 median of the per-round ratios.
 
-    python bench/async_scaling.py [--rounds 3] [--warmup 30] [--iterations 300] [--quick]
+With --step-ms, every env step also waits that long without using the CPU (bench/trivial_env.py's
+SlowCartPole): the workers are then bound by the env's latency instead of the cores, and the ratio
+shows whether the optimizer keeps both workers busy even where two cores cannot hold two workers
+and a driver.
+
+    python bench/async_scaling.py [--rounds 3] [--warmup 30] [--iterations 300] [--step-ms 0]
 """
 
 from __future__ import annotations
@@ -35,8 +40,10 @@ from driver_clock import FREE_RUNNING, IterationClock, run_driver, trainer_confi
 
 from kuberl_trainer.config import RolloutConfig
 
-RESULTS = Path(__file__).parent / "results"
+BENCH = Path(__file__).parent
+RESULTS = BENCH / "results"
 ENV = "CartPole-v1"
+SLOW_ENV = "trivial_env:SlowCartPole"
 WORKER_COUNTS = (1, 2)
 
 
@@ -48,7 +55,8 @@ def cases(sync_algorithm: str) -> dict[str, str]:
 def measure(algorithm: str, workers: int, args: argparse.Namespace, seed: int) -> dict:
     config = trainer_config(
         algorithm=algorithm,
-        env=ENV,
+        env=SLOW_ENV if args.step_ms else ENV,
+        envConfig={"step_ms": args.step_ms} if args.step_ms else {},
         seed=seed,
         stop={"iterations": args.warmup + args.iterations},
         hyperparameters=FREE_RUNNING.get(algorithm, {}),
@@ -65,6 +73,9 @@ def main() -> None:
     parser.add_argument("--warmup", type=int, default=30, help="untimed iterations per run")
     parser.add_argument("--iterations", type=int, default=300, help="timed iterations per run")
     parser.add_argument("--envs", type=int, default=8, help="envs per rollout worker")
+    parser.add_argument(
+        "--step-ms", type=float, default=0, help="wait per env step, off the CPU (0: none)"
+    )
     parser.add_argument("--sync", default="A2C", choices=["A2C", "PPO"], help="SyncSamples' algo")
     parser.add_argument(
         "--optimizers", nargs="+", default=list(cases("A2C")), choices=list(cases("A2C"))
@@ -74,6 +85,8 @@ def main() -> None:
     if args.quick:
         args.rounds, args.warmup, args.iterations = 1, 2, 5
 
+    # The workers import trivial_env from this directory.
+    os.environ["PYTHONPATH"] = os.pathsep.join([str(BENCH), os.environ.get("PYTHONPATH", "")])
     # One Ray instance for every run; the driver leaves an instance it did not start running.
     # Its CPUs are the machine's: two 1-CPU workers fit on 2 cores, beside the driver.
     ray.init(address="local", include_dashboard=False, log_to_driver=False)
@@ -124,8 +137,9 @@ def main() -> None:
                 }
             )
 
+    env = f"{ENV} + {args.step_ms:g} ms per step off the CPU" if args.step_ms else ENV
     print(
-        f"\n{ENV}, {args.envs} envs per 1-CPU worker, {args.iterations} iterations timed after "
+        f"\n{env}, {args.envs} envs per 1-CPU worker, {args.iterations} iterations timed after "
         f"{args.warmup}, median of {args.rounds} interleaved rounds; load average "
         f"{load_before[0]:.1f} -> {os.getloadavg()[0]:.1f} on {os.cpu_count()} CPUs\n"
     )
@@ -147,6 +161,7 @@ def main() -> None:
     path = RESULTS / f"async-scaling-{time.strftime('%Y%m%d-%H%M%S')}.json"
     meta = {
         "env": ENV,
+        "step_ms": args.step_ms,
         "envs_per_worker": args.envs,
         "cpus_per_worker": 1.0,
         "rounds": args.rounds,
