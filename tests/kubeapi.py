@@ -30,7 +30,8 @@ small one below, served as kmock fallback reactions. What it fixes (see DESIGN.m
 - DELETE with finalizers: sets `deletionTimestamp` (MODIFIED) while finalizers remain; the object
   is removed (DELETED) when a write leaves it with no finalizers.
 - A POSTed CustomResourceDefinition registers its served versions (kind, plural, singular,
-  shortNames, scope, status subresource), so `/apis/<group>/<version>` lists the resource.
+  shortNames, scope, status subresource), so `/apis/<group>/<version>` lists the resource; a
+  deleted one unregisters them and deletes their objects, as uninstalling an operator does.
 
 - Label selectors on lists (`labelSelector`: equality, inequality, existence, in/notin) and the
   garbage collector (background cascading deletion along ownerReferences) are emulated; built-in
@@ -266,6 +267,8 @@ class KubeAPI(kmock.KubernetesScaffold):
             event = {"type": "DELETED", "object": obj}
             self.history.append((self.revision, resource, event))
             self._collect_garbage(meta["uid"])
+            if resource == CRDS:
+                self._unregister(obj)
             return obj
         else:
             self.objects[key] = obj
@@ -301,6 +304,18 @@ class KubeAPI(kmock.KubernetesScaffold):
                         verbs=["create", "delete", "get", "list", "patch", "update", "watch"],
                     )
                 )
+
+    def _unregister(self, crd: dict) -> None:
+        """A CRD is gone: its objects are deleted (each honouring its finalizers) and its
+        resources no longer served."""
+        spec = crd["spec"]
+        for version in spec["versions"]:
+            gone = _names(kmock.resource(spec["group"], version["name"], spec["names"]["plural"]))
+            for (resource, _, _), obj in list(self.by_resource.get(gone, {}).items()):
+                if not obj["metadata"].get("deletionTimestamp"):
+                    self.store(resource, copy.deepcopy(obj), old=obj, deleting=True)
+            for known in [known for known in self.resources if _names(known) == gone]:
+                del self.resources[known]
 
     # Fallback reactions (kmock calls them when no test-defined reaction matched).
     async def _list(self, request: kmock.Request) -> dict:

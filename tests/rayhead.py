@@ -20,37 +20,65 @@ RAY = Path(sys.executable).with_name("ray")
 WORKER_PORTS = 40  # size of the port range Ray's worker processes take theirs from
 
 
-def ray_start_command(temp_dir: str, dashboard_port: int, num_cpus: int = 1) -> list[str]:
-    """`ray start --head` with every port explicit, so it never collides with another Ray on this
-    machine and never falls back to a shared default."""
-    ports = {
-        "port": free_port(),
-        "dashboard-port": dashboard_port,
-        "node-manager-port": free_port(),
-        "object-manager-port": free_port(),
-        "dashboard-agent-listen-port": free_port(),
-        "dashboard-agent-grpc-port": free_port(),
-        "metrics-export-port": free_port(),
-        "runtime-env-agent-port": free_port(),
-        "ray-client-server-port": free_port(),
-    }
-    # The worker range must not hold any of the ports above: Ray refuses overlapping components.
-    taken = set(ports.values())
+# The ports every Ray node opens; a head also opens its GCS `port` and the Ray client server's.
+NODE_PORTS = (
+    "node-manager-port",
+    "object-manager-port",
+    "dashboard-agent-listen-port",
+    "dashboard-agent-grpc-port",
+    "metrics-export-port",
+    "runtime-env-agent-port",
+)
+HEAD_PORTS = ("port", "ray-client-server-port")
+
+
+def node_ports(head: bool, taken: set[int] | None = None) -> dict[str, int]:
+    """Explicit ports for one Ray node (so it never collides with another Ray on this machine and
+    never falls back to a shared default), and a worker-port range clear of them and of `taken`,
+    the ports of the cluster's other nodes on this machine, to which all of these are added."""
+    taken = set() if taken is None else taken
+    ports = {name: free_port() for name in (*NODE_PORTS, *(HEAD_PORTS if head else ()))}
+    taken |= set(ports.values())
+    # The worker range must not hold any port in use: Ray refuses overlapping components.
     low = free_port()
     while any(low <= port <= low + WORKER_PORTS for port in taken) or low + WORKER_PORTS > 65535:
         low = free_port()
-    ports |= {"min-worker-port": low, "max-worker-port": low + WORKER_PORTS}
+    taken |= set(range(low, low + WORKER_PORTS + 1))
+    return ports | {"min-worker-port": low, "max-worker-port": low + WORKER_PORTS}
+
+
+def ray_start_command(
+    temp_dir: str,
+    dashboard_port: int,
+    num_cpus: int = 1,
+    ports: dict[str, int] | None = None,
+    options: tuple[str, ...] = (),
+) -> list[str]:
+    """`ray start --head` on loopback with its dashboard, every port explicit (`ports`: from
+    `node_ports(head=True)`); `options` are further `ray start` flags."""
+    return [
+        *ray_node_command(temp_dir, num_cpus, ports or node_ports(head=True), options),
+        "--head",
+        "--dashboard-host=127.0.0.1",
+        "--include-dashboard=true",
+        f"--dashboard-port={dashboard_port}",
+    ]
+
+
+def ray_node_command(
+    temp_dir: str, num_cpus: int, ports: dict[str, int], options: tuple[str, ...] = ()
+) -> list[str]:
+    """`ray start --block` of one node on loopback: a worker node as it is (add
+    `--address=HEAD` and `options` such as `--resources`), a head with `ray_start_command`."""
     return [
         str(RAY),
         "start",
-        "--head",
         "--block",
         "--node-ip-address=127.0.0.1",
-        "--dashboard-host=127.0.0.1",
-        "--include-dashboard=true",
         f"--num-cpus={num_cpus}",
         "--disable-usage-stats",
         f"--temp-dir={temp_dir}",
+        *options,
         *(f"--{name}={value}" for name, value in ports.items()),
     ]
 
@@ -71,25 +99,52 @@ def stop_own_processes(head: subprocess.Popen, temp_dir: str, token: str) -> Non
     command line names this test's temp dir (Ray starts some in sessions of their own) or whose
     environment holds this head's token (the drivers its Jobs API started, each in a session of
     its own, which would otherwise outlive the head and go on training)."""
-    for sig, wait in ((signal.SIGTERM, 10), (signal.SIGKILL, 10)):
+    stop_process_group(head)
+    kill_marked(temp_dir.encode(), f"RAY_AUTH_TOKEN={token}".encode())
+
+
+def stop_process_group(process: subprocess.Popen) -> None:
+    """SIGTERM the process group `process` leads (started with start_new_session), SIGKILL it if
+    it has not ended within 10 s."""
+    for sig in (signal.SIGTERM, signal.SIGKILL):
         try:
-            os.killpg(head.pid, sig)
-            head.wait(timeout=wait)
-            break
+            os.killpg(process.pid, sig)
+            process.wait(timeout=10)
+            return
         except (ProcessLookupError, subprocess.TimeoutExpired):
             continue
-    markers = (temp_dir.encode(), f"RAY_AUTH_TOKEN={token}".encode())
+
+
+def kill_marked(cmdline_marker: bytes | None, environ_entry: bytes | None) -> list[int]:
+    """SIGKILL every process whose command line contains `cmdline_marker` or whose environment
+    holds the entry `environ_entry` (NAME=value): markers only this test's processes carry.
+    Returns the PIDs killed."""
+    killed = []
+    for pid in marked_processes(cmdline_marker, environ_entry):
+        try:
+            os.kill(pid, signal.SIGKILL)
+            killed.append(pid)
+        except ProcessLookupError:
+            pass
+    return killed
+
+
+def marked_processes(cmdline_marker: bytes | None, environ_entry: bytes | None) -> list[int]:
+    """PIDs of the processes `kill_marked` would kill, other than this one."""
+    found = []
     for entry in Path("/proc").iterdir():
-        if entry.name.isdigit():
-            try:
-                cmdline, environ = (
-                    (entry / "cmdline").read_bytes(),
-                    (entry / "environ").read_bytes(),
-                )
-                if markers[0] in cmdline or markers[1] in environ.split(b"\0"):
-                    os.kill(int(entry.name), signal.SIGKILL)
-            except (OSError, ProcessLookupError):
-                pass
+        if not entry.name.isdigit() or int(entry.name) == os.getpid():
+            continue
+        try:
+            cmdline = (entry / "cmdline").read_bytes()
+            environ = (entry / "environ").read_bytes().split(b"\0")
+        except OSError:  # gone, or not ours to read
+            continue
+        if (cmdline_marker is not None and cmdline_marker in cmdline) or (
+            environ_entry is not None and environ_entry in environ
+        ):
+            found.append(int(entry.name))
+    return found
 
 
 @contextlib.contextmanager

@@ -115,6 +115,8 @@ class ProgressRow:
     evaluation_return_mean: float | None = None
     samples_per_second: float | None = None
     time_total_seconds: float | None = None
+    checkpoint: str | None = None
+    """The newest complete checkpoint when the row was written."""
 
 
 class Backend(Protocol):

@@ -182,6 +182,7 @@ class KubernetesBackend:
                 timesteps=int(progress.get("timesteps") or 0),
                 episode_return_mean=progress.get("episodeReturnMean"),
                 samples_per_second=progress.get("samplesPerSecond"),
+                checkpoint=progress.get("lastCheckpoint"),
             )
         ]
 

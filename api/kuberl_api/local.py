@@ -36,13 +36,21 @@ from kuberl_api.backend import (
 from kuberl_api.processes import TrainerFiles, TrainerProcesses, read_exit_status
 from kuberl_api.selectors import decode_continue, encode_continue, matches, parse_label_selector
 from kuberl_api.store import DuplicateJob, JobRow, JobStore
+from kuberl_operator.constants import REASON_INVALID_SPEC
 from kuberl_operator.spec import ConditionType, Phase, RLJob
 from kuberl_trainer.progress_row import (
+    CHECKPOINT,
     EPISODE_RETURN_MEAN,
     EVALUATION_RETURN_MEAN,
+    EXIT_INVALID_JOB,
+    FINAL_RECORD_PREFIX,
     ITERATION,
     PROGRESS_FILE,
+    SAMPLES_PER_S,
+    TIME_TOTAL_S,
     TIMESTEPS_TOTAL,
+    FinalRecord,
+    read_final_record,
 )
 
 log = logging.getLogger(__name__)
@@ -56,7 +64,7 @@ TRAINER_LOST = "TrainerLost"
 SUSPENDED = "Suspended"
 
 EXIT_SIGTERM, EXIT_SIGINT = 128 + signal.SIGTERM, 128 + signal.SIGINT
-_TAIL_BYTES = 64 * 1024  # enough for the last row of progress.jsonl
+_TAIL_BYTES = 64 * 1024  # enough for the last row of progress.jsonl, or the final record
 
 
 class LocalBackend:
@@ -241,9 +249,12 @@ class LocalBackend:
         code = read_exit_status(files.exit_status)
         if row.pid is not None:
             self.processes.forget(row.pid)
-        document = with_progress(row.document, files.run_dir)
-        phase, reason, message = outcome(code, row.stopping, document, lost_while_down, row.pid)
-        if phase is Phase.FAILED and (last := last_log_line(files.log)):
+        final = read_final_record(log_tail(files.log))
+        document = with_progress(row.document, files.run_dir, final)
+        phase, reason, message = outcome(
+            code, row.stopping, document, lost_while_down, row.pid, final
+        )
+        if phase is Phase.FAILED and final is None and (last := last_log_line(files.log)):
             message += f"; last output: {last}"
         document = transition(document, phase, reason, message, now())
         self.store.update(JobRow(row.namespace, row.name, row.seq, document))
@@ -379,12 +390,19 @@ def transition(
 
 
 def outcome(
-    code: int | None, stopping: bool, document: dict[str, Any], lost: bool, pid: int | None
+    code: int | None,
+    stopping: bool,
+    document: dict[str, Any],
+    lost: bool,
+    pid: int | None,
+    final: FinalRecord | None = None,
 ) -> tuple[Phase, str, str]:
     """The phase, reason and message of a job whose trainer ended with exit status `code` (None
-    when it left none). `stopping`: the API sent it SIGTERM to suspend it."""
+    when it left none), in the words of its final record when it printed one. `stopping`: the
+    API sent it SIGTERM to suspend it."""
+    said = f": {final.message}" if final is not None and final.message else ""
     if code == 0:
-        return Phase.SUCCEEDED, TRAINER_SUCCEEDED, "the trainer met a stop condition"
+        return Phase.SUCCEEDED, TRAINER_SUCCEEDED, f"the trainer met a stop condition{said}"
     if stopping and code in (EXIT_SIGTERM, EXIT_SIGINT):
         if document["spec"].get("suspend"):
             return Phase.SUSPENDED, SUSPENDED, "suspended after a checkpoint"
@@ -392,11 +410,17 @@ def outcome(
     if code is None:
         when = "while the API was down" if lost else "without an exit status"
         return Phase.FAILED, TRAINER_LOST, f"the trainer process (pid {pid}) ended {when}"
-    return Phase.FAILED, TRAINER_FAILED, f"the trainer exited with status {code}"
+    if code == EXIT_INVALID_JOB:
+        return Phase.FAILED, REASON_INVALID_SPEC, f"the trainer found the job invalid{said}"
+    return Phase.FAILED, TRAINER_FAILED, f"the trainer exited with status {code}{said}"
 
 
-def with_progress(document: dict[str, Any], run_dir: Path) -> dict[str, Any]:
-    """The document with status.progress from the newest row of the run's progress.jsonl."""
+def with_progress(
+    document: dict[str, Any], run_dir: Path, final: FinalRecord | None = None
+) -> dict[str, Any]:
+    """The document with status.progress from the newest row of the run's progress.jsonl; the
+    newest checkpoint is the one the rows (or, once the trainer has ended, its final record)
+    name."""
     path = run_dir / PROGRESS_FILE
     row = last_progress_row(path)
     if row is None:
@@ -410,15 +434,10 @@ def with_progress(document: dict[str, Any], run_dir: Path) -> dict[str, Any]:
         progress["episodeReturnMean"] = row.episode_return_mean
     if row.samples_per_second is not None:
         progress["samplesPerSecond"] = max(row.samples_per_second, 0.0)
-    if checkpoint := newest_checkpoint(run_dir):
+    known = (document["status"].get("progress") or {}).get("lastCheckpoint")
+    if checkpoint := (final.checkpoint if final else None) or row.checkpoint or known:
         progress["lastCheckpoint"] = checkpoint
     return {**document, "status": {**document["status"], "progress": progress}}
-
-
-def newest_checkpoint(run_dir: Path) -> str | None:
-    directory = run_dir / "checkpoints"
-    names = sorted(p.name for p in directory.glob("checkpoint-*")) if directory.is_dir() else []
-    return str(directory / names[-1]) if names else None
 
 
 def progress_row(raw: dict[str, Any]) -> ProgressRow:
@@ -428,8 +447,9 @@ def progress_row(raw: dict[str, Any]) -> ProgressRow:
         timesteps=int(raw.get(TIMESTEPS_TOTAL) or 0),
         episode_return_mean=raw.get(EPISODE_RETURN_MEAN),
         evaluation_return_mean=raw.get(EVALUATION_RETURN_MEAN),
-        samples_per_second=raw.get("samples_per_s"),
-        time_total_seconds=raw.get("time_total_s"),
+        samples_per_second=raw.get(SAMPLES_PER_S),
+        time_total_seconds=raw.get(TIME_TOTAL_S),
+        checkpoint=raw.get(CHECKPOINT),
     )
 
 
@@ -462,15 +482,25 @@ def _rows(lines: list[str]) -> Iterator[ProgressRow]:
             continue  # a partial line, still being written
 
 
-def last_log_line(path: Path) -> str | None:
+def log_tail(path: Path) -> str:
+    """The end of a trainer's log: enough to hold its final record."""
     try:
         with path.open("rb") as file:
             file.seek(0, 2)
-            file.seek(max(file.tell() - 4096, 0))
-            lines = file.read().decode("utf-8", errors="replace").strip().splitlines()
+            file.seek(max(file.tell() - _TAIL_BYTES, 0))
+            return file.read().decode("utf-8", errors="replace")
     except FileNotFoundError:
-        return None
-    return lines[-1].strip() if lines else None
+        return ""
+
+
+def last_log_line(path: Path) -> str | None:
+    """The trainer's last line for people (its final record is for programs)."""
+    lines = [
+        line.strip()
+        for line in log_tail(path).splitlines()
+        if line.strip() and not line.startswith(FINAL_RECORD_PREFIX)
+    ]
+    return lines[-1] if lines else None
 
 
 def page(documents: Iterator[dict[str, Any]], limit: int | None) -> JobPage:

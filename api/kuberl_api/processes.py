@@ -6,6 +6,12 @@ did not start (so cannot wait for) ended. The `sh` leads a process group of its 
 session), so a signal reaches the trainer and anything it spawned, and the API's death never does.
 The `sh` traps SIGTERM and SIGINT so it outlives the trainer long enough to write the status; a
 trap set to a command (not ignored) is reset in the trainer by exec, which handles them itself.
+
+A trainer with remote rollout workers starts a private Ray: its GCS, raylet and workers are
+descendants of the trainer. They share its process group today, but nothing keeps a process there
+(one that calls setsid leaves it; `ray start` runs some of its processes in sessions of their own).
+So killing a job stops the trainer's whole process tree first (SIGSTOP, so nothing forks any more),
+then kills every process in it as well as the group: no Ray daemon outlives its job.
 """
 
 from __future__ import annotations
@@ -90,12 +96,17 @@ class TrainerProcesses:
                 os.killpg(pid, signum)
 
     def kill(self, pid: int, started: float, timeout_s: float = 10.0) -> None:
-        """Ends the whole process group now and waits until the leader is gone."""
+        """Ends the whole process group and every descendant now (those in sessions of their own
+        included) and waits until the leader is gone."""
         if not self.is_ours(pid, started):
             self._children.pop(pid, None)
             return
+        tree = _stopped_tree(pid)
         with contextlib.suppress(ProcessLookupError, PermissionError):
             os.killpg(pid, signal.SIGKILL)
+        for process in tree:
+            with contextlib.suppress(psutil.Error):
+                process.kill()  # psutil checks first that the PID is still this process
         child = self._children.pop(pid, None)
         if child is not None:
             child.wait(timeout_s)
@@ -117,6 +128,27 @@ def read_exit_status(path: Path) -> int | None:
         return int(path.read_text().strip())
     except (OSError, ValueError):
         return None
+
+
+def _stopped_tree(pid: int) -> list[psutil.Process]:
+    """`pid` and all its descendants, each stopped (SIGSTOP), so none forks another meanwhile: a
+    process is listed again until no new one turns up."""
+    try:
+        root = psutil.Process(pid)
+    except psutil.Error:
+        return []
+    found: dict[int, psutil.Process] = {}
+    while True:
+        try:
+            fresh = [p for p in [root, *root.children(recursive=True)] if p.pid not in found]
+        except psutil.Error:
+            fresh = []
+        if not fresh:
+            return list(found.values())
+        for process in fresh:
+            with contextlib.suppress(psutil.Error):
+                process.suspend()
+            found[process.pid] = process
 
 
 def _start_time(pid: int) -> float | None:

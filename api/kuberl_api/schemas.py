@@ -74,6 +74,11 @@ class ProgressPoint(_Camel):
     )
     samples_per_second: float | None = Field(None, description="Env steps sampled per second.")
     time_total_seconds: float | None = Field(None, description="Training time so far.")
+    checkpoint: str | None = Field(
+        None,
+        description="Location (path or URI) of the newest complete checkpoint when the row was "
+        "written; null before the first.",
+    )
 
 
 class ProgressHistory(_Camel):

@@ -1,30 +1,51 @@
-"""`kuberl train FILE`: the same RLJob manifest that goes to a cluster, trained on this machine."""
+"""`kuberl train FILE`: the same RLJob manifest that goes to a cluster, trained on this machine.
+
+Once the manifest is read, whatever happens, the last line on stdout is the final record
+(kuberl_trainer.progress_row.FinalRecord): how the run ended and where training stood, for the
+operator and the API to read. The summary above it is for people only.
+"""
 
 from __future__ import annotations
 
 import logging
+import signal
 import sys
+import time
 from pathlib import Path
 
-from kuberl_cli.validate import EXIT_INVALID, checked_job, describe_job
+from kuberl_cli.validate import EXIT_INVALID, describe_job, job_problems
+from kuberl_trainer.progress_row import (
+    EXIT_FAILED,
+    EXIT_INVALID_JOB,
+    EXIT_SIGNAL_BASE,
+    EXIT_SUCCEEDED,
+    PROGRESS_FILE,
+    FinalRecord,
+    Outcome,
+    format_return,
+)
 
 
 def train_command(
     file: Path, run_dir: Path | None, metrics_port: int | None, tensorboard: bool = False
 ) -> int:
-    """0 when a stop condition was met, 128+signal when interrupted (after checkpointing), 1 when
-    the job is invalid or failed, 2 when the file is missing. `tensorboard` turns on
-    spec.trainer.tensorboard."""
-    job, exit_code = checked_job(file)
+    """The exit status (progress_row's EXIT_*): 0 when a stop condition was met, 128+N when
+    interrupted by signal N (after checkpointing), 65 when the job is invalid (its manifest, or
+    what only the driver finds: an unknown env, an unsupported space, a resource request the Ray
+    cluster never offers), 1 when training failed, 2 when the file is missing.
+    `tensorboard` turns on spec.trainer.tensorboard."""
+    job, exit_code, problems = job_problems(file)
     if job is None:
-        return exit_code
+        print("\n".join(problems), file=sys.stderr)
+        if exit_code != EXIT_INVALID:
+            return exit_code
+        return _ended(Outcome.INVALID_JOB, EXIT_INVALID_JOB, "; ".join(problems))
 
     # Warnings the user must see (a corrupt checkpoint skipped, a worker replaced), one per line.
     logging.basicConfig(format="%(levelname)s: %(message)s", level=logging.WARNING)
     # The training stack loads only once the manifest is known to be good.
     from kuberl_trainer.driver import Driver
-    from kuberl_trainer.errors import TrainingError
-    from kuberl_trainer.progress_row import format_return
+    from kuberl_trainer.errors import InvalidJobError, TrainingError
 
     run_dir = run_dir or Path("runs") / job.name
     print(f"Training {job.name}: {describe_job(job)}; run directory {run_dir}", flush=True)
@@ -41,9 +62,12 @@ def train_command(
             metrics_port=metrics_port,
             learner_gpus=job.spec.learner.gpus,
         ).run()
+    except InvalidJobError as exc:
+        print(f"{job.name}: invalid job: {exc}", file=sys.stderr)
+        return _ended(Outcome.INVALID_JOB, EXIT_INVALID_JOB, str(exc))
     except TrainingError as exc:
         print(f"{job.name}: training failed: {exc}", file=sys.stderr)
-        return EXIT_INVALID
+        return _ended(Outcome.FAILED, EXIT_FAILED, str(exc))
 
     verb = "interrupted by" if result.interrupted else "stopped at"
     lines = [
@@ -57,13 +81,34 @@ def train_command(
     lines += [
         f"  training time      {result.time_total_s:.1f} s",
         f"  checkpoint         {result.checkpoint}",
-        f"  progress           {run_dir / 'progress.jsonl'}",
+        f"  progress           {run_dir / PROGRESS_FILE}",
     ]
     if result.interrupted:
         lines.append("  run the same command again to resume from the checkpoint")
     print("\n".join(lines), flush=True)
     if result.interrupted:
-        import signal
+        outcome = Outcome.INTERRUPTED
+        exit_code = EXIT_SIGNAL_BASE + signal.Signals[result.stopped_by].value
+    else:
+        outcome, exit_code = Outcome.STOPPED, EXIT_SUCCEEDED
+    record = FinalRecord(
+        outcome=outcome,
+        exit_code=exit_code,
+        message=f"{verb} {result.stopped_by}",
+        time=time.time(),
+        iteration=result.iteration,
+        timesteps_total=result.timesteps,
+        episode_return_mean=result.episode_return_mean,
+        evaluation_return_mean=result.evaluation_return_mean,
+        time_total_s=result.time_total_s,
+        checkpoint=None if result.checkpoint is None else str(result.checkpoint),
+    )
+    print(record.line(), flush=True)
+    return exit_code
 
-        return 128 + signal.Signals[result.stopped_by].value
-    return 0
+
+def _ended(outcome: Outcome, exit_code: int, message: str) -> int:
+    """Print the final record of a run that ended before training; its exit status."""
+    record = FinalRecord(outcome=outcome, exit_code=exit_code, message=message, time=time.time())
+    print(record.line(), flush=True)
+    return exit_code

@@ -29,16 +29,22 @@ def validate_command(file: Path) -> int:
 def checked_job(file: Path) -> tuple[RLJob | None, int]:
     """The valid job in `file` and EXIT_OK, or None and the exit code after printing, one line
     each, every problem found."""
+    job, exit_code, problems = job_problems(file)
+    for problem in problems:
+        print(problem, file=sys.stderr)
+    return job, exit_code
+
+
+def job_problems(file: Path) -> tuple[RLJob | None, int, list[str]]:
+    """The valid job in `file` and EXIT_OK, or None, the exit code and every problem found, each
+    a line naming the file."""
     if not file.is_file():
         reason = "is a directory, not a manifest" if file.is_dir() else "no such file"
-        print(f"{file}: {reason}", file=sys.stderr)
-        return None, EXIT_NO_FILE
+        return None, EXIT_NO_FILE, [f"{file}: {reason}"]
     job, problems = check_manifest(file.read_text(encoding="utf-8", errors="replace"))
     if job is None or problems:
-        for problem in problems:
-            print(f"{file}: {problem}", file=sys.stderr)
-        return None, EXIT_INVALID
-    return job, EXIT_OK
+        return None, EXIT_INVALID, [f"{file}: {problem}" for problem in problems]
+    return job, EXIT_OK, []
 
 
 def check_manifest(text: str) -> tuple[RLJob | None, list[Problem]]:

@@ -6,8 +6,10 @@ committed JSON differs from what this writes).
 - kuberl-training.json: one job's training, chosen with the `namespace` and `job` variables;
 - kuberl-spot.json: spot and cost (preemptions, time lost to them, worker-hours by capacity).
 
-Plain dicts, no dependency: the dashboards use a `${datasource}` variable, so they import into
-any Grafana with a Prometheus data source (the Helm chart ships them as ConfigMaps for Grafana's
+Plain dicts. The metric names come from the code that exports them (kuberl_trainer.progress_row,
+kuberl_operator.constants), so a renamed metric changes its panels with it; the REST API's are
+spelled out here. The dashboards use a `${datasource}` variable, so they import into any Grafana
+with a Prometheus data source (the Helm chart ships them as ConfigMaps for Grafana's
 dashboard sidecar). Series carry the RLJob's name in `job` (scraped with honor_labels: true, see
 deploy/prometheus/kuberl-alerts.yaml); panels of series only a cluster exports say so in their
 description (kube-state-metrics' kube_pod_*, NVIDIA DCGM exporter's DCGM_FI_*).
@@ -19,6 +21,45 @@ import json
 import sys
 from pathlib import Path
 from typing import Any
+
+from kuberl_operator.constants import (
+    METRIC_JOB_PHASE,
+    METRIC_JOB_PHASE_SECONDS,
+    METRIC_JOBS,
+    METRIC_PREEMPTIONS,
+    METRIC_RECONCILE_DURATION,
+    METRIC_RECONCILE_ERRORS,
+    METRIC_RESTARTS,
+    METRIC_ROLLOUT_WORKER_SECONDS,
+    METRIC_ROLLOUT_WORKERS,
+)
+from kuberl_trainer.progress_row import (
+    METRIC_CHECKPOINT_AGE,
+    METRIC_CHECKPOINT_FAILURES,
+    METRIC_ENV_STEPS_TRAINED,
+    METRIC_EPISODE_LENGTH_MEAN,
+    METRIC_EPISODE_RETURN_MEAN,
+    METRIC_EVALUATION_RETURN_MEAN,
+    METRIC_ITERATION,
+    METRIC_LEARNER_QUEUE_DEPTH,
+    METRIC_LEARNER_SECONDS,
+    METRIC_LEARNER_UTILISATION,
+    METRIC_POLICY_ENTROPY,
+    METRIC_POLICY_KL,
+    METRIC_POLICY_LAG,
+    METRIC_POLICY_LOSS,
+    METRIC_RESOURCE_WAIT,
+    METRIC_SAMPLE_SECONDS,
+    METRIC_SAMPLES_PER_SECOND,
+    METRIC_STRAGGLERS_DROPPED,
+    METRIC_TD_LOSS,
+    METRIC_TIMESTEPS,
+    METRIC_VALUE_LOSS,
+    METRIC_WEIGHT_SYNC_SECONDS,
+    METRIC_WORKER_DOWNTIME,
+    METRIC_WORKER_RESTARTS,
+    METRIC_WORKERS_READY,
+)
 
 HERE = Path(__file__).resolve().parent
 # Grafana 11/12 dashboards; older ones migrate a dashboard of a newer schema as far as they can.
@@ -189,31 +230,31 @@ def fleet() -> dict[str, Any]:
     panels = [
         stat(
             "Jobs running",
-            f'sum(kuberl_operator_jobs{{{ns}, phase="Running"}}) or vector(0)',
+            f'sum({METRIC_JOBS}{{{ns}, phase="Running"}}) or vector(0)',
             "short",
             "RLJobs the operator sees in phase Running.",
         ),
         stat(
             "Jobs preempted or resuming",
-            f'sum(kuberl_operator_jobs{{{ns}, phase=~"{LOST_PHASES}"}}) or vector(0)',
+            f'sum({METRIC_JOBS}{{{ns}, phase=~"{LOST_PHASES}"}}) or vector(0)',
             "short",
             "RLJobs that lost pods to preemption or restart from a checkpoint right now.",
         ),
         stat(
             "Jobs failed",
-            f'sum(kuberl_operator_jobs{{{ns}, phase="Failed"}}) or vector(0)',
+            f'sum({METRIC_JOBS}{{{ns}, phase="Failed"}}) or vector(0)',
             "short",
             "RLJobs in phase Failed (kept until deleted or their TTL passes).",
         ),
         stat(
             "Preemptions in range",
-            f"sum(increase(kuberl_operator_preemptions_total{{{ns}}}[$__range]))",
+            f"sum(increase({METRIC_PREEMPTIONS}{{{ns}}}[$__range]))",
             "short",
             "Pods of RLJobs preempted in the dashboard's time range.",
         ),
         stat(
             "Samples per second",
-            f"sum(kuberl_samples_per_second{{{ns}}})",
+            f"sum({METRIC_SAMPLES_PER_SECOND}{{{ns}}})",
             "suffix: steps/s",
             "Env steps sampled per second, summed over every training job.",
         ),
@@ -225,7 +266,7 @@ def fleet() -> dict[str, Any]:
         ),
         timeseries(
             "Jobs by phase",
-            [target(f"sum by (phase) (kuberl_operator_jobs{{{ns}}})", "{{phase}}")],
+            [target(f"sum by (phase) ({METRIC_JOBS}{{{ns}}})", "{{phase}}")],
             "short",
             "RLJobs in each phase, as the operator counts them.",
             custom={"stacking": {"mode": "normal"}, "fillOpacity": 30},
@@ -233,7 +274,7 @@ def fleet() -> dict[str, Any]:
         panel(
             "table",
             "Jobs",
-            [target(f"kuberl_operator_job_phase{{{ns}}} == 1", instant=True)],
+            [target(f"{METRIC_JOB_PHASE}{{{ns}}} == 1", instant=True)],
             "short",
             "Every RLJob and its current phase.",
             transformations=[
@@ -251,30 +292,47 @@ def fleet() -> dict[str, Any]:
             [
                 target(
                     "sum by (namespace, job) "
-                    f"(increase(kuberl_operator_preemptions_total{{{ns}}}[$__rate_interval]))",
+                    f"(increase({METRIC_PREEMPTIONS}{{{ns}}}[$__rate_interval]))",
                     "{{namespace}}/{{job}}",
                 )
             ],
             "short",
             "Pods (rollout workers and heads) of each job preempted per interval.",
+            width=8,
         ),
         bars(
             "Restarts",
             [
                 target(
                     "sum by (namespace, job) "
-                    f"(increase(kuberl_operator_restarts_total{{{ns}}}[$__rate_interval]))",
+                    f"(increase({METRIC_RESTARTS}{{{ns}}}[$__rate_interval]))",
                     "{{namespace}}/{{job}}",
                 )
             ],
             "short",
             "Restarts of each job after a failure (a lost head, a failed driver) per interval.",
+            width=8,
+        ),
+        bars(
+            "Checkpoint failures",
+            [
+                target(
+                    "sum by (namespace, job) "
+                    f"(increase({METRIC_CHECKPOINT_FAILURES}{{{ns}}}[$__rate_interval]))",
+                    "{{namespace}}/{{job}}",
+                )
+            ],
+            "short",
+            "Failed checkpoint saves of each job per interval (store full, unreachable, access "
+            "denied): training goes on, but a preemption would lose the work since its last good "
+            "checkpoint.",
+            width=8,
         ),
         timeseries(
             "Samples per second by job",
             [
                 target(
-                    f"sum by (namespace, job) (kuberl_samples_per_second{{{ns}}})",
+                    f"sum by (namespace, job) ({METRIC_SAMPLES_PER_SECOND}{{{ns}}})",
                     "{{namespace}}/{{job}}",
                 )
             ],
@@ -284,7 +342,7 @@ def fleet() -> dict[str, Any]:
         ),
         timeseries(
             "Mean episode return by job",
-            [target(f"kuberl_episode_return_mean{{{ns}}}", "{{namespace}}/{{job}}")],
+            [target(f"{METRIC_EPISODE_RETURN_MEAN}{{{ns}}}", "{{namespace}}/{{job}}")],
             "short",
             "Mean return of each job's recent episodes.",
         ),
@@ -306,16 +364,16 @@ def fleet() -> dict[str, Any]:
             [
                 target(
                     "histogram_quantile(0.95, sum by (le) "
-                    "(rate(kuberl_operator_reconcile_duration_seconds_bucket[$__rate_interval])))",
+                    f"(rate({METRIC_RECONCILE_DURATION}_bucket[$__rate_interval])))",
                     "p95",
                 ),
                 target(
                     "histogram_quantile(0.5, sum by (le) "
-                    "(rate(kuberl_operator_reconcile_duration_seconds_bucket[$__rate_interval])))",
+                    f"(rate({METRIC_RECONCILE_DURATION}_bucket[$__rate_interval])))",
                     "median",
                 ),
                 target(
-                    f"sum(rate(kuberl_operator_reconcile_errors_total{{{ns}}}[$__rate_interval]))",
+                    f"sum(rate({METRIC_RECONCILE_ERRORS}{{{ns}}}[$__rate_interval]))",
                     "errors/s",
                 ),
             ],
@@ -347,7 +405,7 @@ def fleet() -> dict[str, Any]:
             "95th percentile of the time the REST API takes to answer, per route template.",
         ),
     ]
-    variables = [query_variable("namespace", "label_values(kuberl_operator_jobs, namespace)", True)]
+    variables = [query_variable("namespace", f"label_values({METRIC_JOBS}, namespace)", True)]
     return dashboard(
         "kuberl-fleet",
         "kuberl / Fleet",
@@ -360,43 +418,43 @@ def fleet() -> dict[str, Any]:
 def training() -> dict[str, Any]:
     sel = 'namespace="$namespace", job="$job"'
     panels = [
-        stat("Iteration", f"max(kuberl_training_iteration{{{sel}}})", "short", "Iterations done."),
+        stat("Iteration", f"max({METRIC_ITERATION}{{{sel}}})", "short", "Iterations done."),
         stat(
             "Timesteps",
-            f"max(kuberl_training_timesteps{{{sel}}})",
+            f"max({METRIC_TIMESTEPS}{{{sel}}})",
             "short",
             "Env steps sampled in all (across resumed runs).",
         ),
         stat(
             "Mean return",
-            f"max(kuberl_episode_return_mean{{{sel}}})",
+            f"max({METRIC_EPISODE_RETURN_MEAN}{{{sel}}})",
             "short",
             "Mean return of the recent episodes.",
         ),
         stat(
             "Evaluation return",
-            f"max(kuberl_evaluation_return_mean{{{sel}}})",
+            f"max({METRIC_EVALUATION_RETURN_MEAN}{{{sel}}})",
             "short",
             "Mean return of the last greedy evaluation (algorithms that evaluate).",
         ),
         stat(
             "Samples per second",
-            f"max(kuberl_samples_per_second{{{sel}}})",
+            f"max({METRIC_SAMPLES_PER_SECOND}{{{sel}}})",
             "suffix: steps/s",
             "Env steps sampled per second in the last iteration.",
         ),
         stat(
             "Checkpoint age",
-            f"max(kuberl_checkpoint_age_seconds{{{sel}}})",
+            f"max({METRIC_CHECKPOINT_AGE}{{{sel}}})",
             "s",
             "Time since the newest checkpoint: what a preemption now would cost.",
         ),
         timeseries(
             "Episode return and timesteps",
             [
-                target(f"kuberl_episode_return_mean{{{sel}}}", "mean return"),
-                target(f"kuberl_evaluation_return_mean{{{sel}}}", "evaluation return"),
-                target(f"kuberl_training_timesteps{{{sel}}}", "timesteps"),
+                target(f"{METRIC_EPISODE_RETURN_MEAN}{{{sel}}}", "mean return"),
+                target(f"{METRIC_EVALUATION_RETURN_MEAN}{{{sel}}}", "evaluation return"),
+                target(f"{METRIC_TIMESTEPS}{{{sel}}}", "timesteps"),
             ],
             "short",
             "Returns over time, with the timesteps reached (right axis) to read them against.",
@@ -408,9 +466,9 @@ def training() -> dict[str, Any]:
             "xychart",
             "Return against timesteps",
             [
-                target(f"max(kuberl_training_timesteps{{{sel}}})", "timesteps"),
-                target(f"max(kuberl_episode_return_mean{{{sel}}})", "mean return"),
-                target(f"max(kuberl_evaluation_return_mean{{{sel}}})", "evaluation return"),
+                target(f"max({METRIC_TIMESTEPS}{{{sel}}})", "timesteps"),
+                target(f"max({METRIC_EPISODE_RETURN_MEAN}{{{sel}}})", "mean return"),
+                target(f"max({METRIC_EVALUATION_RETURN_MEAN}{{{sel}}})", "evaluation return"),
             ],
             "short",
             "The learning curve as RL papers draw it: return (y) against env steps (x).",
@@ -436,9 +494,9 @@ def training() -> dict[str, Any]:
         timeseries(
             "Losses",
             [
-                target(f"kuberl_policy_loss{{{sel}}}", "policy loss"),
-                target(f"kuberl_value_loss{{{sel}}}", "value loss"),
-                target(f"kuberl_td_loss{{{sel}}}", "TD loss"),
+                target(f"{METRIC_POLICY_LOSS}{{{sel}}}", "policy loss"),
+                target(f"{METRIC_VALUE_LOSS}{{{sel}}}", "value loss"),
+                target(f"{METRIC_TD_LOSS}{{{sel}}}", "TD loss"),
             ],
             "short",
             "The learner's losses in the last iteration (those the algorithm has).",
@@ -446,14 +504,14 @@ def training() -> dict[str, Any]:
         ),
         timeseries(
             "Policy entropy",
-            [target(f"kuberl_policy_entropy{{{sel}}}", "entropy")],
+            [target(f"{METRIC_POLICY_ENTROPY}{{{sel}}}", "entropy")],
             "short",
             "Mean entropy of the policy: how much it still explores.",
             width=8,
         ),
         timeseries(
             "KL divergence",
-            [target(f"kuberl_policy_kl{{{sel}}}", "KL")],
+            [target(f"{METRIC_POLICY_KL}{{{sel}}}", "KL")],
             "short",
             "Approximate KL between the policy before and after an update.",
             width=8,
@@ -461,9 +519,9 @@ def training() -> dict[str, Any]:
         timeseries(
             "Throughput",
             [
-                target(f"kuberl_samples_per_second{{{sel}}}", "sampled (last iteration)"),
+                target(f"{METRIC_SAMPLES_PER_SECOND}{{{sel}}}", "sampled (last iteration)"),
                 target(
-                    f"sum(rate(kuberl_env_steps_trained_total{{{sel}}}[$__rate_interval]))",
+                    f"sum(rate({METRIC_ENV_STEPS_TRAINED}{{{sel}}}[$__rate_interval]))",
                     "trained",
                 ),
             ],
@@ -474,11 +532,11 @@ def training() -> dict[str, Any]:
         timeseries(
             "Where the driver's time goes",
             [
-                target(f"sum(rate(kuberl_{part}_seconds_total{{{sel}}}[$__rate_interval]))", label)
-                for part, label in (
-                    ("sample", "sampling"),
-                    ("learner", "learning"),
-                    ("weight_sync", "weight sync"),
+                target(f"sum(rate({metric}{{{sel}}}[$__rate_interval]))", label)
+                for metric, label in (
+                    (METRIC_SAMPLE_SECONDS, "sampling"),
+                    (METRIC_LEARNER_SECONDS, "learning"),
+                    (METRIC_WEIGHT_SYNC_SECONDS, "weight sync"),
                 )
             ],
             "percentunit",
@@ -488,7 +546,7 @@ def training() -> dict[str, Any]:
         ),
         timeseries(
             "Checkpoint age",
-            [target(f"kuberl_checkpoint_age_seconds{{{sel}}}", "age")],
+            [target(f"{METRIC_CHECKPOINT_AGE}{{{sel}}}", "age")],
             "s",
             "Time since the newest checkpoint was written (a saw tooth while all is well).",
             width=8,
@@ -497,15 +555,15 @@ def training() -> dict[str, Any]:
             "Worker restarts, preemptions and restarts",
             [
                 target(
-                    f"sum(increase(kuberl_worker_restarts_total{{{sel}}}[$__rate_interval]))",
+                    f"sum(increase({METRIC_WORKER_RESTARTS}{{{sel}}}[$__rate_interval]))",
                     "rollout workers recreated",
                 ),
                 target(
-                    f"sum(increase(kuberl_operator_preemptions_total{{{sel}}}[$__rate_interval]))",
+                    f"sum(increase({METRIC_PREEMPTIONS}{{{sel}}}[$__rate_interval]))",
                     "pods preempted",
                 ),
                 target(
-                    f"sum(increase(kuberl_operator_restarts_total{{{sel}}}[$__rate_interval]))",
+                    f"sum(increase({METRIC_RESTARTS}{{{sel}}}[$__rate_interval]))",
                     "job restarts",
                 ),
             ],
@@ -517,7 +575,7 @@ def training() -> dict[str, Any]:
         panel(
             "state-timeline",
             "Phase",
-            [target(f"kuberl_operator_job_phase{{{sel}}}", "{{phase}}")],
+            [target(f"{METRIC_JOB_PHASE}{{{sel}}}", "{{phase}}")],
             "short",
             "The job's phase over time, as the operator set it.",
             width=8,
@@ -525,7 +583,7 @@ def training() -> dict[str, Any]:
         ),
         timeseries(
             "Rollout workers by capacity",
-            [target(f"kuberl_operator_rollout_workers{{{sel}}}", "{{capacity}}")],
+            [target(f"{METRIC_ROLLOUT_WORKERS}{{{sel}}}", "{{capacity}}")],
             "short",
             "Running rollout worker pods on spot and on on-demand nodes.",
             width=8,
@@ -533,14 +591,14 @@ def training() -> dict[str, Any]:
         ),
         timeseries(
             "Episode length",
-            [target(f"kuberl_episode_length_mean{{{sel}}}", "mean length")],
+            [target(f"{METRIC_EPISODE_LENGTH_MEAN}{{{sel}}}", "mean length")],
             "short",
             "Mean length of the recent episodes, in env steps.",
             width=8,
         ),
         timeseries(
             "Policy lag",
-            [target(f"kuberl_policy_lag{{{sel}}}", "policy lag")],
+            [target(f"{METRIC_POLICY_LAG}{{{sel}}}", "policy lag")],
             "short",
             "Asynchronous optimizers: learner steps between the weights a batch was sampled with "
             "and those it was learned on (mean of the last iteration). V-trace corrects small "
@@ -550,8 +608,8 @@ def training() -> dict[str, Any]:
         timeseries(
             "Learner queue and utilisation",
             [
-                target(f"kuberl_learner_queue_depth{{{sel}}}", "queued batches"),
-                target(f"kuberl_learner_utilisation{{{sel}}}", "utilisation"),
+                target(f"{METRIC_LEARNER_QUEUE_DEPTH}{{{sel}}}", "queued batches"),
+                target(f"{METRIC_LEARNER_UTILISATION}{{{sel}}}", "utilisation"),
             ],
             "short",
             "Asynchronous optimizers: batches waiting for the learner thread, and the share of "
@@ -560,25 +618,63 @@ def training() -> dict[str, Any]:
             width=8,
             overrides=[right_axis("utilisation", "percentunit")],
         ),
+        timeseries(
+            "Rollout workers ready and down",
+            [
+                target(f"max({METRIC_WORKERS_READY}{{{sel}}})", "ready"),
+                target(
+                    f"sum(rate({METRIC_WORKER_DOWNTIME}{{{sel}}}[$__rate_interval]))",
+                    "down",
+                ),
+            ],
+            "short",
+            "Remote rollout workers ready to sample, and worker slots without a working worker "
+            "(seconds lost per second: 1 is one worker missing all along) after a node was lost "
+            "or an actor died, until its replacement answers. The driver trains on what is left "
+            "meanwhile.",
+            width=12,
+        ),
+        timeseries(
+            "Waiting for worker nodes",
+            [target(f"max({METRIC_RESOURCE_WAIT}{{{sel}}})", "waiting")],
+            "s",
+            "How long the driver has waited, at start, for Ray nodes its rollout workers fit on "
+            "(their pods still starting, or Pending); 0 when it is not waiting. Past "
+            "KUBERL_WORKERS_JOIN_TIMEOUT_SECONDS the attempt fails; pods the scheduler cannot "
+            "place show in the RLJob's Schedulable condition.",
+            width=12,
+        ),
         bars(
             "Stragglers dropped",
             [
                 target(
-                    f"sum(increase(kuberl_stragglers_dropped_total{{{sel}}}[$__rate_interval]))",
+                    f"sum(increase({METRIC_STRAGGLERS_DROPPED}{{{sel}}}[$__rate_interval]))",
                     "batches dropped",
                 )
             ],
             "short",
             "SyncSamples and SyncReplay with a sample timeout: rollout worker batches that came "
             "after it and were dropped (the step learned without them).",
-            width=8,
+            width=12,
+        ),
+        bars(
+            "Checkpoint failures",
+            [
+                target(
+                    f"sum(increase({METRIC_CHECKPOINT_FAILURES}{{{sel}}}[$__rate_interval]))",
+                    "failed saves",
+                )
+            ],
+            "short",
+            "Checkpoint saves that failed (store full, unreachable, access denied). Training goes "
+            "on and the previous checkpoint is kept, but a preemption now loses everything since "
+            "it (the checkpoint age panel); the next save tries again.",
+            width=12,
         ),
     ]
     variables = [
-        query_variable("namespace", "label_values(kuberl_training_iteration, namespace)"),
-        query_variable(
-            "job", 'label_values(kuberl_training_iteration{namespace="$namespace"}, job)'
-        ),
+        query_variable("namespace", f"label_values({METRIC_ITERATION}, namespace)"),
+        query_variable("job", f'label_values({METRIC_ITERATION}{{namespace="$namespace"}}, job)'),
     ]
     return dashboard(
         "kuberl-training",
@@ -591,14 +687,14 @@ def training() -> dict[str, Any]:
 
 def spot() -> dict[str, Any]:
     ns = 'namespace=~"$namespace"'
-    lost = f'kuberl_operator_job_phase_seconds_total{{{ns}, phase=~"{LOST_PHASES}"}}'
-    active = f'kuberl_operator_job_phase_seconds_total{{{ns}, phase=~"{ACTIVE_PHASES}"}}'
-    worker_seconds = f"kuberl_operator_rollout_worker_seconds_total{{{ns}}}"
-    spot_seconds = f'kuberl_operator_rollout_worker_seconds_total{{{ns}, capacity="spot"}}'
+    lost = f'{METRIC_JOB_PHASE_SECONDS}{{{ns}, phase=~"{LOST_PHASES}"}}'
+    active = f'{METRIC_JOB_PHASE_SECONDS}{{{ns}, phase=~"{ACTIVE_PHASES}"}}'
+    worker_seconds = f"{METRIC_ROLLOUT_WORKER_SECONDS}{{{ns}}}"
+    spot_seconds = f'{METRIC_ROLLOUT_WORKER_SECONDS}{{{ns}, capacity="spot"}}'
     panels = [
         stat(
             "Preemptions in range",
-            f"sum(increase(kuberl_operator_preemptions_total{{{ns}}}[$__range]))",
+            f"sum(increase({METRIC_PREEMPTIONS}{{{ns}}}[$__range]))",
             "short",
             "Pods of RLJobs preempted in the dashboard's time range.",
             width=6,
@@ -630,7 +726,7 @@ def spot() -> dict[str, Any]:
             [
                 target(
                     "sum by (namespace, job) "
-                    f"(increase(kuberl_operator_preemptions_total{{{ns}}}[$__rate_interval]))",
+                    f"(increase({METRIC_PREEMPTIONS}{{{ns}}}[$__rate_interval]))",
                     "{{namespace}}/{{job}}",
                 )
             ],
@@ -680,11 +776,7 @@ def spot() -> dict[str, Any]:
         ),
         timeseries(
             "Rollout workers by capacity",
-            [
-                target(
-                    f"sum by (capacity) (kuberl_operator_rollout_workers{{{ns}}})", "{{capacity}}"
-                )
-            ],
+            [target(f"sum by (capacity) ({METRIC_ROLLOUT_WORKERS}{{{ns}}})", "{{capacity}}")],
             "short",
             "Running rollout worker pods on spot and on on-demand nodes (the on-demand fallback "
             "shows here when spot capacity is short).",
@@ -703,8 +795,34 @@ def spot() -> dict[str, Any]:
             "Rollout worker pods waiting for a node, from kube-state-metrics (installed in most "
             "clusters with Prometheus): spot capacity that is not there.",
         ),
+        timeseries(
+            "Rollout worker slots down",
+            [
+                target(
+                    "sum by (namespace, job) "
+                    f"(rate({METRIC_WORKER_DOWNTIME}{{{ns}}}[$__rate_interval]))",
+                    "{{namespace}}/{{job}}",
+                )
+            ],
+            "short",
+            "Rollout worker slots of each job without a working worker (seconds lost per second) "
+            "after a lost node or actor, until its replacement answers: the time spot "
+            "preemptions cost the drivers, which train on at reduced speed meanwhile.",
+        ),
+        timeseries(
+            "Drivers waiting for worker nodes",
+            [
+                target(
+                    f"max by (namespace, job) ({METRIC_RESOURCE_WAIT}{{{ns}}})",
+                    "{{namespace}}/{{job}}",
+                )
+            ],
+            "s",
+            "How long each job's driver has waited, at start, for Ray nodes its rollout workers "
+            "fit on (their pods still starting, or Pending for want of spot capacity).",
+        ),
     ]
-    variables = [query_variable("namespace", "label_values(kuberl_operator_jobs, namespace)", True)]
+    variables = [query_variable("namespace", f"label_values({METRIC_JOBS}, namespace)", True)]
     return dashboard(
         "kuberl-spot",
         "kuberl / Spot and cost",

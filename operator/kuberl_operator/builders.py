@@ -24,7 +24,15 @@ The children of a job:
 Stopping the head. Kubernetes runs the head's preStop hook before it signals `ray start`: the hook
 sends SIGTERM to the driver (found by its command line, `kuberl train`, with pkill) and waits for it
 to exit, so the driver writes its checkpoint and exits 143 while Ray is still up. The pod's grace
-period (`termination_grace_period_seconds`, 60 s by default) bounds hook and shutdown together.
+period bounds hook and shutdown together: the job's trainer.checkpoint.gracePeriodSeconds plus
+RAY_STOP_MARGIN_SECONDS for Ray to stop, and at least the operator's
+`termination_grace_period_seconds` (60 s by default). The rollout worker pods checkpoint nothing
+and keep Kubernetes' default.
+
+What the cluster offers. The head gets the cluster's capacity (every group's Ray resources and most
+replicas, kuberl_trainer.capacity) in KUBERL_RAY_CAPACITY, so the driver tells a resource request
+that will never fit (the job is invalid) from worker pods that are still starting (it waits for
+them, up to the settings' workers_join_timeout_seconds).
 
 Rollout workers. One Ray worker pod per rollout worker, in the group `rollout`, on spot nodes when
 spot is enabled: the provider's node selector and, on GKE and AKS, the toleration of its spot taint
@@ -74,11 +82,12 @@ Secret explicitly (KubeRay adds them only where missing), so `kuberl train` in t
 
 Storage. With spec.storage.persistentVolumeClaim the head mounts the claim at mountPath and the
 driver's run directory (progress and checkpoints) is <mountPath>/<job>, the same for every attempt,
-so a restarted driver resumes from the newest checkpoint. With spec.storage.secretRef the driver
-gets the Secret's keys as environment variables (object-store credentials; the head only, since only
-the driver writes checkpoints). Without a claim the run directory is an emptyDir: it survives the
-driver's restarts but not the head pod, so a job on spot workers without storage still resumes
-after a worker is preempted, but restarts from scratch if its head is lost.
+so a restarted driver resumes from the newest checkpoint. With spec.storage.secretRef, or
+spec.trainer.checkpoint.credentialsSecret, the driver gets the Secret's keys as environment
+variables (object-store credentials; the head only, since only the driver writes checkpoints).
+Without a claim the run directory is an emptyDir: it survives the driver's restarts but not the
+head pod, so a job on spot workers without storage still resumes after a worker is preempted, but
+restarts from scratch if its head is lost (unless trainer.checkpoint.uri is an object store).
 """
 
 from __future__ import annotations
@@ -116,6 +125,7 @@ from kuberl_operator.constants import (
 )
 from kuberl_operator.settings import OperatorSettings
 from kuberl_operator.spec import IntOrPercent, RLJob, RolloutWorkers, SpotProvider, Toleration
+from kuberl_trainer.capacity import RAY_CAPACITY_ENV, Capacity, NodeGroup
 
 Object = dict[str, Any]
 
@@ -129,6 +139,8 @@ STOP_DRIVER = (
     'while pgrep -f "[k]uberl train" > /dev/null; do sleep 1; done'
 )
 GPU_TOLERATION: Object = {"key": GPU_RESOURCE, "operator": "Exists", "effect": "NoSchedule"}
+# What the head's grace period leaves, beyond the driver's checkpoint, for Ray itself to stop.
+RAY_STOP_MARGIN_SECONDS = 15
 
 
 # --- Names and labels ---------------------------------------------------------------------------
@@ -378,9 +390,16 @@ def _head_container(job: RLJob, settings: OperatorSettings) -> Object:
     container = _ray_container(
         job, settings, "ray-head", _head_resources(job), gpus=job.spec.learner.gpus
     )
+    # The head runs the driver, the one process that writes checkpoints: it alone gets the
+    # object store's credentials, from either field, as environment variables.
     storage = job.spec.storage
-    if storage and storage.secret_ref:
-        container["envFrom"] = [{"secretRef": {"name": storage.secret_ref.name}}]
+    secrets = [storage.secret_ref.name] if storage and storage.secret_ref else []
+    secrets.append(job.spec.trainer.checkpoint.credentials_secret)
+    names = [name for i, name in enumerate(secrets) if name and name not in secrets[:i]]
+    if names:
+        container["envFrom"] = [{"secretRef": {"name": name}} for name in names]
+    capacity = {"name": RAY_CAPACITY_ENV, "value": ray_capacity(job, settings).to_json()}
+    container["env"] = [*container["env"], capacity]
     return container | {
         "ports": [
             {"name": "gcs-server", "containerPort": RAY_GCS_PORT},
@@ -420,7 +439,7 @@ def _head_group(job: RLJob, settings: OperatorSettings, labels: dict[str, str]) 
     )
     template["spec"] |= {
         "volumes": [volume for volume, _ in _head_volumes(job, settings)],
-        "terminationGracePeriodSeconds": settings.termination_grace_period_seconds,
+        "terminationGracePeriodSeconds": head_grace_period_seconds(job, settings),
     }
     return {
         "serviceType": "ClusterIP",
@@ -452,9 +471,10 @@ def _rollout_group(
 ) -> Object:
     workers = job.spec.rollout_workers
     container = _ray_container(job, settings, "ray-worker", _rollout_resources(workers, settings))
-    start_params = {"num-cpus": str(math.ceil(workers.cpus_per_worker))}
-    if group.spot:
-        start_params["resources"] = _ray_resources_param({SPOT_RAY_RESOURCE: 1})
+    advertised = _rollout_node_resources(workers, group.spot)
+    start_params = {"num-cpus": str(advertised.pop("CPU"))}
+    if advertised:
+        start_params["resources"] = _ray_resources_param(advertised)
     return {
         "groupName": group.name,
         # KubeRay keeps replicas within [minReplicas, maxReplicas]; the operator sets replicas.
@@ -464,6 +484,38 @@ def _rollout_group(
         "rayStartParams": start_params,
         "template": _pod_template(job, labels, container, group.placement),
     }
+
+
+def _rollout_node_resources(workers: RolloutWorkers, spot: bool) -> dict[str, int]:
+    """The Ray resources a rollout pod advertises: whole CPUs (`ray start --num-cpus` counts
+    whole ones), and on the spot group's pods one unit of `spot`."""
+    return {"CPU": math.ceil(workers.cpus_per_worker)} | ({SPOT_RAY_RESOURCE: 1} if spot else {})
+
+
+def head_grace_period_seconds(job: RLJob, settings: OperatorSettings) -> int:
+    """The head pod's terminationGracePeriodSeconds: the driver's checkpoint grace, then time for
+    Ray to stop; never less than the operator's setting."""
+    grace = job.spec.trainer.checkpoint.grace_period_seconds + RAY_STOP_MARGIN_SECONDS
+    return max(settings.termination_grace_period_seconds, math.ceil(grace))
+
+
+def ray_capacity(job: RLJob, settings: OperatorSettings) -> Capacity:
+    """The most the job's RayCluster offers the driver's actors (kuberl_trainer.capacity): the
+    head (no CPUs: they are the learner's; its GPUs) and every rollout group at its maxReplicas,
+    the spot group and the on-demand fallback group together, as the builders make them."""
+    learner, workers = job.spec.learner, job.spec.rollout_workers
+    groups = [NodeGroup({"CPU": 0.0, "GPU": float(learner.gpus)}, 1)]
+    if workers.replicas:
+        spot = workers.spot.enabled
+        groups.append(NodeGroup(_floats(_rollout_node_resources(workers, spot)), workers.replicas))
+        if spot and workers.spot.fallback_to_on_demand:
+            on_demand = _rollout_node_resources(workers, spot=False)
+            groups.append(NodeGroup(_floats(on_demand), workers.replicas))
+    return Capacity(tuple(groups), float(settings.workers_join_timeout_seconds))
+
+
+def _floats(resources: dict[str, int]) -> dict[str, float]:
+    return {name: float(amount) for name, amount in resources.items()}
 
 
 def _ray_resources_param(resources: dict[str, int]) -> str:

@@ -81,6 +81,13 @@ UP_TO_DATE_CONDITION = "UpToDate"
 REASON_SPEC_APPLIED = "SpecApplied"
 REASON_RESTART_REQUIRED = "RestartRequired"
 
+# Whether the scheduler can place the current attempt's pods: False while a pod of the job's Ray
+# cluster is Pending with the scheduler's PodScheduled=False (reason Unschedulable: no GPU node, a
+# request larger than any node, a node selector nothing matches), with the scheduler's message.
+SCHEDULABLE_CONDITION = "Schedulable"
+REASON_UNSCHEDULABLE = "Unschedulable"  # the scheduler's own reason on the pod, kept
+REASON_NO_UNSCHEDULABLE_PODS = "NoUnschedulablePods"
+
 REASON_CRD_FOUND = "CRDFound"
 REASON_CRD_NOT_FOUND = "CRDNotFound"
 REASON_INVALID_SPEC = "InvalidSpec"
@@ -89,6 +96,10 @@ REASON_DRIVER_RUNNING = "DriverRunning"
 REASON_DRIVER_SUCCEEDED = "DriverSucceeded"
 REASON_DRIVER_FAILED = "DriverFailed"
 REASON_HEAD_FAILED = "HeadFailed"
+# KubeRay replaced the head pod the attempt's driver was submitted to (status.headPodUID).
+REASON_HEAD_REPLACED = "HeadReplaced"
+# The driver runs but waits for the Ray nodes of its rollout workers to join.
+REASON_WAITING_FOR_WORKERS = "WaitingForWorkers"
 REASON_CLUSTER_LOST = "RayClusterLost"
 REASON_HEAD_PREEMPTED = "HeadPreempted"
 REASON_WORKER_PREEMPTED = "WorkerPreempted"
@@ -110,7 +121,32 @@ REASON_STALE_ATTEMPT = "StaleAttempt"
 MAX_BACKOFF_SECONDS = 3600
 # How often a job waiting for KubeRay's CRD looks again.
 KUBERAY_RECHECK_SECONDS = 60
+# A job whose RayCluster is missing believes KubeRay installed only if it was found this recently:
+# uninstalling KubeRay deletes every RayCluster with its CRD.
+KUBERAY_CONFIRM_SECONDS = 5
 # The custom Ray resource the spot group's pods advertise, one unit each (each pod is sized for
 # one rollout worker): `rolloutWorkers.rayResources: {spot: 1}` pins the workers to spot pods, one
 # per pod. The on-demand fallback group does not advertise it.
 SPOT_RAY_RESOURCE = "spot"
+
+# --- The operator's Prometheus metrics (metrics.py serves them; the dashboards and alert rules in
+# deploy/ import these names) --------------------------------------------------------------------
+
+METRIC_JOBS = "kuberl_operator_jobs"
+"""Gauge: RLJobs by namespace and phase."""
+METRIC_JOB_PHASE = "kuberl_operator_job_phase"
+"""Gauge: 1 for each RLJob's current phase."""
+METRIC_JOB_PHASE_SECONDS = "kuberl_operator_job_phase_seconds_total"
+"""Counter: seconds each RLJob spent in each phase."""
+METRIC_ROLLOUT_WORKERS = "kuberl_operator_rollout_workers"
+"""Gauge: running rollout worker pods of each RLJob, by capacity (spot or on-demand)."""
+METRIC_ROLLOUT_WORKER_SECONDS = "kuberl_operator_rollout_worker_seconds_total"
+"""Counter: seconds of running rollout worker pods of each RLJob, by capacity."""
+METRIC_RECONCILE_DURATION = "kuberl_operator_reconcile_duration_seconds"
+"""Histogram: time one reconcile of one RLJob takes."""
+METRIC_RECONCILE_ERRORS = "kuberl_operator_reconcile_errors_total"
+"""Counter: reconciles that failed (and are retried), by namespace."""
+METRIC_PREEMPTIONS = "kuberl_operator_preemptions_total"
+"""Counter: preempted pods of each RLJob."""
+METRIC_RESTARTS = "kuberl_operator_restarts_total"
+"""Counter: restarts of each RLJob after failures."""

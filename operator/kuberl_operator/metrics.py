@@ -11,7 +11,18 @@ from typing import Any
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, start_http_server
 
-from kuberl_operator.constants import ROLLOUT_GROUP
+from kuberl_operator.constants import (
+    METRIC_JOB_PHASE,
+    METRIC_JOB_PHASE_SECONDS,
+    METRIC_JOBS,
+    METRIC_PREEMPTIONS,
+    METRIC_RECONCILE_DURATION,
+    METRIC_RECONCILE_ERRORS,
+    METRIC_RESTARTS,
+    METRIC_ROLLOUT_WORKER_SECONDS,
+    METRIC_ROLLOUT_WORKERS,
+    ROLLOUT_GROUP,
+)
 from kuberl_operator.observe import RAY_GROUP_LABEL, disruption, worker_pods
 from kuberl_operator.spec import Phase, RLJobStatus
 
@@ -50,55 +61,55 @@ class OperatorMetrics:
         self._clock = clock
         r = self.registry
         self.jobs = Gauge(
-            "kuberl_operator_jobs",
+            METRIC_JOBS,
             "RLJobs by namespace and phase.",
             ("namespace", "phase"),
             registry=r,
         )
         self.job_phase = Gauge(
-            "kuberl_operator_job_phase",
+            METRIC_JOB_PHASE,
             "1 for each RLJob's current phase (the series of its other phases are absent).",
             ("namespace", "job", "phase"),
             registry=r,
         )
         self.phase_seconds = Counter(
-            "kuberl_operator_job_phase_seconds_total",
+            METRIC_JOB_PHASE_SECONDS,
             "Seconds RLJobs spent in each phase, as the operator observed them (until finished).",
             ("namespace", "job", "phase"),
             registry=r,
         )
         self.workers = Gauge(
-            "kuberl_operator_rollout_workers",
+            METRIC_ROLLOUT_WORKERS,
             "Running rollout worker pods of each RLJob, by capacity (spot or on-demand).",
             ("namespace", "job", "capacity"),
             registry=r,
         )
         self.worker_seconds = Counter(
-            "kuberl_operator_rollout_worker_seconds_total",
+            METRIC_ROLLOUT_WORKER_SECONDS,
             "Seconds of running rollout worker pods of each RLJob, by capacity (worker-time).",
             ("namespace", "job", "capacity"),
             registry=r,
         )
         self.reconcile_duration = Histogram(
-            "kuberl_operator_reconcile_duration_seconds",
+            METRIC_RECONCILE_DURATION,
             "Time one reconcile of one RLJob takes (observe, compute, write, act).",
             buckets=(0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30),
             registry=r,
         )
         self.reconcile_errors = Counter(
-            "kuberl_operator_reconcile_errors_total",
+            METRIC_RECONCILE_ERRORS,
             "Reconciles that failed (and are retried).",
             ("namespace",),
             registry=r,
         )
         self.preemptions = Counter(
-            "kuberl_operator_preemptions_total",
+            METRIC_PREEMPTIONS,
             "Preempted pods (rollout workers and heads) of RLJobs.",
             ("namespace", "job"),
             registry=r,
         )
         self.restarts = Counter(
-            "kuberl_operator_restarts_total",
+            METRIC_RESTARTS,
             "Restarts of RLJobs after failures.",
             ("namespace", "job"),
             registry=r,

@@ -6,7 +6,7 @@ objects shaped as KubeRay and the kubelet write them.
 from __future__ import annotations
 
 import math
-import re
+from collections import Counter
 from collections.abc import Iterable
 from datetime import UTC, datetime
 from typing import Any
@@ -19,7 +19,29 @@ from kuberl_operator.constants import (
     RAY_NODE_TYPE_LABEL,
     ROLLOUT_GROUP,
 )
-from kuberl_operator.status import HeadFate, ObservedCluster, ObservedHead, ObservedProgress
+from kuberl_operator.status import (
+    HEAD_GROUP,
+    HeadFate,
+    ObservedCluster,
+    ObservedHead,
+    ObservedProgress,
+    UnschedulablePods,
+)
+from kuberl_trainer.progress_row import (
+    CHECKPOINT_LABEL,
+    EPISODE_RETURN_MEAN,
+    ITERATION,
+    METRIC_CHECKPOINT,
+    METRIC_EPISODE_RETURN_MEAN,
+    METRIC_ITERATION,
+    METRIC_LAST_ITERATION_TIMESTAMP,
+    METRIC_RESOURCE_WAIT,
+    METRIC_SAMPLES_PER_SECOND,
+    METRIC_TIMESTEPS,
+    SAMPLES_PER_S,
+    TIMESTEPS_TOTAL,
+    FinalRecord,
+)
 
 Object = dict[str, Any]
 
@@ -103,23 +125,24 @@ def _terminated_with_error(pod: Object) -> str | None:
 
 
 def observed_head(pod: Object | None) -> ObservedHead | None:
-    """What became of the head pod: preempted, failed (Failed phase, a container exited with an
-    error, or deleted), or running; None while it does not exist."""
+    """What became of the head pod (and its UID): preempted, failed (Failed phase, a container
+    exited with an error, or deleted), or running; None while it does not exist."""
     if pod is None:
         return None
+    uid = pod["metadata"].get("uid") or ""
     preempted = disruption(pod)
     if preempted:
-        return ObservedHead(HeadFate.PREEMPTED, preempted)
+        return ObservedHead(HeadFate.PREEMPTED, preempted, uid)
     status = pod.get("status") or {}
     if status.get("phase") == "Failed":
         why = status.get("message") or status.get("reason") or "pod Failed"
-        return ObservedHead(HeadFate.FAILED, why)
+        return ObservedHead(HeadFate.FAILED, why, uid)
     crashed = _terminated_with_error(pod)
     if crashed:
-        return ObservedHead(HeadFate.FAILED, crashed)
+        return ObservedHead(HeadFate.FAILED, crashed, uid)
     if pod["metadata"].get("deletionTimestamp"):
-        return ObservedHead(HeadFate.FAILED, "the pod was deleted")
-    return ObservedHead(HeadFate.RUNNING)
+        return ObservedHead(HeadFate.FAILED, "the pod was deleted", uid)
+    return ObservedHead(HeadFate.RUNNING, uid=uid)
 
 
 def head_pod(pods: Iterable[Object]) -> Object | None:
@@ -166,63 +189,89 @@ def pending_spot_workers(pods: Iterable[Object], now: datetime) -> tuple[int, fl
     return len(pending), oldest
 
 
-# --- The driver's progress, from its Prometheus metrics -------------------------------------------
+def unschedulable(pods: Iterable[Object]) -> tuple[UnschedulablePods, ...]:
+    """The pods the scheduler cannot place, by group (the head first, then the worker groups by
+    name): those with PodScheduled False and reason Unschedulable, as kube-scheduler marks a pod
+    it found no node for, and not being deleted. Each group carries its pods' most common
+    message, so one odd pod does not change what the job says."""
+    messages: dict[str, list[str]] = {}
+    for pod in pods:
+        scheduled = _condition(pod, "PodScheduled")
+        if (
+            scheduled is None
+            or scheduled.get("status") != "False"
+            or scheduled.get("reason") != "Unschedulable"
+            or pod["metadata"].get("deletionTimestamp")
+        ):
+            continue
+        labels = _labels(pod)
+        head = labels.get(RAY_NODE_TYPE_LABEL) == RAY_HEAD_NODE_TYPE
+        group = HEAD_GROUP if head else labels.get(RAY_GROUP_LABEL) or "unnamed"
+        messages.setdefault(group, []).append(scheduled.get("message") or "no message")
+    found = []
+    for group, said in messages.items():
+        counts = Counter(said)
+        message = min(counts, key=lambda text: (-counts[text], text))  # ties: the same each time
+        found.append(UnschedulablePods(group, len(said), message))
+    return tuple(sorted(found, key=lambda g: (g.group != HEAD_GROUP, g.group)))
 
 
-def progress_from_metrics(text: str) -> ObservedProgress | None:
-    """The driver's newest iteration, as its metrics report it (kuberl_training_iteration,
-    kuberl_training_timesteps, kuberl_episode_return_mean, kuberl_samples_per_second,
-    kuberl_last_iteration_timestamp_seconds, kuberl_checkpoint_info); None before the first
-    iteration of this run and before a resumed run has reported anything."""
+# --- The driver's progress: its metrics while it runs, its final record once it has ended ---
+
+_CHECKPOINT_INFO = f"{METRIC_CHECKPOINT}_info"  # how Prometheus exposes an Info metric
+
+
+def _metric_values(text: str) -> tuple[dict[str, float], str | None]:
+    """Each sample's value by metric name, and the newest checkpoint's location."""
     values: dict[str, float] = {}
     checkpoint = None
     for family in text_string_to_metric_families(text):
         for sample in family.samples:
-            if sample.name == "kuberl_checkpoint_info":
-                checkpoint = sample.labels.get("path") or checkpoint
+            if sample.name == _CHECKPOINT_INFO:
+                checkpoint = sample.labels.get(CHECKPOINT_LABEL) or checkpoint
             else:
                 values[sample.name] = sample.value
-    when = values.get("kuberl_last_iteration_timestamp_seconds")
-    iteration = values.get("kuberl_training_iteration")
+    return values, checkpoint
+
+
+def progress_from_metrics(text: str) -> ObservedProgress | None:
+    """The driver's newest iteration, as its metrics report it (the names are in
+    kuberl_trainer.progress_row); None before the first iteration of this run and before a resumed
+    run has reported anything."""
+    values, checkpoint = _metric_values(text)
+    when = values.get(METRIC_LAST_ITERATION_TIMESTAMP)
+    iteration = values.get(METRIC_ITERATION)
     if not when or iteration is None:
         return None
     row = {
-        "iteration": int(iteration),
-        "timesteps_total": int(values.get("kuberl_training_timesteps", 0)),
-        "episode_return_mean": _finite(values.get("kuberl_episode_return_mean")),
-        "samples_per_s": _finite(values.get("kuberl_samples_per_second")),
+        ITERATION: int(iteration),
+        TIMESTEPS_TOTAL: int(values.get(METRIC_TIMESTEPS, 0)),
+        EPISODE_RETURN_MEAN: _finite(values.get(METRIC_EPISODE_RETURN_MEAN)),
+        SAMPLES_PER_S: _finite(values.get(METRIC_SAMPLES_PER_SECOND)),
     }
     return ObservedProgress(
         row=row, time=datetime.fromtimestamp(when, UTC), last_checkpoint=checkpoint
     )
 
 
+def waiting_from_metrics(text: str) -> float:
+    """Seconds the driver has been waiting for the Ray nodes of its rollout workers; 0 when it
+    is not waiting (or does not say)."""
+    waited = _metric_values(text)[0].get(METRIC_RESOURCE_WAIT)
+    return waited if waited is not None and math.isfinite(waited) and waited > 0 else 0.0
+
+
 def _finite(value: float | None) -> float | None:
     return value if value is not None and math.isfinite(value) else None
 
 
-# The summary `kuberl train` prints as it stops (cli/kuberl_cli/train.py): the driver's log ends so.
-_SUMMARY = re.compile(
-    r": (?:stopped at|interrupted by) \S+ after (?P<iteration>\d+) iterations\n"
-    r"\s+timesteps\s+(?P<timesteps>[\d,]+)\n"
-    r"\s+episode return\s+(?P<ret>-|-?[\d.]+)[^\n]*\n"
-    r"(?:\s+evaluation return[^\n]*\n)?"
-    r"\s+training time[^\n]*\n"
-    r"\s+checkpoint\s+(?P<checkpoint>\S+)"
-)
-
-
-def progress_from_summary(logs: str, now: datetime) -> ObservedProgress | None:
-    """The final progress of a driver that has exited (its metrics went with it), from the summary
-    at the end of its log; None when the log has none (it crashed)."""
-    matches = list(_SUMMARY.finditer(logs))
-    if not matches:
+def progress_from_final_record(record: FinalRecord | None) -> ObservedProgress | None:
+    """Where training stood when the driver ended (its metrics went with it), from the final
+    record that ends its log; None without one, or when it ended before training."""
+    if record is None or record.iteration is None:
         return None
-    found = matches[-1]
-    row = {
-        "iteration": int(found["iteration"]),
-        "timesteps_total": int(found["timesteps"].replace(",", "")),
-        "episode_return_mean": None if found["ret"] == "-" else float(found["ret"]),
-    }
-    checkpoint = None if found["checkpoint"] == "None" else found["checkpoint"]
-    return ObservedProgress(row=row, time=now, last_checkpoint=checkpoint)
+    return ObservedProgress(
+        row=record.row(),
+        time=datetime.fromtimestamp(record.time, UTC),
+        last_checkpoint=record.checkpoint,
+    )

@@ -2,7 +2,9 @@
 
 The operator never imports ray, so it speaks the Jobs API's REST endpoints (the same ones
 `ray job submit` uses) with aiohttp, kopf's own HTTP client. Every request carries the cluster's
-token (`Authorization: Bearer`), as Ray's token authentication requires.
+token (`Authorization: Bearer`), as Ray's token authentication requires. The clients of all jobs
+share the operator's one `aiohttp.ClientSession` (its connection pool), which the operator closes
+at cleanup; a client holds only a head's address and token.
 
 Exactly once per attempt: the submission id is fixed per attempt (`builders.submission_id`), a
 submission first looks the id up and only submits when it is unknown, and the Jobs API's refusal
@@ -30,13 +32,23 @@ class DriverStatus:
 
     status: str  # PENDING, RUNNING, SUCCEEDED, FAILED or STOPPED
     message: str
+    exit_code: int | None = None
+    """The driver's exit status once it has exited (Ray's driver_exit_code)."""
 
 
 class RayJobsClient:
-    """One Ray head's Jobs API (`http://<head service>:8265`)."""
+    """One Ray head's Jobs API (`http://<head service>:8265`), spoken over `session`, which the
+    caller owns (and shares between clients)."""
 
-    def __init__(self, address: str, token: str | None, timeout_s: float = 10.0):
+    def __init__(
+        self,
+        address: str,
+        token: str | None,
+        session: aiohttp.ClientSession,
+        timeout_s: float = 10.0,
+    ):
         self.address = address.rstrip("/")
+        self.session = session
         self._headers = {"Authorization": f"Bearer {token}"} if token else {}
         self._timeout = aiohttp.ClientTimeout(total=timeout_s)
 
@@ -68,7 +80,10 @@ class RayJobsClient:
                 f"reading {submission_id} from {self.address}: HTTP {status}: {text}"
             )
         info = json.loads(text)
-        return DriverStatus(info["status"], info.get("message") or "")
+        exit_code = info.get("driver_exit_code")
+        return DriverStatus(
+            info["status"], info.get("message") or "", None if exit_code is None else int(exit_code)
+        )
 
     async def logs(self, submission_id: str) -> str:
         """The driver's whole log so far ("" when the id is unknown)."""
@@ -91,10 +106,13 @@ class RayJobsClient:
 
     async def _request(self, method: str, path: str, body: Any = None) -> tuple[int, str]:
         try:
-            async with (
-                aiohttp.ClientSession(headers=self._headers, timeout=self._timeout) as session,
-                session.request(method, self.address + path, json=body) as response,
-            ):
+            async with self.session.request(
+                method,
+                self.address + path,
+                json=body,
+                headers=self._headers,
+                timeout=self._timeout,
+            ) as response:
                 return response.status, await response.text()
         except (aiohttp.ClientError, TimeoutError) as exc:
             raise RayJobsError(f"the Ray Jobs API at {self.address} is unreachable: {exc}") from exc

@@ -4,7 +4,10 @@ The reconciler holds no state of its own that matters for correctness: the attem
 and the backoff clock live in the RLJob's status, the Ray cluster's attempt in its label, and the
 driver's submission in the Ray Jobs API under an id fixed per attempt. So an operator restarted at
 any point picks up where it was, without duplicate children or submissions. (It caches the Ray
-auth tokens it read and whether KubeRay is installed, both re-read when missing.)
+auth tokens it read and whether KubeRay is installed, both re-read when missing; KubeRay found
+installed is looked for again whenever a job's RayCluster is missing, so an uninstalled KubeRay is
+reported as such rather than as errors.) One HTTP session serves every request to the Ray heads
+(Jobs API and driver metrics), closed with the reconciler.
 
 Order matters once: the status is written before the action is carried out, so an attempt number
 is on record before its Ray cluster exists, and a crash in between only repeats the action.
@@ -18,6 +21,7 @@ import math
 import secrets
 import time
 from collections.abc import Mapping
+from dataclasses import replace
 from datetime import UTC, datetime
 from typing import Any
 
@@ -28,6 +32,7 @@ from kuberl_operator import builders
 from kuberl_operator.constants import (
     API_VERSION,
     KIND,
+    KUBERAY_CONFIRM_SECONDS,
     KUBERAY_RECHECK_SECONDS,
     PLURAL,
     RAY_AUTH_TOKEN_SECRET_KEY,
@@ -40,8 +45,10 @@ from kuberl_operator.observe import (
     observed_cluster,
     observed_head,
     pending_spot_workers,
+    progress_from_final_record,
     progress_from_metrics,
-    progress_from_summary,
+    unschedulable,
+    waiting_from_metrics,
     workers,
 )
 from kuberl_operator.ray_jobs import RayJobsClient, RayJobsError
@@ -64,8 +71,12 @@ from kuberl_operator.status import (
     compute_status,
 )
 from kuberl_operator.validation import InvalidManifest, validate_rljob
+from kuberl_trainer.progress_row import FinalRecord, read_final_record
 
 RAY_CLUSTERS = ("ray.io/v1", "rayclusters")
+# The driver states after which it serves no metrics and its log ends with its final record.
+ENDED = frozenset({DriverState.SUCCEEDED, DriverState.FAILED, DriverState.STOPPED})
+METRICS_TIMEOUT = aiohttp.ClientTimeout(total=5)
 # A job that waits for nothing but an edit (suspended) is still looked at now and then.
 IDLE_SECONDS = 300.0
 
@@ -120,6 +131,12 @@ class Reconciler:
             await self._http.close()
         await self.kube.close()
 
+    def _session(self) -> aiohttp.ClientSession:
+        """The one HTTP session for every Ray head (opened in the loop that first needs it)."""
+        if self._http is None:
+            self._http = aiohttp.ClientSession()
+        return self._http
+
     async def reconcile(self, body: Mapping[str, Any]) -> float | None:
         """Reconcile once; the seconds until the job should be looked at again, or None when
         there is nothing left to do for it (finished, no TTL)."""
@@ -151,7 +168,9 @@ class Reconciler:
         kuberay = await self._kuberay_available() if job else True
         if job is not None and kuberay:
             ray_cluster = await self.kube.get(path(*RAY_CLUSTERS, namespace, name))
-            if ray_cluster is not None:
+            if ray_cluster is None:  # none yet, or KubeRay was uninstalled (its CRD with it)
+                kuberay = await self._kuberay_available(trusted_for=KUBERAY_CONFIRM_SECONDS)
+            else:
                 pods = await self.kube.list(
                     path("v1", "pods", namespace), {RAY_CLUSTER_LABEL: name}
                 )
@@ -190,9 +209,12 @@ class Reconciler:
         self._jobs[key] = (version, job, problems)
         return job, problems
 
-    async def _kuberay_available(self) -> bool:
+    async def _kuberay_available(self, trusted_for: float = math.inf) -> bool:
+        """Whether KubeRay's RayCluster CRD is served (API discovery). A found CRD is believed for
+        `trusted_for` seconds, a missing one for half of KUBERAY_RECHECK_SECONDS."""
         installed, checked = self._kuberay
-        if installed or time.monotonic() - checked < KUBERAY_RECHECK_SECONDS / 2:
+        age = time.monotonic() - checked
+        if age < (trusted_for if installed else KUBERAY_RECHECK_SECONDS / 2):
             return installed
         installed = await self.kube.serves(*RAY_CLUSTERS)
         self._kuberay = (installed, time.monotonic())
@@ -215,15 +237,20 @@ class Reconciler:
             disrupted_workers=disrupted,
             workers_short=short,
             stale_spec=builders.stale_spec(job, ray_cluster),
+            unschedulable=unschedulable(pods),
         )
         client = await self._jobs_client(job) if cluster.ready else None
         if client is not None:
             submission = builders.submission_id(job, attempt)
-            driver = found["driver"] = await self._driver(client, job, submission)
+            driver = await self._driver(client, job, submission)
             if driver is not None and driver.state == DriverState.RUNNING:
-                found["progress"] = await self._progress(job)
-            elif driver is not None and driver.state == DriverState.SUCCEEDED:
-                found["progress"] = await self._final_progress(client, job, submission)
+                found["progress"], found["driver_waiting_s"] = await self._metrics(job)
+            elif driver is not None and driver.state in ENDED:
+                record = await self._final_record(client, job, submission)
+                found["progress"] = progress_from_final_record(record)
+                if record is not None:  # its words, not the Jobs API's wrapping of its log
+                    driver = replace(driver, message=record.message, outcome=record.outcome)
+            found["driver"] = driver
         return found
 
     async def _jobs_client(self, job: RLJob) -> RayJobsClient | None:
@@ -231,7 +258,7 @@ class Reconciler:
         if token is None:
             return None
         url = self.settings.dashboard_url(job.name, job.metadata.namespace or "default")
-        return RayJobsClient(url, token)
+        return RayJobsClient(url, token, self._session())
 
     async def _driver(
         self, client: RayJobsClient, job: RLJob, submission: str
@@ -241,31 +268,34 @@ class Reconciler:
         except RayJobsError as exc:
             logger.info("%s: %s", job.name, exc)  # the head is coming up or going away
             return None
-        return None if found is None else ObservedDriver(DriverState(found.status), found.message)
+        if found is None:
+            return None
+        return ObservedDriver(DriverState(found.status), found.message, found.exit_code)
 
-    async def _progress(self, job: RLJob) -> ObservedProgress | None:
+    async def _metrics(self, job: RLJob) -> tuple[ObservedProgress | None, float]:
+        """The running driver's progress and how long it has waited for its workers' nodes."""
         url = self.settings.metrics_url(job.name, job.metadata.namespace or "default")
-        if self._http is None:
-            self._http = aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=5))
         try:
-            async with self._http.get(url) as response:
+            async with self._session().get(url, timeout=METRICS_TIMEOUT) as response:
                 if response.status != 200:
-                    return None
-                return progress_from_metrics(await response.text())
+                    return None, 0.0
+                text = await response.text()
+            return progress_from_metrics(text), waiting_from_metrics(text)
         except (aiohttp.ClientError, TimeoutError, ValueError) as exc:
             logger.info("%s: no progress from %s: %s", job.name, url, exc)
-            return None
+            return None, 0.0
 
-    async def _final_progress(
+    async def _final_record(
         self, client: RayJobsClient, job: RLJob, submission: str
-    ) -> ObservedProgress | None:
-        """A finished driver serves no metrics: its last iteration is in its log's summary."""
+    ) -> FinalRecord | None:
+        """An ended driver serves no metrics: how it ended, and where training stood, is in the
+        final record that ends its log."""
         try:
             logs = await client.logs(submission)
         except RayJobsError as exc:
             logger.info("%s: %s", job.name, exc)
             return None
-        return progress_from_summary(logs, datetime.now(UTC))
+        return read_final_record(logs)
 
     async def _token(self, job: RLJob) -> str | None:
         key = (job.metadata.namespace or "default", job.name)
@@ -320,7 +350,12 @@ class Reconciler:
         kopf.append_owner_reference(children, owner=owner)
         for child in children:
             api_version, plural = child["apiVersion"], _PLURALS[child["kind"]]
-            created = await self.kube.create(path(api_version, plural, namespace), child)
+            try:
+                created = await self.kube.create(path(api_version, plural, namespace), child)
+            except KubeError as exc:
+                if exc.status == 404 and child["kind"] == "RayCluster":
+                    self._kuberay = (False, time.monotonic())  # its CRD is gone with KubeRay
+                raise
             if created is None and child["kind"] == "ConfigMap":
                 child_path = path(api_version, plural, namespace, child["metadata"]["name"])
                 await self.kube.merge_patch(child_path, {"data": child["data"]})

@@ -65,14 +65,22 @@ class OperatorSettings(BaseModel):
     (KUBERL_WATCH_NAMESPACE)."""
 
     termination_grace_period_seconds: int = Field(60, ge=5, le=3600)
-    """Seconds the head pod gets between the stop signal and being killed: the driver must write
-    its checkpoint within them (KUBERL_TERMINATION_GRACE_PERIOD_SECONDS). Spot notices are ~30 s on
-    GCP and Azure, but the head runs on on-demand nodes, where drains honour this in full."""
+    """The least time a head pod gets between the stop signal and being killed: the driver must
+    write its checkpoint within it (KUBERL_TERMINATION_GRACE_PERIOD_SECONDS). A job whose
+    trainer.checkpoint.gracePeriodSeconds needs longer gets that plus a margin for Ray to stop.
+    Spot notices are ~30 s on GCP and Azure, but the head runs on on-demand nodes, where drains
+    honour this in full."""
 
     gpu_type_label: str = Field(GPU_TYPE_LABEL, pattern=LABEL_KEY_PATTERN)
     """Node label whose value is the GPU model that spec.learner.gpuType selects
     (KUBERL_GPU_TYPE_LABEL): cloud.google.com/gke-accelerator on GKE, nvidia.com/gpu.product where
     NVIDIA's GPU feature discovery labels the nodes (EKS, AKS, on-premises)."""
+
+    workers_join_timeout_seconds: int = Field(900, ge=0, le=86_400)
+    """Seconds a driver waits at start for the Ray nodes of its rollout workers to join (their pods
+    may be Pending on spot capacity, then fall back to on-demand nodes) before it fails the attempt
+    (KUBERL_WORKERS_JOIN_TIMEOUT_SECONDS). A request the job's Ray cluster can never satisfy fails
+    the job at once instead."""
 
     fallback_pending_seconds: int = Field(120, ge=0, le=86_400)
     """Seconds spot rollout workers may stay Pending before the operator starts on-demand ones in

@@ -417,7 +417,9 @@ class RLJobSpec(Spec):
     """Delete the job this many seconds after it succeeded or failed; null keeps it."""
 
     active_deadline_seconds: int | None = Field(None, ge=1)
-    """Fail the job once it has been running this many seconds; null sets no deadline."""
+    """Fail the job once this many seconds have passed since it started (status.startTime), as
+    Kubernetes Jobs count: provisioning and restarts included, time suspended not; null sets no
+    deadline."""
 
     priority_class_name: str | None = Field(None, max_length=253, pattern=DNS_SUBDOMAIN_PATTERN)
     """PriorityClass of the job's pods."""
@@ -516,7 +518,10 @@ class RLJobStatus(Spec):
         default_factory=list,
         json_schema_extra={"x-kubernetes-list-type": "map", "x-kubernetes-list-map-keys": ["type"]},
     )
-    """Conditions, one per type: Ready, Progressing, Preempted, Complete, Failed, Suspended."""
+    """Conditions, one per type: Ready, Progressing, Preempted, Complete, Failed, Suspended,
+    and KubeRayAvailable (KubeRay's CRD is installed), UpToDate (the current attempt runs the
+    current spec) and Schedulable (the cluster's pods can be placed; the scheduler's reason when
+    not)."""
 
     progress: Progress = Field(default_factory=Progress)
     """Training progress."""
@@ -539,8 +544,14 @@ class RLJobStatus(Spec):
     ray_cluster: str | None = None
     """Name of the job's RayCluster."""
 
+    head_pod_uid: str | None = Field(None, alias="headPodUID")
+    """UID of the head pod the current attempt's driver was submitted to. A head pod with another
+    UID in the same attempt (KubeRay recreated it) lost that driver: the attempt is restarted
+    rather than the driver submitted twice."""
+
     start_time: datetime | None = None
-    """When the job first started running."""
+    """When the job started: its first Ray cluster was requested, or it was last resumed from
+    suspension. activeDeadlineSeconds counts from here."""
 
     completion_time: datetime | None = None
     """When the job succeeded or failed."""

@@ -1,10 +1,10 @@
 """The job's status, computed by one pure function from the spec and what the reconciler observed.
 
 `compute_status(spec, observed)` reads no clock, no environment and no API: the reconciler gathers
-an `Observed` (the current status, the RayCluster, the head pod, disrupted rollout workers, the
-driver's submission, the newest progress row, the time), calls it, writes `StatusUpdate.status`
-when it differs from the current one, emits `StatusUpdate.events` and carries out
-`StatusUpdate.action`.
+an `Observed` (the current status, the RayCluster, the head pod, disrupted rollout workers, pods
+the scheduler cannot place, the driver's submission, the newest progress row, the time), calls
+it, writes `StatusUpdate.status` when it differs from the current one, emits
+`StatusUpdate.events` and carries out `StatusUpdate.action`.
 
 The phase is decided by one transition function, `next_phase(current, event)`, over the table
 `TRANSITIONS`; `compute_status` only works out which `PhaseEvent` the observation amounts to.
@@ -14,11 +14,22 @@ attempt submits its driver once (`builders.submission_id(job, attempt)`). The at
 bumped the moment an attempt is given up (head lost, driver failed, job unsuspended), so the old
 attempt's cluster becomes stale at once and its failure cannot be counted twice: the reconciler
 only reports the head, workers and driver of the current attempt's cluster. The attempt is kept
-in `status.attempt`, so it survives an operator restart.
+in `status.attempt`, so it survives an operator restart. The submission records the head pod's UID
+(`status.headPodUID`): a head pod of another UID in the same attempt is one KubeRay recreated, and
+the driver went with the old one, so the attempt is given up (counted) rather than submitted again.
+
+A driver that exits with EXIT_INVALID_JOB found the job invalid (an unknown env, an unsupported
+space, more resources than the cluster will ever have): the job fails at once with reason
+InvalidSpec and the driver's own message, from the final record that ends its log.
 
 Restart backoff. A failed attempt turns Progressing False (reason RestartBackoff); the next
 attempt's cluster is created once `backoff_seconds(...)` have passed since that condition's
 lastTransitionTime, which is the moment of the failure, stored in the status itself.
+
+Pods the scheduler cannot place (no GPU node, a request larger than any node, a node selector
+nothing matches) leave the phase alone (the job waits where it is; activeDeadlineSeconds still
+counts) but turn the Schedulable condition False with the scheduler's message per
+group, and post one Warning Event per distinct message, until they are scheduled.
 """
 
 from __future__ import annotations
@@ -45,7 +56,9 @@ from kuberl_operator.constants import (
     REASON_FINISHED,
     REASON_HEAD_FAILED,
     REASON_HEAD_PREEMPTED,
+    REASON_HEAD_REPLACED,
     REASON_INVALID_SPEC,
+    REASON_NO_UNSCHEDULABLE_PODS,
     REASON_NOT_COMPLETE,
     REASON_NOT_FAILED,
     REASON_NOT_PREEMPTED,
@@ -57,8 +70,11 @@ from kuberl_operator.constants import (
     REASON_SPEC_APPLIED,
     REASON_STALE_ATTEMPT,
     REASON_SUSPENDED,
+    REASON_UNSCHEDULABLE,
+    REASON_WAITING_FOR_WORKERS,
     REASON_WORKER_PREEMPTED,
     REASON_WORKERS_REFILLED,
+    SCHEDULABLE_CONDITION,
     UP_TO_DATE_CONDITION,
 )
 from kuberl_operator.spec import (
@@ -70,6 +86,14 @@ from kuberl_operator.spec import (
     RestartPolicy,
     RLJobSpec,
     RLJobStatus,
+)
+from kuberl_trainer.progress_row import (
+    EPISODE_RETURN_MEAN,
+    EXIT_INVALID_JOB,
+    ITERATION,
+    SAMPLES_PER_S,
+    TIMESTEPS_TOTAL,
+    Outcome,
 )
 
 # --- What the reconciler observes ---------------------------------------------------------------
@@ -117,6 +141,33 @@ class ObservedHead:
     fate: HeadFate
     reason: str = ""
     """Why it was lost, in words (the pod's reason and message, or "node gone")."""
+    uid: str = ""
+    """The pod's UID: KubeRay may replace a failed head with a new pod before the operator sees
+    the old one fail, and the new UID is how that shows."""
+
+
+HEAD_GROUP = "head"
+"""`UnschedulablePods.group` of the head pod."""
+
+
+@dataclass(frozen=True)
+class UnschedulablePods:
+    """Pods of one group of the current attempt's Ray cluster that the scheduler cannot place
+    (their PodScheduled condition is False with reason Unschedulable)."""
+
+    group: str
+    """HEAD_GROUP for the head pod, else the worker group's name (rollout, rollout-on-demand)."""
+    pods: int
+    message: str
+    """The scheduler's message, such as "0/3 nodes are available: 3 Insufficient nvidia.com/gpu."
+    (the most common one among the group's pods)."""
+
+    def describe(self) -> str:
+        """The group's problem in words, naming the group."""
+        if self.group == HEAD_GROUP:
+            return f"the head pod cannot be scheduled: {self.message}"
+        pods = "1 pod" if self.pods == 1 else f"{self.pods} pods"
+        return f"{pods} of worker group {self.group} cannot be scheduled: {self.message}"
 
 
 @dataclass(frozen=True)
@@ -125,15 +176,28 @@ class ObservedDriver:
 
     state: DriverState
     message: str = ""
+    """Why it ended: its final record's message, else the Jobs API's."""
+    exit_code: int | None = None
+    """The driver's exit status once it has exited (the Jobs API's driver_exit_code)."""
+    outcome: Outcome | None = None
+    """How its final record says it ended; None without one (it runs, or it crashed)."""
+
+    @property
+    def invalid_job(self) -> bool:
+        """The driver found the job invalid: retrying cannot help (EXIT_INVALID_JOB)."""
+        return self.state == DriverState.FAILED and (
+            self.exit_code == EXIT_INVALID_JOB or self.outcome == Outcome.INVALID_JOB
+        )
 
 
 @dataclass(frozen=True)
 class ObservedProgress:
-    """The newest row of the driver's progress.jsonl, and when it was written."""
+    """The driver's newest progress (from its metrics, or its final record), and when it was
+    reported."""
 
     row: dict[str, Any]
-    """Keys as the trainer writes them: iteration, timesteps_total, episode_return_mean,
-    samples_per_s."""
+    """Keys of a progress row (kuberl_trainer.progress_row): iteration, timesteps_total,
+    episode_return_mean, samples_per_s."""
     time: datetime
     last_checkpoint: str | None = None
 
@@ -165,6 +229,12 @@ class Observed:
     """The current attempt's submission; None before it is submitted (or while the Jobs API cannot
     be reached)."""
     progress: ObservedProgress | None = None
+    driver_waiting_s: float = 0.0
+    """Seconds the running driver has been waiting for Ray nodes that its rollout workers fit on
+    (pods still starting); 0 when it is not waiting."""
+    unschedulable: tuple[UnschedulablePods, ...] = ()
+    """The current attempt's pods the scheduler cannot place, by group (the head first); empty
+    when every pod is scheduled or still waiting for the scheduler's first try."""
 
 
 # --- What the reconciler does next --------------------------------------------------------------
@@ -326,11 +396,11 @@ def merge_progress(current: Progress, observed: ObservedProgress | None) -> Prog
     if current.last_update_time is not None and observed.time <= current.last_update_time:
         return current
     row = observed.row
-    samples = _finite(row.get("samples_per_s"))
+    samples = _finite(row.get(SAMPLES_PER_S))
     return Progress(
-        iteration=int(row.get("iteration", current.iteration)),
-        timesteps=int(row.get("timesteps_total", current.timesteps)),
-        episode_return_mean=_finite(row.get("episode_return_mean")),
+        iteration=int(row.get(ITERATION, current.iteration)),
+        timesteps=int(row.get(TIMESTEPS_TOTAL, current.timesteps)),
+        episode_return_mean=_finite(row.get(EPISODE_RETURN_MEAN)),
         last_checkpoint=observed.last_checkpoint or current.last_checkpoint,
         last_update_time=observed.time,
         samples_per_second=samples if samples is not None and samples >= 0 else None,
@@ -358,6 +428,7 @@ class _Decision:
     workers_preempted: int = 0
     preempted_pods: tuple[str, ...] = ()
     in_backoff: bool = False
+    waiting_for_workers: bool = False
 
 
 def _decide(spec: RLJobSpec | None, observed: Observed, phase: Phase) -> _Decision:
@@ -382,7 +453,7 @@ def _decide(spec: RLJobSpec | None, observed: Observed, phase: Phase) -> _Decisi
         decision.action = Requeue(KUBERAY_RECHECK_SECONDS)
         decision.in_backoff = _in_backoff(status, phase)
         return decision
-    deadline = _deadline_exceeded(spec, observed)
+    deadline = _deadline_exceeded(spec, observed, phase)
     if deadline:
         return _fail(decision, observed, REASON_DEADLINE_EXCEEDED, deadline)
     if spec.suspend:
@@ -415,16 +486,19 @@ def _finished_action(spec: RLJobSpec | None, observed: Observed) -> Action:
     return DeleteCluster(REASON_FINISHED) if observed.cluster else Nothing()
 
 
-def _deadline_exceeded(spec: RLJobSpec, observed: Observed) -> str | None:
+def _deadline_exceeded(spec: RLJobSpec, observed: Observed, phase: Phase) -> str | None:
+    """activeDeadlineSeconds counts from status.startTime, as for Kubernetes Jobs: from the
+    job's start (its first cluster requested), provisioning included, and stops while the job is
+    suspended (resuming sets startTime anew)."""
     deadline, started = spec.active_deadline_seconds, observed.status.start_time
-    if deadline is None or started is None:
+    if deadline is None or started is None or phase == Phase.SUSPENDED:
         return None
     elapsed = _seconds(observed.now, started)
     if elapsed < deadline:
         return None
     return (
-        f"running for {elapsed:.0f}s since {started.isoformat()}, past activeDeadlineSeconds "
-        f"{deadline}"
+        f"active for {elapsed:.0f}s since it started at {started.isoformat()}, past "
+        f"activeDeadlineSeconds {deadline}"
     )
 
 
@@ -516,6 +590,13 @@ def _follow_attempt(
     if head is not None and head.fate == HeadFate.FAILED:
         message = f"the head pod of attempt {decision.attempt} was lost: {head.reason}"
         return _restart(spec, observed, decision, REASON_HEAD_FAILED, message)
+    submitted_to = observed.status.head_pod_uid
+    if head is not None and head.uid and submitted_to and head.uid != submitted_to:
+        message = (
+            f"the head pod of attempt {decision.attempt} was replaced (KubeRay recreated it: pod "
+            f"{submitted_to} is now {head.uid}), and with it the driver submitted there"
+        )
+        return _restart(spec, observed, decision, REASON_HEAD_REPLACED, message)
     counted = set(decision.preempted_pods)
     decision.workers_preempted = len(observed.disrupted_workers - counted)
     decision.preemptions += decision.workers_preempted
@@ -524,6 +605,9 @@ def _follow_attempt(
         decision.event, decision.reason = PhaseEvent.SUCCEEDED, REASON_DRIVER_SUCCEEDED
         decision.message = driver.message or "training finished"
         decision.action = DeleteCluster(REASON_FINISHED)
+    elif driver is not None and driver.invalid_job:
+        message = f"the driver found the job invalid: {driver.message or 'no message'}"
+        return _fail(decision, observed, REASON_INVALID_SPEC, message)
     elif driver is not None and driver.state in (DriverState.FAILED, DriverState.STOPPED):
         message = f"driver {driver.state.value}: {driver.message or 'no message'}"
         return _restart(spec, observed, decision, REASON_DRIVER_FAILED, message)
@@ -534,6 +618,8 @@ def _follow_attempt(
         elif phase == Phase.PREEMPTED and observed.workers_short <= 0:
             decision.event, decision.reason = PhaseEvent.WORKERS_REFILLED, REASON_WORKERS_REFILLED
             decision.message = "the rollout worker group is whole again"
+        elif phase in (Phase.PROVISIONING, Phase.RESUMING) and observed.driver_waiting_s > 0:
+            decision.waiting_for_workers = True  # not training yet: the phase stays
         elif phase in (Phase.PROVISIONING, Phase.RESUMING):
             decision.event, decision.reason = PhaseEvent.DRIVER_RUNNING, REASON_DRIVER_RUNNING
             decision.message = f"the driver of attempt {decision.attempt} is training"
@@ -652,6 +738,7 @@ def _wanted_conditions(phase: Phase, decision: _Decision, observed: Observed) ->
             else _Want("False", REASON_NOT_SUSPENDED)
         ),
         UP_TO_DATE_CONDITION: _up_to_date(observed),
+        SCHEDULABLE_CONDITION: _schedulable(phase, observed),
         KUBERAY_AVAILABLE_CONDITION: (
             _Want("True", REASON_CRD_FOUND)
             if observed.kuberay_available
@@ -676,6 +763,14 @@ def _progressing(phase: Phase, decision: _Decision, observed: Observed) -> _Want
         return _Want("False", REASON_RESTART_BACKOFF, kept.message if kept else "")
     if phase in TERMINAL or phase == Phase.SUSPENDED:
         return _Want("False", phase.value)
+    if decision.waiting_for_workers:
+        return _Want(
+            "True",
+            REASON_WAITING_FOR_WORKERS,
+            f"the driver of attempt {decision.attempt} waits for the Ray nodes of its rollout "
+            "workers to join (their pods are still starting); it fails the attempt if they do "
+            "not join in time",
+        )
     if phase == Phase.RUNNING:
         return _Want("True", REASON_DRIVER_RUNNING)
     return _Want("True", phase.value)
@@ -708,6 +803,15 @@ def _up_to_date(observed: Observed) -> _Want:
             "newest checkpoint)",
         )
     return _Want("True", REASON_SPEC_APPLIED)
+
+
+def _schedulable(phase: Phase, observed: Observed) -> _Want:
+    """False, with each group's scheduler message, while pods of an active job cannot be placed;
+    a finished or suspended job's cluster is on its way out, so what it lacks no longer matters."""
+    if observed.unschedulable and phase not in TERMINAL and phase != Phase.SUSPENDED:
+        message = "; ".join(group.describe() for group in observed.unschedulable)
+        return _Want("False", REASON_UNSCHEDULABLE, message)
+    return _Want("True", REASON_NO_UNSCHEDULABLE_PODS)
 
 
 def _merge_conditions(
@@ -757,7 +861,41 @@ def _events(
     return tuple(events)
 
 
+def _unschedulable_event(
+    previous: RLJobStatus, conditions: list[Condition]
+) -> tuple[KubeEvent, ...]:
+    """A Warning when the Schedulable condition turns False or its message changes: once per
+    distinct scheduler message, not on every poll (the condition keeps the last one said)."""
+    now = next(c for c in conditions if c.type == SCHEDULABLE_CONDITION)
+    before = _condition(previous, SCHEDULABLE_CONDITION)
+    if now.status != "False":
+        return ()
+    if before is not None and before.status == "False" and before.message == now.message:
+        return ()
+    return (KubeEvent("Warning", REASON_UNSCHEDULABLE, now.message),)
+
+
 # --- The one function ---------------------------------------------------------------------------
+
+
+def _start_time(
+    previous: RLJobStatus, phase: Phase, decision: _Decision, now: datetime
+) -> datetime | None:
+    """When the job started, as Kubernetes Jobs count it for activeDeadlineSeconds: when it first
+    left Pending (its first cluster requested), and again when it is resumed from suspension."""
+    if decision.event == PhaseEvent.UNSUSPEND and _applies(previous.phase, decision.event):
+        return now
+    if previous.start_time is not None:
+        return previous.start_time
+    return now if phase in ACTIVE - {Phase.PENDING} else None
+
+
+def _head_pod_uid(previous: RLJobStatus, decision: _Decision, observed: Observed) -> str | None:
+    """The head pod the current attempt's driver is submitted to: recorded with the submission,
+    kept for the attempt, forgotten when the attempt changes."""
+    if isinstance(decision.action, SubmitDriver) and observed.head is not None:
+        return observed.head.uid or None
+    return previous.head_pod_uid if decision.attempt == previous.attempt else None
 
 
 def compute_status(spec: RLJobSpec | None, observed: Observed) -> StatusUpdate:
@@ -780,18 +918,21 @@ def compute_status(spec: RLJobSpec | None, observed: Observed) -> StatusUpdate:
         preemptions=decision.preemptions,
         preempted_pods=list(decision.preempted_pods),
         ray_cluster=observed.cluster.name if observed.cluster else None,
-        start_time=previous.start_time or (observed.now if phase == Phase.RUNNING else None),
+        start_time=_start_time(previous, phase, decision, observed.now),
+        head_pod_uid=_head_pod_uid(previous, decision, observed),
         completion_time=previous.completion_time or (observed.now if finished else None),
         observed_generation=observed.generation,
     )
     return StatusUpdate(
         status=status,
-        events=_events(previous.phase, phase, decision, changed),
+        events=_events(previous.phase, phase, decision, changed)
+        + _unschedulable_event(previous, conditions),
         action=decision.action,
     )
 
 
 __all__ = [
+    "HEAD_GROUP",
     "TRANSITIONS",
     "Action",
     "CreateCluster",
@@ -810,6 +951,7 @@ __all__ = [
     "Requeue",
     "StatusUpdate",
     "SubmitDriver",
+    "UnschedulablePods",
     "backoff_seconds",
     "compute_status",
     "merge_progress",

@@ -105,6 +105,38 @@ def test_delete_stops_the_trainer_and_removes_the_job(client, local_api):
     assert client.request("DELETE", client.jobs(name=name)).status_code == 404
 
 
+def test_deleting_a_job_with_remote_workers_leaves_no_ray_behind(client, local_api):
+    name = "with-ray"
+    job = small_job(name, iterations=100_000)
+    job["spec"]["rolloutWorkers"] = {"replicas": 1, "envsPerWorker": 4, "cpusPerWorker": 0.5}
+    assert client.submit(job).status_code == 201
+    wait_until(
+        lambda: (client.job(name)["status"].get("progress") or {}).get("iteration", 0) >= 1,
+        120,
+        "the job to train on its private Ray",
+    )
+    [leader] = [
+        pid
+        for pid in local_api.trainer_pids()
+        if any(name in part for part in psutil.Process(pid).cmdline())
+    ]
+    tree = [psutil.Process(leader), *psutil.Process(leader).children(recursive=True)]
+    names = " ".join(" ".join(p.cmdline()) for p in tree if alive(p))
+    assert "raylet" in names and "gcs_server" in names, names  # Ray's daemons, in its tree
+
+    assert client.request("DELETE", client.jobs(name=name)).status_code == 200
+    wait_until(lambda: not [p for p in tree if alive(p)], 20, "every Ray process gone")
+
+
+def alive(process: psutil.Process) -> bool:
+    """Still running (psutil compares start times too: a reused PID is no survivor), and not a
+    zombie waiting to be reaped."""
+    try:
+        return process.is_running() and process.status() != psutil.STATUS_ZOMBIE
+    except psutil.Error:
+        return False
+
+
 def test_list_filters_by_phase_and_labels_and_pages(queue_client):
     for index in range(5):
         team = "rl" if index % 2 == 0 else "vision"

@@ -1,11 +1,13 @@
 """The API's pure parts: selectors, continue tokens, token files, the phase of an ended trainer,
 and the rule that an unauthenticated API serves on loopback only."""
 
+import json
+
 import pytest
 
 from kuberl_api.auth import load_tokens
 from kuberl_api.backend import ApiError
-from kuberl_api.local import outcome
+from kuberl_api.local import outcome, with_progress
 from kuberl_api.selectors import (
     decode_continue,
     encode_continue,
@@ -13,6 +15,7 @@ from kuberl_api.selectors import (
     parse_label_selector,
 )
 from kuberl_operator.spec import Phase
+from kuberl_trainer.progress_row import EXIT_INVALID_JOB, FinalRecord, Outcome
 from testkit import free_port, run_kuberl
 
 LABELS = {"team": "rl", "tier": "gold"}
@@ -74,11 +77,55 @@ RESUMED_SPEC = {"spec": {"suspend": False}}
         (143, True, RESUMED_SPEC, Phase.PENDING, "Queued"),  # resumed while it was stopping
         (143, False, RESUMED_SPEC, Phase.FAILED, "TrainerFailed"),  # someone else's SIGTERM
         (1, False, RESUMED_SPEC, Phase.FAILED, "TrainerFailed"),
+        (EXIT_INVALID_JOB, False, RESUMED_SPEC, Phase.FAILED, "InvalidSpec"),
         (None, False, RESUMED_SPEC, Phase.FAILED, "TrainerLost"),
     ],
 )
 def test_the_phase_of_an_ended_trainer(code, stopping, document, phase, reason):
     assert outcome(code, stopping, document, False, 42)[:2] == (phase, reason)
+
+
+def test_an_invalid_job_says_why_in_the_trainers_words():
+    final = FinalRecord(
+        Outcome.INVALID_JOB, EXIT_INVALID_JOB, "spec.trainer.env: 'CartPol-v1' is unknown", 1.0
+    )
+    phase, reason, message = outcome(EXIT_INVALID_JOB, False, RESUMED_SPEC, False, 42, final)
+    assert (phase, reason) == (Phase.FAILED, "InvalidSpec")
+    assert message == "the trainer found the job invalid: spec.trainer.env: 'CartPol-v1' is unknown"
+
+
+def test_the_newest_checkpoint_comes_from_the_rows_and_the_final_record(tmp_path):
+    def row(iteration: int, checkpoint: str | None) -> str:
+        return json.dumps(
+            {"iteration": iteration, "timesteps_total": 128, "checkpoint": checkpoint}
+        )
+
+    document = {"status": {"progress": {"iteration": 0, "timesteps": 0}}}
+    (tmp_path / "progress.jsonl").write_text(row(1, None) + "\n")
+    assert "lastCheckpoint" not in with_progress(document, tmp_path)["status"]["progress"]
+
+    (tmp_path / "progress.jsonl").write_text(row(1, None) + "\n" + row(6, "s3://b/ckpt-5") + "\n")
+    document = with_progress(document, tmp_path)
+    assert document["status"]["progress"]["lastCheckpoint"] == "s3://b/ckpt-5"
+    # No folder is looked at: a stray checkpoint directory changes nothing.
+    (tmp_path / "checkpoints" / "checkpoint-00000009").mkdir(parents=True)
+    assert with_progress(document, tmp_path)["status"]["progress"]["lastCheckpoint"] == (
+        "s3://b/ckpt-5"
+    )
+    final = FinalRecord(
+        Outcome.STOPPED,
+        0,
+        "stopped at iterations>=6",
+        2.0,
+        6,
+        768,
+        None,
+        None,
+        1.0,
+        "s3://b/ckpt-6",
+    )
+    ended = with_progress(document, tmp_path, final)
+    assert ended["status"]["progress"]["lastCheckpoint"] == "s3://b/ckpt-6"
 
 
 def test_no_tokens_means_loopback_only(tmp_path):

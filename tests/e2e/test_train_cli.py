@@ -8,13 +8,13 @@ import subprocess
 import sys
 import time
 import urllib.request
-from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
 import yaml
 
-from kuberl_operator.observe import progress_from_metrics, progress_from_summary
+from kuberl_operator.observe import progress_from_metrics
+from kuberl_trainer.progress_row import EXIT_INVALID_JOB, Outcome, read_final_record
 from testkit import free_port
 
 KUBERL = Path(sys.executable).with_name("kuberl")
@@ -95,17 +95,22 @@ def test_sigterm_checkpoints_within_5s_and_a_rerun_continues(tmp_path):
     [checkpoint] = checkpoints.glob("checkpoint-*")
     stopped_at = rows(run_dir)[-1]
     assert checkpoint.name == f"checkpoint-{stopped_at['iteration']:08d}"
-    # ... and, once it has exited, from the summary that ends its log.
-    final = progress_from_summary(output, datetime.now(UTC))
-    assert final is not None and final.last_checkpoint == str(checkpoint)
-    assert final.row["iteration"] == stopped_at["iteration"]
-    assert final.row["timesteps_total"] == stopped_at["timesteps_total"]
+    # ... and, once it has exited, from the final record that ends its log.
+    final = read_final_record(output)
+    assert output.rstrip().endswith(final.line())
+    assert (final.outcome, final.exit_code) == (Outcome.INTERRUPTED, 128 + signal.SIGTERM)
+    assert final.message == "interrupted by SIGTERM" and final.checkpoint == str(checkpoint)
+    assert final.iteration == stopped_at["iteration"]
+    assert final.timesteps_total == stopped_at["timesteps_total"]
 
     stop_after = stopped_at["iteration"] + 3
     job = manifest(tmp_path, trainer={"stop": {"iterations": stop_after}})
     rerun = train(job, "--run-dir", str(run_dir))
     assert rerun.returncode == 0, rerun.stdout + rerun.stderr
     assert f"Resuming from {checkpoint}" in rerun.stdout
+    done = read_final_record(rerun.stdout)
+    assert (done.outcome, done.exit_code, done.iteration) == (Outcome.STOPPED, 0, stop_after)
+    assert done.message == f"stopped at iterations>={stop_after}"
     history = rows(run_dir)
     assert [r["iteration"] for r in history] == list(range(1, stop_after + 1))
     steps = [r["timesteps_total"] for r in history]
@@ -135,12 +140,33 @@ def test_corrupt_checkpoint_skipped_and_other_algorithm_refused(tmp_path):
 def test_invalid_manifest_and_missing_file(tmp_path):
     bad = manifest(tmp_path, trainer={"hyperparameters": {"lerning_rate": 0.1}})
     out = train(bad)
-    assert out.returncode == 1
+    assert out.returncode == EXIT_INVALID_JOB
     assert (
         "spec.trainer.hyperparameters.lerning_rate" in out.stderr and "learning_rate" in out.stderr
     )
+    record = read_final_record(out.stdout)
+    assert (record.outcome, record.exit_code) == (Outcome.INVALID_JOB, EXIT_INVALID_JOB)
+    assert "spec.trainer.hyperparameters.lerning_rate" in record.message
     missing = train(tmp_path / "nope.yaml")
     assert missing.returncode == 2 and "no such file" in missing.stderr
+    assert read_final_record(missing.stdout) is None  # no job was read to end
+
+
+def test_what_only_the_driver_finds_is_an_invalid_job(tmp_path):
+    # An env id the operator, which has no gymnasium, cannot check.
+    unknown_env = train(manifest(tmp_path, trainer={"env": "CartPol-v1"}))
+    assert unknown_env.returncode == EXIT_INVALID_JOB, unknown_env.stdout + unknown_env.stderr
+    record = read_final_record(unknown_env.stdout)
+    assert record.outcome == Outcome.INVALID_JOB
+    assert "spec.trainer.env" in record.message and "did you mean 'CartPole-v1'" in record.message
+
+    # More CPUs per worker than any node of this machine's private Ray will ever have.
+    too_big = manifest(tmp_path, rolloutWorkers={"replicas": 1, "cpusPerWorker": 4096})
+    out = train(too_big, "--run-dir", str(tmp_path / "run"))
+    assert out.returncode == EXIT_INVALID_JOB, out.stdout + out.stderr
+    record = read_final_record(out.stdout)
+    assert record.outcome == Outcome.INVALID_JOB
+    assert "rolloutWorkers.cpusPerWorker=4096 but the largest Ray node has" in record.message
 
 
 def ray_rollout_workers(root: int) -> list[int]:

@@ -89,13 +89,22 @@ def label_values(definition: str) -> tuple[str | None, str]:
     return found["selector"], found["label"]
 
 
-def exported_metric_names() -> set[str]:
-    """Every series name the trainer, the operator and the API export, as Prometheus stores them
-    (counters with _total, histograms with _bucket/_count/_sum, infos with _info)."""
+COMPONENTS = ("trainer", "operator", "api")
+
+
+def exported_metric_names(*components: str) -> set[str]:
+    """Every series name the trainer, the operator and the API (or the `components` named) export,
+    as Prometheus stores them (counters with _total, histograms with _bucket/_count/_sum, infos
+    with _info)."""
     from kuberl_api.metrics import ApiMetrics
     from kuberl_operator.metrics import OperatorMetrics
     from kuberl_trainer.metrics import TrainerMetrics
 
+    registries = {
+        "trainer": lambda: TrainerMetrics("ns", "job", "PPO").registry,
+        "operator": lambda: OperatorMetrics().registry,
+        "api": lambda: ApiMetrics().registry,
+    }
     suffixes = {
         "counter": ("_total",),
         "histogram": ("_bucket", "_count", "_sum"),
@@ -103,14 +112,16 @@ def exported_metric_names() -> set[str]:
         "gauge": ("",),
     }
     names: set[str] = set()
-    for registry in (
-        TrainerMetrics("ns", "job", "PPO").registry,
-        OperatorMetrics().registry,
-        ApiMetrics().registry,
-    ):
-        for family in registry.collect():
+    for component in components or COMPONENTS:
+        for family in registries[component]().collect():
             names.update(family.name + suffix for suffix in suffixes[family.type])
     return names
+
+
+def rule_test_series() -> list[str]:
+    """The input series of the alert rules' unit tests, as written (`name{labels}`)."""
+    tests = yaml.safe_load(RULE_TESTS.read_text())["tests"]
+    return [series["series"] for case in tests for series in case["input_series"]]
 
 
 def variables(board: dict[str, Any]) -> Iterator[dict[str, Any]]:

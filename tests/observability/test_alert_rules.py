@@ -8,7 +8,14 @@ import subprocess
 
 import pytest
 import yaml
-from promql import RULE_TESTS, RULES, alert_rules
+from promql import (
+    EXTERNAL_METRICS,
+    RULE_TESTS,
+    RULES,
+    alert_rules,
+    exported_metric_names,
+    rule_test_series,
+)
 
 # The alerts the rules must hold (DESIGN.md §6): what an RL platform's on-call needs to know.
 ALERTS = {
@@ -17,6 +24,9 @@ ALERTS = {
     "KuberlReturnStalled",
     "KuberlPreemptionStorm",
     "KuberlCheckpointTooOld",
+    "KuberlCheckpointFailing",
+    "KuberlWaitingForWorkers",
+    "KuberlRolloutWorkersDown",
     "KuberlOperatorDown",
     "KuberlApiErrors",
 }
@@ -69,3 +79,11 @@ def test_every_alert_has_a_severity_a_for_and_names_what_it_is_about():
         else:  # about one RLJob: say which, and where
             for text in (summary, description):
                 assert "$labels.job" in text and "$labels.namespace" in text, name
+
+
+def test_the_unit_tests_feed_the_rules_series_the_code_exports():
+    """A misspelt input series would leave an alert quiet for the wrong reason."""
+    known = exported_metric_names() | EXTERNAL_METRICS.keys()
+    for series in rule_test_series():
+        name = series.split("{")[0].strip()
+        assert name in known, f"{series}: no kuberl process exports {name}"

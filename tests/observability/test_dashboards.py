@@ -5,6 +5,7 @@ real Prometheus is test_prometheus.py's part."""
 
 from __future__ import annotations
 
+import ast
 import re
 
 import pytest
@@ -114,3 +115,18 @@ def test_dashboards_and_rules_read_only_metrics_that_exist():
     for rule in alert_rules():
         unknown = metric_names(rule["expr"]) - known
         assert not unknown, f"alert {rule['alert']}: no such metric {unknown}"
+
+
+def test_the_generator_imports_the_metric_names_it_reads():
+    """The trainer's and the operator's metric names are defined once (kuberl_trainer.progress_row,
+    kuberl_operator.constants): the generator imports them rather than spelling them out, so a
+    renamed metric cannot leave a panel reading nothing. (The API's metrics have no such names.)"""
+    source = (GRAFANA / "generate.py").read_text()
+    literals = [
+        node.value
+        for node in ast.walk(ast.parse(source))
+        if isinstance(node, ast.Constant) and isinstance(node.value, str)
+    ]
+    names = exported_metric_names("trainer", "operator")
+    spelled = {name for text in literals for name in metric_names(text) if name in names}
+    assert not spelled, f"deploy/grafana/generate.py spells out {spelled}: import them"

@@ -16,6 +16,7 @@ import pytest
 import yaml
 
 from kuberl_operator.builders import (
+    RAY_STOP_MARGIN_SECONDS,
     STOP_DRIVER,
     build_auth_secret,
     build_children,
@@ -43,6 +44,7 @@ from kuberl_operator.constants import (
 from kuberl_operator.settings import InvalidSettings, OperatorSettings
 from kuberl_operator.spec import RLJob
 from kuberl_operator.validation import InvalidManifest, load_rljob, validate_rljob
+from kuberl_trainer.capacity import RAY_CAPACITY_ENV, Capacity
 from testkit import as_strict_json_schema, edited
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -728,6 +730,78 @@ def test_object_store_credentials_reach_the_driver_only():
 
     assert head["envFrom"] == [{"secretRef": {"name": "s3-credentials"}}]
     assert workers and all("envFrom" not in worker for worker in workers)
+
+
+def test_the_checkpoint_credentials_secret_reaches_the_driver_only():
+    job = job_with(
+        **CASES["storage-secret"],
+        **spot("eks"),
+        **{"spec.trainer.checkpoint": {"uri": "s3://rl/walker", "credentialsSecret": "minio"}},
+    )
+    head, *workers = [
+        t["spec"]["containers"][0] for t in pod_templates(build_ray_cluster(job, SETTINGS, 1))
+    ]
+
+    assert head["envFrom"] == [
+        {"secretRef": {"name": "s3-credentials"}},
+        {"secretRef": {"name": "minio"}},
+    ]
+    assert workers and all("envFrom" not in worker for worker in workers)
+    same = job_with(
+        **CASES["storage-secret"],
+        **{"spec.trainer.checkpoint": {"credentialsSecret": "s3-credentials"}},
+    )
+    assert head_spec(build_ray_cluster(same, SETTINGS, 1))["containers"][0]["envFrom"] == [
+        {"secretRef": {"name": "s3-credentials"}}
+    ]
+
+
+@pytest.mark.parametrize(
+    ("grace", "floor", "expected"),
+    [(None, 60, 60), (20, 60, 60), (90, 60, 90 + RAY_STOP_MARGIN_SECONDS), (20, 5, 35)],
+)
+def test_the_head_leaves_the_driver_its_checkpoint_grace(grace, floor, expected):
+    changes = {"spec.trainer.checkpoint": {"gracePeriodSeconds": grace}} if grace else {}
+    job = job_with(**changes, **spot("gke"))
+    settings = OperatorSettings(termination_grace_period_seconds=floor)
+    cluster = build_ray_cluster(job, settings, 1)
+
+    assert head_spec(cluster)["terminationGracePeriodSeconds"] == expected
+    if grace:  # the driver's share, then Ray's
+        assert expected >= grace + RAY_STOP_MARGIN_SECONDS
+    for group in cluster["spec"]["workerGroupSpecs"]:  # rollout workers checkpoint nothing
+        assert "terminationGracePeriodSeconds" not in group["template"]["spec"]
+
+
+def advertised(group: dict[str, Any]) -> dict[str, float]:
+    """The Ray resources a group's `ray start` advertises, read back from its rayStartParams."""
+    params = group["rayStartParams"]
+    resources = {"CPU": float(params["num-cpus"])}
+    if "num-gpus" in params:
+        resources["GPU"] = float(params["num-gpus"])
+    if "resources" in params:
+        [flag] = shlex.split(f"--resources={params['resources']}")
+        resources |= json.loads(flag.removeprefix("--resources="))
+    return resources
+
+
+@pytest.mark.parametrize(
+    "case", ["minimal", "gpu-learner", "spot-pinned", "spot-without-fallback", "apex"]
+)
+def test_the_driver_is_told_what_the_cluster_offers_at_most(case):
+    cluster = build_ray_cluster(
+        case_job(case), OperatorSettings(workers_join_timeout_seconds=300), 1
+    )
+    head = head_spec(cluster)["containers"][0]
+    capacity = Capacity.from_json(env_of(head)[RAY_CAPACITY_ENV])
+
+    assert capacity.wait_seconds == 300
+    groups = [cluster["spec"]["headGroupSpec"], *cluster["spec"]["workerGroupSpecs"]]
+    assert [(g.resources, g.max_replicas) for g in capacity.groups] == [
+        (advertised(group), group.get("maxReplicas", 1)) for group in groups
+    ]
+    for worker in cluster["spec"]["workerGroupSpecs"]:
+        assert RAY_CAPACITY_ENV not in env_of(worker["template"]["spec"]["containers"][0])
 
 
 def test_job_manifest_is_mounted_for_the_driver():

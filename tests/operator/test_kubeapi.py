@@ -261,3 +261,18 @@ def test_garbage_collection_follows_owner_references(crd):
     crd.create(PODS, pod("stranger"))
     crd.delete(crd.rljobs(name="job"))
     assert [p["metadata"]["name"] for p in crd.list(PODS)] == ["stranger"]
+
+
+def test_a_deleted_crd_takes_its_resource_and_objects_with_it(crd):
+    owner = crd.create(crd.rljobs(), RLJOB)
+    ref = {"apiVersion": "kuberl.io/v1alpha1", "kind": "RLJob", "name": "job"}
+    child = pod("child") | {
+        "metadata": {"name": "child", "ownerReferences": [ref | {"uid": owner["metadata"]["uid"]}]}
+    }
+    crd.create(PODS, child)
+
+    crd.delete("/apis/apiextensions.k8s.io/v1/customresourcedefinitions/rljobs.kuberl.io")
+
+    assert crd.get("/apis/kuberl.io/v1alpha1", check=False)["code"] == 404
+    assert crd.get(crd.rljobs(name="job"), check=False)["code"] == 404
+    assert crd.list(PODS) == []  # collected with its owner

@@ -11,11 +11,16 @@ from kuberl_operator.observe import (
     observed_cluster,
     observed_head,
     pending_spot_workers,
+    progress_from_final_record,
+    progress_from_metrics,
+    unschedulable,
+    waiting_from_metrics,
     workers,
 )
 from kuberl_operator.settings import OperatorSettings
-from kuberl_operator.status import HeadFate
+from kuberl_operator.status import HEAD_GROUP, HeadFate, UnschedulablePods
 from kuberl_operator.validation import validate_rljob
+from kuberl_trainer.progress_row import FinalRecord, Outcome
 from testkit import edited
 
 NOW = datetime(2026, 3, 1, 12, 0, tzinfo=UTC)
@@ -68,6 +73,7 @@ def test_disruption(status, expected):
 )
 def test_observed_head(head, fate):
     assert observed_head(head).fate == fate
+    assert observed_head(head).uid == "h"  # which pod it is: KubeRay may replace it
     assert observed_head(None) is None
 
 
@@ -120,6 +126,49 @@ def test_pending_spot_workers_and_the_on_demand_fallback():
     assert test["value"] == "rollout-on-demand" and replace["value"] == 2
 
 
+NO_GPU = "0/3 nodes are available: 3 Insufficient nvidia.com/gpu."
+NO_MATCH = "0/3 nodes are available: 3 node(s) didn't match Pod's node affinity/selector."
+
+
+def pending(uid: str, node_type: str = "worker", group: str = "rollout", **scheduled) -> dict:
+    """A pod kube-scheduler found no node for (PodScheduled False, reason Unschedulable)."""
+    condition = {
+        "type": "PodScheduled",
+        "status": "False",
+        "reason": "Unschedulable",
+        "message": NO_GPU,
+    }
+    return pod(uid, node_type, group, phase="Pending", conditions=[condition | scheduled])
+
+
+def test_unschedulable_pods_by_group_with_the_schedulers_message():
+    deleting = pending("gone")
+    deleting["metadata"]["deletionTimestamp"] = NOW.isoformat()
+    pods = [
+        pod("running"),
+        pending("on-demand", group="rollout-on-demand", message=NO_MATCH),
+        pending("a"),
+        pending("b", message=NO_MATCH),
+        pending("c"),
+        pending("h", "head", "headgroup"),
+        pod("new", phase="Pending"),  # the scheduler has not tried it yet
+        pending("error", reason="SchedulerError"),  # not a lack of nodes
+        pending("placed", status="True", reason=""),
+        deleting,
+    ]
+    assert unschedulable(pods) == (
+        UnschedulablePods(HEAD_GROUP, 1, NO_GPU),
+        UnschedulablePods("rollout", 3, NO_GPU),  # the message most of the group's pods have
+        UnschedulablePods("rollout-on-demand", 1, NO_MATCH),
+    )
+    assert unschedulable([pod("h", "head"), pod("a")]) == ()
+
+
+def test_an_even_split_of_messages_gives_the_same_one_whatever_the_order():
+    pods = [pending("a"), pending("b", message=NO_MATCH)]
+    assert unschedulable(pods) == unschedulable(pods[::-1])
+
+
 def edited_job(**changes) -> object:
     document = JOB.model_dump(mode="json", by_alias=True, exclude_unset=True)
     return validate_rljob(edited(document, **changes))
@@ -132,3 +181,70 @@ def test_stale_spec_names_edits_that_need_the_next_attempt():
     needs_restart = edited_job(**{"spec.trainer.seed": 7, "spec.rolloutWorkers.replicas": 4})
     assert stale_spec(needs_restart, CLUSTER) == ("rolloutWorkers", "trainer")
     assert stale_spec(needs_restart, {"metadata": {}}) == ()  # a cluster not built by kuberl
+
+
+# --- The driver's progress, as the trainer reports it -------------------------------------------
+
+
+def exposition(metrics) -> str:
+    from prometheus_client import generate_latest
+
+    return generate_latest(metrics.registry).decode()
+
+
+def test_the_drivers_metrics_are_read_as_the_trainer_writes_them():
+    from kuberl_trainer.metrics import TrainerMetrics
+
+    metrics = TrainerMetrics("default", "walker", "PPO")
+    assert progress_from_metrics(exposition(metrics)) is None  # no iteration yet
+    assert waiting_from_metrics(exposition(metrics)) == 0.0
+
+    metrics.waiting_for_resources(12.5)
+    assert waiting_from_metrics(exposition(metrics)) == 12.5
+    metrics.waiting_for_resources(0.0)
+    assert waiting_from_metrics(exposition(metrics)) == 0.0
+
+    metrics.checkpointed(1_700_000_000.0, "s3://bucket/walker/checkpoint-00000002")
+    row = {
+        "iteration": 3,
+        "timesteps_total": 12_000,
+        "timesteps_this_iter": 4000,
+        "timesteps_trained_this_iter": 4000,
+        "episodes_this_iter": 20,
+        "episode_return_mean": 31.5,
+        "episode_len_mean": 31.5,
+        "evaluation_return_mean": None,
+        "samples_per_s": 1500.0,
+    }
+    metrics.record(row, {}, 0)
+    progress = progress_from_metrics(exposition(metrics))
+    assert progress is not None
+    assert progress.row == {
+        "iteration": 3,
+        "timesteps_total": 12_000,
+        "episode_return_mean": 31.5,
+        "samples_per_s": 1500.0,
+    }
+    assert progress.last_checkpoint == "s3://bucket/walker/checkpoint-00000002"
+
+
+def test_the_final_record_gives_the_last_progress():
+    record = FinalRecord(
+        outcome=Outcome.STOPPED,
+        exit_code=0,
+        message="stopped at timesteps>=20000",
+        time=NOW.timestamp(),
+        iteration=40,
+        timesteps_total=20_480,
+        episode_return_mean=float("nan"),
+        time_total_s=12.5,
+        checkpoint="/runs/walker/checkpoints/checkpoint-00000040",
+    )
+    progress = progress_from_final_record(record)
+    assert progress is not None and progress.time == NOW
+    assert progress.row == {"iteration": 40, "timesteps_total": 20_480, "time_total_s": 12.5}
+    assert progress.last_checkpoint == "/runs/walker/checkpoints/checkpoint-00000040"
+
+    invalid = FinalRecord(Outcome.INVALID_JOB, 65, "unknown env", NOW.timestamp())
+    assert progress_from_final_record(invalid) is None  # ended before training
+    assert progress_from_final_record(None) is None

@@ -269,11 +269,12 @@ def test_a_job_trains_on_its_ray_cluster_to_success(cluster: Cluster):
 
         done = cluster.wait_phase("solo", "Succeeded", timeout=120)
         assert done["completionTime"] and done["restarts"] == 0
-        # The last iteration's figures, read from the finished driver's summary.
+        # The last iteration's figures, read from the finished driver's final record.
         assert done["progress"]["timesteps"] >= 20_000 and done["progress"]["lastUpdateTime"]
         assert done["progress"]["lastCheckpoint"].startswith(cluster.settings.run_dir_root)
         complete = cluster.condition("solo", "Complete")
         assert (complete["status"], complete["reason"]) == ("True", "DriverSucceeded")
+        assert complete["message"] == "stopped at timesteps>=20000"
         wait_until(lambda: not cluster.clusters("solo"), 10, "the RayCluster deleted")
         assert cluster.kuberay.submissions("solo") == ["solo-1"]
         events = cluster.events("solo")
@@ -400,7 +401,11 @@ def test_a_preempted_spot_worker_then_suspend_and_resume(cluster: Cluster):
 
 def test_a_failing_driver_is_restarted_with_backoff_then_fails(cluster: Cluster):
     job = rljob("flaky", restartPolicy={"maxRestarts": 1, "backoffSeconds": 3})
-    job["spec"]["trainer"]["envConfig"] = {"no_such_argument": 1}  # gymnasium.make raises
+    # The run directory cannot be made (a file is in the way): the driver crashes, as it would on
+    # a broken volume, which a later attempt may find mended.
+    runs = Path(cluster.settings.run_dir_root)
+    runs.mkdir(parents=True, exist_ok=True)
+    (runs / "flaky").write_text("in the way")
     with cluster.operator():
         cluster.submit(job)
         backoff = cluster.wait_phase("flaky", "Resuming", timeout=90)
@@ -467,6 +472,90 @@ def test_an_operator_restarted_mid_reconcile_duplicates_nothing(cluster: Cluster
         wait_until(lambda: not cluster.clusters("steady"), 20, "the RayCluster gone with its job")
 
 
+def test_a_job_only_the_driver_finds_invalid_fails_at_once(cluster: Cluster):
+    job = rljob("typo", restartPolicy={"maxRestarts": 3, "backoffSeconds": 1})
+    job["spec"]["trainer"]["env"] = "CartPol-v1"  # the operator has no gymnasium to check it
+    with cluster.operator():
+        cluster.submit(job)
+        failed = cluster.wait_phase("typo", "Failed", timeout=90)
+        condition = cluster.condition("typo", "Failed")
+        assert condition["reason"] == "InvalidSpec", condition
+        assert "the driver found the job invalid" in condition["message"]
+        assert "spec.trainer.env" in condition["message"] and "CartPole-v1" in condition["message"]
+        assert (failed["restarts"], failed["attempt"]) == (0, 1)
+        assert cluster.kuberay.submissions("typo") == ["typo-1"]  # no retry
+        wait_until(lambda: ("Warning", "InvalidSpec") in cluster.events("typo"), 30, "the Event")
+        wait_until(lambda: not cluster.clusters("typo"), 20, "the RayCluster deleted")
+
+
+def test_a_head_kuberay_recreated_is_a_restart_not_a_second_submission(cluster: Cluster):
+    job = rljob("recreated", restartPolicy={"backoffSeconds": 1})
+    job["spec"]["trainer"]["stop"] = {"timesteps": 10_000_000}
+    with cluster.operator():
+        cluster.submit(job)
+        running = cluster.wait_phase("recreated", "Running")
+        [head] = cluster.kube_api.list(PODS, params={"labelSelector": "ray.io/node-type=head"})
+        assert running["headPodUID"] == head["metadata"]["uid"]
+
+        # The head container died and KubeRay replaced the pod before the operator looked.
+        with cluster.kuberay.lock:
+            cluster.kube_api.delete(f"{PODS}/{head['metadata']['name']}")
+            [ray_cluster] = cluster.clusters("recreated")
+            cluster.kuberay.create_pod(ray_cluster, "head", "headgroup")
+            restarted = wait_until(
+                lambda: cluster.status("recreated").get("restarts"), 20, "the restart"
+            )
+        assert restarted == 1
+        assert cluster.condition("recreated", "Progressing")["reason"] == "RestartBackoff"
+        assert ("Warning", "HeadReplaced") in cluster.events("recreated")
+        again = cluster.wait_phase("recreated", "Running", timeout=60)
+        assert (again["attempt"], again["restarts"]) == (2, 1)
+        assert cluster.kuberay.submissions("recreated") == ["recreated-1", "recreated-2"]
+        cluster.kube_api.delete(cluster.kube_api.rljobs(name="recreated"))
+        wait_until(lambda: not cluster.clusters("recreated"), 20, "the RayCluster gone")
+
+
+def test_the_deadline_counts_from_the_start_so_a_job_stuck_provisioning_fails(cluster: Cluster):
+    cluster.kuberay.hold.set()  # no node ever comes up
+    with cluster.operator():
+        cluster.submit(rljob("stuck", activeDeadlineSeconds=2))
+        failed = cluster.wait_phase("stuck", "Failed", timeout=30)
+        condition = cluster.condition("stuck", "Failed")
+        assert condition["reason"] == "DeadlineExceeded"
+        assert "activeDeadlineSeconds 2" in condition["message"]
+        assert failed["startTime"] and failed["restarts"] == 0
+        wait_until(lambda: not cluster.clusters("stuck"), 20, "the RayCluster deleted")
+
+
+def test_kuberay_uninstalled_after_it_was_found_is_said_not_retried(cluster: Cluster):
+    cluster.kuberay.hold.set()
+    with cluster.operator():
+        cluster.submit(rljob("orphan"))
+        wait_until(lambda: cluster.clusters("orphan"), 30, "the RayCluster")
+        cluster.wait_phase("orphan", "Provisioning")
+
+        # Uninstalling KubeRay deletes its CRD, and every RayCluster with it.
+        cluster.kube_api.delete(
+            "/apis/apiextensions.k8s.io/v1/customresourcedefinitions/rayclusters.ray.io"
+        )
+        available = wait_until(
+            lambda: next(
+                (
+                    c
+                    for c in cluster.status("orphan").get("conditions", [])
+                    if c["type"] == "KubeRayAvailable" and c["status"] == "False"
+                ),
+                None,
+            ),
+            30,
+            "KubeRayAvailable=False",
+        )
+        assert available["reason"] == "CRDNotFound" and "install KubeRay" in available["message"]
+        status = cluster.status("orphan")
+        assert (status["phase"], status["restarts"], status["attempt"]) == ("Provisioning", 0, 1)
+        wait_until(lambda: ("Warning", "CRDNotFound") in cluster.events("orphan"), 30, "the Event")
+
+
 @pytest.mark.parametrize("cluster", [{"kuberay_crd": False}], indirect=True)
 def test_without_kuberay_every_job_says_so_and_the_operator_keeps_running(cluster: Cluster):
     with cluster.operator():
@@ -494,3 +583,82 @@ def test_without_kuberay_every_job_says_so_and_the_operator_keeps_running(cluste
             assert cluster.condition(name, "Progressing")["status"] == "False"
             assert ("Warning", "CRDNotFound") in cluster.events(name)
         assert cluster.kube_api.list(f"{SECRETS}") == []  # nothing created meanwhile
+
+
+NO_GPU = (
+    "0/3 nodes are available: 3 Insufficient nvidia.com/gpu. preemption: 0/3 nodes are available: "
+    "3 No preemption victims found for incoming pod."
+)
+NO_MATCH = "0/3 nodes are available: 3 node(s) didn't match Pod's node affinity/selector."
+
+
+def unschedulable(message: str) -> dict:
+    """A pod's status as kube-scheduler leaves it when no node fits."""
+    scheduled = {
+        "type": "PodScheduled",
+        "status": "False",
+        "reason": "Unschedulable",
+        "message": message,
+    }
+    return {"phase": "Pending", "conditions": [scheduled]}
+
+
+def unschedulable_events(cluster: Cluster, name: str) -> list[str]:
+    """The messages of the job's Unschedulable Events, in the order they were posted."""
+    return [
+        e["message"]
+        for e in cluster.kube_api.list(EVENTS)
+        if e["involvedObject"]["name"] == name and e["reason"] == "Unschedulable"
+    ]
+
+
+def pod_lists(cluster: Cluster) -> int:
+    """How often the operator has listed pods: once per reconcile of a job with a cluster."""
+    return sum(1 for r in list(cluster.kube_api.api.log) if r.path == PODS and r.method == "GET")
+
+
+def test_pods_that_cannot_be_scheduled_are_said_once_per_message_until_they_are(cluster: Cluster):
+    cluster.kuberay.hold.set()  # the test plays KubeRay: pods that find no node
+    job = rljob("gpuless", learner={"gpus": 1}, rolloutWorkers={"replicas": 1})
+    with cluster.operator():
+        cluster.submit(job)
+        [ray_cluster] = wait_until(lambda: cluster.clusters("gpuless"), 30, "the RayCluster")
+        cluster.wait_phase("gpuless", "Provisioning")
+
+        # No node has a GPU: the head pod stays Pending with the scheduler's reason.
+        cluster.kube_api.create(PODS, pod("gpuless-head", ray_cluster, "head", "headgroup"))
+        cluster.kube_api.patch(f"{PODS}/gpuless-head/status", {"status": unschedulable(NO_GPU)})
+
+        def schedulable() -> dict:
+            return cluster.condition("gpuless", "Schedulable")
+
+        said = wait_until(lambda: schedulable()["status"] == "False" and schedulable(), 30, "it")
+        head_message = f"the head pod cannot be scheduled: {NO_GPU}"
+        assert (said["reason"], said["message"]) == ("Unschedulable", head_message)
+        wait_until(lambda: unschedulable_events(cluster, "gpuless"), 30, "the Event")
+        # The operator polls on and sees the same: it does not say it again.
+        seen = pod_lists(cluster)
+        wait_until(lambda: pod_lists(cluster) >= seen + 3, 30, "three more reconciles")
+
+        # Nor can the rollout worker be placed: a new message, one more Event.
+        worker = pod("gpuless-worker", ray_cluster, "worker", "rollout")
+        cluster.kube_api.create(PODS, worker)
+        cluster.kube_api.patch(f"{PODS}/gpuless-worker/status", {"status": unschedulable(NO_MATCH)})
+        both = f"{head_message}; 1 pod of worker group rollout cannot be scheduled: {NO_MATCH}"
+        wait_until(lambda: both in unschedulable_events(cluster, "gpuless"), 30, "the 2nd Event")
+        # kopf posts Events in order: a repeat of the first would be there by now.
+        assert unschedulable_events(cluster, "gpuless") == [head_message, both]
+        assert cluster.status("gpuless")["phase"] == "Provisioning"
+
+        # A GPU node joins and the spot pool grows: both pods are placed.
+        placed = {"phase": "Running", "conditions": [{"type": "PodScheduled", "status": "True"}]}
+        for name in ("gpuless-head", "gpuless-worker"):
+            cluster.kube_api.patch(f"{PODS}/{name}/status", {"status": placed})
+        cleared = wait_until(lambda: schedulable()["status"] == "True" and schedulable(), 30, "it")
+        assert (cleared["reason"], cleared["message"]) == ("NoUnschedulablePods", "")
+        assert unschedulable_events(cluster, "gpuless") == [head_message, both]
+        assert [e for e in cluster.events("gpuless") if e[1] == "Provisioning"] == [
+            ("Normal", "Provisioning")
+        ]
+        cluster.kube_api.delete(cluster.kube_api.rljobs(name="gpuless"))
+        wait_until(lambda: not cluster.clusters("gpuless"), 20, "the RayCluster gone")

@@ -3,7 +3,9 @@ authentication on, as KubeRay runs it."""
 
 import asyncio
 import time
+from collections.abc import Awaitable, Callable
 
+import aiohttp
 import pytest
 from rayhead import running_ray_head
 
@@ -17,8 +19,14 @@ def ray_head():
         yield head
 
 
-def run(coroutine):
-    return asyncio.run(coroutine)
+def run(scenario: Callable[[aiohttp.ClientSession], Awaitable], **session_options):
+    """Runs `scenario(session)` with one HTTP session for all its clients, as the operator does."""
+
+    async def main():
+        async with aiohttp.ClientSession(**session_options) as session:
+            return await scenario(session)
+
+    return asyncio.run(main())
 
 
 async def wait_for(client: RayJobsClient, submission_id: str, wanted: set[str], timeout=90):
@@ -32,42 +40,91 @@ async def wait_for(client: RayJobsClient, submission_id: str, wanted: set[str], 
 
 
 def test_submission_happens_once_per_id_and_reports_the_outcome(ray_head):
-    client = RayJobsClient(*ray_head)
-
-    async def scenario():
+    async def scenario(session):
+        client = RayJobsClient(*ray_head, session)
         assert await client.status("job-1") is None
         assert await client.submit("job-1", "python -c 'print(42)'") is True
         assert await client.submit("job-1", "python -c 'print(42)'") is False  # idempotent
         done = await wait_for(client, "job-1", {"SUCCEEDED", "FAILED"})
-        assert done.status == "SUCCEEDED", done
-        await client.submit("job-2", "python -c 'import sys; sys.exit(3)'")
+        assert (done.status, done.exit_code) == ("SUCCEEDED", 0)
+        assert "42" in await client.logs("job-1")
+        await client.submit("job-2", "python -c 'import sys; sys.exit(65)'")
         failed = await wait_for(client, "job-2", {"SUCCEEDED", "FAILED"})
-        assert failed.status == "FAILED" and "3" in failed.message
+        assert failed.status == "FAILED" and "65" in failed.message
+        assert failed.exit_code == 65  # what tells an invalid job from a failed one
 
-    run(scenario())
+    run(scenario)
 
 
 def test_stop_ends_a_running_driver(ray_head):
-    client = RayJobsClient(*ray_head)
-
-    async def scenario():
+    async def scenario(session):
+        client = RayJobsClient(*ray_head, session)
         await client.submit("sleeper", "sleep 120")
         await wait_for(client, "sleeper", {"RUNNING"})
         assert await client.stop("sleeper") is True
         assert (await wait_for(client, "sleeper", {"STOPPED", "FAILED"})).status == "STOPPED"
         assert await client.stop("no-such-job") is False
 
-    run(scenario())
+    run(scenario)
+
+
+def test_every_client_shares_the_operators_session_and_its_connections(ray_head):
+    """One session per operator: requests of any number of clients (one per job) reuse its pooled
+    connections instead of opening a session, and a connection, per request."""
+    opened = []
+    tracing = aiohttp.TraceConfig()
+
+    async def on_connection(session, context, params):
+        opened.append(params)
+
+    tracing.on_connection_create_end.append(on_connection)
+
+    async def scenario(session):
+        clients = [RayJobsClient(*ray_head, session) for _ in range(3)]
+        for _ in range(4):
+            for client in clients:
+                assert await client.status("never-submitted") is None
+        assert all(client.session is session for client in clients)
+        return session
+
+    session = run(scenario, trace_configs=[tracing])
+    assert len(opened) == 1, f"12 requests opened {len(opened)} connections"
+    assert session.closed  # its owner closed it; the clients hold none of their own
 
 
 @pytest.mark.parametrize("token, code", [("wrong", "403"), (None, "401")])
 def test_requests_without_the_right_token_are_refused(ray_head, token, code):
-    client = RayJobsClient(ray_head[0], token)
+    async def scenario(session):
+        await RayJobsClient(ray_head[0], token, session).status("job-1")
+
     with pytest.raises(RayJobsError, match=f"HTTP {code}"):
-        run(client.status("job-1"))
+        run(scenario)
 
 
 def test_an_unreachable_head_is_a_clear_error():
-    client = RayJobsClient(f"http://127.0.0.1:{free_port()}", "token", timeout_s=2)
+    async def scenario(session):
+        client = RayJobsClient(f"http://127.0.0.1:{free_port()}", "token", session, timeout_s=2)
+        await client.submit("job", "true")
+
     with pytest.raises(RayJobsError, match="unreachable"):
-        run(client.submit("job", "true"))
+        run(scenario)
+
+
+def test_the_reconciler_opens_one_session_and_closes_it_at_cleanup():
+    from kuberl_operator.kube import Kube, KubeConfig
+    from kuberl_operator.metrics import OperatorMetrics
+    from kuberl_operator.reconciler import Reconciler
+    from kuberl_operator.settings import OperatorSettings
+
+    async def scenario():
+        reconciler = Reconciler(
+            Kube(KubeConfig(f"http://127.0.0.1:{free_port()}")),
+            OperatorSettings(),
+            OperatorMetrics(),
+        )
+        session = reconciler._session()
+        assert reconciler._session() is session  # every head, every job, every request
+        await reconciler.close()
+        return session
+
+    assert asyncio.run(scenario()).closed

@@ -22,11 +22,16 @@ from kuberl_operator.constants import (
     REASON_DRIVER_FAILED,
     REASON_HEAD_FAILED,
     REASON_HEAD_PREEMPTED,
+    REASON_HEAD_REPLACED,
     REASON_INVALID_SPEC,
+    REASON_NO_UNSCHEDULABLE_PODS,
     REASON_RESTART_BACKOFF,
     REASON_RESTART_REQUIRED,
+    REASON_UNSCHEDULABLE,
+    REASON_WAITING_FOR_WORKERS,
     REASON_WORKER_PREEMPTED,
     REASON_WORKERS_REFILLED,
+    SCHEDULABLE_CONDITION,
     UP_TO_DATE_CONDITION,
 )
 from kuberl_operator.spec import (
@@ -39,12 +44,14 @@ from kuberl_operator.spec import (
     RLJobStatus,
 )
 from kuberl_operator.status import (
+    HEAD_GROUP,
     TRANSITIONS,
     CreateCluster,
     DeleteCluster,
     DeleteJob,
     DriverState,
     HeadFate,
+    KubeEvent,
     Nothing,
     Observed,
     ObservedCluster,
@@ -55,17 +62,24 @@ from kuberl_operator.status import (
     Requeue,
     StatusUpdate,
     SubmitDriver,
+    UnschedulablePods,
     backoff_seconds,
     compute_status,
     next_phase,
 )
+from kuberl_trainer.progress_row import EXIT_FAILED, EXIT_INVALID_JOB, Outcome
 
 NOW = datetime(2026, 3, 1, 12, 0, tzinfo=UTC)
 NAME = "walker"
 SPEC: dict[str, Any] = {
     "trainer": {"algorithm": "PPO", "env": "CartPole-v1", "stop": {"timesteps": 1000}}
 }
-ALL_TYPES = {*ConditionType, KUBERAY_AVAILABLE_CONDITION, UP_TO_DATE_CONDITION}
+ALL_TYPES = {
+    *ConditionType,
+    KUBERAY_AVAILABLE_CONDITION,
+    UP_TO_DATE_CONDITION,
+    SCHEDULABLE_CONDITION,
+}
 
 
 def spec(**changes: Any) -> RLJobSpec:
@@ -86,8 +100,8 @@ def cluster(attempt: int = 1, ready: bool = True) -> ObservedCluster:
     )
 
 
-def running_head() -> ObservedHead:
-    return ObservedHead(HeadFate.RUNNING)
+def running_head(uid: str = "head-1") -> ObservedHead:
+    return ObservedHead(HeadFate.RUNNING, uid=uid)
 
 
 def driver(state: DriverState, message: str = "") -> ObservedDriver:
@@ -230,7 +244,7 @@ def test_a_new_job_creates_its_first_cluster() -> None:
     assert all(c.observed_generation == 4 for c in update.status.conditions)
     assert all(c.last_transition_time == NOW for c in update.status.conditions)
     assert [(e.type, e.reason) for e in update.events] == [("Normal", "Provisioning")]
-    assert update.status.start_time is None
+    assert update.status.start_time == NOW  # the job has started: its deadline counts from here
 
 
 def test_the_driver_is_submitted_once_the_cluster_is_ready() -> None:
@@ -815,3 +829,223 @@ def test_the_attempt_is_kept_in_the_status_and_survives_an_operator_restart():
     again = compute_status(spec(), restarted)
     assert (again.phase, again.attempt, again.action) == (Phase.RUNNING, 1, Nothing())
     assert (again.status.restarts, again.status.preemptions) == (0, 0)
+
+
+# --- The driver's own verdict: an invalid job ----------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "observed_driver",
+    [
+        ObservedDriver(DriverState.FAILED, "'CartPol-v1' is not registered", EXIT_INVALID_JOB),
+        # A Jobs API without exit codes: the final record says it.
+        ObservedDriver(
+            DriverState.FAILED, "'CartPol-v1' is not registered", None, Outcome.INVALID_JOB
+        ),
+    ],
+)
+def test_a_driver_that_finds_the_job_invalid_fails_it_at_once(observed_driver) -> None:
+    job = spec(**{"restartPolicy.maxRestarts": 5})
+    update = compute_status(job, on_cluster(running(job), driver=observed_driver))
+    assert update.phase == Phase.FAILED
+    assert (update.status.restarts, update.attempt) == (0, 1)
+    failed = condition(update, ConditionType.FAILED)
+    assert (failed.status, failed.reason) == ("True", REASON_INVALID_SPEC)
+    assert "the driver found the job invalid: 'CartPol-v1' is not registered" in failed.message
+    assert update.action == DeleteCluster(REASON_INVALID_SPEC)
+    assert [(e.type, e.reason) for e in update.events] == [("Warning", REASON_INVALID_SPEC)]
+
+
+def test_a_driver_that_failed_otherwise_is_restarted() -> None:
+    failed = ObservedDriver(DriverState.FAILED, "training failed: learner died", EXIT_FAILED)
+    update = compute_status(spec(), on_cluster(running(), driver=failed))
+    assert (update.phase, update.status.restarts) == (Phase.RESUMING, 1)
+    assert update.events[0].reason == REASON_DRIVER_FAILED
+
+
+# --- A head pod KubeRay replaced --------------------------------------------------------------
+
+
+def test_the_head_pod_the_driver_was_submitted_to_is_recorded_per_attempt() -> None:
+    job = spec()
+    update = compute_status(job, observe())
+    assert update.status.head_pod_uid is None
+    submitted = compute_status(job, after(update, cluster=cluster(), head=running_head("h1")))
+    assert submitted.action == SubmitDriver(1)
+    assert submitted.status.head_pod_uid == "h1"
+    kept = compute_status(job, on_cluster(submitted, head=running_head("h1")))
+    assert (kept.phase, kept.status.head_pod_uid) == (Phase.RUNNING, "h1")
+
+    # The next attempt forgets it, and records its own head with its own submission.
+    restarted = compute_status(job, on_cluster(kept, driver=driver(DriverState.FAILED)))
+    assert (restarted.attempt, restarted.status.head_pod_uid) == (2, None)
+
+
+def test_a_head_replaced_under_a_submitted_driver_is_a_restart_not_a_second_submission() -> None:
+    first = running()
+    assert first.status.head_pod_uid == "head-1"
+    # KubeRay recreated the head: the new one is Ready and knows no submission (driver None).
+    update = compute_status(spec(), on_cluster(first, head=running_head("head-2"), driver=None))
+    assert update.action != SubmitDriver(1)
+    assert (update.phase, update.status.restarts, update.attempt) == (Phase.RESUMING, 1, 2)
+    assert update.action == DeleteCluster(REASON_HEAD_REPLACED)
+    assert update.status.head_pod_uid is None
+    warning = update.events[0]
+    assert (warning.type, warning.reason) == ("Warning", REASON_HEAD_REPLACED)
+    assert "head-1 is now head-2" in warning.message
+
+
+def test_a_head_replaced_before_any_submission_changes_nothing() -> None:
+    job = spec()
+    update = compute_status(job, observe())
+    waiting = compute_status(
+        job, after(update, cluster=cluster(ready=False), head=running_head("h1"))
+    )
+    replaced = compute_status(job, after(waiting, cluster=cluster(), head=running_head("h2")))
+    assert replaced.action == SubmitDriver(1)
+    assert (replaced.status.restarts, replaced.status.head_pod_uid) == (0, "h2")
+
+
+# --- activeDeadlineSeconds counts from the job's start ------------------------------------------
+
+
+def test_a_job_stuck_provisioning_reaches_its_deadline() -> None:
+    job = spec(activeDeadlineSeconds=300)
+    update = compute_status(job, observe())
+    assert update.status.start_time == NOW
+    stuck = compute_status(job, after(update, seconds=299, attempt=1, cluster=cluster(ready=False)))
+    assert stuck.phase == Phase.PROVISIONING
+    past = compute_status(job, after(update, seconds=300, cluster=cluster(ready=False)))
+    assert past.phase == Phase.FAILED
+    failed = condition(past, ConditionType.FAILED)
+    assert failed.reason == REASON_DEADLINE_EXCEEDED
+    assert "activeDeadlineSeconds 300" in failed.message
+    assert past.action == DeleteCluster(REASON_DEADLINE_EXCEEDED)
+
+
+def test_the_deadline_stops_while_suspended_and_restarts_on_resume() -> None:
+    job = spec(activeDeadlineSeconds=300)
+    suspended = compute_status(
+        spec(activeDeadlineSeconds=300, suspend=True), on_cluster(running(job))
+    )
+    assert suspended.phase == Phase.SUSPENDED
+    later = NOW + timedelta(hours=1)
+    still = compute_status(
+        spec(activeDeadlineSeconds=300, suspend=True), after(suspended, now=later)
+    )
+    assert still.phase == Phase.SUSPENDED
+    resumed = compute_status(job, after(still, now=later))
+    assert (resumed.phase, resumed.status.start_time) == (Phase.RESUMING, later)
+    within = compute_status(job, after(resumed, now=later + timedelta(seconds=299)))
+    assert within.phase == Phase.RESUMING
+
+
+# --- A driver waiting for its rollout workers' nodes --------------------------------------------
+
+
+def test_a_driver_waiting_for_its_workers_keeps_the_job_provisioning_and_says_so() -> None:
+    job = spec()
+    update = compute_status(job, observe())
+    submitted = compute_status(job, after(update, cluster=cluster(), head=running_head()))
+    waiting = compute_status(
+        job, on_cluster(submitted, driver=driver(DriverState.RUNNING), driver_waiting_s=42.0)
+    )
+    assert waiting.phase == Phase.PROVISIONING
+    progressing = condition(waiting, ConditionType.PROGRESSING)
+    assert (progressing.status, progressing.reason) == ("True", REASON_WAITING_FOR_WORKERS)
+    assert "rollout workers" in progressing.message
+    assert condition(waiting, ConditionType.READY).status == "False"
+    assert waiting.events == ()
+
+    still = compute_status(job, on_cluster(waiting, driver_waiting_s=84.0))
+    assert still.status == waiting.status  # nothing to write while the wait goes on
+
+    joined = compute_status(job, on_cluster(still, driver_waiting_s=0.0))
+    assert joined.phase == Phase.RUNNING
+    assert [(e.type, e.reason) for e in joined.events] == [("Normal", "DriverRunning")]
+
+
+# --- Pods the scheduler cannot place ------------------------------------------------------------
+
+NO_GPU = (
+    "0/3 nodes are available: 3 Insufficient nvidia.com/gpu. preemption: 0/3 nodes are available: "
+    "3 No preemption victims found for incoming pod."
+)
+NO_MATCH = "0/3 nodes are available: 3 node(s) didn't match Pod's node affinity/selector."
+HEAD_STUCK = UnschedulablePods(HEAD_GROUP, 1, NO_GPU)
+
+
+def test_unschedulable_pods_are_said_once_per_message_until_they_are_scheduled() -> None:
+    job = spec()
+    update = compute_status(job, observe())
+    stuck = compute_status(
+        job, after(update, cluster=cluster(ready=False), unschedulable=(HEAD_STUCK,))
+    )
+    assert stuck.phase == Phase.PROVISIONING  # it waits: a node may still come (an autoscaler)
+    schedulable = condition(stuck, SCHEDULABLE_CONDITION)
+    head_message = f"the head pod cannot be scheduled: {NO_GPU}"
+    assert (schedulable.status, schedulable.reason) == ("False", REASON_UNSCHEDULABLE)
+    assert schedulable.message == head_message
+    assert stuck.events == (KubeEvent("Warning", REASON_UNSCHEDULABLE, head_message),)
+
+    # Every poll sees the same: nothing to write, no second Event.
+    again = compute_status(
+        job, after(stuck, cluster=cluster(ready=False), unschedulable=(HEAD_STUCK,))
+    )
+    assert again.status == stuck.status and again.events == ()
+
+    # The workers cannot be placed either: a new message, one more Event, naming each group.
+    workers = UnschedulablePods("rollout", 2, NO_MATCH)
+    both = compute_status(
+        job, after(again, cluster=cluster(ready=False), unschedulable=(HEAD_STUCK, workers))
+    )
+    message = f"{head_message}; 2 pods of worker group rollout cannot be scheduled: {NO_MATCH}"
+    assert condition(both, SCHEDULABLE_CONDITION).message == message
+    assert both.events == (KubeEvent("Warning", REASON_UNSCHEDULABLE, message),)
+    assert condition(both, SCHEDULABLE_CONDITION).last_transition_time == NOW + timedelta(
+        seconds=10
+    )  # the status stayed False: it moves only when the status does
+
+    scheduled = compute_status(job, after(both, seconds=60, cluster=cluster(ready=False)))
+    cleared = condition(scheduled, SCHEDULABLE_CONDITION)
+    assert (cleared.status, cleared.reason, cleared.message) == (
+        "True",
+        REASON_NO_UNSCHEDULABLE_PODS,
+        "",
+    )
+    assert scheduled.events == () and scheduled.phase == Phase.PROVISIONING
+
+
+def test_one_unschedulable_worker_is_named_as_one_pod() -> None:
+    one = UnschedulablePods("rollout-on-demand", 1, NO_MATCH)
+    assert one.describe() == (
+        f"1 pod of worker group rollout-on-demand cannot be scheduled: {NO_MATCH}"
+    )
+
+
+def test_a_running_job_short_of_schedulable_workers_keeps_running_and_says_so() -> None:
+    job = spec()
+    update = compute_status(
+        job, on_cluster(running(job), unschedulable=(UnschedulablePods("rollout", 1, NO_MATCH),))
+    )
+    assert update.phase == Phase.RUNNING
+    assert condition(update, SCHEDULABLE_CONDITION).status == "False"
+    assert [e.reason for e in update.events] == [REASON_UNSCHEDULABLE]
+
+
+def test_a_job_never_scheduled_still_reaches_its_deadline_and_then_stops_saying_so() -> None:
+    job = spec(activeDeadlineSeconds=300)
+    update = compute_status(job, observe())
+    stuck = compute_status(
+        job, after(update, cluster=cluster(ready=False), unschedulable=(HEAD_STUCK,))
+    )
+    assert condition(stuck, SCHEDULABLE_CONDITION).status == "False"
+    past = compute_status(
+        job,
+        after(stuck, seconds=290, cluster=cluster(ready=False), unschedulable=(HEAD_STUCK,)),
+    )
+    assert past.phase == Phase.FAILED
+    assert condition(past, ConditionType.FAILED).reason == REASON_DEADLINE_EXCEEDED
+    # The cluster is deleted: what its pods lack no longer matters.
+    assert condition(past, SCHEDULABLE_CONDITION).status == "True"
+    assert [e.reason for e in past.events] == [REASON_DEADLINE_EXCEEDED]

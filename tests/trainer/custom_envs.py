@@ -1,5 +1,7 @@
 """Envs for tests, importable as `custom_envs:Class` (module:Class env names)."""
 
+import time
+
 import gymnasium as gym
 import numpy as np
 
@@ -23,3 +25,24 @@ class Corridor(gym.Env):
         self.position = int(np.clip(self.position + (1 if action == 1 else -1), 0, self.length - 1))
         done = self.position == self.length - 1
         return self.position, float(done), done, False, {}
+
+
+class SlowCartPole(gym.Wrapper):
+    """CartPole-v1 whose steps after the first `fast_steps` each sleep `step_seconds`: iterations
+    as long as a test needs from the one it chooses on. The first slow step touches `slow_file`
+    (when given), so a test knows the long iteration has begun."""
+
+    def __init__(self, step_seconds: float = 600.0, fast_steps: int = 0, slow_file: str = ""):
+        super().__init__(gym.make("CartPole-v1"))
+        self.step_seconds = step_seconds
+        self.fast_steps = fast_steps
+        self.slow_file = slow_file
+        self.steps = 0
+
+    def step(self, action):
+        self.steps += 1
+        if self.steps > self.fast_steps:
+            if self.slow_file:
+                open(self.slow_file, "a").close()
+            time.sleep(self.step_seconds)
+        return self.env.step(action)

@@ -55,7 +55,7 @@ def small_ppo(iterations):
 def test_progress_rows_and_resume_continue_counters(tmp_path):
     first = Driver(small_ppo(3), RolloutConfig(envs_per_worker=4), tmp_path, "job").run()
     assert (first.iteration, first.timesteps, first.stopped_by) == (3, 3 * 128, "iterations>=3")
-    assert first.checkpoint.name == "checkpoint-00000003"
+    assert first.checkpoint == str(tmp_path / "checkpoints" / "checkpoint-00000003")
 
     second = Driver(small_ppo(5), RolloutConfig(envs_per_worker=4), tmp_path, "job").run()
     assert second.resumed_from == first.checkpoint

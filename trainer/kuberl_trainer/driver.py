@@ -20,11 +20,26 @@ import numpy as np
 import torch
 
 from kuberl_trainer import algorithms
-from kuberl_trainer.checkpoint import CheckpointStore, checkpoint_dir
+from kuberl_trainer.capacity import capacity_from_env
+from kuberl_trainer.checkpoint import CheckpointError, CheckpointStore, checkpoint_location
 from kuberl_trainer.config import AnyTrainerConfig, RolloutConfig, StopConditions
+from kuberl_trainer.interrupt import IterationAbandoned, StopRequest
 from kuberl_trainer.metrics import TrainerMetrics
 from kuberl_trainer.progress import ConsoleReport, ProgressLog
-from kuberl_trainer.progress_row import PROGRESS_FILE, STRAGGLERS_DROPPED
+from kuberl_trainer.progress_row import (
+    CHECKPOINT,
+    EPISODE_RETURN_MEAN,
+    EVALUATION_RETURN_MEAN,
+    ITERATION,
+    PROGRESS_FILE,
+    SAMPLES_PER_S,
+    STRAGGLERS_DROPPED,
+    TIME_TOTAL_S,
+    TIMESTEPS_TOTAL,
+    WORKER_DOWNTIME_S,
+    WORKERS_READY,
+)
+from kuberl_trainer.resource_wait import await_resources, job_requests
 from kuberl_trainer.rollout_worker import RolloutWorker
 from kuberl_trainer.tensorboard import TensorBoardLog
 from kuberl_trainer.worker_set import WorkerSet
@@ -45,19 +60,19 @@ class TrainResult:
     episode_return_mean: float
     evaluation_return_mean: float | None
     time_total_s: float
-    checkpoint: Path | None
-    resumed_from: Path | None
+    checkpoint: str | None  # the newest complete checkpoint: an absolute path or a URI
+    resumed_from: str | None
     run_dir: Path
 
 
 def stop_reason(stop: StopConditions, row: dict[str, Any]) -> str | None:
     """The first stop condition the iteration's row meets, as `name>=target`, or None."""
     checks = (
-        ("timesteps", stop.timesteps, row["timesteps_total"]),
-        ("iterations", stop.iterations, row["iteration"]),
-        ("episodeReturnMean", stop.episode_return_mean, row["episode_return_mean"]),
-        ("evaluationReturnMean", stop.evaluation_return_mean, row.get("evaluation_return_mean")),
-        ("wallTimeSeconds", stop.wall_time_seconds, row["time_total_s"]),
+        ("timesteps", stop.timesteps, row[TIMESTEPS_TOTAL]),
+        ("iterations", stop.iterations, row[ITERATION]),
+        ("episodeReturnMean", stop.episode_return_mean, row[EPISODE_RETURN_MEAN]),
+        ("evaluationReturnMean", stop.evaluation_return_mean, row.get(EVALUATION_RETURN_MEAN)),
+        ("wallTimeSeconds", stop.wall_time_seconds, row[TIME_TOTAL_S]),
     )
     for name, target, value in checks:
         if target is not None and value is not None and math.isfinite(value) and value >= target:
@@ -96,8 +111,9 @@ class Driver:
             config.seed if config.seed is not None else random.SystemRandom().randrange(2**31)
         )
         self.store = CheckpointStore(
-            checkpoint_dir(config.checkpoint.uri, run_dir), config.checkpoint.keep
+            checkpoint_location(config.checkpoint.uri, run_dir), config.checkpoint.keep
         )
+        self.checkpoint: str | None = None  # the newest complete checkpoint's location
         self.metrics = TrainerMetrics(namespace, job_name, config.algorithm)
         self.metrics_port = metrics_port
         self.report = report or ConsoleReport(
@@ -111,6 +127,9 @@ class Driver:
         self.time_total_s = 0.0
         self.evaluation_return_mean: float | None = None
         self._signal: int | None = None
+        self._signal_time = 0.0  # time.monotonic() when the first signal came
+        self._stop_request = StopRequest()  # what the signal asks of the iteration in progress
+        self._saving = False  # a checkpoint is being written: a second signal lets it finish
         self._started_ray = False
         self._tensorboard: TensorBoardLog | None = None
 
@@ -122,9 +141,16 @@ class Driver:
         previous_handlers = self._install_signal_handlers()
         workers = optimizer = progress = None
         try:
+            if self.metrics_port is not None:  # before any wait for Ray nodes, which it reports
+                self.metrics.serve(self.metrics_port)
             if self.rollout.replicas:
                 self._start_ray()
+                # Joining Ray installs the core worker's SIGTERM handler (a stack trace, then an
+                # abort): ours again, or a preempted driver would die without its checkpoint.
+                self._install_signal_handlers()
+                self._await_resources()
             workers = self._make_workers()
+            workers.stop_request = self._stop_request
             device, warning = learner_device(self.learner_gpus, torch.cuda.is_available())
             if warning:
                 log.warning(warning)
@@ -136,15 +162,21 @@ class Driver:
             if self.config.tensorboard:
                 purge = optimizer.counters.steps_sampled + 1 if resumed_from else None
                 self._tensorboard = TensorBoardLog(self.run_dir, purge_step=purge)
-            if self.metrics_port is not None:
-                self.metrics.serve(self.metrics_port)
             checkpoint, stopped_by = resumed_from, None
+            saved = self.iteration if resumed_from is not None else None  # newest checkpoint's
             if resumed_from is not None:  # a finished job run again has nothing left to do
                 stopped_by = stop_reason(self.config.stop, self._totals(optimizer))
                 if stopped_by:
                     self.report.message(f"Already stopped at {stopped_by}: nothing to train")
             while stopped_by is None and self._signal is None:
-                row, timer_deltas, restarts = self._iterate(optimizer)
+                try:
+                    row, timer_deltas, restarts = self._iterate(optimizer)
+                except IterationAbandoned:  # preempted: the grace period is for the checkpoint
+                    self.report.message(
+                        f"Iteration {self.iteration + 1} dropped unfinished; checkpointing "
+                        f"iteration {self.iteration}"
+                    )
+                    break
                 progress.write(row)
                 if self._tensorboard is not None:
                     self._tensorboard.write(row)
@@ -152,13 +184,17 @@ class Driver:
                 self.metrics.record(row, timer_deltas, restarts)
                 stopped_by = stop_reason(self.config.stop, row)
                 if stopped_by or self.iteration % self.config.checkpoint.every_iterations == 0:
-                    checkpoint = self._save(optimizer)
-            if self._signal is not None:
-                checkpoint = self._save(optimizer)
+                    checkpoint, saved = self._checkpoint(optimizer, saved)
+            # A signal after the stop condition was met interrupts nothing: the job is done.
+            interrupted = self._signal is not None and stopped_by is None
+            if interrupted:
+                if saved != self.iteration:  # else nothing was trained since that checkpoint
+                    checkpoint, saved = self._checkpoint(optimizer, saved)
+                self._report_preemption(saved)
                 stopped_by = signal.Signals(self._signal).name
             return TrainResult(
                 stopped_by=stopped_by,
-                interrupted=self._signal is not None,
+                interrupted=interrupted,
                 iteration=self.iteration,
                 timesteps=optimizer.counters.steps_sampled,
                 episode_return_mean=_mean(self.recent_returns),
@@ -213,10 +249,13 @@ class Driver:
             "episode_return_max": max(self.recent_returns, default=math.nan),
             "episode_return_min": min(self.recent_returns, default=math.nan),
             "episode_len_mean": _mean(self.recent_lengths),
-            "samples_per_s": result.steps_sampled / elapsed,
+            SAMPLES_PER_S: result.steps_sampled / elapsed,
             "time_this_iter_s": elapsed,
             "worker_restarts": optimizer.workers.restarts,
             STRAGGLERS_DROPPED: optimizer.workers.stragglers_dropped,
+            WORKER_DOWNTIME_S: optimizer.workers.downtime_s,
+            WORKERS_READY: optimizer.workers.num_ready,
+            CHECKPOINT: self.checkpoint,
             **result.learner_stats,
         }
         timer_deltas = {
@@ -228,11 +267,11 @@ class Driver:
     def _totals(self, optimizer) -> dict[str, Any]:
         """The cumulative part of a progress row: what stop conditions are checked against."""
         return {
-            "iteration": self.iteration,
-            "timesteps_total": optimizer.counters.steps_sampled,
-            "episode_return_mean": _mean(self.recent_returns),
-            "evaluation_return_mean": self.evaluation_return_mean,
-            "time_total_s": self.time_total_s,
+            ITERATION: self.iteration,
+            TIMESTEPS_TOTAL: optimizer.counters.steps_sampled,
+            EPISODE_RETURN_MEAN: _mean(self.recent_returns),
+            EVALUATION_RETURN_MEAN: self.evaluation_return_mean,
+            TIME_TOTAL_S: self.time_total_s,
         }
 
     # -- building -----------------------------------------------------------------------------
@@ -271,6 +310,17 @@ class Driver:
             ray.init(address="local", include_dashboard=False, log_to_driver=False)
         self._started_ray = True
 
+    def _await_resources(self) -> None:
+        """Wait for the Ray nodes the job's actors need, or fail: never possible (an invalid
+        job) or not joined in time (resource_wait)."""
+        await_resources(
+            job_requests(self.config, self.rollout),
+            capacity_from_env(os.environ),
+            private_ray=self._started_ray and not os.environ.get("RAY_ADDRESS"),
+            waited=self.metrics.waiting_for_resources,
+            interrupted=lambda: self._signal is not None,
+        )
+
     def _seed_everything(self) -> None:
         random.seed(self.seed)
         np.random.seed(self.seed % 2**32)
@@ -288,7 +338,10 @@ class Driver:
             "config": self.config.model_dump(mode="json", by_alias=True),
         }
 
-    def _save(self, optimizer) -> Path:
+    def _save(self, optimizer) -> str | None:
+        """Checkpoint; returns the newest complete checkpoint. When the store fails (full,
+        unreachable, denied) training goes on: the failure is logged and counted, the previous
+        checkpoints stay as they were, and the next save tries again."""
         with optimizer.policy_lock:
             policy_state, optimizer_state = optimizer.policy.get_state(), optimizer.save()
         state = {
@@ -304,18 +357,23 @@ class Driver:
                 "seed": self.seed,
                 "rng": {
                     "python": random.getstate(),
-                    "numpy": np.random.get_state(),
+                    "numpy": np.random.get_state(legacy=False),  # a dict: plain data
                     "torch": torch.get_rng_state(),
                 },
             },
         }
-        path = self.store.save(self.iteration, state, self._meta(optimizer))
+        try:
+            self.checkpoint = self.store.save(self.iteration, state, self._meta(optimizer))
+        except CheckpointError as exc:
+            self.metrics.checkpoint_failed()
+            log.error("checkpoint failed, training goes on: %s", exc)
+            return self.checkpoint
         if self._tensorboard is not None:  # the events up to a checkpoint are on disk with it
             self._tensorboard.flush()
-        self.metrics.checkpointed(time.time(), path)
-        return path
+        self.metrics.checkpointed(time.time(), self.checkpoint)
+        return self.checkpoint
 
-    def _resume(self, optimizer) -> Path | None:
+    def _resume(self, optimizer) -> str | None:
         found = self.store.latest({"algorithm": self.config.algorithm, "env": self.config.env})
         if found is None:
             return None
@@ -331,14 +389,15 @@ class Driver:
         random.setstate(driver["rng"]["python"])
         np.random.set_state(driver["rng"]["numpy"])
         torch.set_rng_state(driver["rng"]["torch"])
-        self.metrics.checkpointed(found.meta["created"], found.path)
+        self.checkpoint = found.uri
+        self.metrics.checkpointed(found.meta["created"], found.uri)
         self.metrics.position(self.iteration, optimizer.counters.steps_sampled)
         _truncate_progress(self.run_dir / PROGRESS_FILE, self.iteration)
         self.report.message(
-            f"Resuming from {found.path} (iteration {self.iteration}, "
+            f"Resuming from {found.uri} (iteration {self.iteration}, "
             f"{optimizer.counters.steps_sampled:,} timesteps)"
         )
-        return found.path
+        return found.uri
 
     # -- signals ------------------------------------------------------------------------------
 
@@ -351,12 +410,57 @@ class Driver:
         return previous
 
     def _on_signal(self, signum: int, frame) -> None:
-        if self._signal is not None:  # asked twice: stop now, without a checkpoint
-            raise KeyboardInterrupt
-        self._signal = signum
-        self.report.message(
-            f"{signal.Signals(signum).name} received: checkpointing after this iteration"
-        )
+        """SIGTERM or SIGINT: checkpoint within the grace period and stop. The iteration in
+        progress stops at its next safe point (see interrupt.py), raising IterationAbandoned from
+        here when the driver is sampling in Python. A second signal stops at once, without a
+        checkpoint, unless one is being written and the grace period has not run out: then that
+        checkpoint is finished first, so none is left half-written."""
+        name = signal.Signals(signum).name
+        grace = self.config.checkpoint.grace_period_seconds
+        if self._signal is None:
+            self._signal, self._signal_time = signum, time.monotonic()
+            self.report.message(
+                f"{name} received: checkpointing within {grace} s (an unfinished iteration is "
+                "dropped at its next wait for samples)"
+            )
+            self._stop_request.request()
+            return
+        if self._saving and time.monotonic() - self._signal_time < grace:
+            self.report.message(f"{name} received again: finishing the checkpoint being written")
+            return
+        raise KeyboardInterrupt
+
+    def _checkpoint(self, optimizer, saved: int | None) -> tuple[str | None, int | None]:
+        """`_save`, marked as in progress for the signal handler. Returns the newest complete
+        checkpoint and the iteration it holds (`saved`, the previous one's, when the save
+        failed)."""
+        before = self.checkpoint
+        self._saving = True
+        try:
+            location = self._save(optimizer)
+        finally:
+            self._saving = False
+        return location, (self.iteration if location is not None and location != before else saved)
+
+    def _report_preemption(self, saved: int | None) -> None:
+        """How long the checkpoint after a signal took, against the grace period."""
+        name = signal.Signals(self._signal).name
+        took = time.monotonic() - self._signal_time
+        grace = self.config.checkpoint.grace_period_seconds
+        if saved == self.iteration:
+            self.report.message(
+                f"Checkpoint of iteration {saved} complete {took:.1f} s after {name} "
+                f"(grace period {grace} s)"
+            )
+        if took > grace:
+            log.warning(
+                "stopping took %.1f s after %s, longer than "
+                "spec.trainer.checkpoint.gracePeriodSeconds=%d: a preempted pod would have been "
+                "killed first; raise it so that a learning step and a checkpoint fit in it",
+                took,
+                name,
+                grace,
+            )
 
     @staticmethod
     def _restore_signal_handlers(previous: dict[int, Any]) -> None:
@@ -373,7 +477,7 @@ def _truncate_progress(path: Path, iteration: int) -> None:
     if not path.exists():
         return
     lines = path.read_text().splitlines()
-    kept = [line for line in lines if line and json.loads(line)["iteration"] <= iteration]
+    kept = [line for line in lines if line and json.loads(line)[ITERATION] <= iteration]
     if len(kept) != len(lines):
         tmp = path.with_suffix(".tmp")
         tmp.write_text("".join(line + "\n" for line in kept))

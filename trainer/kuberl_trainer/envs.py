@@ -15,7 +15,7 @@ from typing import Any
 import gymnasium as gym
 import numpy as np
 
-from kuberl_trainer.errors import TrainingError
+from kuberl_trainer.errors import InvalidJobError
 
 
 @dataclass(frozen=True)
@@ -34,7 +34,7 @@ class SpaceInfo:
         return self.action_discrete_n is not None
 
 
-class EnvError(TrainingError):
+class EnvError(InvalidJobError):
     """The env named in the job cannot be made or has spaces kuberl cannot train on."""
 
 

@@ -4,3 +4,9 @@ escaping the driver is a bug and keeps its traceback."""
 
 class TrainingError(Exception):
     """The job cannot run as configured."""
+
+
+class InvalidJobError(TrainingError):
+    """The job can never run as specified, so retrying it changes nothing: an unknown env id, an
+    unsupported space, a resource request larger than the job's Ray cluster will ever offer.
+    `kuberl train` exits with EXIT_INVALID_JOB, and the operator fails the job at once."""

@@ -9,26 +9,65 @@ import time
 from prometheus_client import CollectorRegistry, Counter, Gauge, Info, start_http_server
 
 from kuberl_trainer.progress_row import (
+    CHECKPOINT_LABEL,
+    EPISODE_RETURN_MEAN,
+    EVALUATION_RETURN_MEAN,
+    ITERATION,
     LEARNER_QUEUE_DEPTH,
     LEARNER_UTILISATION,
+    METRIC_CHECKPOINT,
+    METRIC_CHECKPOINT_AGE,
+    METRIC_CHECKPOINT_FAILURES,
+    METRIC_ENV_STEPS_SAMPLED,
+    METRIC_ENV_STEPS_TRAINED,
+    METRIC_EPISODE_LENGTH_MEAN,
+    METRIC_EPISODE_RETURN_MEAN,
+    METRIC_EPISODES,
+    METRIC_EVALUATION_RETURN_MEAN,
+    METRIC_ITERATION,
+    METRIC_ITERATIONS_TOTAL,
+    METRIC_LAST_CHECKPOINT_TIMESTAMP,
+    METRIC_LAST_ITERATION_TIMESTAMP,
+    METRIC_LEARNER_QUEUE_DEPTH,
+    METRIC_LEARNER_SECONDS,
+    METRIC_LEARNER_UTILISATION,
+    METRIC_POLICY_ENTROPY,
+    METRIC_POLICY_KL,
+    METRIC_POLICY_LAG,
+    METRIC_POLICY_LOSS,
+    METRIC_RESOURCE_WAIT,
+    METRIC_SAMPLE_SECONDS,
+    METRIC_SAMPLES_PER_SECOND,
+    METRIC_STRAGGLERS_DROPPED,
+    METRIC_TD_LOSS,
+    METRIC_TIMESTEPS,
+    METRIC_VALUE_LOSS,
+    METRIC_WEIGHT_SYNC_SECONDS,
+    METRIC_WORKER_DOWNTIME,
+    METRIC_WORKER_RESTARTS,
+    METRIC_WORKERS_READY,
     POLICY_LAG,
+    SAMPLES_PER_S,
     STRAGGLERS_DROPPED,
+    TIMESTEPS_TOTAL,
+    WORKER_DOWNTIME_S,
+    WORKERS_READY,
 )
 
 LABELS = ("namespace", "job", "algorithm")
 
 # learner statistic → (metric name, help); only these leave the process, so cardinality is fixed
 LEARNER_GAUGES = {
-    "policy_loss": ("kuberl_policy_loss", "Policy loss of the last iteration."),
-    "vf_loss": ("kuberl_value_loss", "Value-function loss of the last iteration."),
-    "loss": ("kuberl_td_loss", "TD (Huber) loss of the last iteration."),
-    "entropy": ("kuberl_policy_entropy", "Mean policy entropy of the last iteration."),
-    "kl": ("kuberl_policy_kl", "Approximate KL between old and new policy."),
+    "policy_loss": (METRIC_POLICY_LOSS, "Policy loss of the last iteration."),
+    "vf_loss": (METRIC_VALUE_LOSS, "Value-function loss of the last iteration."),
+    "loss": (METRIC_TD_LOSS, "TD (Huber) loss of the last iteration."),
+    "entropy": (METRIC_POLICY_ENTROPY, "Mean policy entropy of the last iteration."),
+    "kl": (METRIC_POLICY_KL, "Approximate KL between old and new policy."),
     # The asynchronous optimizers' learner thread (NaN for the synchronous ones, which have none).
-    POLICY_LAG: ("kuberl_policy_lag", "Learner steps between sampling a batch and learning on it."),
-    LEARNER_QUEUE_DEPTH: ("kuberl_learner_queue_depth", "Batches waiting for the learner thread."),
+    POLICY_LAG: (METRIC_POLICY_LAG, "Learner steps between sampling a batch and learning on it."),
+    LEARNER_QUEUE_DEPTH: (METRIC_LEARNER_QUEUE_DEPTH, "Batches waiting for the learner thread."),
     LEARNER_UTILISATION: (
-        "kuberl_learner_utilisation",
+        METRIC_LEARNER_UTILISATION,
         "Share (0..1) of the last iteration the learner thread spent learning.",
     ),
 }
@@ -46,51 +85,72 @@ class TrainerMetrics:
         def counter(name: str, doc: str) -> Counter:
             return Counter(name, doc, LABELS, registry=r).labels(**self.labels)
 
-        self.iterations = counter("kuberl_iterations_total", "Training iterations completed.")
-        self.steps_sampled = counter("kuberl_env_steps_sampled_total", "Env steps sampled.")
-        self.steps_trained = counter("kuberl_env_steps_trained_total", "Env steps trained on.")
-        self.episodes = counter("kuberl_episodes_total", "Episodes finished while sampling.")
-        self.episode_return = gauge("kuberl_episode_return_mean", "Mean recent episode return.")
+        self.iterations = counter(METRIC_ITERATIONS_TOTAL, "Training iterations completed.")
+        self.steps_sampled = counter(METRIC_ENV_STEPS_SAMPLED, "Env steps sampled.")
+        self.steps_trained = counter(METRIC_ENV_STEPS_TRAINED, "Env steps trained on.")
+        self.episodes = counter(METRIC_EPISODES, "Episodes finished while sampling.")
+        self.episode_return = gauge(METRIC_EPISODE_RETURN_MEAN, "Mean recent episode return.")
         self.episode_return.set(math.nan)  # no episode has finished yet: not a return of 0
-        self.episode_length = gauge("kuberl_episode_length_mean", "Mean recent episode length.")
+        self.episode_length = gauge(METRIC_EPISODE_LENGTH_MEAN, "Mean recent episode length.")
         self.evaluation_return = gauge(
-            "kuberl_evaluation_return_mean", "Mean return of the last greedy evaluation."
+            METRIC_EVALUATION_RETURN_MEAN, "Mean return of the last greedy evaluation."
         )
         self.evaluation_return.set(math.nan)  # none yet, or the job does not evaluate
         self.samples_per_second = gauge(
-            "kuberl_samples_per_second", "Env steps sampled per second in the last iteration."
+            METRIC_SAMPLES_PER_SECOND, "Env steps sampled per second in the last iteration."
         )
         # Where the run stands, across resumed runs (the counters above restart with the process):
         # what the operator reads into the RLJob's status.progress.
-        self.iteration = gauge("kuberl_training_iteration", "Training iterations completed in all.")
-        self.timesteps = gauge("kuberl_training_timesteps", "Env steps sampled in all.")
+        self.iteration = gauge(METRIC_ITERATION, "Training iterations completed in all.")
+        self.timesteps = gauge(METRIC_TIMESTEPS, "Env steps sampled in all.")
         self.last_iteration = gauge(
-            "kuberl_last_iteration_timestamp_seconds", "Unix time the newest iteration ended."
+            METRIC_LAST_ITERATION_TIMESTAMP, "Unix time the newest iteration ended."
         )
         self.checkpoint = Info(
-            "kuberl_checkpoint", "Location of the newest checkpoint.", LABELS, registry=r
+            METRIC_CHECKPOINT, "Location of the newest checkpoint.", LABELS, registry=r
         ).labels(**self.labels)
-        self.learner_time = counter("kuberl_learner_seconds_total", "Time spent learning.")
-        self.sample_time = counter("kuberl_sample_seconds_total", "Time spent sampling.")
+        self.learner_time = counter(METRIC_LEARNER_SECONDS, "Time spent learning.")
+        self.sample_time = counter(METRIC_SAMPLE_SECONDS, "Time spent sampling.")
         self.weight_sync_time = counter(
-            "kuberl_weight_sync_seconds_total", "Time spent broadcasting weights."
+            METRIC_WEIGHT_SYNC_SECONDS, "Time spent broadcasting weights."
         )
         self.worker_restarts = counter(
-            "kuberl_worker_restarts_total", "Rollout workers recreated after dying."
+            METRIC_WORKER_RESTARTS, "Rollout workers recreated after dying."
         )
         self.stragglers_dropped = counter(
-            "kuberl_stragglers_dropped_total",
+            METRIC_STRAGGLERS_DROPPED,
             "Rollout worker batches dropped because they came after the step's sample timeout.",
         )
         self._stragglers_seen = 0  # the row's count is this run's total; the counter takes steps
+        self.worker_downtime = counter(
+            METRIC_WORKER_DOWNTIME,
+            "Seconds rollout worker slots went without a working worker, summed over slots: from a "
+            "lost worker's last answer to its replacement's first (noticing the loss, waiting for "
+            "a node, starting the actor).",
+        )
+        self._downtime_seen = 0.0  # as _stragglers_seen
+        self.workers_ready = gauge(
+            METRIC_WORKERS_READY,
+            "Remote rollout workers ready to sample (not replacements still starting or waiting "
+            "for a node).",
+        )
         self.last_checkpoint = gauge(
-            "kuberl_last_checkpoint_timestamp_seconds", "Unix time of the newest checkpoint."
+            METRIC_LAST_CHECKPOINT_TIMESTAMP, "Unix time of the newest checkpoint."
         )
         self.checkpoint_age = gauge(
-            "kuberl_checkpoint_age_seconds", "Seconds since the newest checkpoint was written."
+            METRIC_CHECKPOINT_AGE, "Seconds since the newest checkpoint was written."
         )
         self._last_checkpoint_time = math.nan
         self.checkpoint_age.set_function(lambda: time.time() - self._last_checkpoint_time)
+        self.checkpoint_failures = counter(
+            METRIC_CHECKPOINT_FAILURES,
+            "Checkpoint saves that failed (store full, unreachable, denied); training went on, the "
+            "previous checkpoint was kept, and the next save retries.",
+        )
+        self.resource_wait = gauge(
+            METRIC_RESOURCE_WAIT,
+            "Seconds the driver has waited at start for Ray nodes its actors fit on (0: none).",
+        )
         self.learner = {stat: gauge(name, doc) for stat, (name, doc) in LEARNER_GAUGES.items()}
         for learner_gauge in self.learner.values():
             learner_gauge.set(math.nan)  # a statistic this algorithm lacks is no loss of 0
@@ -101,7 +161,13 @@ class TrainerMetrics:
     def checkpointed(self, when: float, path: object) -> None:
         self._last_checkpoint_time = when
         self.last_checkpoint.set(when)
-        self.checkpoint.info({"path": str(path)})
+        self.checkpoint.info({CHECKPOINT_LABEL: str(path)})
+
+    def checkpoint_failed(self) -> None:
+        self.checkpoint_failures.inc()
+
+    def waiting_for_resources(self, seconds: float) -> None:
+        self.resource_wait.set(seconds)
 
     def position(self, iteration: int, timesteps: int) -> None:
         self.iteration.set(iteration)
@@ -110,16 +176,16 @@ class TrainerMetrics:
     def record(self, row: dict, timer_deltas: dict[str, float], new_restarts: int) -> None:
         """Update from one iteration's progress row."""
         self.iterations.inc()
-        self.position(row["iteration"], row["timesteps_total"])
+        self.position(row[ITERATION], row[TIMESTEPS_TOTAL])
         self.last_iteration.set(time.time())
         self.steps_sampled.inc(row["timesteps_this_iter"])
         self.steps_trained.inc(row["timesteps_trained_this_iter"])
         self.episodes.inc(row["episodes_this_iter"])
-        self.samples_per_second.set(row["samples_per_s"])
+        self.samples_per_second.set(row[SAMPLES_PER_S])
         for gauge, key in (
-            (self.episode_return, "episode_return_mean"),
+            (self.episode_return, EPISODE_RETURN_MEAN),
             (self.episode_length, "episode_len_mean"),
-            (self.evaluation_return, "evaluation_return_mean"),
+            (self.evaluation_return, EVALUATION_RETURN_MEAN),
         ):
             if row.get(key) is not None:
                 gauge.set(row[key])
@@ -132,6 +198,12 @@ class TrainerMetrics:
         seen = self._stragglers_seen if stragglers >= self._stragglers_seen else 0
         self.stragglers_dropped.inc(stragglers - seen)
         self._stragglers_seen = stragglers
+        downtime = row.get(WORKER_DOWNTIME_S, 0.0)
+        seen = self._downtime_seen if downtime >= self._downtime_seen else 0.0
+        self.worker_downtime.inc(downtime - seen)
+        self._downtime_seen = downtime
+        if WORKERS_READY in row:
+            self.workers_ready.set(row[WORKERS_READY])
         for stat, gauge in self.learner.items():
             if stat in row:
                 gauge.set(row[stat])

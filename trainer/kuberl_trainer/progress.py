@@ -12,7 +12,14 @@ from typing import Any
 from rich.console import Console
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
-from kuberl_trainer.progress_row import format_return
+from kuberl_trainer.progress_row import (
+    EPISODE_RETURN_MEAN,
+    EVALUATION_RETURN_MEAN,
+    ITERATION,
+    SAMPLES_PER_S,
+    TIMESTEPS_TOTAL,
+    format_return,
+)
 
 
 class ProgressLog:
@@ -62,18 +69,18 @@ class ConsoleReport:
 
     def update(self, row: dict[str, Any]) -> None:
         status = (
-            f"iter {row['iteration']}  return {format_return(row['episode_return_mean'])}"
-            f"  {row['samples_per_s']:,.0f} steps/s"
+            f"iter {row[ITERATION]}  return {format_return(row[EPISODE_RETURN_MEAN])}"
+            f"  {row[SAMPLES_PER_S]:,.0f} steps/s"
         )
-        if row.get("evaluation_return_mean") is not None:
-            status += f"  eval {format_return(row['evaluation_return_mean'])}"
+        if row.get(EVALUATION_RETURN_MEAN) is not None:
+            status += f"  eval {format_return(row[EVALUATION_RETURN_MEAN])}"
         if self._progress is not None:
-            self._progress.update(self._task, completed=row["timesteps_total"], status=status)
+            self._progress.update(self._task, completed=row[TIMESTEPS_TOTAL], status=status)
             return
         now = time.monotonic()
         if now - self._last_line >= self.LINE_INTERVAL_S:
             self._last_line = now
-            self.console.print(f"{status}  timesteps {row['timesteps_total']:,}", highlight=False)
+            self.console.print(f"{status}  timesteps {row[TIMESTEPS_TOTAL]:,}", highlight=False)
 
     def message(self, text: str) -> None:
         self.console.print(text, highlight=False)

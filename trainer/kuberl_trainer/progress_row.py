@@ -1,11 +1,23 @@
-"""What a progress row is, for its readers: the file the driver appends rows to, the keys read
-outside the driver (`kuberl plot`, TensorBoard, the status page), and how a return is shown.
-Standard library only, so the API and the CLI read rows without loading the console's rendering.
+"""The progress contract: what the driver reports and how its readers find it, defined once for the
+trainer, the operator and the API. Standard library only (no torch, no ray), so the operator, the
+API and the CLI import it without loading the training stack.
+
+- The progress row: the run directory's progress.jsonl, one JSON object per iteration, with the
+  keys below (read by `kuberl plot`, TensorBoard, the status page and the API's local backend).
+- The names of the driver's Prometheus metrics (the operator reads some into status.progress).
+- The final record: one JSON line on stdout, prefixed FINAL_RECORD_PREFIX, that `kuberl train`
+  prints as it exits, so the operator (through the Ray Jobs API's log of the driver) and the API
+  (through the trainer's log) learn how a driver ended without parsing its human summary.
+- The exit codes of `kuberl train`.
 """
 
 from __future__ import annotations
 
+import json
 import math
+from dataclasses import asdict, dataclass
+from enum import StrEnum
+from typing import Any
 
 PROGRESS_FILE = "progress.jsonl"
 """The run directory's file of progress rows, one JSON object per iteration."""
@@ -14,9 +26,25 @@ ITERATION = "iteration"
 TIMESTEPS_TOTAL = "timesteps_total"
 EPISODE_RETURN_MEAN = "episode_return_mean"
 EVALUATION_RETURN_MEAN = "evaluation_return_mean"
+SAMPLES_PER_S = "samples_per_s"
+"""Env steps sampled per second over the iteration."""
+TIME_TOTAL_S = "time_total_s"
+"""Seconds spent training in all, across resumed runs."""
+CHECKPOINT = "checkpoint"
+"""Full location (an absolute path, or a URI such as s3://bucket/prefix/checkpoint-00000020) of the
+newest complete checkpoint when the row was written, or null before the first. A checkpoint saved
+at the end of an iteration shows in the next row and in the final record."""
 STRAGGLERS_DROPPED = "stragglers_dropped"
 """Batches of rollout workers dropped as stragglers in this run (a SyncSamples or SyncReplay step
 past optimizerConfig.sampleTimeoutSeconds learns without them)."""
+WORKER_DOWNTIME_S = "worker_downtime_s"
+"""Seconds the remote rollout worker slots went without a working worker in this run, summed over
+slots: for each worker lost (its node preempted, its process killed), from the last call it
+answered to the first its replacement answered, so noticing the loss, waiting for a node and
+starting the actor all count. Outages still going on count up to the row's end."""
+WORKERS_READY = "workers_ready"
+"""Remote rollout workers ready to sample at the end of the iteration; replacements still
+starting, or waiting for a node to be placed on, are not."""
 
 # The asynchronous optimizers' learner statistics.
 POLICY_LAG = "policy_lag"
@@ -31,3 +59,157 @@ LEARNER_UTILISATION = "learner_utilisation"
 def format_return(value: float | None) -> str:
     """A return for people: one decimal, or "-" when there is none (no episode finished yet)."""
     return "-" if value is None or not math.isfinite(value) else f"{value:.1f}"
+
+
+# --- The driver's Prometheus metrics --------------------------------------------------------------
+# Labelled namespace, job and algorithm. The operator reads the first six into status.progress.
+
+METRIC_ITERATION = "kuberl_training_iteration"
+"""Gauge: training iterations completed in all, across resumed runs."""
+METRIC_TIMESTEPS = "kuberl_training_timesteps"
+"""Gauge: env steps sampled in all, across resumed runs."""
+METRIC_EPISODE_RETURN_MEAN = "kuberl_episode_return_mean"
+METRIC_SAMPLES_PER_SECOND = "kuberl_samples_per_second"
+METRIC_LAST_ITERATION_TIMESTAMP = "kuberl_last_iteration_timestamp_seconds"
+METRIC_CHECKPOINT = "kuberl_checkpoint"
+"""Info: the newest checkpoint's location in the label CHECKPOINT_LABEL (Prometheus exposes it as
+`kuberl_checkpoint_info`)."""
+CHECKPOINT_LABEL = "path"
+METRIC_RESOURCE_WAIT = "kuberl_resource_wait_seconds"
+"""Gauge: seconds the driver has been waiting, at start, for Ray nodes its rollout workers (and
+replay shards) fit on; 0 when it is not waiting."""
+
+METRIC_ITERATIONS_TOTAL = "kuberl_iterations_total"
+METRIC_ENV_STEPS_SAMPLED = "kuberl_env_steps_sampled_total"
+METRIC_ENV_STEPS_TRAINED = "kuberl_env_steps_trained_total"
+METRIC_EPISODES = "kuberl_episodes_total"
+METRIC_EPISODE_LENGTH_MEAN = "kuberl_episode_length_mean"
+METRIC_EVALUATION_RETURN_MEAN = "kuberl_evaluation_return_mean"
+METRIC_LEARNER_SECONDS = "kuberl_learner_seconds_total"
+METRIC_SAMPLE_SECONDS = "kuberl_sample_seconds_total"
+METRIC_WEIGHT_SYNC_SECONDS = "kuberl_weight_sync_seconds_total"
+METRIC_WORKER_RESTARTS = "kuberl_worker_restarts_total"
+METRIC_WORKER_DOWNTIME = "kuberl_worker_downtime_seconds_total"
+"""Counter: seconds of WORKER_DOWNTIME_S, the time lost to rollout workers that died."""
+METRIC_WORKERS_READY = "kuberl_rollout_workers_ready"
+"""Gauge: WORKERS_READY."""
+METRIC_STRAGGLERS_DROPPED = "kuberl_stragglers_dropped_total"
+METRIC_LAST_CHECKPOINT_TIMESTAMP = "kuberl_last_checkpoint_timestamp_seconds"
+METRIC_CHECKPOINT_AGE = "kuberl_checkpoint_age_seconds"
+METRIC_CHECKPOINT_FAILURES = "kuberl_checkpoint_failures_total"
+"""Counter: checkpoint saves that failed (store full, unreachable, access denied). Training went on
+and the previous checkpoint was kept; the next save tries again."""
+METRIC_POLICY_LOSS = "kuberl_policy_loss"
+METRIC_VALUE_LOSS = "kuberl_value_loss"
+METRIC_TD_LOSS = "kuberl_td_loss"
+METRIC_POLICY_ENTROPY = "kuberl_policy_entropy"
+METRIC_POLICY_KL = "kuberl_policy_kl"
+METRIC_POLICY_LAG = "kuberl_policy_lag"
+METRIC_LEARNER_QUEUE_DEPTH = "kuberl_learner_queue_depth"
+METRIC_LEARNER_UTILISATION = "kuberl_learner_utilisation"
+
+
+# --- How `kuberl train` ends ----------------------------------------------------------------------
+
+EXIT_SUCCEEDED = 0
+"""A stop condition was met."""
+EXIT_FAILED = 1
+"""Training failed in a way a retry may not repeat (a crash, a lost learner thread); the job is
+restarted with backoff."""
+EXIT_NO_FILE = 2
+"""The manifest file is missing."""
+EXIT_INVALID_JOB = 65
+"""The job is invalid and retrying cannot help: a spec problem only the driver finds (an unknown
+env id, an unsupported action or observation space, an algorithm the env's spaces do not suit, a
+resource request larger than the Ray cluster will ever offer), or a manifest the trainer refuses.
+The operator fails such a job at once with reason InvalidSpec. (sysexits.h's EX_DATAERR.)"""
+EXIT_SIGNAL_BASE = 128
+"""Interrupted by signal N, after checkpointing: the status is 128 + N, as shells report it."""
+
+
+class Outcome(StrEnum):
+    """How a driver ended, as its final record says."""
+
+    STOPPED = "Stopped"  # a stop condition was met
+    INTERRUPTED = "Interrupted"  # a signal; checkpointed first
+    INVALID_JOB = "InvalidJob"  # see EXIT_INVALID_JOB
+    FAILED = "Failed"  # see EXIT_FAILED
+
+
+FINAL_RECORD_PREFIX = "kuberl-final-record "
+"""What the final record's line starts with; the rest of the line is its JSON."""
+
+
+@dataclass(frozen=True)
+class FinalRecord:
+    """The last thing `kuberl train` prints: how it ended and where training stood. The figures
+    are None when the driver ended before training (an invalid job)."""
+
+    outcome: Outcome
+    exit_code: int
+    message: str
+    """Why it ended, for people: the stop condition met, the signal, or the error."""
+    time: float
+    """Unix time it was written."""
+    iteration: int | None = None
+    timesteps_total: int | None = None
+    episode_return_mean: float | None = None
+    evaluation_return_mean: float | None = None
+    time_total_s: float | None = None
+    checkpoint: str | None = None
+    """Full location (path or URI) of the newest complete checkpoint; None when there is none."""
+
+    def line(self) -> str:
+        """The record as printed: the prefix and one line of strict JSON (NaN becomes null)."""
+        values = {key: _json_value(value) for key, value in asdict(self).items()}
+        return FINAL_RECORD_PREFIX + json.dumps(values, allow_nan=False, separators=(",", ":"))
+
+    def row(self) -> dict[str, Any]:
+        """The figures in progress-row keys, those that are known (NaN is not)."""
+        figures = {
+            ITERATION: self.iteration,
+            TIMESTEPS_TOTAL: self.timesteps_total,
+            EPISODE_RETURN_MEAN: self.episode_return_mean,
+            EVALUATION_RETURN_MEAN: self.evaluation_return_mean,
+            TIME_TOTAL_S: self.time_total_s,
+        }
+        return {key: value for key, value in figures.items() if _json_value(value) is not None}
+
+
+def _json_value(value: Any) -> Any:
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    return value
+
+
+def read_final_record(text: str) -> FinalRecord | None:
+    """The last well-formed final record in a driver's output, or None when there is none (the
+    driver still runs, was killed, or crashed before printing one)."""
+    for line in reversed(text.splitlines()):
+        start = line.find(FINAL_RECORD_PREFIX)
+        if start < 0:
+            continue
+        try:
+            return _record(json.loads(line[start + len(FINAL_RECORD_PREFIX) :]))
+        except (ValueError, TypeError, KeyError):
+            continue  # cut short or garbled: an earlier whole one is better than none
+    return None
+
+
+def _record(values: dict[str, Any]) -> FinalRecord:
+    def number(key: str, kind: type) -> Any:
+        value = values.get(key)
+        return None if value is None else kind(value)
+
+    return FinalRecord(
+        outcome=Outcome(values["outcome"]),
+        exit_code=int(values["exit_code"]),
+        message=str(values.get("message") or ""),
+        time=float(values["time"]),
+        iteration=number("iteration", int),
+        timesteps_total=number("timesteps_total", int),
+        episode_return_mean=number("episode_return_mean", float),
+        evaluation_return_mean=number("evaluation_return_mean", float),
+        time_total_s=number("time_total_s", float),
+        checkpoint=values.get("checkpoint") or None,
+    )

@@ -2,11 +2,17 @@
 
 A remote worker that dies (killed, OOM, its node preempted) is replaced by a new actor in the
 background; sampling continues on the healthy ones meanwhile, and the restart is counted. With no
-healthy remote worker at all, the local worker samples so training never stalls.
+healthy remote worker at all, the local worker samples so training never stalls. A replacement that
+cannot be placed yet (its node is gone and no other node has room for it) waits in Ray's queue
+without holding anything up: it joins once its first call returns, when a node has rejoined. The
+time each worker slot went without a working worker is measured (`downtime_s`).
 
 Calls on remote workers go through one task pool (`call`, `completed`): the synchronous
 `sample()` and the asynchronous optimizers alike, so a dead worker's calls are dropped, the worker
 replaced and the loss counted in one place.
+
+Waits on the workers return to Python at least every WAIT_SLICE_S to look for the driver's stop
+request, so a preempted driver never waits out an iteration to checkpoint (see interrupt.py).
 
 Placement: remote workers are created with Ray's SPREAD strategy and the job's custom Ray resources
 (rolloutWorkers.rayResources). What the Ray cluster could never place fails at once with the
@@ -23,6 +29,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from kuberl_trainer.errors import TrainingError
+from kuberl_trainer.interrupt import WAIT_SLICE_S, StopRequest
 from kuberl_trainer.sample_batch import SampleBatch
 
 if TYPE_CHECKING:
@@ -59,6 +66,11 @@ class WorkerSet:
         self._calls: Counter[int] = Counter()  # worker index → its calls in flight
         self._abandoned: set[Any] = set()  # calls whose results nobody wants (stragglers)
         self.stragglers_dropped = 0
+        # Set by the driver: checked wherever an iteration waits on its workers.
+        self.stop_request = StopRequest()
+        self._last_heard: dict[int, float] = {}  # index → when its worker last answered a call
+        self._down_since: dict[int, float] = {}  # index → since when the slot has no worker
+        self._downtime_ended_s = 0.0  # downtime of the outages already over
         self._weights_ref = None
         self._global_timesteps = 0
         self._torch_threads = max(1, int(cpus_per_worker))
@@ -78,6 +90,7 @@ class WorkerSet:
             )
             for index in range(1, num_remote + 1):
                 self._healthy[index] = self._start_remote(index)
+                self._last_heard[index] = time.monotonic()
 
     @property
     def num_remote(self) -> int:
@@ -89,9 +102,28 @@ class WorkerSet:
 
     @property
     def healthy_indices(self) -> list[int]:
-        """Indices of the remote workers ready for calls (replacements join once started)."""
+        """Indices of the remote workers ready for calls (replacements join once started). Every
+        optimizer asks this before it waits or samples, so it is also a safe point for a stop
+        request (IterationAbandoned)."""
+        self.stop_request.check()
         self._promote_started_workers()
         return list(self._healthy)
+
+    @property
+    def num_ready(self) -> int:
+        """Remote workers ready for calls now; replacements still starting or waiting for a node
+        to be placed on are not."""
+        self._promote_started_workers()
+        return len(self._healthy)
+
+    @property
+    def downtime_s(self) -> float:
+        """Seconds the remote worker slots have gone without a working worker, summed over slots:
+        for each worker lost, from the last call it answered to the first its replacement answered
+        (so noticing the loss, waiting for a node and starting the actor all count); outages still
+        going on count up to now."""
+        now = time.monotonic()
+        return self._downtime_ended_s + sum(now - since for since in self._down_since.values())
 
     # -- weights ------------------------------------------------------------------------------
 
@@ -142,9 +174,10 @@ class WorkerSet:
             return []
         import ray
 
-        ready, _ = ray.wait(pending, num_returns=1, timeout=timeout)
-        if ready:  # take every result already there, not just the first
-            ready, _ = ray.wait(pending, num_returns=len(pending), timeout=0)
+        if not self._wait_for_one(pending, timeout):
+            return []
+        # Take every result already there, not just the first.
+        ready, _ = ray.wait(pending, num_returns=len(pending), timeout=0)
         results = []
         for ref in ready:
             index = self._forget(ref)
@@ -152,7 +185,8 @@ class WorkerSet:
                 continue
             try:
                 results.append((index, ray.get(ref)))
-            except ray.exceptions.RayActorError as exc:
+                self._last_heard[index] = time.monotonic()
+            except _worker_lost() as exc:
                 log.warning("rollout worker %d died (%s); starting a replacement", index, exc)
                 self._lose(index)
         return results
@@ -169,7 +203,7 @@ class WorkerSet:
             self._wait_for_a_free_worker(timeout)
             free = [index for index in self.healthy_indices if not self.in_flight(index)]
         if not free:  # none healthy, or none free in time: the local worker keeps training going
-            return [self.local_worker.sample()]
+            return [self._sample_locally()]
         refs = [self.call(index, "sample") for index in free]
         deadline = None if timeout is None else time.monotonic() + timeout
         batches: list[SampleBatch] = []
@@ -187,13 +221,33 @@ class WorkerSet:
             self._abandoned.update(refs)
             log.info("learning without %d straggling rollout worker(s)", len(refs))
         if not batches:  # every worker died on the way: the local worker keeps training going
-            return [self.local_worker.sample()]
+            return [self._sample_locally()]
         return batches
 
-    def _wait_for_a_free_worker(self, timeout: float | None) -> None:
+    def _sample_locally(self) -> SampleBatch:
+        """A batch from the local worker; a stop request may cut it short (it only reads the
+        policy)."""
+        with self.stop_request.abandonable():
+            return self.local_worker.sample()
+
+    def _wait_for_one(self, refs: list, timeout: float | None) -> bool:
+        """Until one of `refs` is ready (True) or `timeout` seconds passed (None: as long as it
+        takes). Returns to Python every WAIT_SLICE_S to look for a stop request: a dead node's
+        calls fail only once Ray has noticed, and a slow env's batch may take minutes."""
         import ray
 
-        ray.wait(list(self._abandoned), num_returns=1, timeout=timeout)
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while True:
+            self.stop_request.check()
+            left = WAIT_SLICE_S if deadline is None else deadline - time.monotonic()
+            ready, _ = ray.wait(refs, num_returns=1, timeout=max(0.0, min(left, WAIT_SLICE_S)))
+            if ready:
+                return True
+            if deadline is not None and time.monotonic() >= deadline:
+                return False
+
+    def _wait_for_a_free_worker(self, timeout: float | None) -> None:
+        self._wait_for_one(list(self._abandoned), timeout)
         self._reap_abandoned()
 
     def _forget(self, ref) -> int | None:
@@ -217,7 +271,9 @@ class WorkerSet:
                 # Fetched only to learn whether the worker died on the way (a late batch costs
                 # one transfer; an error left unread would be logged by Ray as unhandled).
                 ray.get(ref)
-            except ray.exceptions.RayActorError as exc:
+                if index in self._healthy:
+                    self._last_heard[index] = time.monotonic()
+            except _worker_lost() as exc:
                 if index in self._healthy:
                     log.warning("rollout worker %d died (%s); starting a replacement", index, exc)
                     self._lose(index)
@@ -229,7 +285,11 @@ class WorkerSet:
 
     def _lose(self, index: int) -> None:
         """A healthy worker died: drop its calls, count the restart and start its replacement."""
-        del self._healthy[index]
+        import ray
+
+        # Dead already, or alive but unusable (a result lost): never two workers in one slot.
+        ray.kill(self._healthy.pop(index))
+        self._down_since[index] = self._last_heard.pop(index, time.monotonic())
         for ref in [ref for ref, owner in self._in_flight.items() if owner == index]:
             self._forget(ref)
             self._abandoned.discard(ref)
@@ -263,7 +323,7 @@ class WorkerSet:
             del self._starting[index]
             try:
                 ray.get(ready)
-            except ray.exceptions.RayActorError as exc:
+            except _worker_lost() as exc:
                 # The same loss, retried: not a new restart.
                 log.warning("replacement rollout worker %d failed (%s); retrying", index, exc)
                 self._start_replacement(index)
@@ -271,6 +331,9 @@ class WorkerSet:
             # Weights may have moved on while it started.
             handle.set_weights.remote(self._weights_ref, self._global_timesteps)
             self._healthy[index] = handle
+            now = time.monotonic()
+            self._downtime_ended_s += now - self._down_since.pop(index, now)
+            self._last_heard[index] = now
 
     def stop(self) -> None:
         self.local_worker.close()
@@ -285,6 +348,16 @@ class WorkerSet:
         self._in_flight.clear()
         self._calls.clear()
         self._abandoned.clear()
+        self._last_heard.clear()
+        self._down_since.clear()
+
+
+def _worker_lost() -> tuple[type[Exception], ...]:
+    """What a call on a lost worker raises: its actor died, or its result was lost with the
+    worker's node (a batch still in that node's object store when it went)."""
+    import ray
+
+    return (ray.exceptions.RayActorError, ray.exceptions.ObjectLostError)
 
 
 @dataclass(frozen=True)
@@ -332,16 +405,20 @@ def replay_shards_request(replay_shards: int, cpus_per_replay_shard: float) -> R
 _RAY_OWN = frozenset({"CPU", "GPU", "memory", "object_store_memory"})
 
 
-def check_resources(requests: Iterable[ResourceRequest]) -> None:
+def check_resources(
+    requests: Iterable[ResourceRequest], nodes: list[dict[str, float]] | None = None
+) -> None:
     """Fail fast instead of waiting forever for resources the cluster will never have: an actor
     needing more of a resource than any live node has (or a custom resource no node advertises),
     no node with all that one actor needs, or more of a resource in all than the cluster has.
 
     Raises ResourceError naming the manifest fields. Only live nodes count: a node that is still
-    starting (a pod Pending on Kubernetes) is not seen."""
-    import ray
+    starting (a pod Pending on Kubernetes) is not seen. `nodes` (each node's Ray resources)
+    replaces the live nodes: the nodes a cluster will have at most, say."""
+    if nodes is None:
+        import ray
 
-    nodes = [node["Resources"] for node in ray.nodes() if node.get("Alive")]
+        nodes = [node["Resources"] for node in ray.nodes() if node.get("Alive")]
     requests = [request for request in requests if request.count > 0]
     for request in requests:
         _check_one_actor_fits(request, nodes)

@@ -27,7 +27,7 @@ from typing import Any
 
 import numpy as np
 
-from kuberl_trainer.errors import TrainingError
+from kuberl_trainer.errors import InvalidJobError
 from kuberl_trainer.optimizers.base import PolicyOptimizer, StepResult
 from kuberl_trainer.optimizers.learner_thread import LearnerThread
 from kuberl_trainer.progress_row import LEARNER_QUEUE_DEPTH, LEARNER_UTILISATION
@@ -45,7 +45,7 @@ class AsyncReplayOptimizer(PolicyOptimizer):
     def __init__(self, workers: WorkerSet, config: Any):
         super().__init__(workers, config)
         if not workers.num_remote:
-            raise TrainingError(
+            raise InvalidJobError(
                 "optimizer: AsyncReplay keeps its replay shards in Ray actors fed by remote "
                 "rollout workers; set rolloutWorkers.replicas to 1 or more, or use SyncReplay "
                 "to train in one process"
