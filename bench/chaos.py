@@ -365,11 +365,13 @@ def _fmt(value: float | None, spec: str = ".1f") -> str:
     return "-" if value is None else format(value, spec)
 
 
-def print_report(summaries: list[dict[str, Any]], args: argparse.Namespace, load: tuple) -> None:
+def print_report(
+    summaries: list[dict[str, Any]], budget: int, args: argparse.Namespace, load: tuple
+) -> None:
     print(
         f"\nCartPole-v1 PPO, {WORKERS} remote workers of {ENVS} envs on 1-CPU spot nodes of a "
         f"loopback Ray; node kill every {args.kill_every:g} s, SIGTERM every "
-        f"{args.sigterm_every:g} s; undisturbed run {args.duration:g} s of training; "
+        f"{args.sigterm_every:g} s; every run {budget:,} env steps; "
         f"{args.rounds} round(s), medians; load average {load[0]:.1f} -> "
         f"{os.getloadavg()[0]:.1f} on {os.cpu_count()} CPUs\n"
     )
@@ -419,11 +421,12 @@ def print_report(summaries: list[dict[str, Any]], args: argparse.Namespace, load
 def run_rounds(cluster: LoopbackCluster, args: argparse.Namespace) -> tuple[list[dict], int]:
     """Every scenario `--rounds` times, the order rotating from round to round, so that a machine
     growing busier or quieter spreads over all of them; each run's overhead is against the
-    undisturbed run of its round. The first run is the first round's undisturbed one: its env
-    steps are every run's budget, also of the later undisturbed runs."""
+    undisturbed run of its round. Unless --timesteps gives the budget, the first run is the first
+    round's undisturbed one, which trains for --duration: its env steps are every run's budget,
+    also of the later undisturbed runs."""
     names = [s for s in SCENARIOS if s in args.scenarios]
     summaries: list[dict[str, Any]] = []
-    budget = 0
+    budget = args.timesteps or 0
     for round_ in range(args.rounds):
         shift = round_ % len(names)
         runs: dict[str, Run] = {}
@@ -452,6 +455,9 @@ def main() -> None:
     parser.add_argument("--scenarios", nargs="+", default=list(SCENARIOS[:3]), choices=SCENARIOS)
     parser.add_argument("--rounds", type=int, default=1, help="every scenario this many times")
     parser.add_argument(
+        "--timesteps", type=int, default=None, help="every run's env steps [those of --duration]"
+    )
+    parser.add_argument(
         "--faults", type=int, default=10**6, help="at most this many of each kind per run"
     )
     parser.add_argument("--seed", type=int, default=0)
@@ -460,7 +466,8 @@ def main() -> None:
     parser.add_argument("--quick", action="store_true", help="a smoke run, not a measurement")
     args = parser.parse_args()
     if args.quick:
-        args.duration, args.kill_every, args.sigterm_every, args.faults = 20, 5, 5, 1
+        # A fixed budget: on a busy machine the actors' start could eat a short --duration.
+        args.timesteps, args.kill_every, args.sigterm_every, args.faults = 40_960, 5, 5, 1
     args.wall_cap = args.wall_cap or 4 * args.duration + 120
     args.results_dir.mkdir(parents=True, exist_ok=True)
     args.stamp = f"chaos-{time.strftime('%Y%m%d-%H%M%S')}"
@@ -473,7 +480,7 @@ def main() -> None:
             run_scenario(cluster, "warm-up", {"iterations": 3}, args)
         summaries, budget = run_rounds(cluster, args)
 
-    print_report(summaries, args, load)
+    print_report(summaries, budget, args, load)
     path = args.results_dir / f"{args.stamp}.json"
     meta = {
         "args": {k: str(v) if isinstance(v, Path) else v for k, v in vars(args).items()},

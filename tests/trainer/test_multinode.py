@@ -17,6 +17,7 @@ import pytest
 import yaml
 from multinode import loopback_ray, ray_cluster  # noqa: F401 (fixtures)
 
+from kuberl_trainer.progress_row import Outcome, read_final_record
 from testkit import wait_until
 
 pytestmark = pytest.mark.slow
@@ -170,7 +171,9 @@ def test_a_preempted_driver_checkpoints_in_its_grace_period_and_the_next_resumes
     finally:
         first_output = first.output()
     before = rows(run_dir)
-    assert f"Checkpoint of iteration {before[-1]['iteration']} complete" in first_output
+    record = read_final_record(first_output)  # how the driver says it ended
+    assert record is not None and record.outcome == Outcome.INTERRUPTED, first_output[-5000:]
+    assert record.iteration == before[-1]["iteration"] and record.checkpoint is not None
 
     job = write_job(tmp_path / "next.yaml", {"episodeReturnMean": THRESHOLD, "timesteps": BUDGET})
     resumed = start(job, run_dir, ray_cluster.client_env())
@@ -179,7 +182,7 @@ def test_a_preempted_driver_checkpoints_in_its_grace_period_and_the_next_resumes
     finally:
         next_output = resumed.output()
     assert resumed.process.returncode == 0, next_output[-5000:]
-    assert f"(iteration {before[-1]['iteration']}, " in next_output  # "Resuming from ..."
+    assert f"Resuming from {record.checkpoint} " in next_output
     history = rows(run_dir)
     assert history[: len(before)] == before  # no completed iteration lost or redone
     assert [row["iteration"] for row in history] == list(range(1, len(history) + 1))
