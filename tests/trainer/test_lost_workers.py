@@ -10,6 +10,7 @@ import time
 
 import pytest
 import ray
+from test_metrics import row
 from test_placement import ray_spot  # noqa: F401 (a fixture: Ray advertising two units of spot)
 from test_sync_samples import MockWorker
 
@@ -159,16 +160,6 @@ def test_worker_downtime_and_ready_workers_reach_the_metrics():
     # A row holds the run's total downtime; the counter goes up by what is new in each row, and
     # keeps counting when a new driver's rows start again from 0.
     for iteration, (downtime, ready) in enumerate([(0, 2), (1.5, 1), (4.0, 2), (0.5, 2)], 1):
-        row = {
-            "iteration": iteration,
-            "timesteps_total": 100 * iteration,
-            "timesteps_this_iter": 100,
-            "timesteps_trained_this_iter": 100,
-            "episodes_this_iter": 1,
-            "samples_per_s": 1000.0,
-            WORKER_DOWNTIME_S: downtime,
-            WORKERS_READY: ready,
-        }
-        metrics.record(row, {}, 0)
+        metrics.record(row(iteration, **{WORKER_DOWNTIME_S: downtime, WORKERS_READY: ready}), {}, 0)
         assert value(METRIC_WORKERS_READY) == ready
     assert value(METRIC_WORKER_DOWNTIME) == 4.5
