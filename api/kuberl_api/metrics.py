@@ -16,6 +16,8 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, gene
 
 from kuberl_api.backend import JobSummary
 
+METRIC_REQUESTS = "kuberl_api_requests_total"
+METRIC_REQUEST_DURATION = "kuberl_api_request_duration_seconds"
 JOB_LABELS = ("namespace", "job", "algorithm", "phase")
 # Latency buckets for an API answering from memory and SQLite: sub-millisecond to seconds.
 METHODS = frozenset({"GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS"})
@@ -27,13 +29,13 @@ class ApiMetrics:
         self.registry = CollectorRegistry()
         r = self.registry
         self.requests = Counter(
-            "kuberl_api_requests_total",
+            METRIC_REQUESTS,
             "HTTP requests answered, by method, route template and status code.",
             ("method", "route", "code"),
             registry=r,
         )
         self.latency = Histogram(
-            "kuberl_api_request_duration_seconds",
+            METRIC_REQUEST_DURATION,
             "Time to answer an HTTP request, by method and route template.",
             ("method", "route"),
             buckets=LATENCY_BUCKETS,

@@ -7,12 +7,12 @@ committed JSON differs from what this writes).
 - kuberl-spot.json: spot and cost (preemptions, time lost to them, worker-hours by capacity).
 
 Plain dicts. The metric names come from the code that exports them (kuberl_trainer.progress_row,
-kuberl_operator.constants), so a renamed metric changes its panels with it; the REST API's are
-spelled out here. The dashboards use a `${datasource}` variable, so they import into any Grafana
-with a Prometheus data source (the Helm chart ships them as ConfigMaps for Grafana's
-dashboard sidecar). Series carry the RLJob's name in `job` (scraped with honor_labels: true, see
-deploy/prometheus/kuberl-alerts.yaml); panels of series only a cluster exports say so in their
-description (kube-state-metrics' kube_pod_*, NVIDIA DCGM exporter's DCGM_FI_*).
+kuberl_operator.constants, kuberl_api.metrics), so a renamed metric changes its panels with it. The
+dashboards use a `${datasource}` variable, so they import into any Grafana with a Prometheus data
+source (the Helm chart ships them as ConfigMaps for Grafana's dashboard sidecar). Series carry the
+RLJob's name in `job` (scraped with honor_labels: true, see deploy/prometheus/kuberl-alerts.yaml);
+panels of series only a cluster exports say so in their description (kube-state-metrics'
+kube_pod_*, NVIDIA DCGM exporter's DCGM_FI_*).
 """
 
 from __future__ import annotations
@@ -22,6 +22,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from kuberl_api.metrics import METRIC_REQUEST_DURATION, METRIC_REQUESTS
 from kuberl_operator.constants import (
     METRIC_JOB_PHASE,
     METRIC_JOB_PHASE_SECONDS,
@@ -384,11 +385,7 @@ def fleet() -> dict[str, Any]:
         ),
         timeseries(
             "API requests by status code",
-            [
-                target(
-                    "sum by (code) (rate(kuberl_api_requests_total[$__rate_interval]))", "{{code}}"
-                )
-            ],
+            [target(f"sum by (code) (rate({METRIC_REQUESTS}[$__rate_interval]))", "{{code}}")],
             "reqps",
             "Requests the REST API answered per second, by HTTP status code.",
         ),
@@ -397,7 +394,7 @@ def fleet() -> dict[str, Any]:
             [
                 target(
                     "histogram_quantile(0.95, sum by (le, route) "
-                    "(rate(kuberl_api_request_duration_seconds_bucket[$__rate_interval])))",
+                    f"(rate({METRIC_REQUEST_DURATION}_bucket[$__rate_interval])))",
                     "{{route}}",
                 )
             ],

@@ -133,8 +133,10 @@ def test_corrupt_checkpoint_skipped_and_other_algorithm_refused(tmp_path):
 
     other = manifest(tmp_path, trainer={"algorithm": "PG", "hyperparameters": {}})
     refused = train(other, "--run-dir", str(run_dir))
-    assert refused.returncode == 1
+    # Retrying would change nothing: the operator fails the job at once with the message.
+    assert refused.returncode == EXIT_INVALID_JOB, refused.stdout + refused.stderr
     assert "written for algorithm='PPO', this job has algorithm='PG'" in refused.stderr
+    assert read_final_record(refused.stdout).outcome == Outcome.INVALID_JOB
 
 
 def test_invalid_manifest_and_missing_file(tmp_path):

@@ -2,14 +2,14 @@
 applied once, fresh weights go back only to the worker whose gradient was applied, and the calls
 in flight per worker stay bounded."""
 
-import os
 from collections import Counter
 
 import numpy as np
 import pytest
+from mock_worker import MockWorker
 
 from kuberl_trainer.optimizers.async_gradients import AsyncGradientsOptimizer
-from kuberl_trainer.rollout_worker import Gradients, RolloutWorker
+from kuberl_trainer.rollout_worker import Gradients
 from kuberl_trainer.worker_set import WorkerSet
 from testkit import trainer_config
 
@@ -31,14 +31,9 @@ class MockPolicy:
         self.global_timesteps = timesteps
 
 
-class MockWorker:
-    as_remote = classmethod(RolloutWorker.as_remote.__func__)
-
+class GradientWorker(MockWorker):
     def __init__(self, index, torch_threads=None):
-        self.index = index
-        self.policy = MockPolicy()
-        self.calls = 0
-        self.received: list[int] = []  # weights versions, in the order they came
+        super().__init__(index, MockPolicy())
 
     def compute_gradients(self) -> Gradients:
         self.calls += 1
@@ -46,21 +41,6 @@ class MockWorker:
         gradients = [np.array([self.index, self.calls])]
         version = self.received[-1] if self.received else -1
         return Gradients(gradients, {"loss": version}, ROWS, np.ones(1), np.ones(1, int))
-
-    def set_weights(self, weights, global_timesteps):
-        self.received.append(int(weights["w"][0]))
-
-    def get_weights(self):
-        return self.policy.get_weights()
-
-    def report(self):
-        return self.index, self.calls, self.received
-
-    def pid(self):
-        return os.getpid()
-
-    def close(self):
-        pass
 
 
 class CountingWorkerSet(WorkerSet):
@@ -83,7 +63,7 @@ def config(requests_in_flight: int):
 
 
 def test_local_only_computes_and_applies_in_turn():
-    workers = WorkerSet(MockWorker, lambda index: {"index": index}, num_remote=0)
+    workers = WorkerSet(GradientWorker, lambda index: {"index": index}, num_remote=0)
     optimizer = AsyncGradientsOptimizer(workers, config(1))
     for _ in range(3):
         result = optimizer.step()
@@ -98,7 +78,7 @@ def test_each_gradient_is_applied_once_and_answered_with_weights_to_its_worker_o
     ray_local, requests_in_flight
 ):
     workers = CountingWorkerSet(
-        MockWorker, lambda index: {"index": index}, num_remote=2, cpus_per_worker=0.5
+        GradientWorker, lambda index: {"index": index}, num_remote=2, cpus_per_worker=0.5
     )
     try:
         optimizer = AsyncGradientsOptimizer(workers, config(requests_in_flight))
@@ -128,7 +108,7 @@ def test_policy_lag_counts_the_gradients_applied_since_a_workers_weights(
     ray_local, requests_in_flight
 ):
     workers = WorkerSet(
-        MockWorker, lambda index: {"index": index}, num_remote=2, cpus_per_worker=0.5
+        GradientWorker, lambda index: {"index": index}, num_remote=2, cpus_per_worker=0.5
     )
     try:
         workers.foreach_remote("pid")  # both started: neither's gradients wait for its process

@@ -11,6 +11,7 @@ import threading
 
 import numpy as np
 import pytest
+from mock_worker import MockWorker
 
 from kuberl_trainer.optimizers.async_replay import AsyncReplayOptimizer
 from kuberl_trainer.optimizers.learner_thread import LearnerError
@@ -55,14 +56,9 @@ class MockPolicy:
         self.global_timesteps = timesteps
 
 
-class MockWorker:
-    as_remote = classmethod(RolloutWorker.as_remote.__func__)
-
+class SamplingWorker(MockWorker):
     def __init__(self, index, release=None, fail=False, torch_threads=None):
-        self.index = index
-        self.policy = MockPolicy(release, fail)
-        self.calls = 0
-        self.received: list[int] = []
+        super().__init__(index, MockPolicy(release, fail))
 
     def sample(self) -> SampleBatch:
         """Transitions with ids unique across workers and calls; one episode whose return is
@@ -72,21 +68,6 @@ class MockWorker:
         return SampleBatch(
             {"obs": ids[:, None].astype(np.float32)}, np.array([self.index]), np.ones(1, int)
         )
-
-    def set_weights(self, weights, global_timesteps):
-        self.received.append(int(weights["w"][0]))
-
-    def get_weights(self):
-        return self.policy.get_weights()
-
-    def report(self):
-        return self.index, self.calls, self.received
-
-    def pid(self):
-        return os.getpid()
-
-    def close(self):
-        pass
 
 
 class CheckingShard(ReplayShard):
@@ -141,7 +122,7 @@ def make(ray_local, num_remote=2, release=None, fail=False, **hyperparameters):
             {"index": index, "release": release, "fail": fail} if index == 0 else {"index": index}
         )
 
-    workers = WorkerSet(MockWorker, kwargs, num_remote=num_remote, cpus_per_worker=0.5)
+    workers = WorkerSet(SamplingWorker, kwargs, num_remote=num_remote, cpus_per_worker=0.5)
     return CheckedAsyncReplay(workers, config(**hyperparameters))
 
 
@@ -333,7 +314,7 @@ def test_dqn_keeps_its_decaying_epsilon_on_any_worker():
 def test_async_replay_needs_remote_workers():
     from kuberl_trainer.errors import TrainingError
 
-    workers = WorkerSet(MockWorker, lambda index: {"index": index}, num_remote=0)
+    workers = WorkerSet(SamplingWorker, lambda index: {"index": index}, num_remote=0)
     with pytest.raises(TrainingError, match=r"rolloutWorkers\.replicas"):
         AsyncReplayOptimizer(workers, config())
 

@@ -16,7 +16,7 @@ from pydantic import ValidationError
 from s3server import fresh_bucket, moto_server
 
 from kuberl_trainer.checkpoint import (
-    CheckpointError,
+    CheckpointRefused,
     CheckpointSaveError,
     CheckpointStore,
     checkpoint_location,
@@ -220,7 +220,7 @@ def test_a_checkpoint_carrying_code_is_refused_and_runs_nothing(location, tmp_pa
 
 def test_a_checkpoint_of_another_algorithm_is_refused(location):
     save(CheckpointStore(location, keep=3), 1)
-    with pytest.raises(CheckpointError, match="algorithm='PPO', this job has algorithm='DQN'"):
+    with pytest.raises(CheckpointRefused, match="algorithm='PPO', this job has algorithm='DQN'"):
         CheckpointStore(location, keep=3).latest({"algorithm": "DQN", "env": "CartPole-v1"})
 
 
@@ -228,7 +228,7 @@ def test_a_checkpoint_of_a_newer_format_is_refused(location):
     store = CheckpointStore(location, keep=3)
     save(store, 1)
     put(store, "checkpoint-00000002", "manifest.json", b'{"format": 3}')
-    with pytest.raises(CheckpointError, match="format 3, newer than this kuberl reads"):
+    with pytest.raises(CheckpointRefused, match="format 3, newer than this kuberl reads"):
         store.latest(META)
 
 
@@ -272,7 +272,7 @@ def test_checkpoint_locations(tmp_path, monkeypatch):
 def test_a_store_whose_package_is_missing_says_which(scheme, package):
     if importlib.util.find_spec(package) is not None:
         pytest.skip(f"{package} is installed here")
-    with pytest.raises(CheckpointError, match=f"need {package}.*pip install {package}"):
+    with pytest.raises(CheckpointRefused, match=f"need {package}.*pip install {package}"):
         CheckpointStore(f"{scheme}://bucket/prefix", keep=1)
 
 

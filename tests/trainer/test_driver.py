@@ -9,8 +9,10 @@ import textwrap
 
 import pytest
 
+from kuberl_trainer import driver
 from kuberl_trainer.config import RolloutConfig, StopConditions
-from kuberl_trainer.driver import Driver, stop_reason
+from kuberl_trainer.driver import Driver, stop_reason, worker_seed
+from kuberl_trainer.rollout_worker import RolloutWorker
 from testkit import trainer_config
 
 ROW = {"timesteps_total": 1000, "iteration": 10, "episode_return_mean": 50.0, "time_total_s": 5.0}
@@ -52,7 +54,15 @@ def small_ppo(iterations):
     )
 
 
-def test_progress_rows_and_resume_continue_counters(tmp_path):
+def test_progress_rows_and_resume_continue_counters(tmp_path, monkeypatch):
+    seeds = []  # of the local worker, in each run
+
+    class SeedRecordingWorker(RolloutWorker):
+        def __init__(self, *args, seed, **kwargs):
+            seeds.append(seed)
+            super().__init__(*args, seed=seed, **kwargs)
+
+    monkeypatch.setattr(driver, "RolloutWorker", SeedRecordingWorker)
     first = Driver(small_ppo(3), RolloutConfig(envs_per_worker=4), tmp_path, "job").run()
     assert (first.iteration, first.timesteps, first.stopped_by) == (3, 3 * 128, "iterations>=3")
     assert first.checkpoint == str(tmp_path / "checkpoints" / "checkpoint-00000003")
@@ -61,6 +71,7 @@ def test_progress_rows_and_resume_continue_counters(tmp_path):
     assert second.resumed_from == first.checkpoint
     assert (second.iteration, second.timesteps) == (5, 5 * 128)
     assert second.time_total_s > first.time_total_s
+    assert seeds[0] == 0 and seeds[1] != seeds[0]  # resumed: its envs do not replay the first's
 
     rows = [json.loads(line) for line in (tmp_path / "progress.jsonl").read_text().splitlines()]
     assert [r["iteration"] for r in rows] == [1, 2, 3, 4, 5]
@@ -71,6 +82,15 @@ def test_progress_rows_and_resume_continue_counters(tmp_path):
     finished = Driver(small_ppo(5), RolloutConfig(envs_per_worker=4), tmp_path, "job").run()
     assert (finished.iteration, finished.stopped_by) == (5, "iterations>=5")
     assert len((tmp_path / "progress.jsonl").read_text().splitlines()) == 5  # nothing retrained
+
+
+def test_workers_started_again_get_seeds_of_their_own():
+    first_starts = [worker_seed(7, index, 0, 0) for index in range(3)]
+    assert first_starts == [7, 7 + 10_007, 7 + 2 * 10_007]  # a new run's, far apart
+    restarts = [(0, 1), (0, 2), (12, 0), (12, 1), (40, 0)]  # (resumed iteration, start)
+    again = [worker_seed(7, index, *restart) for index in range(3) for restart in restarts]
+    assert len(set(again)) == len(again) and not set(again) & set(first_starts)
+    assert again == [worker_seed(7, index, *restart) for index in range(3) for restart in restarts]
 
 
 def test_zero_remote_workers_never_start_ray(tmp_path):

@@ -43,7 +43,7 @@ import numpy as np
 import torch
 from fsspec import AbstractFileSystem
 
-from kuberl_trainer.errors import TrainingError
+from kuberl_trainer.errors import InvalidJobError, TrainingError
 
 log = logging.getLogger(__name__)
 
@@ -74,6 +74,11 @@ _NUMPY_GLOBALS = [
 
 class CheckpointError(TrainingError):
     """The checkpoint location is unusable, or its newest checkpoint belongs to another job."""
+
+
+class CheckpointRefused(CheckpointError, InvalidJobError):
+    """The job's checkpoint location can never be used as it is (another job's checkpoint, a newer
+    format, a store kuberl cannot reach without another package): retrying changes nothing."""
 
 
 class CheckpointSaveError(CheckpointError):
@@ -311,7 +316,7 @@ def parse_manifest(raw: bytes) -> dict[str, Any]:
         raise _Unusable(f"{MANIFEST} is not an object")
     version = manifest.get("format")
     if isinstance(version, int) and version > FORMAT_VERSION:
-        raise CheckpointError(
+        raise CheckpointRefused(
             f"a checkpoint has format {version}, newer than this kuberl reads ({FORMAT_VERSION}): "
             "upgrade the trainer image, or point checkpoint.uri elsewhere"
         )
@@ -336,7 +341,7 @@ def parse_manifest(raw: bytes) -> dict[str, Any]:
 def _check_meta(uri: str, meta: dict[str, Any], expect: dict[str, Any]) -> None:
     for key, wanted in expect.items():
         if meta.get(key) != wanted:
-            raise CheckpointError(
+            raise CheckpointRefused(
                 f"checkpoint {uri} was written for {key}={meta.get(key)!r}, this job "
                 f"has {key}={wanted!r}; point checkpoint.uri elsewhere or remove it"
             )
@@ -381,12 +386,12 @@ def _filesystem(location: str) -> tuple[AbstractFileSystem, str]:
         return fsspec.core.url_to_fs(location, skip_instance_cache=True)
     except ImportError as exc:
         package = _STORE_PACKAGES.get(scheme, f"the fsspec implementation of {scheme}://")
-        raise CheckpointError(
+        raise CheckpointRefused(
             f"spec.trainer.checkpoint.uri: {scheme}:// checkpoints need {package}, which "
             f"kuberl[trainer] does not install: add `pip install {package}` to the trainer image"
         ) from exc
     except ValueError as exc:
-        raise CheckpointError(f"spec.trainer.checkpoint.uri: {location}: {exc}") from exc
+        raise CheckpointRefused(f"spec.trainer.checkpoint.uri: {location}: {exc}") from exc
 
 
 def _describe(exc: BaseException) -> str:

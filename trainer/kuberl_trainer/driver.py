@@ -11,7 +11,7 @@ import random
 import signal
 import threading
 import time
-from collections import deque
+from collections import Counter, deque
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -21,7 +21,12 @@ import torch
 
 from kuberl_trainer import algorithms
 from kuberl_trainer.capacity import capacity_from_env
-from kuberl_trainer.checkpoint import CheckpointError, CheckpointStore, checkpoint_location
+from kuberl_trainer.checkpoint import (
+    Checkpoint,
+    CheckpointError,
+    CheckpointStore,
+    checkpoint_location,
+)
 from kuberl_trainer.config import AnyTrainerConfig, RolloutConfig, StopConditions
 from kuberl_trainer.interrupt import IterationAbandoned, StopRequest
 from kuberl_trainer.metrics import TrainerMetrics
@@ -143,20 +148,23 @@ class Driver:
         try:
             if self.metrics_port is not None:  # before any wait for Ray nodes, which it reports
                 self.metrics.serve(self.metrics_port)
+            # Found first: another job's checkpoints fail the job before Ray starts, and a resumed
+            # run's workers are seeded anew (their envs must not replay the first run's episodes).
+            found = self.store.latest({"algorithm": self.config.algorithm, "env": self.config.env})
             if self.rollout.replicas:
                 self._start_ray()
                 # Joining Ray installs the core worker's SIGTERM handler (a stack trace, then an
                 # abort): ours again, or a preempted driver would die without its checkpoint.
                 self._install_signal_handlers()
                 self._await_resources()
-            workers = self._make_workers()
+            workers = self._make_workers(resumed_iteration=found.meta["iteration"] if found else 0)
             workers.stop_request = self._stop_request
             device, warning = learner_device(self.learner_gpus, torch.cuda.is_available())
             if warning:
                 log.warning(warning)
             workers.local_worker.policy.to(device)  # the local worker is the learner
             optimizer = algorithms.optimizer_class(self.config)(workers, self.config)
-            resumed_from = self._resume(optimizer)
+            resumed_from = self._resume(optimizer, found) if found else None
             # Opened after resuming, which may truncate the file to the checkpoint's iteration.
             progress = ProgressLog(self.run_dir / PROGRESS_FILE)
             if self.config.tensorboard:
@@ -276,16 +284,18 @@ class Driver:
 
     # -- building -----------------------------------------------------------------------------
 
-    def _make_workers(self) -> WorkerSet:
+    def _make_workers(self, resumed_iteration: int) -> WorkerSet:
         policy_class = algorithms.policy_class(self.config)
+        starts: Counter[int] = Counter()  # of each worker slot in this run
 
         def worker_kwargs(index: int) -> dict[str, Any]:
-            # Seeds far apart per worker so their envs never replay each other's episodes.
+            seed = worker_seed(self.seed, index, resumed_iteration, starts[index])
+            starts[index] += 1
             return {
                 "policy_class": policy_class,
                 "config": self.config,
                 "num_envs": self.rollout.envs_per_worker,
-                "seed": self.seed + 10_007 * index,
+                "seed": seed,
                 "worker_index": index,
                 "num_workers": self.rollout.replicas,
             }
@@ -373,10 +383,7 @@ class Driver:
         self.metrics.checkpointed(time.time(), self.checkpoint)
         return self.checkpoint
 
-    def _resume(self, optimizer) -> str | None:
-        found = self.store.latest({"algorithm": self.config.algorithm, "env": self.config.env})
-        if found is None:
-            return None
+    def _resume(self, optimizer, found: Checkpoint) -> str:
         optimizer.policy.set_state(found.state["policy"])
         optimizer.restore(found.state["optimizer"])
         driver = found.state["driver"]
@@ -470,6 +477,18 @@ class Driver:
 
 def _mean(values) -> float:
     return float(np.mean(values)) if len(values) else math.nan
+
+
+def worker_seed(seed: int, index: int, resumed_iteration: int, start: int) -> int:
+    """The seed of rollout worker `index` (0: the local one) on its `start`-th start in a run that
+    resumed at `resumed_iteration` (0: a new run). Seeds lie far apart per worker, so that workers
+    never replay each other's episodes; a worker started again (replacing a lost one, or in a
+    resumed run) gets a seed of its own, so that its envs do not replay the episodes of the first
+    start."""
+    if resumed_iteration == 0 and start == 0:
+        return seed + 10_007 * index
+    mixed = np.random.SeedSequence([seed, index, resumed_iteration, start]).generate_state(1)
+    return int(mixed[0])
 
 
 def _truncate_progress(path: Path, iteration: int) -> None:
