@@ -131,7 +131,8 @@ class AsyncSamplesOptimizer(PolicyOptimizer):
         """Queue the batch for the learner once train_batch_size rows have come together;
         blocks while the queue is full."""
         self._pending.append((batch, version))
-        if self.train_batch_size and sum(len(b) for b, _ in self._pending) < self.train_batch_size:
+        pending = sum(b.env_steps for b, _ in self._pending)
+        if self.train_batch_size and pending < self.train_batch_size:
             return
         batches, versions = zip(*self._pending, strict=True)
         self._pending = []
@@ -144,4 +145,4 @@ class AsyncSamplesOptimizer(PolicyOptimizer):
         self.policy.set_global_timesteps(self.counters.steps_sampled)
         stats = self.policy.learn_on_batch(batch)
         self._published = (self.policy.get_weights(), self.learner.num_steps + 1)
-        return stats, lags, len(batch)
+        return stats, lags, batch.env_steps

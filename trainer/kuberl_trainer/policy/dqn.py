@@ -18,7 +18,7 @@ from kuberl_trainer.envs import EnvError, SpaceInfo
 from kuberl_trainer.models import ACTIVATIONS, mlp
 from kuberl_trainer.policy.base import Stats, TorchPolicy, flatten_time_major, numpy_weights
 from kuberl_trainer.postprocessing import compute_n_step
-from kuberl_trainer.sample_batch import SampleBatch
+from kuberl_trainer.sample_batch import VALID, SampleBatch
 
 
 class QNetwork(nn.Module):
@@ -115,7 +115,8 @@ class DQNPolicy(TorchPolicy):
                 "rewards": returns,
                 "next_obs": rollout["next_obs"][last_step, envs],
                 "bootstrap_discounts": bootstrap_discounts,
-            }
+            },
+            rollout[VALID],
         )
 
     def learn_on_batch(self, batch: SampleBatch) -> Stats:
