@@ -78,12 +78,9 @@ class AsyncSamplesOptimizer(PolicyOptimizer):
                 self._feed(batch, version)
             learned += self.learner.results()
         self.counters.timers["learn"] = self.learner.busy_s
-        # A learn call counts when it ends, whole: one that began before the step can push a
-        # short step's share past 1.
-        busy = (self.learner.busy_s - busy_before) / (time.perf_counter() - start)
         stats = {
             LEARNER_QUEUE_DEPTH: float(self.learner.queue_depth),
-            LEARNER_UTILISATION: min(1.0, busy),
+            LEARNER_UTILISATION: self.learner.share_busy_since(busy_before, start),
         }
         if learned:
             stats |= {k: float(np.mean([s[k] for s, _, _ in learned])) for k in learned[0][0]}
