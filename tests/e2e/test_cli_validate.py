@@ -113,7 +113,7 @@ BROKEN = {
         edited(**{"spec.trainer.algorithm": "PP0"}),
         [
             "spec.trainer.algorithm: 'PP0' is not one of PG, A2C, A3C, PPO, APPO, IMPALA, DQN, "
-            "APEX; did you mean 'PPO'?"
+            "APEX, ES; did you mean 'PPO'?"
         ],
     ),
     "tolerations-not-a-list": (

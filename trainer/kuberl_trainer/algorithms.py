@@ -20,6 +20,7 @@ OPTIMIZERS: dict[OptimizerName, str] = {
     ),
     OptimizerName.ASYNC_REPLAY: "kuberl_trainer.optimizers.async_replay:AsyncReplayOptimizer",
     OptimizerName.ASYNC_SAMPLES: "kuberl_trainer.optimizers.async_samples:AsyncSamplesOptimizer",
+    OptimizerName.PERTURBATIONS: "kuberl_trainer.optimizers.perturbations:PerturbationsOptimizer",
 }
 
 

@@ -32,6 +32,7 @@ from kuberl_trainer.hyperparameters import (
     APEXHyperparameters,
     APPOHyperparameters,
     DQNHyperparameters,
+    ESHyperparameters,
     IMPALAHyperparameters,
     PGHyperparameters,
     PPOHyperparameters,
@@ -59,6 +60,7 @@ class Algorithm(StrEnum):
     IMPALA = "IMPALA"
     DQN = "DQN"
     APEX = "APEX"
+    ES = "ES"
 
 
 class OptimizerName(StrEnum):
@@ -69,11 +71,12 @@ class OptimizerName(StrEnum):
     ASYNC_GRADIENTS = "AsyncGradients"
     ASYNC_REPLAY = "AsyncReplay"
     ASYNC_SAMPLES = "AsyncSamples"
+    PERTURBATIONS = "Perturbations"
 
 
 SYNC_SAMPLES, SYNC_REPLAY = OptimizerName.SYNC_SAMPLES, OptimizerName.SYNC_REPLAY
 ASYNC_SAMPLES, ASYNC_REPLAY = OptimizerName.ASYNC_SAMPLES, OptimizerName.ASYNC_REPLAY
-ASYNC_GRADIENTS = OptimizerName.ASYNC_GRADIENTS
+ASYNC_GRADIENTS, PERTURBATIONS = OptimizerName.ASYNC_GRADIENTS, OptimizerName.PERTURBATIONS
 
 # What each optimizer hands the policy, for the message that rejects a pair that cannot work.
 OPTIMIZER_FEEDS: dict[OptimizerName, str] = {
@@ -82,6 +85,7 @@ OPTIMIZER_FEEDS: dict[OptimizerName, str] = {
     OptimizerName.ASYNC_GRADIENTS: "applies one gradient per worker batch, computed on the worker",
     OptimizerName.SYNC_REPLAY: "learns on transitions replayed from a buffer",
     OptimizerName.ASYNC_REPLAY: "learns on transitions replayed from sharded buffers",
+    OptimizerName.PERTURBATIONS: "steps the parameters by the returns of perturbed copies of them",
 }
 
 
@@ -231,8 +235,8 @@ class OptimizerConfig(Spec):
     worker."""
 
     requests_in_flight_per_worker: int = Field(2, ge=1, le=16)
-    """AsyncSamples, AsyncGradients, AsyncReplay: calls kept queued on each rollout worker, so a
-    worker never idles while its last result travels (RLlib's
+    """AsyncSamples, AsyncGradients, AsyncReplay, Perturbations: calls kept queued on each rollout
+    worker, so a worker never idles while its last result travels (RLlib's
     max_requests_in_flight_per_env_runner, 2)."""
 
     learner_queue_size: int = Field(16, ge=1, le=1024)
@@ -258,7 +262,7 @@ class OptimizerConfig(Spec):
 OPTIMIZER_SETTINGS: dict[str, frozenset[OptimizerName]] = {
     "sample_timeout_seconds": frozenset({OptimizerName.SYNC_SAMPLES, OptimizerName.SYNC_REPLAY}),
     "requests_in_flight_per_worker": frozenset(
-        {OptimizerName.ASYNC_SAMPLES, OptimizerName.ASYNC_GRADIENTS, OptimizerName.ASYNC_REPLAY}
+        {ASYNC_SAMPLES, ASYNC_GRADIENTS, ASYNC_REPLAY, PERTURBATIONS}
     ),
     "learner_queue_size": frozenset({OptimizerName.ASYNC_SAMPLES, OptimizerName.ASYNC_REPLAY}),
     "broadcast_interval": frozenset({OptimizerName.ASYNC_SAMPLES, OptimizerName.ASYNC_REPLAY}),
@@ -390,6 +394,13 @@ class APEXConfig(_TrainerBase):
     """APEX hyperparameters."""
 
 
+class ESConfig(_TrainerBase):
+    algorithm: Literal["ES"]
+    """The RL algorithm."""
+    hyperparameters: ESHyperparameters = Field(default_factory=ESHyperparameters)
+    """ES hyperparameters."""
+
+
 @dataclass(frozen=True)
 class AlgorithmRow:
     """Everything kuberl knows about an algorithm, in one place: adding one is a hyperparameters
@@ -410,6 +421,7 @@ _ON_POLICY = "learns on fresh samples of its current policy"
 _SGD_EPOCHS = "takes several epochs of minibatch SGD on fresh samples of its current policy"
 _VTRACE = "learns on samples whose policy lag V-trace corrects"
 _REPLAY = "learns Q-values from replayed transitions"
+_PERTURBED = "learns from the returns of perturbed copies of its parameters"
 
 ALGORITHMS: dict[Algorithm, AlgorithmRow] = {
     Algorithm.PG: AlgorithmRow(
@@ -453,6 +465,9 @@ ALGORITHMS: dict[Algorithm, AlgorithmRow] = {
         _REPLAY,
         discrete_actions_only=True,
     ),
+    Algorithm.ES: AlgorithmRow(
+        ESConfig, "kuberl_trainer.policy.es:ESPolicy", (PERTURBATIONS,), _PERTURBED
+    ),
 }
 
 TrainerConfig = Annotated[
@@ -470,4 +485,5 @@ AnyTrainerConfig = (
     | IMPALAConfig
     | DQNConfig
     | APEXConfig
+    | ESConfig
 )
