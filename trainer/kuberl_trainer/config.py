@@ -290,7 +290,9 @@ class _TrainerBase(Spec):
     """Greedy evaluation cadence."""
 
     seed: int | None = Field(None, ge=0)
-    """Seed for envs, networks and exploration; null picks one at random."""
+    """Seed for envs, networks and exploration; null picks one at random. Rollout worker i's envs
+    start from seed + 10007 i; a worker started again (replacing a lost one, or in a resumed run)
+    gets a seed of its own, so that it does not replay the episodes it played before."""
 
     metrics_window: int = Field(20, ge=1, le=10_000)
     """Number of most recent episodes averaged into episode_return_mean."""
