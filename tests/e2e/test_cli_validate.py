@@ -80,7 +80,8 @@ BROKEN = {
             (
                 "spec.trainer.optimizer: SyncReplay cannot drive PPO: it learns on transitions "
                 "replayed from a buffer, but PPO takes several epochs of minibatch SGD on fresh "
-                "samples of its current policy; compatible: SyncSamples, AsyncSamples"
+                "samples of its current policy; compatible: SyncSamples, AsyncSamples, "
+                "LocalMultiGPU"
             )
         ],
     ),

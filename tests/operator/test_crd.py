@@ -124,7 +124,8 @@ def test_schema_keeps_the_models_constraints_and_docs(schema):
         "custom",
     ]
     assert spec["properties"]["learner"]["properties"]["gpus"]["description"] == (
-        "GPUs for the learner; 0 trains on CPU."
+        "GPUs for the learner; 0 trains on CPU. The learner trains on one of them, except with "
+        "the LocalMultiGPU optimizer, which splits every SGD minibatch across all of them."
     )
     assert spec["properties"]["image"]["nullable"] is True
     assert schema["properties"]["metadata"] == {"type": "object"}

@@ -69,11 +69,12 @@ class OptimizerName(StrEnum):
     ASYNC_GRADIENTS = "AsyncGradients"
     ASYNC_REPLAY = "AsyncReplay"
     ASYNC_SAMPLES = "AsyncSamples"
+    LOCAL_MULTI_GPU = "LocalMultiGPU"
 
 
 SYNC_SAMPLES, SYNC_REPLAY = OptimizerName.SYNC_SAMPLES, OptimizerName.SYNC_REPLAY
 ASYNC_SAMPLES, ASYNC_REPLAY = OptimizerName.ASYNC_SAMPLES, OptimizerName.ASYNC_REPLAY
-ASYNC_GRADIENTS = OptimizerName.ASYNC_GRADIENTS
+ASYNC_GRADIENTS, LOCAL_MULTI_GPU = OptimizerName.ASYNC_GRADIENTS, OptimizerName.LOCAL_MULTI_GPU
 
 # What each optimizer hands the policy, for the message that rejects a pair that cannot work.
 OPTIMIZER_FEEDS: dict[OptimizerName, str] = {
@@ -82,7 +83,17 @@ OPTIMIZER_FEEDS: dict[OptimizerName, str] = {
     OptimizerName.ASYNC_GRADIENTS: "applies one gradient per worker batch, computed on the worker",
     OptimizerName.SYNC_REPLAY: "learns on transitions replayed from a buffer",
     OptimizerName.ASYNC_REPLAY: "learns on transitions replayed from sharded buffers",
+    OptimizerName.LOCAL_MULTI_GPU: (
+        "splits every SGD minibatch of a fresh batch across the learner's devices"
+    ),
 }
+
+# Said by the RLJob's validation and, for a driver started without one, by the optimizer.
+LEARNER_GPUS_NEEDED = (
+    "learner.gpus: LocalMultiGPU splits every SGD minibatch across the learner's GPUs and needs 2 "
+    "or more (where no CUDA device is visible, each one becomes a CPU tower); set gpus to 2 or "
+    "more, or use SyncSamples"
+)
 
 
 class StopConditions(Spec):
@@ -225,10 +236,10 @@ class OptimizerConfig(Spec):
     setting one the job's optimizer does not use is rejected."""
 
     sample_timeout_seconds: float | None = Field(None, gt=0)
-    """SyncSamples, SyncReplay: seconds a step waits for its rollout workers before learning on
-    the batches that arrived (at least one). The late workers' batches are dropped and counted as
-    stragglers, and a straggler sits out the steps until it is free again. Null waits for every
-    worker."""
+    """SyncSamples, SyncReplay, LocalMultiGPU: seconds a step waits for its rollout workers before
+    learning on the batches that arrived (at least one). The late workers' batches are dropped and
+    counted as stragglers, and a straggler sits out the steps until it is free again. Null waits
+    for every worker."""
 
     requests_in_flight_per_worker: int = Field(2, ge=1, le=16)
     """AsyncSamples, AsyncGradients, AsyncReplay: calls kept queued on each rollout worker, so a
@@ -256,7 +267,7 @@ class OptimizerConfig(Spec):
 
 # Which optimizers read each OptimizerConfig field.
 OPTIMIZER_SETTINGS: dict[str, frozenset[OptimizerName]] = {
-    "sample_timeout_seconds": frozenset({OptimizerName.SYNC_SAMPLES, OptimizerName.SYNC_REPLAY}),
+    "sample_timeout_seconds": frozenset({SYNC_SAMPLES, SYNC_REPLAY, LOCAL_MULTI_GPU}),
     "requests_in_flight_per_worker": frozenset(
         {OptimizerName.ASYNC_SAMPLES, OptimizerName.ASYNC_GRADIENTS, OptimizerName.ASYNC_REPLAY}
     ),
@@ -430,7 +441,10 @@ ALGORITHMS: dict[Algorithm, AlgorithmRow] = {
         _ON_POLICY,
     ),
     Algorithm.PPO: AlgorithmRow(
-        PPOConfig, "kuberl_trainer.policy.ppo:PPOPolicy", (SYNC_SAMPLES, ASYNC_SAMPLES), _SGD_EPOCHS
+        PPOConfig,
+        "kuberl_trainer.policy.ppo:PPOPolicy",
+        (SYNC_SAMPLES, ASYNC_SAMPLES, LOCAL_MULTI_GPU),
+        _SGD_EPOCHS,
     ),
     Algorithm.APPO: AlgorithmRow(
         APPOConfig, "kuberl_trainer.policy.appo:APPOPolicy", (ASYNC_SAMPLES, SYNC_SAMPLES), _VTRACE
