@@ -17,6 +17,8 @@ from kuberl_trainer.driver import Driver, learner_devices
 from kuberl_trainer.policy.base import TorchPolicy
 from kuberl_trainer.policy.dqn import DQNPolicy
 from kuberl_trainer.policy.ppo import PPOPolicy
+from kuberl_trainer.policy.replay import ReplayPolicy
+from kuberl_trainer.policy.sac import SACPolicy
 from kuberl_trainer.rollout_worker import RolloutWorker
 from testkit import trainer_config
 
@@ -25,11 +27,13 @@ needs_cuda = pytest.mark.skipif(
     not torch.cuda.is_available(), reason="needs a CUDA device: the learner on its GPU"
 )
 
-# (algorithm, policy class, env): discrete Gumbel noise, continuous Gaussian noise, Q-learning
+# (algorithm, policy class, env): discrete Gumbel noise, continuous Gaussian noise, Q-learning,
+# a squashed Gaussian with twin critics
 POLICIES = [
     ("PPO", PPOPolicy, "CartPole-v1"),
     ("PPO", PPOPolicy, "Pendulum-v1"),
     ("DQN", DQNPolicy, "CartPole-v1"),
+    ("SAC", SACPolicy, "Pendulum-v1"),
 ]
 
 
@@ -187,7 +191,7 @@ def test_policy_on_cuda_samples_learns_and_hands_out_cpu_numpy(algorithm, policy
     assert all(type(g) is np.ndarray for g in gradients)
     on_gpu.policy.apply_gradients(gradients)
     assert all(p.device.type == "cuda" for p in on_gpu.policy.model.parameters())
-    if isinstance(on_gpu.policy, DQNPolicy):
+    if isinstance(on_gpu.policy, ReplayPolicy):
         assert all(p.device.type == "cuda" for p in on_gpu.policy.target_model.parameters())
 
 

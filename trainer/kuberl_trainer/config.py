@@ -35,6 +35,7 @@ from kuberl_trainer.hyperparameters import (
     IMPALAHyperparameters,
     PGHyperparameters,
     PPOHyperparameters,
+    SACHyperparameters,
 )
 
 
@@ -59,6 +60,7 @@ class Algorithm(StrEnum):
     IMPALA = "IMPALA"
     DQN = "DQN"
     APEX = "APEX"
+    SAC = "SAC"
 
 
 class OptimizerName(StrEnum):
@@ -147,8 +149,8 @@ class CheckpointConfig(Spec):
     """Number of newest checkpoints kept; older ones are deleted."""
 
     replay_buffer: bool = False
-    """Also save the replay buffer (DQN): exact resumption, at the cost of checkpoints as large
-    as the buffer. Without it, a resumed run refills learning_starts transitions first."""
+    """Also save the replay buffer (DQN, APEX, SAC): exact resumption, at the cost of checkpoints
+    as large as the buffer. Without it, a resumed run refills learning_starts transitions first."""
 
     grace_period_seconds: int = Field(20, ge=1)
     """Seconds the driver has from SIGTERM to checkpoint and exit. The iteration in progress
@@ -403,6 +405,13 @@ class APEXConfig(_TrainerBase):
     """APEX hyperparameters."""
 
 
+class SACConfig(_TrainerBase):
+    algorithm: Literal["SAC"]
+    """The RL algorithm."""
+    hyperparameters: SACHyperparameters = Field(default_factory=SACHyperparameters)
+    """SAC hyperparameters."""
+
+
 @dataclass(frozen=True)
 class AlgorithmRow:
     """Everything kuberl knows about an algorithm, in one place: adding one is a hyperparameters
@@ -417,12 +426,15 @@ class AlgorithmRow:
     """How it learns, for the message that rejects an optimizer that cannot feed it."""
     discrete_actions_only: bool = False
     """Its policy handles Discrete action spaces only (checked when a job is validated)."""
+    continuous_actions_only: bool = False
+    """Its policy handles Box action spaces only (checked when a job is validated)."""
 
 
 _ON_POLICY = "learns on fresh samples of its current policy"
 _SGD_EPOCHS = "takes several epochs of minibatch SGD on fresh samples of its current policy"
 _VTRACE = "learns on samples whose policy lag V-trace corrects"
 _REPLAY = "learns Q-values from replayed transitions"
+_SOFT_REPLAY = "learns its critics and its actor from replayed transitions"
 
 ALGORITHMS: dict[Algorithm, AlgorithmRow] = {
     Algorithm.PG: AlgorithmRow(
@@ -469,6 +481,13 @@ ALGORITHMS: dict[Algorithm, AlgorithmRow] = {
         _REPLAY,
         discrete_actions_only=True,
     ),
+    Algorithm.SAC: AlgorithmRow(
+        SACConfig,
+        "kuberl_trainer.policy.sac:SACPolicy",
+        (SYNC_REPLAY,),
+        _SOFT_REPLAY,
+        continuous_actions_only=True,
+    ),
 }
 
 TrainerConfig = Annotated[
@@ -486,4 +505,5 @@ AnyTrainerConfig = (
     | IMPALAConfig
     | DQNConfig
     | APEXConfig
+    | SACConfig
 )
