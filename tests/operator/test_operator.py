@@ -373,7 +373,9 @@ def test_a_preempted_spot_worker_then_suspend_and_resume(cluster: Cluster):
         running = cluster.wait_phase("spot", "Running", timeout=180)  # the group was refilled
         assert (running["preemptions"], running["attempt"]) == (1, 1)
         assert ("Warning", "WorkerPreempted") in cluster.events("spot")
-        assert ("Normal", "WorkersRefilled") in cluster.events("spot")
+        # The Event may be posted just after the status that says Running.
+        refilled = ("Normal", "WorkersRefilled")
+        wait_until(lambda: refilled in cluster.events("spot"), 180, "the WorkersRefilled Event")
         assert cluster.kuberay.submissions("spot") == ["spot-1"]  # the driver kept going
 
         # Suspend: the Ray cluster goes (its driver checkpoints on the way out), the job stays.
