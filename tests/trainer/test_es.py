@@ -265,7 +265,7 @@ def test_the_local_worker_evaluates_while_no_remote_worker_is_ready(ray_local):
         ),
         (
             {"optimizerConfig": {"sampleTimeoutSeconds": 5}},
-            "used by SyncReplay, SyncSamples only, and this job runs Perturbations",
+            "used by LocalMultiGPU, SyncReplay, SyncSamples only, and this job runs Perturbations",
         ),
     ],
 )
