@@ -26,22 +26,17 @@ and a driver.
 from __future__ import annotations
 
 import argparse
-import json
 import os
-import platform
 import statistics
-import sys
-import time
 from pathlib import Path
 
 import ray
 import torch
-from driver_clock import FREE_RUNNING, IterationClock, run_driver, trainer_config
+from driver_clock import FREE_RUNNING, IterationClock, run_driver, save_results, trainer_config
 
 from kuberl_trainer.config import RolloutConfig
 
 BENCH = Path(__file__).parent
-RESULTS = BENCH / "results"
 ENV = "CartPole-v1"
 SLOW_ENV = "trivial_env:SlowCartPole"
 WORKER_COUNTS = (1, 2)
@@ -157,8 +152,6 @@ def main() -> None:
             + (f"{r['ratio_2_to_1']:.2f}x |" if r["workers"] == 2 else "|")
         )
 
-    RESULTS.mkdir(exist_ok=True)
-    path = RESULTS / f"async-scaling-{time.strftime('%Y%m%d-%H%M%S')}.json"
     meta = {
         "env": ENV,
         "step_ms": args.step_ms,
@@ -168,14 +161,8 @@ def main() -> None:
         "warmup_iterations": args.warmup,
         "timed_iterations": args.iterations,
         "loadavg_before": load_before,
-        "loadavg_after": os.getloadavg(),
-        "cpus": os.cpu_count(),
-        "python": platform.python_version(),
-        "torch": torch.__version__,
-        "ray": ray.__version__,
-        "argv": sys.argv[1:],
     }
-    path.write_text(json.dumps({"meta": meta, "rows": rows}, indent=2))
+    path = save_results("async-scaling", meta, {"rows": rows})
     print(f"\nwrote {path}")
 
 

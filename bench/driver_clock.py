@@ -9,7 +9,10 @@ has been busy. `IterationClock.window` turns the records after a warm-up into ra
 from __future__ import annotations
 
 import io
+import json
 import os
+import platform
+import sys
 import tempfile
 import time
 from collections.abc import Callable
@@ -25,6 +28,7 @@ from kuberl_trainer.driver import Driver, TrainResult
 from kuberl_trainer.progress import ConsoleReport
 
 NEVER = 10**9  # a checkpoint cadence no benchmark reaches: saving is not what is measured
+RESULTS = Path(__file__).resolve().parent / "results"
 
 
 @dataclass(frozen=True)
@@ -119,3 +123,23 @@ def run_driver(
     caller started, if any (the driver then leaves it running), else a private one."""
     with tempfile.TemporaryDirectory() as run_dir:
         return Driver(config, rollout, Path(run_dir), "bench", report=clock).run()
+
+
+def save_results(name: str, meta: dict[str, Any], result: dict[str, Any]) -> Path:
+    """`result` with `meta` (the run's settings, completed here with the load average now, the
+    CPUs, the versions and the command line) as bench/results/NAME-TIMESTAMP.json."""
+    import ray
+    import torch
+
+    meta = meta | {
+        "loadavg_after": os.getloadavg(),
+        "cpus": os.cpu_count(),
+        "python": platform.python_version(),
+        "torch": torch.__version__,
+        "ray": ray.__version__,
+        "argv": sys.argv[1:],
+    }
+    RESULTS.mkdir(exist_ok=True)
+    path = RESULTS / f"{name}-{time.strftime('%Y%m%d-%H%M%S')}.json"
+    path.write_text(json.dumps({"meta": meta, **result}, indent=2))
+    return path

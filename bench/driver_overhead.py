@@ -28,19 +28,16 @@ workers.
 from __future__ import annotations
 
 import argparse
-import json
 import math
 import os
-import platform
 import statistics
-import sys
 import time
 from pathlib import Path
 from typing import Any
 
 import ray
 import torch
-from driver_clock import FREE_RUNNING, IterationClock, run_driver, trainer_config
+from driver_clock import FREE_RUNNING, IterationClock, run_driver, save_results, trainer_config
 
 from kuberl_trainer.algorithms import policy_class
 from kuberl_trainer.config import RolloutConfig
@@ -48,7 +45,6 @@ from kuberl_trainer.rollout_worker import RolloutWorker
 from kuberl_trainer.worker_set import WorkerSet
 
 BENCH = Path(__file__).resolve().parent
-RESULTS = BENCH / "results"
 ENV = "trivial_env:Trivial"
 PAPER_FRAMES_PER_S = 160_000
 PAPER_WORKERS = 256
@@ -281,8 +277,6 @@ def main() -> None:
         f"frames/s: {scale['workers_fed']:,.0f} workers."
     )
 
-    RESULTS.mkdir(exist_ok=True)
-    path = RESULTS / f"driver-overhead-{time.strftime('%Y%m%d-%H%M%S')}.json"
     meta = {
         "actors": args.actors,
         "cpus_per_actor": args.cpus_per_actor,
@@ -290,20 +284,13 @@ def main() -> None:
         "rollout_length": args.rollout_length,
         "in_flight": args.in_flight,
         "loadavg_before": load_before,
-        "loadavg_after": os.getloadavg(),
-        "cpus": os.cpu_count(),
-        "python": platform.python_version(),
-        "torch": torch.__version__,
-        "ray": ray.__version__,
-        "argv": sys.argv[1:],
     }
     result = {
-        "meta": meta,
         "task_pool": pool,
         "optimizers": optimizers,
         "paper_scale": scale | {"ms_per_batch": per_batch},
     }
-    path.write_text(json.dumps(result, indent=2))
+    path = save_results("driver-overhead", meta, result)
     print(f"\nwrote {path}")
 
 

@@ -27,7 +27,11 @@ def test_the_algorithm_table_matches_the_algorithms():
             name.value,
             row.optimizers[0].value,
             ", ".join(optimizer.value for optimizer in row.optimizers[1:]),
-            "Discrete" if row.discrete_actions_only else "Box, Discrete",
+            "Discrete"
+            if row.discrete_actions_only
+            else "Box"
+            if row.continuous_actions_only
+            else "Box, Discrete",
         ]
         for name, row in ALGORITHMS.items()
     ]

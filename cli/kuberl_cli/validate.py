@@ -86,6 +86,7 @@ def _env_problem(trainer: dict[str, Any]) -> str | None:
             env,
             env_config if isinstance(env_config, dict) else {},
             discrete_actions_only=row is not None and row.discrete_actions_only,
+            continuous_actions_only=row is not None and row.continuous_actions_only,
         )
 
 

@@ -33,7 +33,13 @@ from kuberl_operator.constants import (
     MAX_JOB_NAME_LENGTH,
     SPOT_RAY_RESOURCE,
 )
-from kuberl_trainer.config import OptimizerName, RolloutConfig, Spec, TrainerConfig
+from kuberl_trainer.config import (
+    LEARNER_GPUS_NEEDED,
+    OptimizerName,
+    RolloutConfig,
+    Spec,
+    TrainerConfig,
+)
 
 # --- Kubernetes formats -------------------------------------------------------------------------
 
@@ -207,7 +213,8 @@ class Learner(Spec):
     """Resources and placement of the learner, which computes the gradient updates."""
 
     gpus: int = Field(0, ge=0, le=16)
-    """GPUs for the learner; 0 trains on CPU."""
+    """GPUs for the learner; 0 trains on CPU. The learner trains on one of them, except with
+    the LocalMultiGPU optimizer, which splits every SGD minibatch across all of them."""
 
     cpu: Quantity = "2"
     """CPU request of the learner's pod, as a Kubernetes quantity (2, 500m)."""
@@ -432,6 +439,25 @@ class RLJobSpec(Spec):
             raise ValueError(
                 "rolloutWorkers.replicas: AsyncReplay feeds its replay shards from remote rollout "
                 "workers, and replicas is 0; set replicas to 1 or more, or use SyncReplay"
+            )
+        return self
+
+    @model_validator(mode="after")
+    def _towers_need_gpus_and_samples(self) -> RLJobSpec:
+        if self.trainer.optimizer_name != OptimizerName.LOCAL_MULTI_GPU:
+            return self
+        towers = self.learner.gpus
+        if towers < 2:
+            raise ValueError(LEARNER_GPUS_NEEDED)
+        # A minibatch is minibatch_size samples, or the whole batch when that is smaller: at
+        # least one worker's (the others' may be dropped as stragglers).
+        hp = self.trainer.hyperparameters
+        samples = min(hp.minibatch_size, hp.rollout_length * self.rollout_workers.envs_per_worker)
+        if samples < towers:
+            raise ValueError(
+                f"learner.gpus: LocalMultiGPU splits every SGD minibatch across the learner's "
+                f"{towers} GPUs, and a minibatch may hold only {samples} samples (minibatch_size, "
+                "or rollout_length x envsPerWorker when smaller); raise those or lower gpus"
             )
         return self
 

@@ -62,6 +62,19 @@ BROKEN = {
         edited(**{"spec.trainer.algorithm": "DQN", "spec.trainer.env": "Pendulum-v1"}),
         ["spec.trainer.env: action space Box(", "needs Discrete actions; use PPO"],
     ),
+    "sac-on-discrete-actions": (
+        edited(
+            **{
+                "spec.trainer.algorithm": "SAC",
+                "spec.trainer.hyperparameters": None,
+                "spec.trainer.env": "CartPole-v1",
+            }
+        ),
+        [
+            "spec.trainer.env: action space Discrete(2) is discrete but the algorithm needs Box "
+            "(continuous) actions; use DQN or PPO for Discrete actions"
+        ],
+    ),
     "misspelt-hyperparameter": (
         edited(**{"spec.trainer.hyperparameters.lerning_rate": 0.001}),
         ["spec.trainer.hyperparameters.lerning_rate: unknown field; did you mean 'learning_rate'?"],
@@ -80,7 +93,8 @@ BROKEN = {
             (
                 "spec.trainer.optimizer: SyncReplay cannot drive PPO: it learns on transitions "
                 "replayed from a buffer, but PPO takes several epochs of minibatch SGD on fresh "
-                "samples of its current policy; compatible: SyncSamples, AsyncSamples"
+                "samples of its current policy; compatible: SyncSamples, AsyncSamples, "
+                "LocalMultiGPU"
             )
         ],
     ),
@@ -113,7 +127,7 @@ BROKEN = {
         edited(**{"spec.trainer.algorithm": "PP0"}),
         [
             "spec.trainer.algorithm: 'PP0' is not one of PG, A2C, A3C, PPO, APPO, IMPALA, DQN, "
-            "APEX; did you mean 'PPO'?"
+            "APEX, SAC, ES; did you mean 'PPO'?"
         ],
     ),
     "tolerations-not-a-list": (

@@ -112,7 +112,7 @@ def test_schema_keeps_the_models_constraints_and_docs(schema):
     assert trainer["properties"]["algorithm"] == {
         "type": "string",
         "description": "The RL algorithm.",
-        "enum": ["PG", "A2C", "A3C", "PPO", "APPO", "IMPALA", "DQN", "APEX"],
+        "enum": ["PG", "A2C", "A3C", "PPO", "APPO", "IMPALA", "DQN", "APEX", "SAC", "ES"],
     }
     assert set(trainer["required"]) == {"algorithm", "env", "stop"}
     assert workers["replicas"]["minimum"] == 0 and workers["replicas"]["maximum"] == 10_000
@@ -124,7 +124,8 @@ def test_schema_keeps_the_models_constraints_and_docs(schema):
         "custom",
     ]
     assert spec["properties"]["learner"]["properties"]["gpus"]["description"] == (
-        "GPUs for the learner; 0 trains on CPU."
+        "GPUs for the learner; 0 trains on CPU. The learner trains on one of them, except with "
+        "the LocalMultiGPU optimizer, which splits every SGD minibatch across all of them."
     )
     assert spec["properties"]["image"]["nullable"] is True
     assert schema["properties"]["metadata"] == {"type": "object"}

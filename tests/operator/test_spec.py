@@ -140,14 +140,15 @@ def test_spot_workers_on_a_known_provider():
         (
             {"spec.trainer.algorithm": "PP0"},
             "spec.trainer.algorithm: 'PP0' is not one of PG, A2C, A3C, PPO, APPO, IMPALA, DQN, "
-            "APEX; did you mean 'PPO'?",
+            "APEX, SAC, ES; did you mean 'PPO'?",
         ),
         (
             {"spec.trainer.optimizer": "SyncReplay"},
             (
                 "spec.trainer.optimizer: SyncReplay cannot drive PPO: it learns on transitions "
                 "replayed from a buffer, but PPO takes several epochs of minibatch SGD on fresh "
-                "samples of its current policy; compatible: SyncSamples, AsyncSamples"
+                "samples of its current policy; compatible: SyncSamples, AsyncSamples, "
+                "LocalMultiGPU"
             ),
         ),
         (
@@ -255,7 +256,7 @@ def test_missing_algorithm_lists_the_choices():
 
     assert problems_of(document) == [
         "spec.trainer.algorithm: missing: set it to one of PG, A2C, A3C, PPO, APPO, IMPALA, "
-        "DQN, APEX"
+        "DQN, APEX, SAC, ES"
     ]
 
 
@@ -404,6 +405,7 @@ def test_every_algorithm_validates_with_each_of_its_optimizers(algorithm, optimi
                 "spec.trainer.algorithm": algorithm,
                 "spec.trainer.optimizer": optimizer,
                 "spec.rolloutWorkers.replicas": 2,  # AsyncReplay's shards need remote workers
+                "spec.learner.gpus": 2,  # LocalMultiGPU's towers
             }
         )
     )
@@ -440,8 +442,8 @@ def test_every_algorithm_validates_with_each_of_its_optimizers(algorithm, optimi
                 "spec.trainer.algorithm": "IMPALA",
                 "spec.trainer.optimizerConfig": {"sampleTimeoutSeconds": 5},
             },
-            "spec.trainer.optimizerConfig.sampleTimeoutSeconds: used by SyncReplay, SyncSamples "
-            "only, and this job runs AsyncSamples",
+            "spec.trainer.optimizerConfig.sampleTimeoutSeconds: used by LocalMultiGPU, SyncReplay, "
+            "SyncSamples only, and this job runs AsyncSamples",
         ),
         (
             {"spec.rolloutWorkers": {"replicas": 2, "rayResources": {"CPU": 1}}},
@@ -466,6 +468,36 @@ def test_every_algorithm_validates_with_each_of_its_optimizers(algorithm, optimi
             "spec.rolloutWorkers: rayResources.spot: only the pods of the spot worker group "
             "advertise spot, and spot is not enabled",
         ),
+        (
+            {"spec.trainer.algorithm": "A2C", "spec.trainer.optimizer": "LocalMultiGPU"},
+            "spec.trainer.optimizer: LocalMultiGPU cannot drive A2C: it splits every SGD "
+            "minibatch of a fresh batch across the learner's devices, but A2C learns on fresh "
+            "samples of its current policy; compatible: SyncSamples, AsyncGradients",
+        ),
+        (
+            {"spec.trainer.optimizer": "LocalMultiGPU", "spec.learner.gpus": 1},
+            "spec.learner.gpus: LocalMultiGPU splits every SGD minibatch across the learner's "
+            "GPUs and needs 2 or more",
+        ),
+        (
+            {
+                "spec.trainer.optimizer": "LocalMultiGPU",
+                "spec.trainer.hyperparameters": {"minibatch_size": 4},
+                "spec.learner.gpus": 8,
+            },
+            "spec.learner.gpus: LocalMultiGPU splits every SGD minibatch across the learner's 8 "
+            "GPUs, and a minibatch may hold only 4 samples",
+        ),
+        (
+            {
+                "spec.trainer.optimizer": "LocalMultiGPU",
+                "spec.trainer.hyperparameters": {"rollout_length": 1},
+                "spec.rolloutWorkers.envsPerWorker": 2,
+                "spec.learner.gpus": 4,
+            },
+            "spec.learner.gpus: LocalMultiGPU splits every SGD minibatch across the learner's 4 "
+            "GPUs, and a minibatch may hold only 2 samples",
+        ),
     ],
     ids=[
         "apex-on-async-samples",
@@ -478,6 +510,10 @@ def test_every_algorithm_validates_with_each_of_its_optimizers(algorithm, optimi
         "ray-resources-name",
         "apex-without-workers",
         "spot-resource-without-spot",
+        "a2c-on-local-multi-gpu",
+        "local-multi-gpu-on-one-gpu",
+        "local-multi-gpu-minibatch-below-gpus",
+        "local-multi-gpu-batch-below-gpus",
     ],
 )
 def test_pairings_settings_and_resources_name_the_field(changes, expected):

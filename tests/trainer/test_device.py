@@ -13,10 +13,12 @@ import pytest
 import torch
 
 from kuberl_trainer.config import RolloutConfig
-from kuberl_trainer.driver import Driver, learner_device
+from kuberl_trainer.driver import Driver, learner_devices
 from kuberl_trainer.policy.base import TorchPolicy
 from kuberl_trainer.policy.dqn import DQNPolicy
 from kuberl_trainer.policy.ppo import PPOPolicy
+from kuberl_trainer.policy.replay import ReplayPolicy
+from kuberl_trainer.policy.sac import SACPolicy
 from kuberl_trainer.rollout_worker import RolloutWorker
 from testkit import trainer_config
 
@@ -25,11 +27,13 @@ needs_cuda = pytest.mark.skipif(
     not torch.cuda.is_available(), reason="needs a CUDA device: the learner on its GPU"
 )
 
-# (algorithm, policy class, env): discrete Gumbel noise, continuous Gaussian noise, Q-learning
+# (algorithm, policy class, env): discrete Gumbel noise, continuous Gaussian noise, Q-learning,
+# a squashed Gaussian with twin critics
 POLICIES = [
     ("PPO", PPOPolicy, "CartPole-v1"),
     ("PPO", PPOPolicy, "Pendulum-v1"),
     ("DQN", DQNPolicy, "CartPole-v1"),
+    ("SAC", SACPolicy, "Pendulum-v1"),
 ]
 
 
@@ -80,21 +84,36 @@ def run_driver(tmp_path, monkeypatch, learner_gpus: int) -> tuple[TorchPolicy, o
 
 
 @pytest.mark.parametrize(
-    "gpus, cuda_available, expected",
+    "gpus, cuda_count, expected",
     [
-        (0, False, ("cpu", None)),
-        (0, True, ("cpu", None)),  # a visible GPU the job did not ask for stays unused
-        (1, False, ("cpu", NO_CUDA_WARNING)),
-        (1, True, ("cuda", None)),
-        (2, True, ("cuda", None)),
+        (0, 0, (["cpu"], None)),
+        (0, 1, (["cpu"], None)),  # a visible GPU the job did not ask for stays unused
+        (1, 0, (["cpu"], NO_CUDA_WARNING)),
+        (1, 1, (["cuda:0"], None)),
+        (1, 4, (["cuda:0"], None)),
+        (2, 2, (["cuda:0", "cuda:1"], None)),
+        # One device per GPU asked for, whatever is visible: LocalMultiGPU's towers stay alike.
+        (
+            2,
+            0,
+            (["cpu", "cpu"], "learner.gpus=2 but no CUDA device is visible: learning on the CPU"),
+        ),
+        (
+            3,
+            2,
+            (
+                ["cuda:0", "cuda:1", "cuda:0"],
+                "learner.gpus=3 but 2 CUDA devices are visible: its 3 devices share them",
+            ),
+        ),
     ],
 )
-def test_learner_device(gpus, cuda_available, expected):
-    assert learner_device(gpus, cuda_available) == expected
+def test_learner_devices(gpus, cuda_count, expected):
+    assert learner_devices(gpus, cuda_count) == expected
 
 
 def test_gpu_job_without_a_gpu_learns_on_the_cpu_and_warns_once(tmp_path, monkeypatch, caplog):
-    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 0)
     with caplog.at_level(logging.WARNING):
         policy, result = run_driver(tmp_path, monkeypatch, learner_gpus=1)
     assert (result.iteration, result.stopped_by) == (3, "iterations>=3")
@@ -172,7 +191,7 @@ def test_policy_on_cuda_samples_learns_and_hands_out_cpu_numpy(algorithm, policy
     assert all(type(g) is np.ndarray for g in gradients)
     on_gpu.policy.apply_gradients(gradients)
     assert all(p.device.type == "cuda" for p in on_gpu.policy.model.parameters())
-    if isinstance(on_gpu.policy, DQNPolicy):
+    if isinstance(on_gpu.policy, ReplayPolicy):
         assert all(p.device.type == "cuda" for p in on_gpu.policy.target_model.parameters())
 
 

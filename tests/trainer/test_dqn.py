@@ -1,6 +1,6 @@
 """DQN: the Q-network, target network, exploration schedule, n-step postprocessing and TD
-targets checked by hand, then a learning test on CartPole through the real workers and the
-SyncReplay optimizer."""
+targets checked by hand, and the SyncReplay optimizer through the real workers (prioritized
+replay also with SAC's policy)."""
 
 from __future__ import annotations
 
@@ -15,6 +15,7 @@ from torch import nn
 from kuberl_trainer.envs import EnvError, space_info
 from kuberl_trainer.optimizers.sync_replay import SyncReplayOptimizer
 from kuberl_trainer.policy.dqn import DQNPolicy, QNetwork
+from kuberl_trainer.policy.sac import SACPolicy
 from kuberl_trainer.rollout_worker import RolloutWorker
 from kuberl_trainer.worker_set import WorkerSet
 from testkit import trainer_config
@@ -219,12 +220,30 @@ def test_sync_replay_waits_for_learning_starts_then_trains():
     assert optimizer.policy.num_gradient_steps == 4
 
 
-def test_sync_replay_with_prioritized_replay_updates_priorities():
-    config = dqn_config(
-        rollout_length=16, learning_starts=0, gradient_steps=3, prioritized_replay=True
+@pytest.mark.parametrize(
+    ("algorithm", "policy_class", "env", "hyperparameters"),
+    [
+        ("DQN", DQNPolicy, "CartPole-v1", {"gradient_steps": 3}),
+        ("SAC", SACPolicy, "Pendulum-v1", {"hidden_sizes": [16]}),  # 64 steps, one per env step
+    ],
+)
+def test_sync_replay_with_prioritized_replay_updates_priorities(
+    algorithm, policy_class, env, hyperparameters
+):
+    config = trainer_config(
+        algorithm=algorithm,
+        env=env,
+        hyperparameters={
+            "rollout_length": 16,
+            "learning_starts": 0,
+            "prioritized_replay": True,
+            **hyperparameters,
+        },
     )
     workers = WorkerSet(
-        RolloutWorker, lambda i: dict(policy_class=DQNPolicy, config=config, num_envs=4, seed=i), 0
+        RolloutWorker,
+        lambda i: dict(policy_class=policy_class, config=config, num_envs=4, seed=i),
+        0,
     )
     optimizer = SyncReplayOptimizer(workers, config)
 

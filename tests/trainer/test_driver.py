@@ -98,7 +98,15 @@ def test_workers_started_again_get_seeds_of_their_own():
     assert again == [worker_seed(7, index, *restart) for index in range(3) for restart in restarts]
 
 
-def test_zero_remote_workers_never_start_ray(tmp_path):
+@pytest.mark.parametrize(
+    "trainer",
+    [
+        {"algorithm": "PG"},
+        # ES's noise table is shared through the object store only when there are remote workers.
+        {"algorithm": "ES", "hyperparameters": {"noise_size": 10_000, "episodes_per_batch": 8}},
+    ],
+)
+def test_zero_remote_workers_never_start_ray(tmp_path, trainer):
     script = textwrap.dedent(
         f"""
         import sys
@@ -108,7 +116,7 @@ def test_zero_remote_workers_never_start_ray(tmp_path):
         from kuberl_trainer.config import TrainerConfig, RolloutConfig
         from kuberl_trainer.driver import Driver
         config = TypeAdapter(TrainerConfig).validate_python(
-            {{"algorithm": "PG", "env": "CartPole-v1", "stop": {{"iterations": 2}}}})
+            {{"env": "CartPole-v1", "stop": {{"iterations": 2}}, **{trainer!r}}})
         Driver(config, RolloutConfig(replicas=0), Path({str(tmp_path)!r}), "job").run()
         print("ray imported" if "ray" in sys.modules else "no ray")
         """

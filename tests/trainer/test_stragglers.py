@@ -17,7 +17,7 @@ from kuberl_trainer.worker_set import WorkerSet
 from testkit import trainer_config, wait_until
 
 TIMEOUT = 0.3  # seconds; the fast worker is always waited for, so nothing races this
-STARTUP = 60  # seconds allowed for actors to start (import torch) on a loaded machine
+STARTUP = 300  # seconds allowed for actors to start (import torch) on a loaded machine
 
 
 @ray.remote(num_cpus=0)
@@ -42,7 +42,8 @@ class Gate:
 class TaggingPolicy:
     """Remembers which (worker, call) batches it learned on: each batch's one row says."""
 
-    epsilon = 0.0  # SyncReplay reports it
+    def exploration_stats(self) -> dict[str, float]:  # SyncReplay reports them
+        return {}
 
     def __init__(self):
         self.learned: list[set[tuple[int, int]]] = []

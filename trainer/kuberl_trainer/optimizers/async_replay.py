@@ -206,7 +206,7 @@ class AsyncReplayOptimizer(PolicyOptimizer):
             else {}
         )
         if self.reported is None:  # one exploration rate for all, decaying
-            stats["epsilon"] = self.policy.epsilon
+            stats |= self.policy.exploration_stats()
         reported = [b for index, b in batches if self.reported is None or index in self.reported]
         stats |= {
             LEARNER_QUEUE_DEPTH: self.learner.queue_depth,

@@ -50,6 +50,11 @@ class PolicyOptimizer(ABC):
     @abstractmethod
     def step(self) -> StepResult: ...
 
+    def place(self, devices: list[str]) -> None:
+        """Put the learner on its devices, one per learner GPU (see driver.learner_devices):
+        the policy learns on the first."""
+        self.policy.to(devices[0])
+
     @property
     def policy_lock(self) -> AbstractContextManager | threading.Lock:
         """Held by whoever reads or changes the learner's policy outside `step()` (the driver's

@@ -1,5 +1,6 @@
-"""SyncReplay: gather samples from every worker into a replay buffer, then take a fixed number of
-gradient steps on minibatches drawn from it (DQN). Stragglers are dropped as in SyncSamples."""
+"""SyncReplay: gather samples from every worker into a replay buffer, then take gradient steps on
+minibatches drawn from it: a fixed number per iteration (DQN) or one per env step sampled (SAC),
+as the hyperparameters say. Stragglers are dropped as in SyncSamples."""
 
 from __future__ import annotations
 
@@ -40,19 +41,20 @@ class SyncReplayOptimizer(PolicyOptimizer):
         with self.timer("replay_add"):
             for batch in batches:
                 self.buffer.add(batch.columns)
+        learning = len(self.buffer) >= self.hp.learning_starts
+        gradient_steps = self.hp.gradient_steps_for(sum(map(len, batches))) if learning else 0
         stats: dict[str, float] = {}
-        trained = 0
-        if len(self.buffer) >= self.hp.learning_starts:
+        if gradient_steps:
             with self.timer("learn"):
-                stats = self._learn()
-            trained = self.hp.gradient_steps * self.hp.batch_size
-        return self._result(batches, stats | {"epsilon": self.policy.epsilon}, trained)
+                stats = self._learn(gradient_steps)
+        trained = gradient_steps * self.hp.batch_size
+        return self._result(batches, stats | self.policy.exploration_stats(), trained)
 
-    def _learn(self) -> dict[str, float]:
-        """gradient_steps steps on fresh minibatches; the mean of each statistic."""
+    def _learn(self, gradient_steps: int) -> dict[str, float]:
+        """`gradient_steps` steps on fresh minibatches; the mean of each statistic."""
         totals: dict[str, float] = defaultdict(float)
         prioritized = isinstance(self.buffer, PrioritizedReplayBuffer)
-        for _ in range(self.hp.gradient_steps):
+        for _ in range(gradient_steps):
             if prioritized:
                 columns = self.buffer.sample(self.hp.batch_size, self.hp.prioritized_replay_beta)
                 indices = columns.pop("indices")
@@ -63,7 +65,7 @@ class SyncReplayOptimizer(PolicyOptimizer):
                 self.buffer.update_priorities(indices, td_errors)
             for key, value in stats.items():
                 totals[key] += value
-        return {key: total / self.hp.gradient_steps for key, total in totals.items()}
+        return {key: total / gradient_steps for key, total in totals.items()}
 
     def save(self) -> dict[str, Any]:
         state = super().save()

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import copy
 from abc import ABC, abstractmethod
+from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
@@ -12,6 +13,7 @@ from torch import nn
 
 from kuberl_trainer.config import AnyTrainerConfig
 from kuberl_trainer.envs import SpaceInfo
+from kuberl_trainer.policy.towers import Towers
 from kuberl_trainer.sample_batch import SampleBatch
 
 Weights = dict[str, np.ndarray]
@@ -94,6 +96,7 @@ class TorchPolicy(Policy):
         # On the CPU whatever the device: a seed draws the same numbers on every machine.
         self.generator = torch.Generator().manual_seed(seed)
         self.rng = np.random.default_rng(seed)
+        self.towers: Towers | None = None  # learning on one device
 
     def to(self, device: str | torch.device) -> TorchPolicy:
         """Move the model, and any optimizer state already built, to `device`."""
@@ -122,10 +125,18 @@ class TorchPolicy(Policy):
         return self.sgd_step(self.as_tensors(batch.columns))
 
     def sgd_step(self, tensors: dict[str, torch.Tensor]) -> Stats:
-        loss, stats = self.loss(tensors)
+        """One gradient step on a minibatch, split across the towers if there are any."""
+        loss, stats = self.loss(tensors) if self.towers is None else self.towers.loss(tensors)
         stats = self.backward(loss, stats)
         self.optimizer.step()
         return stats
+
+    def to_towers(self, devices: Sequence[str | torch.device]) -> TorchPolicy:
+        """Learn on several devices: the model on the first, a replica on each other one, and
+        every SGD step's minibatch split across them (see towers.py)."""
+        self.to(devices[0])
+        self.towers = Towers(self, devices[1:])
+        return self
 
     def compute_gradients(self, batch: SampleBatch) -> tuple[list[np.ndarray], Stats]:
         loss, stats = self.loss(self.as_tensors(batch.columns))
@@ -136,6 +147,8 @@ class TorchPolicy(Policy):
         """Fresh gradients of `loss`, clipped to max_grad_norm; the statistics as floats."""
         self.optimizer.zero_grad(set_to_none=True)
         loss.backward()
+        if self.towers is not None:
+            self.towers.gather_gradients()
         if self.hp.max_grad_norm is not None:
             stats["grad_norm"] = nn.utils.clip_grad_norm_(
                 self.model.parameters(), self.hp.max_grad_norm

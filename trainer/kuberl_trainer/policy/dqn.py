@@ -4,9 +4,7 @@ importance-weighted updates for prioritized replay."""
 
 from __future__ import annotations
 
-import copy
 import math
-from typing import Any
 
 import numpy as np
 import torch
@@ -16,9 +14,8 @@ from torch import nn
 from kuberl_trainer.config import AnyTrainerConfig
 from kuberl_trainer.envs import EnvError, SpaceInfo
 from kuberl_trainer.models import ACTIVATIONS, mlp
-from kuberl_trainer.policy.base import Stats, TorchPolicy, flatten_time_major, numpy_weights
-from kuberl_trainer.postprocessing import compute_n_step
-from kuberl_trainer.sample_batch import VALID, SampleBatch
+from kuberl_trainer.policy.base import Stats
+from kuberl_trainer.policy.replay import ReplayPolicy
 
 
 class QNetwork(nn.Module):
@@ -54,7 +51,7 @@ class QNetwork(nn.Module):
         return self.value(features) + advantages - advantages.mean(dim=-1, keepdim=True)
 
 
-class DQNPolicy(TorchPolicy):
+class DQNPolicy(ReplayPolicy):
     """An online Q-network that acts epsilon-greedily and learns from replayed transitions
     against a periodically copied target network."""
 
@@ -66,15 +63,8 @@ class DQNPolicy(TorchPolicy):
         model = QNetwork(
             spaces.obs_dim, spaces.action_discrete_n, hp.hidden_sizes, hp.activation, hp.dueling
         )
-        super().__init__(spaces, config, seed, model)
+        super().__init__(spaces, config, seed, model, target_source=model)
         self.model: QNetwork
-        self.target_model = copy.deepcopy(model).requires_grad_(False)
-        self.num_gradient_steps = 0  # drives the target network's copy schedule
-
-    def to(self, device: str | torch.device) -> DQNPolicy:
-        super().to(device)
-        self.target_model.to(self.device)
-        return self
 
     @property
     def epsilon(self) -> float:
@@ -84,6 +74,9 @@ class DQNPolicy(TorchPolicy):
         return self.hp.epsilon_initial + progress * (
             self.hp.epsilon_final - self.hp.epsilon_initial
         )
+
+    def exploration_stats(self) -> Stats:
+        return {"epsilon": self.epsilon}
 
     def compute_actions(
         self, obs: np.ndarray, explore: bool = True
@@ -96,50 +89,6 @@ class DQNPolicy(TorchPolicy):
                 self.rng.random(len(actions)) < self.epsilon, random_actions, actions
             )
         return actions, {"actions": actions}
-
-    def postprocess_trajectory(self, rollout: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
-        """n-step transitions: the discounted sum of up to n rewards, the observation to
-        bootstrap from, and its discount (0 when the episode terminated inside the window)."""
-        returns, last_step, bootstrap_discounts = compute_n_step(
-            rollout["rewards"],
-            rollout["terminateds"],
-            rollout["truncateds"],
-            self.hp.gamma,
-            self.hp.n_step,
-        )
-        envs = np.arange(last_step.shape[1])[None, :]
-        return flatten_time_major(
-            {
-                "obs": rollout["obs"],
-                "actions": rollout["actions"],
-                "rewards": returns,
-                "next_obs": rollout["next_obs"][last_step, envs],
-                "bootstrap_discounts": bootstrap_discounts,
-            },
-            rollout[VALID],
-        )
-
-    def learn_on_batch(self, batch: SampleBatch) -> Stats:
-        stats, _ = self.learn_on_replay_batch(batch.columns)
-        return stats
-
-    def learn_on_replay_batch(self, columns: dict[str, np.ndarray]) -> tuple[Stats, np.ndarray]:
-        """One gradient step on replayed transitions (with importance `weights` when the buffer
-        is prioritized). Returns the statistics and the per-transition TD errors, from which a
-        prioritized buffer computes the new priorities."""
-        loss, stats, td_errors = self._q_loss(self.as_tensors(columns))
-        stats = self.backward(loss, stats)
-        self.optimizer.step()
-        self._count_gradient_step()
-        return stats, td_errors.numpy(force=True)
-
-    def apply_gradients(self, gradients: list[np.ndarray]) -> None:
-        super().apply_gradients(gradients)
-        self._count_gradient_step()
-
-    def loss(self, batch: dict[str, torch.Tensor]) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
-        loss, stats, _ = self._q_loss(batch)
-        return loss, stats
 
     def td_targets(self, batch: dict[str, torch.Tensor]) -> torch.Tensor:
         """r_t + ... + gamma^(n-1) r_(t+n-1) + gamma^n Q_target(s_(t+n), a*), where a* is the
@@ -155,20 +104,7 @@ class DQNPolicy(TorchPolicy):
     def update_target(self) -> None:
         self.target_model.load_state_dict(self.model.state_dict())
 
-    def get_state(self) -> dict[str, Any]:
-        return super().get_state() | {
-            "target_weights": numpy_weights(self.target_model),
-            "num_gradient_steps": self.num_gradient_steps,
-        }
-
-    def set_state(self, state: dict[str, Any]) -> None:
-        super().set_state(state)
-        self.target_model.load_state_dict(
-            {k: torch.from_numpy(v) for k, v in state["target_weights"].items()}
-        )
-        self.num_gradient_steps = state["num_gradient_steps"]
-
-    def _q_loss(
+    def td_loss(
         self, batch: dict[str, torch.Tensor]
     ) -> tuple[torch.Tensor, dict[str, torch.Tensor], torch.Tensor]:
         """Huber loss on the TD error, importance-weighted when the batch carries `weights`."""
@@ -186,8 +122,3 @@ class DQNPolicy(TorchPolicy):
             "td_error_mean": td_errors.abs().mean(),
         }
         return loss, stats, td_errors
-
-    def _count_gradient_step(self) -> None:
-        self.num_gradient_steps += 1
-        if self.num_gradient_steps % self.hp.target_update_interval == 0:
-            self.update_target()

@@ -32,7 +32,7 @@ class PPOPolicy(ActorCriticPolicy):
             # The rows SampleBatch.minibatches would give: a shuffled pass in `count` parts.
             order = self.as_tensor(self.rng.permutation(len(batch)))
             for rows in torch.tensor_split(order, count):
-                stats = self.sgd_step({k: v[rows] for k, v in tensors.items()})
+                stats = self.sgd_step(self.standardized({k: v[rows] for k, v in tensors.items()}))
                 for key, value in stats.items():
                     totals[key] = totals.get(key, 0.0) + value
                 steps += 1
@@ -42,11 +42,18 @@ class PPOPolicy(ActorCriticPolicy):
                 break  # the policy moved far enough for this batch
         return {k: v / steps for k, v in totals.items()} | {"sgd_steps": float(steps)}
 
+    def standardized(self, minibatch: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+        """The minibatch with its advantages standardized if normalize_advantages: over the whole
+        minibatch, before towers split it (the loss is then a plain mean over rows)."""
+        advantages = minibatch["advantages"]
+        if not self.hp.normalize_advantages or len(advantages) < 2:
+            return minibatch
+        normalized = (advantages - advantages.mean()) / (advantages.std() + 1e-8)
+        return minibatch | {"advantages": normalized}
+
     def loss(self, batch: dict[str, torch.Tensor]):
         logp, entropy = self.model.logp_entropy(batch["obs"], batch["actions"])
         advantages = batch["advantages"]
-        if self.hp.normalize_advantages and len(advantages) > 1:
-            advantages = (advantages - advantages.mean()) / (advantages.std() + 1e-8)
         log_ratio = logp - batch["logp"]
         ratio = log_ratio.exp()
         clipped = ratio.clamp(1.0 - self.clip_range, 1.0 + self.clip_range)
