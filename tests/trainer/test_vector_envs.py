@@ -150,3 +150,19 @@ def test_ids_with_a_vector_entry_point_are_made_natively():
         50,
     )
     assert isinstance(make_vector_env("Pendulum-v1", {}, 2), gym.vector.SyncVectorEnv)
+
+
+@pytest.mark.parametrize("native", [True, False])
+def test_episodes_run_back_to_back_count_no_reset_step(monkeypatch, native):
+    """ES and the greedy evaluation run more episodes than envs: an env whose episode ended takes
+    a reset step before its next one, which belongs to no episode. CartPole pays 1 per step, so
+    every episode's return equals its length."""
+    if not native:
+        monkeypatch.setattr(rollout_worker, "make_vector_env", one_by_one_vector_env)
+    config = trainer_config(algorithm="PPO", envConfig={"max_episode_steps": MAX_STEPS})
+    worker = RolloutWorker(policy_class(config), config, num_envs=2, seed=0)
+    returns, lengths = worker._run_episodes(
+        worker.envs, 7, lambda obs, episodes: worker.policy.compute_actions(obs)[0]
+    )
+    assert (lengths > 0).all() and (lengths <= MAX_STEPS).all()
+    np.testing.assert_array_equal(returns, lengths)

@@ -95,7 +95,7 @@ class RolloutWorker:
             raw_obs, *_ = self.envs.step(self.envs.action_space.sample())  # actions are ignored
             self.obs = encode_obs(raw_obs, self.spaces)
             self.resetting[:] = False
-        horizon, n = self.rollout_length, self.num_envs
+        horizon, n = self.config.hyperparameters.rollout_length, self.num_envs
         # obs[t] is what the envs act on at step t and obs[t + 1] what that step returned: the
         # next observation, also at an episode's end, since the reset comes a step later.
         obs = np.empty((horizon + 1, n, self.obs.shape[1]), dtype=np.float32)
