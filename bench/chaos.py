@@ -58,6 +58,7 @@ KUBERL = Path(sys.executable).with_name("kuberl")
 TARGET = 475.0
 ROLLOUT, ENVS, WORKERS = 32, 8, 2
 FULL_BATCH = ROLLOUT * ENVS * WORKERS  # env steps of an iteration with both workers sampling
+WORKER_BATCH = ROLLOUT * ENVS  # one worker's at most (less the steps that only reset an env)
 GRACE_S = 20  # gracePeriodSeconds: the default
 POLL_S = 0.1
 NODE_STARTS = threading.Lock()  # one new node at a time: they are numbered in order
@@ -306,7 +307,7 @@ def node_kill(run: Run, fault: Fault) -> dict[str, Any]:
                 a
                 for a in after
                 if a.row["iteration"] > noticed.row["iteration"]
-                and a.row["timesteps_this_iter"] >= FULL_BATCH
+                and a.row["timesteps_this_iter"] > WORKER_BATCH  # both workers' batches
             ),
             None,
         )

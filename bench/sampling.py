@@ -1,16 +1,21 @@
 """Sampling throughput per core: kuberl's RolloutWorker against the raw ceiling and RLlib.
 
-Three samplers step the same envs (8 per sampler) in this one process with 1 torch thread:
+Three samplers step the same envs in this one process with 1 torch thread, for each case (an env
+and a number of envs per sampler):
 
-- ceiling: gymnasium SyncVectorEnv plus one 64x64 tanh MLP forward per step; nothing else.
+- ceiling: the envs as `gymnasium.make_vec` makes them by default (natively vectorized where the id
+           has a vector entry point, as CartPole; else a SyncVectorEnv) plus one 64x64 tanh MLP
+           forward per step; nothing else.
 - kuberl:  RolloutWorker.sample() with a PPO policy (actions, log-probs, GAE postprocessing).
 - rllib:   RLlib 2.60's SingleAgentEnvRunner (new API stack, PPO config, same 64x64 tanh policy),
-           built and sampled locally without Ray actors, so it also runs on one core.
+           built and sampled locally without Ray actors, so it also runs on one core; its envs
+           natively vectorized too where the id allows (`gym_env_vectorize_mode`), its best setting.
 
 The machine is shared, so each measurement round runs every sampler once, in a rotating order,
 and the table shows medians over rounds. Warm-up calls are not timed.
 
-    python bench/sampling.py [--rounds 7] [--seconds 2] [--envs CartPole-v1 Pendulum-v1]
+    python bench/sampling.py [--rounds 7] [--seconds 2]
+        [--cases CartPole-v1:8 Pendulum-v1:8 CartPole-v1:64 CartPole-v1:256 CartPole-v1:1024]
 """
 
 from __future__ import annotations
@@ -33,17 +38,14 @@ import gymnasium as gym  # noqa: E402
 import numpy as np  # noqa: E402
 from pydantic import TypeAdapter  # noqa: E402
 
-NUM_ENVS = 8
 HIDDEN = [64, 64]
 RESULTS = Path(__file__).parent / "results"
+CASES = ["CartPole-v1:8", "Pendulum-v1:8", "CartPole-v1:64", "CartPole-v1:256", "CartPole-v1:1024"]
 
 
-def ceiling_sampler(env_id: str, rollout_length: int, seed: int):
+def ceiling_sampler(env_id: str, num_envs: int, rollout_length: int, seed: int):
     """The least any sampler must do per step: step the envs, run one policy forward."""
-    envs = gym.vector.SyncVectorEnv(
-        [lambda: gym.make(env_id) for _ in range(NUM_ENVS)],
-        autoreset_mode=gym.vector.AutoresetMode.SAME_STEP,  # as kuberl's workers
-    )
+    envs = gym.make_vec(env_id, num_envs)
     space = envs.single_action_space
     discrete = isinstance(space, gym.spaces.Discrete)
     out = space.n if discrete else int(np.prod(space.shape))
@@ -61,12 +63,12 @@ def ceiling_sampler(env_id: str, rollout_length: int, seed: int):
                 y = net(torch.from_numpy(np.asarray(obs, dtype=np.float32))).numpy()
             actions = y.argmax(-1) if discrete else np.clip(y, space.low, space.high)
             obs, *_ = envs.step(actions)
-        return rollout_length * NUM_ENVS
+        return rollout_length * num_envs
 
     return sample
 
 
-def kuberl_sampler(env_id: str, rollout_length: int, seed: int):
+def kuberl_sampler(env_id: str, num_envs: int, rollout_length: int, seed: int):
     from kuberl_trainer.algorithms import policy_class
     from kuberl_trainer.config import TrainerConfig
     from kuberl_trainer.rollout_worker import RolloutWorker
@@ -80,22 +82,29 @@ def kuberl_sampler(env_id: str, rollout_length: int, seed: int):
             "hyperparameters": {"rollout_length": rollout_length, "hidden_sizes": HIDDEN},
         }
     )
-    worker = RolloutWorker(policy_class(config), config, NUM_ENVS, seed, torch_threads=1)
+    worker = RolloutWorker(policy_class(config), config, num_envs, seed, torch_threads=1)
     return lambda: len(worker.sample())
 
 
-def rllib_sampler(env_id: str, rollout_length: int, seed: int):
+def rllib_sampler(env_id: str, num_envs: int, rollout_length: int, seed: int):
     from ray.rllib.algorithms.ppo import PPOConfig
     from ray.rllib.core.rl_module.default_model_config import DefaultModelConfig
     from ray.rllib.env.single_agent_env_runner import SingleAgentEnvRunner
 
     logging.getLogger("ray.rllib").setLevel(logging.ERROR)  # a deprecation warning per runner
 
+    native = gym.registry[env_id].vector_entry_point is not None
     config = (
         PPOConfig()
         .environment(env_id)
         # num_env_runners=0: the runner built here is the local one and owns the envs.
-        .env_runners(num_env_runners=0, num_envs_per_env_runner=NUM_ENVS)
+        .env_runners(
+            num_env_runners=0,
+            num_envs_per_env_runner=num_envs,
+            gym_env_vectorize_mode=(
+                gym.VectorizeMode.VECTOR_ENTRY_POINT if native else gym.VectorizeMode.SYNC
+            ),
+        )
         .rl_module(
             model_config=DefaultModelConfig(
                 fcnet_hiddens=HIDDEN, fcnet_activation="tanh", vf_share_layers=False
@@ -104,7 +113,7 @@ def rllib_sampler(env_id: str, rollout_length: int, seed: int):
         .debugging(seed=seed)
     )
     runner = SingleAgentEnvRunner(config=config)
-    steps = rollout_length * NUM_ENVS
+    steps = rollout_length * num_envs
     # It returns episode chunks; their lengths add up to the env steps taken (>= steps).
     return lambda: sum(len(episode) for episode in runner.sample(num_timesteps=steps))
 
@@ -125,32 +134,45 @@ def measure(sample, seconds: float) -> dict[str, float]:
     }
 
 
+def parse_case(case: str) -> tuple[str, int]:
+    """'CartPole-v1:1024' -> ('CartPole-v1', 1024)."""
+    env_id, _, num_envs = case.rpartition(":")
+    return env_id, int(num_envs)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--envs", nargs="+", default=["CartPole-v1", "Pendulum-v1"])
+    parser.add_argument("--cases", nargs="+", default=CASES, help="ENV:ENVS_PER_SAMPLER")
     parser.add_argument("--rounds", type=int, default=7, help="interleaved rounds (median)")
     parser.add_argument("--seconds", type=float, default=2.0, help="timed per sampler per round")
-    parser.add_argument("--rollout-length", type=int, default=256, help="steps per env per call")
+    parser.add_argument(
+        "--steps-per-call",
+        type=int,
+        default=16_384,
+        help="env steps per sample() call: each env takes this / ENVS_PER_SAMPLER steps",
+    )
     args = parser.parse_args()
 
     load_before = os.getloadavg()
     runs: dict[str, dict[str, list[dict[str, float]]]] = {}
-    for env_id in args.envs:
+    for case in args.cases:
+        env_id, num_envs = parse_case(case)
+        rollout_length = max(1, args.steps_per_call // num_envs)
         samplers = {
-            name: make(env_id, args.rollout_length, seed=0) for name, make in SAMPLERS.items()
+            name: make(env_id, num_envs, rollout_length, seed=0) for name, make in SAMPLERS.items()
         }
         for sample in samplers.values():  # warm-up: first calls allocate and fill caches
             sample(), sample()
         names = list(samplers)
-        runs[env_id] = {name: [] for name in names}
+        runs[case] = {name: [] for name in names}
         for r in range(args.rounds):
             order = names[r % len(names) :] + names[: r % len(names)]  # rotate who goes first
             for name in order:
-                runs[env_id][name].append(measure(samplers[name], args.seconds))
+                runs[case][name].append(measure(samplers[name], args.seconds))
             print(
-                f"{env_id} round {r + 1}/{args.rounds} (wall/cpu steps/s): "
+                f"{case} round {r + 1}/{args.rounds} (wall/cpu steps/s): "
                 + "  ".join(
-                    f"{n} {runs[env_id][n][-1]['wall']:,.0f}/{runs[env_id][n][-1]['cpu']:,.0f}"
+                    f"{n} {runs[case][n][-1]['wall']:,.0f}/{runs[case][n][-1]['cpu']:,.0f}"
                     for n in names
                 ),
                 flush=True,
@@ -162,41 +184,49 @@ def main() -> None:
         return statistics.median(x[clock] / y[clock] for x, y in zip(a, b, strict=True))
 
     rows = []
-    for env_id, by_name in runs.items():
+    for case, by_name in runs.items():
+        env_id, num_envs = parse_case(case)
         for name, mine in by_name.items():
             wall = [m["wall"] for m in mine]
-            row = {"system": name, "env": env_id, "runs": mine}
+            row = {"system": name, "env": env_id, "num_envs": num_envs, "runs": mine}
             row |= {"wall_median": statistics.median(wall), "wall_min": min(wall)}
             row |= {"wall_max": max(wall), "cpu_median": statistics.median(m["cpu"] for m in mine)}
             for clock in ("wall", "cpu"):
                 row[f"{clock}_vs_ceiling"] = ratio(mine, by_name["ceiling"], clock)
                 row[f"{clock}_vs_rllib"] = ratio(mine, by_name["rllib"], clock)
             rows.append(row)
+    # RLlib at its best: the number of envs, of those run, at which it sampled this env fastest.
+    for row in rows:
+        rllib = [r for r in rows if r["system"] == "rllib" and r["env"] == row["env"]]
+        best = max(rllib, key=lambda r: r["cpu_median"])
+        row["rllib_best_num_envs"] = best["num_envs"]
+        row["cpu_vs_rllib_best"] = row["cpu_median"] / best["cpu_median"]
 
     print(
-        f"\n{NUM_ENVS} envs, 1 torch thread, median of {args.rounds} interleaved rounds of "
-        f"{args.seconds:g} s; load average {load_before[0]:.1f} -> {os.getloadavg()[0]:.1f} "
-        f"on {os.cpu_count()} CPUs\n"
+        f"\n1 torch thread, {args.steps_per_call:,} env steps per call, median of {args.rounds} "
+        f"interleaved rounds of {args.seconds:g} s; load average {load_before[0]:.1f} -> "
+        f"{os.getloadavg()[0]:.1f} on {os.cpu_count()} CPUs\n"
     )
     print(
-        "| system | env | steps/s wall (min-max) | steps/CPU-s | / ceiling wall (CPU) "
-        "| / RLlib wall (CPU) |"
+        "| system | env | envs | steps/s wall (min-max) | steps/CPU-s | / ceiling wall (CPU) "
+        "| / RLlib wall (CPU) | / RLlib's best CPU (its envs) |"
     )
-    print("|---|---|---:|---:|---:|---:|")
+    print("|---|---|---:|---:|---:|---:|---:|---:|")
     for r in rows:
         print(
-            f"| {r['system']} | {r['env']} | {r['wall_median']:,.0f} "
+            f"| {r['system']} | {r['env']} | {r['num_envs']:,} | {r['wall_median']:,.0f} "
             f"({r['wall_min']:,.0f}-{r['wall_max']:,.0f}) | {r['cpu_median']:,.0f} | "
             f"{r['wall_vs_ceiling']:.2f} ({r['cpu_vs_ceiling']:.2f}) | "
-            f"{r['wall_vs_rllib']:.2f}x ({r['cpu_vs_rllib']:.2f}x) |"
+            f"{r['wall_vs_rllib']:.2f}x ({r['cpu_vs_rllib']:.2f}x) | "
+            f"{r['cpu_vs_rllib_best']:.2f}x ({r['rllib_best_num_envs']:,}) |"
         )
 
     RESULTS.mkdir(exist_ok=True)
     path = RESULTS / f"sampling-{time.strftime('%Y%m%d-%H%M%S')}.json"
     meta = {
-        "num_envs": NUM_ENVS,
+        "cases": args.cases,
         "hidden": HIDDEN,
-        "rollout_length": args.rollout_length,
+        "steps_per_call": args.steps_per_call,
         "rounds": args.rounds,
         "seconds": args.seconds,
         "loadavg_before": load_before,

@@ -1,5 +1,6 @@
 """The local backend end to end: `kuberl serve` on loopback, real trainer processes, real HTTP."""
 
+import itertools
 import os
 import time
 
@@ -26,15 +27,19 @@ def test_submit_trains_to_success_with_progress_history(client, local_api):
     ).text
     status = RLJob.model_validate(job).status  # the status has the operator's shape
     assert status.progress.timesteps >= 1024
-    assert status.progress.iteration == 1024 // 128
     assert status.start_time <= status.completion_time
     assert status.progress.last_checkpoint
     conditions = {c.type: c.status for c in status.conditions}
     assert conditions["Complete"] == "True" and conditions["Failed"] == "False"
 
     history = client.request("GET", client.jobs(name="cartpole", action="progress")).json()
-    assert [row["iteration"] for row in history["items"]] == list(range(1, 9))
-    assert [row["timesteps"] for row in history["items"]] == [128 * i for i in range(1, 9)]
+    assert [row["iteration"] for row in history["items"]] == list(
+        range(1, status.progress.iteration + 1)
+    )
+    timesteps = [row["timesteps"] for row in history["items"]]
+    # 4 envs x 32 steps an iteration, less the steps that only reset an env after an episode
+    assert all(100 < b - a <= 128 for a, b in itertools.pairwise([0, *timesteps])), timesteps
+    assert timesteps[-2] < 1024 <= timesteps[-1] == status.progress.timesteps
     assert history["items"][-1]["episodeReturnMean"] > 0
     assert "progress.jsonl" in history["source"]
 

@@ -1,5 +1,6 @@
 """`kuberl train` as a user runs it: a real process, real signals, real files and HTTP."""
 
+import itertools
 import json
 import os
 import re
@@ -113,8 +114,10 @@ def test_sigterm_checkpoints_within_5s_and_a_rerun_continues(tmp_path):
     assert done.message == f"stopped at iterations>={stop_after}"
     history = rows(run_dir)
     assert [r["iteration"] for r in history] == list(range(1, stop_after + 1))
-    steps = [r["timesteps_total"] for r in history]
-    assert steps == sorted(steps) and steps[-1] == stop_after * 64 * 4
+    # each iteration adds its own steps: 4 envs x 64, less the steps that only reset an env
+    this_iter = [r["timesteps_this_iter"] for r in history]
+    assert all(200 < steps <= 256 for steps in this_iter), this_iter
+    assert [r["timesteps_total"] for r in history] == list(itertools.accumulate(this_iter))
 
 
 def test_corrupt_checkpoint_skipped_and_other_algorithm_refused(tmp_path):

@@ -196,8 +196,9 @@ def test_a_slow_learner_holds_the_driver_back_at_the_queue_bound(ray_local, monk
     driver = threading.Thread(target=drive)
     try:
         driver.start()
-        assert policy.learning.wait(timeout=60), "nothing reached the learner"
-        assert optimizer.learner.put_into_full_queue.wait(timeout=60), "the queue never filled"
+        # Bounds, not waits: starting the two worker actors on a starved machine took over 60 s.
+        assert policy.learning.wait(timeout=180), "nothing reached the learner"
+        assert optimizer.learner.put_into_full_queue.wait(timeout=180), "the queue never filled"
         # One batch being learned, the queue full, and the driver waiting to put another: it
         # holds at most what one look at the workers returned (their calls in flight).
         assert optimizer.learner.queue_depth == 2

@@ -76,8 +76,10 @@ def test_a_preempted_driver_resumes_from_the_bucket_with_no_iteration_lost(s3, t
 
     second = Driver(small_pg(uri, 5, every=2, keep=2), ROLLOUT, second_pod, "job").run()
     assert second.resumed_from == first.checkpoint
-    assert (second.iteration, second.timesteps) == (5, first.timesteps // 3 * 5)
+    assert second.iteration == 5
     assert [r["iteration"] for r in rows(second_pod)] == [4, 5]
+    this_iter = [r["timesteps_this_iter"] for r in rows(second_pod)]
+    assert second.timesteps == first.timesteps + sum(this_iter)
     assert rows(second_pod)[0]["checkpoint"] == first.checkpoint
     assert second.checkpoint == f"{uri}/checkpoint-00000005"
     assert s3.keys("jobs/preempted/") == [
@@ -303,4 +305,5 @@ def test_real_training_state_loads_as_data_only(tmp_path):
     found = CheckpointStore(str(tmp_path / "checkpoints"), keep=1).latest(
         {"algorithm": "DQN", "env": "CartPole-v1"}
     )
-    assert len(found.state["optimizer"]["replay_buffer"]["columns"]["obs"]) == 3 * 32
+    # every transition of the 3 iterations (2 envs x 16 steps each, less the reset steps)
+    assert len(found.state["optimizer"]["replay_buffer"]["columns"]["obs"]) == resumed.timesteps

@@ -1,6 +1,7 @@
 """The driver in-process: stop conditions, progress rows, resume, and no Ray without remote
 workers."""
 
+import itertools
 import json
 import math
 import subprocess
@@ -64,18 +65,22 @@ def test_progress_rows_and_resume_continue_counters(tmp_path, monkeypatch):
 
     monkeypatch.setattr(driver, "RolloutWorker", SeedRecordingWorker)
     first = Driver(small_ppo(3), RolloutConfig(envs_per_worker=4), tmp_path, "job").run()
-    assert (first.iteration, first.timesteps, first.stopped_by) == (3, 3 * 128, "iterations>=3")
+    assert (first.iteration, first.stopped_by) == (3, "iterations>=3")
     assert first.checkpoint == str(tmp_path / "checkpoints" / "checkpoint-00000003")
 
     second = Driver(small_ppo(5), RolloutConfig(envs_per_worker=4), tmp_path, "job").run()
     assert second.resumed_from == first.checkpoint
-    assert (second.iteration, second.timesteps) == (5, 5 * 128)
+    assert second.iteration == 5
     assert second.time_total_s > first.time_total_s
     assert seeds[0] == 0 and seeds[1] != seeds[0]  # resumed: its envs do not replay the first's
 
     rows = [json.loads(line) for line in (tmp_path / "progress.jsonl").read_text().splitlines()]
     assert [r["iteration"] for r in rows] == [1, 2, 3, 4, 5]
-    assert [r["timesteps_total"] for r in rows] == [128 * i for i in range(1, 6)]
+    # 4 envs x 32 steps an iteration, less the steps that only reset an env after an episode
+    this_iter = [r["timesteps_this_iter"] for r in rows]
+    assert all(100 < steps < 128 for steps in this_iter), this_iter
+    assert [r["timesteps_total"] for r in rows] == list(itertools.accumulate(this_iter))
+    assert (first.timesteps, second.timesteps) == (sum(this_iter[:3]), sum(this_iter))
     assert rows[-1].keys() >= PROGRESS_KEYS
     assert all(r["samples_per_s"] > 0 for r in rows)
 

@@ -2,6 +2,7 @@
 and a failure that reaches the driver instead of hanging it. Every wait is on an Event."""
 
 import threading
+import time
 
 import pytest
 
@@ -23,6 +24,15 @@ def test_every_item_is_learned_once_in_order_and_counted():
     finally:
         learner.stop()
     assert not learner.is_alive()
+
+
+def test_a_learn_call_that_began_before_an_interval_leaves_it_busy_at_most_fully():
+    """A call's whole duration counts when it ends, also where it began before the interval."""
+    learner = LearnerThread(lambda item: item, queue_size=1)
+    start = time.perf_counter()
+    assert learner.share_busy_since(learner.busy_s, start) == 0.0
+    learner.busy_s += 60.0  # a minute-long call, ended just now
+    assert learner.share_busy_since(0.0, start) == 1.0
 
 
 def test_a_full_queue_holds_the_driver_back():

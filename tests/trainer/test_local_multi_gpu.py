@@ -29,7 +29,7 @@ def trained_pair(devices: list[str], single_device: str = "cpu"):
     """Two PPO learners with the same state: one on `single_device`, one on towers on
     `devices`; and a batch sampled before they learned on another (so that the ratio, its clip
     and the KL are not trivial)."""
-    hyperparameters = {"rollout_length": 32, "learning_rate": 0.01}  # a big step off the start
+    hyperparameters = {"rollout_length": 32, "learning_rate": 0.03}  # a big step off the start
     config = trainer_config(algorithm="PPO", hyperparameters=hyperparameters)
     worker = RolloutWorker(PPOPolicy, config, num_envs=4, seed=0)
     single = worker.policy.to(single_device)

@@ -4,6 +4,7 @@ completed one is saved, and a new driver resumes from it with no completed itera
 second signal lets a checkpoint being written finish within the grace period."""
 
 import io
+import itertools
 import os
 import signal
 import threading
@@ -85,7 +86,10 @@ def test_sigterm_in_a_long_iteration_checkpoints_within_the_grace_period_and_a_r
     assert rerun.resumed_from == result.checkpoint and rerun.iteration == 2
     rows = progress_rows(run_dir)
     assert [row["iteration"] for row in rows] == [1, 2]
-    assert [row["timesteps_total"] for row in rows] == [ROLLOUT, 2 * ROLLOUT]
+    # ROLLOUT steps an iteration, less the steps that only reset the env after an episode
+    this_iter = [row["timesteps_this_iter"] for row in rows]
+    assert all(0.8 * ROLLOUT <= steps <= ROLLOUT for steps in this_iter), this_iter
+    assert [row["timesteps_total"] for row in rows] == list(itertools.accumulate(this_iter))
 
 
 def signalling_again_while_saving(monkeypatch, after_s: float = 0.0) -> None:

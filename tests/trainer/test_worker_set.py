@@ -12,6 +12,7 @@ from kuberl_trainer.worker_set import WorkerSet
 from testkit import trainer_config
 
 ROLLOUT, ENVS = 16, 2
+BATCH = ROLLOUT * ENVS  # env steps of a worker's batch at most (less the envs' reset steps)
 
 
 def test_killed_worker_is_replaced_and_training_continues(ray_local):
@@ -23,20 +24,19 @@ def test_killed_worker_is_replaced_and_training_continues(ray_local):
     workers = WorkerSet(RolloutWorker, kwargs, num_remote=2, cpus_per_worker=0.5)
     try:
         optimizer = SyncSamplesOptimizer(workers, config)
-        assert optimizer.step().steps_sampled == 2 * ROLLOUT * ENVS
+        assert BATCH < optimizer.step().steps_sampled <= 2 * BATCH  # both workers' batches
         victim = ray_local.get(workers.remote_workers[0].pid.remote())
         os.kill(victim, signal.SIGKILL)
 
         after_kill = optimizer.step()  # the survivor's batch still trains the policy
-        assert after_kill.steps_sampled == ROLLOUT * ENVS
-        assert after_kill.steps_trained == ROLLOUT * ENVS
+        assert after_kill.steps_sampled == after_kill.steps_trained <= BATCH
         assert workers.restarts == 1
 
         deadline = time.monotonic() + 60
         while len(workers.remote_workers) < 2:
             assert time.monotonic() < deadline, "the replacement worker never became ready"
             optimizer.step()
-        assert optimizer.step().steps_sampled == 2 * ROLLOUT * ENVS
+        assert BATCH < optimizer.step().steps_sampled <= 2 * BATCH
         assert victim not in ray_local.get([w.pid.remote() for w in workers.remote_workers])
         assert workers.restarts == 1
     finally:

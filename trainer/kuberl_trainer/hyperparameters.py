@@ -40,7 +40,8 @@ class Hyperparameters(NetworkHyperparameters):
 
     rollout_length: int = Field(32, ge=1, le=100_000)
     """Env steps taken by every env of every rollout worker per iteration. The iteration's batch
-    is rollout_length x envsPerWorker x max(1, replicas) env steps."""
+    is rollout_length x envsPerWorker x max(1, replicas) env steps, less the steps that only
+    reset an env after its episode ended (no transitions, so neither learned from nor counted)."""
 
     max_grad_norm: float | None = Field(0.5, gt=0.0)
     """Clip the global gradient norm to this value; null disables clipping."""

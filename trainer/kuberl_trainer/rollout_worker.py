@@ -16,7 +16,7 @@ import torch
 from kuberl_trainer.config import AnyTrainerConfig
 from kuberl_trainer.envs import encode_obs, make_vector_env, space_info
 from kuberl_trainer.policy.base import Policy, Stats, Weights
-from kuberl_trainer.sample_batch import SampleBatch
+from kuberl_trainer.sample_batch import VALID, SampleBatch
 
 
 @dataclass
@@ -73,6 +73,8 @@ class RolloutWorker:
         self.num_workers = num_workers
         self.episode_returns = np.zeros(num_envs, dtype=np.float64)
         self.episode_lengths = np.zeros(num_envs, dtype=np.int64)
+        # Envs whose episode ended on the last step: their next step only resets them.
+        self.resetting = np.zeros(num_envs, dtype=bool)
         self._eval_envs = None
         self._evaluations = 0
 
@@ -85,45 +87,50 @@ class RolloutWorker:
         return ray.remote(num_cpus=num_cpus, num_gpus=num_gpus, max_restarts=0)(cls)
 
     def sample(self) -> SampleBatch:
-        """rollout_length steps of every env, postprocessed by the policy (GAE, n-step, ...)."""
+        """rollout_length steps of every env, postprocessed by the policy (GAE, n-step, ...).
+
+        The envs reset on the step after an episode's end (see `make_vector_env`); that step is
+        marked invalid, so the policy learns nothing from it and it counts as no env step."""
+        if self.resetting.all():  # a window opening with every env's reset step could be empty
+            raw_obs, *_ = self.envs.step(self.envs.action_space.sample())  # actions are ignored
+            self.obs = encode_obs(raw_obs, self.spaces)
+            self.resetting[:] = False
         horizon, n = self.config.hyperparameters.rollout_length, self.num_envs
-        obs_dim = self.obs.shape[1]
-        obs = np.empty((horizon, n, obs_dim), dtype=np.float32)
-        next_obs = np.empty((horizon, n, obs_dim), dtype=np.float32)
+        # obs[t] is what the envs act on at step t and obs[t + 1] what that step returned: the
+        # next observation, also at an episode's end, since the reset comes a step later.
+        obs = np.empty((horizon + 1, n, self.obs.shape[1]), dtype=np.float32)
+        obs[0] = self.obs
         rewards = np.empty((horizon, n), dtype=np.float32)
         terminateds = np.empty((horizon, n), dtype=bool)
         truncateds = np.empty((horizon, n), dtype=bool)
+        valid = np.empty((horizon, n), dtype=bool)
         recorded: list[dict[str, np.ndarray]] = []  # the policy's columns, stacked at the end
         finished_returns, finished_lengths = [], []
 
         for t in range(horizon):
-            env_actions, step_columns = self.policy.compute_actions(self.obs)
+            env_actions, step_columns = self.policy.compute_actions(obs[t])
             recorded.append(step_columns)
-            raw_obs, reward, terminated, truncated, infos = self.envs.step(env_actions)
-            obs[t] = self.obs
-            self.obs = encode_obs(raw_obs, self.spaces)
-            next_obs[t] = self.obs
-            rewards[t] = reward
-            terminateds[t] = terminated
-            truncateds[t] = truncated
-            self.episode_returns += reward
-            self.episode_lengths += 1
-            done = terminated | truncated
-            if done.any():
-                # The env already reset: the true next observation is the episode's last one.
-                ended = np.flatnonzero(done)
-                next_obs[t, ended] = encode_obs(np.stack(infos["final_obs"][ended]), self.spaces)
+            raw_obs, rewards[t], terminateds[t], truncateds[t], _ = self.envs.step(env_actions)
+            obs[t + 1] = encode_obs(raw_obs, self.spaces)
+            np.logical_not(self.resetting, out=valid[t])
+            self.episode_returns += rewards[t]  # 0 on a reset step
+            self.episode_lengths += valid[t]
+            np.logical_or(terminateds[t], truncateds[t], out=self.resetting)
+            if self.resetting.any():
+                ended = np.flatnonzero(self.resetting)
                 finished_returns.append(self.episode_returns[ended])
                 finished_lengths.append(self.episode_lengths[ended])
                 self.episode_returns[ended] = 0.0
                 self.episode_lengths[ended] = 0
 
+        self.obs = obs[horizon].copy()  # where the next window starts (the batch may keep obs)
         rollout = {
-            "obs": obs,
-            "next_obs": next_obs,
+            "obs": obs[:horizon],
+            "next_obs": obs[1:],
             "rewards": rewards,
             "terminateds": terminateds,
             "truncateds": truncateds,
+            VALID: valid,
             **{key: np.stack([step[key] for step in recorded]) for key in recorded[0]},
         }
         return SampleBatch(
@@ -136,7 +143,9 @@ class RolloutWorker:
         """Sample, then the policy's gradients on that batch (A3C: the driver applies them)."""
         batch = self.sample()
         gradients, stats = self.policy.compute_gradients(batch)
-        return Gradients(gradients, stats, len(batch), batch.episode_returns, batch.episode_lengths)
+        return Gradients(
+            gradients, stats, batch.env_steps, batch.episode_returns, batch.episode_lengths
+        )
 
     def evaluate_perturbations(self, noise: np.ndarray, pairs: int) -> Perturbations:
         """ES: one episode with each policy of `pairs` antithetic pairs of perturbations drawn
@@ -152,6 +161,7 @@ class RolloutWorker:
         self.obs = encode_obs(self.envs.reset()[0], self.spaces)
         self.episode_returns[:] = 0.0
         self.episode_lengths[:] = 0
+        self.resetting[:] = False
         return Perturbations(
             indices,
             returns.reshape(pairs, 2),
@@ -183,18 +193,22 @@ class RolloutWorker:
         """The return and length of `count` whole episodes on `envs`, reset first: env k starts
         with episode k and, whenever its episode ends, takes the first one not yet started.
         `act(obs, episodes)` gives the actions for the envs' observations, env k being on episode
-        `episodes[k]` (an env with none left acts as the last episode; its steps count nowhere)."""
+        `episodes[k]` (an env with none left acts as the last episode; its steps count nowhere).
+        An env whose episode ended resets on its next step (see `make_vector_env`): that step
+        belongs to no episode."""
         obs, _ = envs.reset(seed=seed)
         returns = np.zeros(count)
         lengths = np.zeros(count, dtype=np.int64)
         current = np.arange(envs.num_envs)  # the episode each env is on; count and above: none
+        resetting = np.zeros(envs.num_envs, dtype=bool)
         while (running := current < count).any():
             actions = act(encode_obs(obs, self.spaces), np.minimum(current, count - 1))
             obs, reward, terminated, truncated, _ = envs.step(actions)
-            returns[current[running]] += reward[running]
-            lengths[current[running]] += 1
-            ended = np.flatnonzero(running & (terminated | truncated))
-            # The autoreset envs already show their next episode's first observation.
+            counted = running & ~resetting
+            returns[current[counted]] += reward[counted]
+            lengths[current[counted]] += 1
+            resetting = terminated | truncated
+            ended = np.flatnonzero(counted & resetting)
             current[ended] = current.max() + 1 + np.arange(len(ended))
         return returns, lengths
 

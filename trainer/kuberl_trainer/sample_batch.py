@@ -23,6 +23,10 @@ ADVANTAGES = "advantages"
 VALUE_TARGETS = "value_targets"
 # n-step DQN: gamma^steps, or 0 where the n-step window ended in a termination
 BOOTSTRAP_DISCOUNTS = "bootstrap_discounts"
+# False on an env's reset step (the step after its episode ended, which only resets it): no
+# transition, so nothing to learn from. Policies drop these rows, or keep them masked where they
+# need whole sequences (IMPALA).
+VALID = "valid"
 
 
 @dataclass
@@ -35,6 +39,13 @@ class SampleBatch:
 
     def __len__(self) -> int:
         return len(next(iter(self.columns.values()))) if self.columns else 0
+
+    @property
+    def env_steps(self) -> int:
+        """The env steps the batch holds: its rows, less the reset steps kept as masked rows."""
+        if VALID in self.columns:
+            return int(np.count_nonzero(self.columns[VALID]))
+        return len(self)
 
     def __getitem__(self, key: str) -> np.ndarray:
         return self.columns[key]

@@ -210,8 +210,7 @@ class AsyncReplayOptimizer(PolicyOptimizer):
         reported = [b for index, b in batches if self.reported is None or index in self.reported]
         stats |= {
             LEARNER_QUEUE_DEPTH: self.learner.queue_depth,
-            LEARNER_UTILISATION: (self.learner.busy_s - busy_before)
-            / (time.perf_counter() - began),
+            LEARNER_UTILISATION: self.learner.share_busy_since(busy_before, began),
             "replay_shards_lost": self.shards.lost,
         }
         return StepResult(

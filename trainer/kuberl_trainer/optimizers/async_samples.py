@@ -78,12 +78,9 @@ class AsyncSamplesOptimizer(PolicyOptimizer):
                 self._feed(batch, version)
             learned += self.learner.results()
         self.counters.timers["learn"] = self.learner.busy_s
-        # A learn call counts when it ends, whole: one that began before the step can push a
-        # short step's share past 1.
-        busy = (self.learner.busy_s - busy_before) / (time.perf_counter() - start)
         stats = {
             LEARNER_QUEUE_DEPTH: float(self.learner.queue_depth),
-            LEARNER_UTILISATION: min(1.0, busy),
+            LEARNER_UTILISATION: self.learner.share_busy_since(busy_before, start),
         }
         if learned:
             stats |= {k: float(np.mean([s[k] for s, _, _ in learned])) for k in learned[0][0]}
@@ -131,7 +128,8 @@ class AsyncSamplesOptimizer(PolicyOptimizer):
         """Queue the batch for the learner once train_batch_size rows have come together;
         blocks while the queue is full."""
         self._pending.append((batch, version))
-        if self.train_batch_size and sum(len(b) for b, _ in self._pending) < self.train_batch_size:
+        pending = sum(b.env_steps for b, _ in self._pending)
+        if self.train_batch_size and pending < self.train_batch_size:
             return
         batches, versions = zip(*self._pending, strict=True)
         self._pending = []
@@ -144,4 +142,4 @@ class AsyncSamplesOptimizer(PolicyOptimizer):
         self.policy.set_global_timesteps(self.counters.steps_sampled)
         stats = self.policy.learn_on_batch(batch)
         self._published = (self.policy.get_weights(), self.learner.num_steps + 1)
-        return stats, lags, len(batch)
+        return stats, lags, batch.env_steps

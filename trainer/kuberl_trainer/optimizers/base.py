@@ -90,7 +90,7 @@ class PolicyOptimizer(ABC):
         self.counters.timers[name] += time.perf_counter() - start
 
     def _result(self, batches: list[SampleBatch], stats: dict[str, float], trained: int):
-        sampled = sum(len(b) for b in batches)
+        sampled = sum(b.env_steps for b in batches)
         self.counters.steps_sampled += sampled
         self.counters.steps_trained += trained
         return StepResult(

@@ -88,6 +88,13 @@ class LearnerThread(threading.Thread):
         alive = time.perf_counter() - self._began
         return self.busy_s / alive if alive > 0 else 0.0
 
+    def share_busy_since(self, busy_before: float, start: float) -> float:
+        """Fraction of the time since `start` (a perf_counter reading, taken when `busy_s` was
+        `busy_before`) spent learning. A learn call counts when it ends, whole: one that began
+        before `start` can push a short interval's share past 1, so it is capped there."""
+        elapsed = time.perf_counter() - start
+        return min(1.0, (self.busy_s - busy_before) / elapsed) if elapsed > 0 else 0.0
+
     def stop(self) -> None:
         """End the thread after the item it is learning on; queued items are dropped."""
         if not self.is_alive():

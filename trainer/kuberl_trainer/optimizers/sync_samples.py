@@ -20,7 +20,7 @@ class SyncSamplesOptimizer(PolicyOptimizer):
         batch = SampleBatch.concat(batches)
         with self.timer("learn"):
             stats = self.policy.learn_on_batch(batch)
-        return self._result(batches, stats, len(batch))
+        return self._result(batches, stats, batch.env_steps)
 
 
 def sample_timeout(config: Any) -> float | None:

@@ -10,6 +10,7 @@ from kuberl_trainer.envs import SpaceInfo
 from kuberl_trainer.models import ActorCritic, NoiseSource
 from kuberl_trainer.policy.base import TorchPolicy, flatten_time_major
 from kuberl_trainer.postprocessing import compute_gae
+from kuberl_trainer.sample_batch import VALID
 
 
 class ActorCriticPolicy(TorchPolicy):
@@ -74,7 +75,8 @@ class ActorCriticPolicy(TorchPolicy):
                 "values": values,
                 "advantages": advantages,
                 "value_targets": targets,
-            }
+            },
+            rollout[VALID],
         )
 
     def _logp(self, dist_inputs: np.ndarray, actions: np.ndarray) -> np.ndarray:
@@ -87,19 +89,16 @@ class ActorCriticPolicy(TorchPolicy):
         return logp.numpy(force=True).reshape(actions.shape[:2])
 
     def _next_values(self, values: np.ndarray, rollout: dict[str, np.ndarray]) -> np.ndarray:
-        """V of every step's next observation. That is the next step's observation, whose value
-        is known, except after the last step and where an episode was truncated (there the final
-        observation counts); terminated steps never bootstrap, so any value does for them."""
-        next_values = np.empty_like(values)
-        next_values[:-1] = values[1:]
-        needed = rollout["truncateds"].copy()
-        needed[-1] = True
-        steps, envs = np.nonzero(needed)
-        next_values[steps, envs] = self._values(rollout["next_obs"][steps, envs][None])[0]
-        return next_values
+        """V of every step's next observation: the next step's own observation, also where an
+        episode ended (the envs return its final observation and reset a step later), and after
+        the window's last step the observation the next window starts from."""
+        return np.concatenate([values[1:], self._values(rollout["next_obs"][-1:])])
 
     def _values(self, obs: np.ndarray) -> np.ndarray:
-        """V for (T, N, obs_dim) observations in one batched forward pass."""
+        """V for (T, N, obs_dim) observations, in forward passes of a few thousand rows: a pass
+        over a whole window of a thousand envs would spill its activations out of the cache and
+        take half as long again."""
         with torch.inference_mode():
             flat = self.as_tensor(obs.reshape(-1, obs.shape[-1]))
-            return self.model.value(flat).numpy(force=True).reshape(obs.shape[:2])
+            values = torch.cat([self.model.predict_value(rows) for rows in flat.split(4096)])
+            return values.numpy(force=True).reshape(obs.shape[:2])

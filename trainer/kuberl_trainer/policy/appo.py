@@ -18,13 +18,14 @@ from kuberl_trainer.sample_batch import SampleBatch
 class APPOPolicy(IMPALAPolicy):
     def learn_on_batch(self, batch: SampleBatch) -> Stats:
         tensors = self.as_tensors(batch.columns)  # one transfer; minibatches are cut on the device
-        size = min(self.hp.minibatch_size or len(batch), len(batch))
+        transitions = batch.env_steps
+        size = min(self.hp.minibatch_size or transitions, transitions)
         totals: dict[str, float] = {}
         steps = 0
         for _ in range(self.hp.num_epochs):
-            epoch = tensors | self.vtrace_targets(tensors)
-            order = self.as_tensor(self.rng.permutation(len(batch)))
-            for rows in torch.tensor_split(order, max(1, len(batch) // size)):
+            epoch = self.learnable_rows(tensors)
+            order = self.as_tensor(self.rng.permutation(transitions))
+            for rows in torch.tensor_split(order, max(1, transitions // size)):
                 stats = self.sgd_step({k: v[rows] for k, v in epoch.items()})
                 for key, value in stats.items():
                     totals[key] = totals.get(key, 0.0) + value

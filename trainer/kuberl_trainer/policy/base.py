@@ -44,7 +44,9 @@ class Policy(ABC):
 
     @abstractmethod
     def postprocess_trajectory(self, rollout: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
-        """Turn time-major (T, N, ...) rollout columns into the flat training columns."""
+        """Turn time-major (T, N, ...) rollout columns into the flat training columns. Estimators
+        run over the whole window; the `valid` column marks the envs' reset steps, which must not
+        be learned from (see sample_batch.VALID)."""
 
     @abstractmethod
     def learn_on_batch(self, batch: SampleBatch) -> Stats:
@@ -204,9 +206,10 @@ def cpu_copy(value: Any) -> Any:
     return copy.deepcopy(value)
 
 
-def flatten_time_major(columns: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
-    """(T, N, ...) → (T*N, ...), keeping each env's steps contiguous in time order per row."""
-    return {k: v.reshape(-1, *v.shape[2:]) for k, v in columns.items()}
+def flatten_time_major(columns: dict[str, np.ndarray], valid: np.ndarray) -> dict[str, np.ndarray]:
+    """(T, N, ...) → (rows, ...): the steps where `valid` (T, N) holds, in time-major order
+    (reset steps, which are no transitions, left out)."""
+    return {k: v[valid] for k, v in columns.items()}
 
 
 def _grad_or_zeros(param: torch.Tensor) -> np.ndarray:

@@ -5,7 +5,9 @@ Workers record the behaviour policy's log-probabilities; the learner recomputes 
 and values with its current networks, so every learner step works with fresh targets however old
 the batch. That needs whole sequences: a worker's batch is laid out env-major, row n*T + t for
 env n and step t (T = rollout_length), and since SampleBatch.concat stacks rows, any concatenation
-of batches reshapes back to (-1, T) sequences.
+of batches reshapes back to (-1, T) sequences. The envs' reset steps stay in them to keep them
+whole, marked by the `valid` column: an episode's end already cuts the recursion before one, and
+the learner drops them once the targets are computed.
 """
 
 from __future__ import annotations
@@ -15,11 +17,11 @@ import torch
 
 from kuberl_trainer.policy.actor_critic import ActorCriticPolicy
 from kuberl_trainer.policy.base import Stats
-from kuberl_trainer.sample_batch import SampleBatch
+from kuberl_trainer.sample_batch import VALID, SampleBatch
 
 # The columns the learner needs; next_obs for every step (not only where an episode was cut or
 # the window ends) keeps the layout plain, and costs one critic pass without gradients.
-SEQUENCE_COLUMNS = ("obs", "next_obs", "actions", "rewards", "terminateds", "truncateds")
+SEQUENCE_COLUMNS = ("obs", "next_obs", "actions", "rewards", "terminateds", "truncateds", VALID)
 
 
 @torch.no_grad()
@@ -76,8 +78,12 @@ class IMPALAPolicy(ActorCriticPolicy):
         return {k: v.swapaxes(0, 1).reshape(-1, *v.shape[2:]) for k, v in columns.items()}
 
     def learn_on_batch(self, batch: SampleBatch) -> Stats:
-        tensors = self.as_tensors(batch.columns)
-        return self.sgd_step(tensors | self.vtrace_targets(tensors))
+        return self.sgd_step(self.learnable_rows(self.as_tensors(batch.columns)))
+
+    def learnable_rows(self, batch: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+        """The batch's transitions with their V-trace targets: the reset steps left out."""
+        columns = batch | self.vtrace_targets(batch)
+        return {k: v[batch[VALID]] for k, v in columns.items()}
 
     def vtrace_targets(self, batch: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
         """`value_targets` (vs) and `advantages` of every row, with the current networks."""

@@ -8,6 +8,7 @@ import torch
 from kuberl_trainer.policy.actor_critic import ActorCriticPolicy
 from kuberl_trainer.policy.base import flatten_time_major
 from kuberl_trainer.postprocessing import discounted_returns
+from kuberl_trainer.sample_batch import VALID
 
 
 class PGPolicy(ActorCriticPolicy):
@@ -17,11 +18,14 @@ class PGPolicy(ActorCriticPolicy):
         returns = discounted_returns(
             rollout["rewards"], rollout["terminateds"], rollout["truncateds"], self.hp.gamma
         )
-        if self.hp.normalize_returns:
-            returns = (returns - returns.mean()) / (returns.std() + 1e-8)
-        return flatten_time_major(
-            {"obs": rollout["obs"], "actions": rollout["actions"], "advantages": returns}
+        columns = flatten_time_major(
+            {"obs": rollout["obs"], "actions": rollout["actions"], "advantages": returns},
+            rollout[VALID],
         )
+        if self.hp.normalize_returns:
+            returns = columns["advantages"]
+            columns["advantages"] = (returns - returns.mean()) / (returns.std() + 1e-8)
+        return columns
 
     def loss(self, batch: dict[str, torch.Tensor]):
         logp, entropy = self.model.logp_entropy(batch["obs"], batch["actions"])

@@ -16,7 +16,7 @@ from kuberl_trainer.config import AnyTrainerConfig
 from kuberl_trainer.envs import SpaceInfo
 from kuberl_trainer.policy.base import Stats, TorchPolicy, flatten_time_major, numpy_weights
 from kuberl_trainer.postprocessing import compute_n_step
-from kuberl_trainer.sample_batch import SampleBatch
+from kuberl_trainer.sample_batch import VALID, SampleBatch
 
 
 class ReplayPolicy(TorchPolicy):
@@ -73,7 +73,8 @@ class ReplayPolicy(TorchPolicy):
                 "rewards": returns,
                 "next_obs": rollout["next_obs"][last_step, envs],
                 "bootstrap_discounts": bootstrap_discounts,
-            }
+            },
+            rollout[VALID],
         )
 
     def learn_on_batch(self, batch: SampleBatch) -> Stats:
