@@ -14,7 +14,7 @@ from torch import nn
 
 from kuberl_trainer.config import AnyTrainerConfig
 from kuberl_trainer.envs import SpaceInfo
-from kuberl_trainer.models import mlp
+from kuberl_trainer.models import ACTIVATIONS, mlp
 from kuberl_trainer.policy.base import TorchPolicy
 
 # The same table in every process and every run: only where a perturbation starts travels.
@@ -85,7 +85,7 @@ class ESPolicy(TorchPolicy):
         self._layers = [
             (m.out_features, m.in_features) for m in model.net if isinstance(m, nn.Linear)
         ]
-        self._activation = {"tanh": torch.tanh, "relu": torch.relu}[hp.activation]
+        self._activation = ACTIVATIONS[hp.activation]()  # the network's own, as a function
         # Observations act_perturbed saw since take_observation_stats(): count, sum, squares.
         self._seen = _nothing_seen(spaces.obs_dim)
 
