@@ -24,7 +24,7 @@ from kuberl_trainer.checkpoint import (
     CheckpointStore,
     checkpoint_location,
 )
-from kuberl_trainer.config import AnyTrainerConfig, RolloutConfig, StopConditions
+from kuberl_trainer.config import PBT, JobTrainerConfig, RolloutConfig, StopConditions
 from kuberl_trainer.interrupt import IterationAbandoned, StopRequest
 from kuberl_trainer.metrics import TrainerMetrics
 from kuberl_trainer.progress import ConsoleReport, ProgressLog
@@ -39,7 +39,7 @@ from kuberl_trainer.progress_row import (
 )
 from kuberl_trainer.resource_wait import await_resources, job_requests
 from kuberl_trainer.tensorboard import TensorBoardLog
-from kuberl_trainer.trainer import Trainer, mean
+from kuberl_trainer.trainer import Trainer
 
 log = logging.getLogger(__name__)
 
@@ -56,6 +56,16 @@ class TrainResult:
     checkpoint: str | None  # the newest complete checkpoint: an absolute path or a URI
     resumed_from: str | None
     run_dir: Path
+
+
+def trainer_class(config: JobTrainerConfig) -> type:
+    """What runs the job: one algorithm's Trainer, or a Population of them (imported only for
+    PBT)."""
+    if config.algorithm == PBT:
+        from kuberl_trainer.population import Population
+
+        return Population
+    return Trainer
 
 
 def stop_reason(stop: StopConditions, row: dict[str, Any]) -> str | None:
@@ -76,7 +86,7 @@ def stop_reason(stop: StopConditions, row: dict[str, Any]) -> str | None:
 class Driver:
     def __init__(
         self,
-        config: AnyTrainerConfig,
+        config: JobTrainerConfig,
         rollout: RolloutConfig,
         run_dir: Path,
         job_name: str,
@@ -91,7 +101,9 @@ class Driver:
         self.job_name = job_name
         seed = config.seed if config.seed is not None else random.SystemRandom().randrange(2**31)
         self._stop_request = StopRequest()  # what the signal asks of the iteration in progress
-        self.trainer = Trainer(config, rollout, seed, learner_gpus, self._stop_request)
+        self.trainer = trainer_class(config)(
+            config, rollout, seed, learner_gpus, self._stop_request
+        )
         self.store = CheckpointStore(
             checkpoint_location(config.checkpoint.uri, run_dir), config.checkpoint.keep
         )
@@ -124,7 +136,7 @@ class Driver:
             # Found first: another job's checkpoints fail the job before Ray starts, and a resumed
             # run's workers are seeded anew (their envs must not replay the first run's episodes).
             found = self.store.latest({"algorithm": self.config.algorithm, "env": self.config.env})
-            if self.rollout.replicas:
+            if trainer.needs_ray:
                 self._start_ray()
                 # Joining Ray installs the core worker's SIGTERM handler (a stack trace, then an
                 # abort): ours again, or a preempted driver would die without its checkpoint.
@@ -169,14 +181,15 @@ class Driver:
                     checkpoint, saved = self._checkpoint(saved)
                 self._report_preemption(saved)
                 stopped_by = signal.Signals(self._signal).name
+            totals = trainer.totals()
             return TrainResult(
                 stopped_by=stopped_by,
                 interrupted=interrupted,
                 iteration=self.iteration,
                 timesteps=trainer.timesteps,
-                episode_return_mean=mean(trainer.recent_returns),
-                evaluation_return_mean=trainer.evaluation_return_mean,
-                time_total_s=trainer.time_total_s,
+                episode_return_mean=totals[EPISODE_RETURN_MEAN],
+                evaluation_return_mean=totals[EVALUATION_RETURN_MEAN],
+                time_total_s=totals[TIME_TOTAL_S],
                 checkpoint=checkpoint,
                 resumed_from=resumed_from,
                 run_dir=self.run_dir,

@@ -68,6 +68,11 @@ class Trainer:
         self.workers: WorkerSet | None = None
         self.optimizer = None
 
+    @property
+    def needs_ray(self) -> bool:
+        """Ray is started (or joined) only for remote actors: none without remote workers."""
+        return self.rollout.replicas > 0
+
     # -- building and ending ----------------------------------------------------------------
 
     def seed_everything(self) -> None:
