@@ -38,16 +38,10 @@ from kuberl_trainer.progress_row import (
 )
 from kuberl_trainer.trainer import Trainer
 
-# Counters of a trial's row that add up over the population.
-_SUMMED = (
-    "timesteps_this_iter",
-    "timesteps_trained_this_iter",
-    "episodes_this_iter",
-    "worker_restarts",
-    STRAGGLERS_DROPPED,
-    WORKER_DOWNTIME_S,
-    WORKERS_READY,
-)
+# A trial's counts per iteration, added up over the round's iterations of every trial.
+_PER_ITERATION = ("timesteps_this_iter", "timesteps_trained_this_iter", "episodes_this_iter")
+# A trial's run totals and levels, added up over the trials' newest rows.
+_PER_TRIAL = ("worker_restarts", STRAGGLERS_DROPPED, WORKER_DOWNTIME_S, WORKERS_READY)
 
 
 class Trial:
@@ -174,7 +168,7 @@ class Population:
 
         start = time.perf_counter()
         target = (self.iteration + 1) * self.hp.perturbation_interval
-        totals = dict.fromkeys((*_SUMMED, "restarts"), 0)
+        totals = dict.fromkeys((*_PER_ITERATION, "restarts"), 0)
         pending = {}
         for index, trial in enumerate(self.trials):
             if self.rows[index].get(TIMESTEPS_TOTAL, 0) < target:
@@ -198,7 +192,8 @@ class Population:
         best = self.best_trial()
         row = {
             **self.totals(),
-            **{key: totals[key] for key in _SUMMED},
+            **{key: totals[key] for key in _PER_ITERATION},
+            **{key: sum(newest.get(key, 0) for newest in self.rows) for key in _PER_TRIAL},
             "episodes_total": self.episodes_total,
             "episode_len_mean": self.rows[best].get("episode_len_mean", math.nan),
             SAMPLES_PER_S: totals["timesteps_this_iter"] / elapsed,
