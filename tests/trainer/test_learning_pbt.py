@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 
 from kuberl_operator.validation import load_rljob
+from kuberl_trainer.checkpoint import CheckpointRefused
 from kuberl_trainer.config import RolloutConfig, StopConditions
 from kuberl_trainer.driver import Driver
 from kuberl_trainer.progress_row import BEST_TRIAL, EPISODE_RETURN_MEAN, EXPLOITS, TRIALS
@@ -70,3 +71,19 @@ def test_a_resumed_population_goes_on_where_its_checkpoint_left_off(ray_local, t
     for old, new in zip(before, after, strict=True):
         if old["trial"] not in replaced:
             assert new["hyperparameters"] == old["hyperparameters"]
+
+
+def test_a_checkpoint_of_another_population_is_refused(ray_local, tmp_path):
+    rollout = RolloutConfig(envs_per_worker=8)
+    config = example_config(perturbation_interval=1_000)
+    config = config.model_copy(update={"stop": StopConditions(iterations=1)})
+    Driver(config, rollout, tmp_path, "job").run()
+
+    bigger = config.model_copy(
+        update={"hyperparameters": config.hyperparameters.model_copy(update={"population": 5})}
+    )
+    with pytest.raises(
+        CheckpointRefused, match="was written for population=4, this job has population=5"
+    ):
+        Driver(bigger, rollout, tmp_path, "job").run()
+    assert [row["iteration"] for row in progress_rows(tmp_path)] == [1]  # nothing lost

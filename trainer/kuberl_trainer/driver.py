@@ -68,6 +68,18 @@ def trainer_class(config: JobTrainerConfig) -> type:
     return Trainer
 
 
+def checkpoint_identity(config: JobTrainerConfig) -> dict[str, Any]:
+    """What a checkpoint must have been written for to be resumed by this job: its algorithm and
+    env, and for PBT the trials' algorithm and how many there are."""
+    identity = {"algorithm": config.algorithm, "env": config.env}
+    if config.algorithm == PBT:
+        identity |= {
+            "trials": config.trainer.algorithm,
+            "population": config.hyperparameters.population,
+        }
+    return identity
+
+
 def stop_reason(stop: StopConditions, row: dict[str, Any]) -> str | None:
     """The first stop condition the iteration's row meets, as `name>=target`, or None."""
     checks = (
@@ -135,7 +147,7 @@ class Driver:
                 self.metrics.serve(self.metrics_port)
             # Found first: another job's checkpoints fail the job before Ray starts, and a resumed
             # run's workers are seeded anew (their envs must not replay the first run's episodes).
-            found = self.store.latest({"algorithm": self.config.algorithm, "env": self.config.env})
+            found = self.store.latest(checkpoint_identity(self.config))
             if trainer.needs_ray:
                 self._start_ray()
                 # Joining Ray installs the core worker's SIGTERM handler (a stack trace, then an
@@ -237,8 +249,7 @@ class Driver:
 
     def _meta(self) -> dict[str, Any]:
         return {
-            "algorithm": self.config.algorithm,
-            "env": self.config.env,
+            **checkpoint_identity(self.config),
             "iteration": self.iteration,
             "timesteps": self.trainer.timesteps,
             "created": time.time(),

@@ -290,12 +290,7 @@ class Population:
     def load_state(self, state: dict[str, Any]) -> None:
         import ray
 
-        own = state["population"]
-        if len(own["overrides"]) != len(self.trials):
-            raise ValueError(
-                f"hyperparameters.population: the checkpoint holds {len(own['overrides'])} trials "
-                f"and this job has {len(self.trials)}"
-            )
+        own = state["population"]  # of as many trials (the checkpoint's identity says so)
         self.iteration = own["iteration"]
         self.time_total_s = own["time_total_s"]
         self.episodes_total = own["episodes_total"]
