@@ -75,10 +75,13 @@ def _env_problem(trainer: dict[str, Any]) -> str | None:
     env, env_config = trainer.get("env"), trainer.get("envConfig")
     if not isinstance(env, str) or not env:
         return None  # reported by the spec's validation
-    from kuberl_trainer.config import ALGORITHMS
+    from kuberl_trainer.config import ALGORITHMS, PBT
     from kuberl_trainer.envs import env_problem  # gymnasium: only imported when needed
 
-    row = ALGORITHMS.get(trainer.get("algorithm"))  # an unknown one is the spec's problem
+    algorithm = trainer.get("algorithm")
+    if algorithm == PBT and isinstance(trainer.get("trainer"), dict):  # its trials' algorithm
+        algorithm = trainer["trainer"].get("algorithm")
+    row = ALGORITHMS.get(algorithm)  # an unknown one is the spec's problem
 
     with warnings.catch_warnings():  # env constructors warn freely; the verdict is what counts
         warnings.simplefilter("ignore")

@@ -126,6 +126,7 @@ from kuberl_operator.constants import (
 from kuberl_operator.settings import OperatorSettings
 from kuberl_operator.spec import IntOrPercent, RLJob, RolloutWorkers, SpotProvider, Toleration
 from kuberl_trainer.capacity import RAY_CAPACITY_ENV, Capacity, NodeGroup
+from kuberl_trainer.config import PBT
 
 Object = dict[str, Any]
 
@@ -448,8 +449,9 @@ def _head_group(job: RLJob, settings: OperatorSettings, labels: dict[str, str]) 
             # All interfaces of the pod: the dashboard is reached through the ClusterIP Service.
             "dashboard-host": "0.0.0.0",
             # The driver holds no Ray resources; 0 CPUs keeps rollout actors off the learner's
-            # pod (and off on-demand capacity). The GPUs are advertised where they are.
-            "num-cpus": "0",
+            # pod (and off on-demand capacity), except a PBT population's trials, which are
+            # learners. The GPUs are advertised where they are.
+            "num-cpus": str(head_cpus(job)),
             "num-gpus": str(job.spec.learner.gpus),
         },
         "template": template,
@@ -480,7 +482,7 @@ def _rollout_group(
         # KubeRay keeps replicas within [minReplicas, maxReplicas]; the operator sets replicas.
         "replicas": group.replicas,
         "minReplicas": 0,
-        "maxReplicas": workers.replicas,
+        "maxReplicas": rollout_pods(job),
         "rayStartParams": start_params,
         "template": _pod_template(job, labels, container, group.placement),
     }
@@ -490,6 +492,23 @@ def _rollout_node_resources(workers: RolloutWorkers, spot: bool) -> dict[str, in
     """The Ray resources a rollout pod advertises: whole CPUs (`ray start --num-cpus` counts
     whole ones), and on the spot group's pods one unit of `spot`."""
     return {"CPU": math.ceil(workers.cpus_per_worker)} | ({SPOT_RAY_RESOURCE: 1} if spot else {})
+
+
+def rollout_pods(job: RLJob) -> int:
+    """Rollout worker pods, one per worker: rolloutWorkers.replicas, for every trial of a PBT
+    population (each trial has workers of its own)."""
+    trainer = job.spec.trainer
+    trials = trainer.hyperparameters.population if trainer.algorithm == PBT else 1
+    return job.spec.rollout_workers.replicas * trials
+
+
+def head_cpus(job: RLJob) -> int:
+    """CPUs the head advertises to Ray: none (they are the driver's), but for a PBT population
+    its trials' actors, which are learners like the driver (whole CPUs: `ray start --num-cpus`)."""
+    trainer = job.spec.trainer
+    if trainer.algorithm != PBT:
+        return 0
+    return math.ceil(trainer.hyperparameters.population * trainer.hyperparameters.cpus_per_trial)
 
 
 def head_grace_period_seconds(job: RLJob, settings: OperatorSettings) -> int:
@@ -503,14 +522,14 @@ def ray_capacity(job: RLJob, settings: OperatorSettings) -> Capacity:
     """The most the job's RayCluster offers the driver's actors (kuberl_trainer.capacity): the
     head (no CPUs: they are the learner's; its GPUs) and every rollout group at its maxReplicas,
     the spot group and the on-demand fallback group together, as the builders make them."""
-    learner, workers = job.spec.learner, job.spec.rollout_workers
-    groups = [NodeGroup({"CPU": 0.0, "GPU": float(learner.gpus)}, 1)]
-    if workers.replicas:
+    learner, workers, pods = job.spec.learner, job.spec.rollout_workers, rollout_pods(job)
+    groups = [NodeGroup({"CPU": float(head_cpus(job)), "GPU": float(learner.gpus)}, 1)]
+    if pods:
         spot = workers.spot.enabled
-        groups.append(NodeGroup(_floats(_rollout_node_resources(workers, spot)), workers.replicas))
+        groups.append(NodeGroup(_floats(_rollout_node_resources(workers, spot)), pods))
         if spot and workers.spot.fallback_to_on_demand:
             on_demand = _rollout_node_resources(workers, spot=False)
-            groups.append(NodeGroup(_floats(on_demand), workers.replicas))
+            groups.append(NodeGroup(_floats(on_demand), pods))
     return Capacity(tuple(groups), float(settings.workers_join_timeout_seconds))
 
 
@@ -527,15 +546,15 @@ def _ray_resources_param(resources: dict[str, int]) -> str:
 def _worker_groups(
     job: RLJob, settings: OperatorSettings, labels: dict[str, str], on_demand_replicas: int
 ) -> list[Object]:
-    workers = job.spec.rollout_workers
-    if workers.replicas == 0:  # the driver samples itself
+    workers, pods = job.spec.rollout_workers, rollout_pods(job)
+    if pods == 0:  # the driver samples itself
         return []
     if not workers.spot.enabled:
-        groups = [RolloutGroup(ROLLOUT_GROUP, workers.replicas, _plain_placement(workers))]
+        groups = [RolloutGroup(ROLLOUT_GROUP, pods, _plain_placement(workers))]
     else:
         preset = _spot_preset(job)
         placement = _spot_placement(workers, preset)
-        groups = [RolloutGroup(ROLLOUT_GROUP, workers.replicas, placement, spot=True)]
+        groups = [RolloutGroup(ROLLOUT_GROUP, pods, placement, spot=True)]
         if workers.spot.fallback_to_on_demand:
             placement = _on_demand_placement(workers, preset)
             groups.append(RolloutGroup(ROLLOUT_ON_DEMAND_GROUP, on_demand_replicas, placement))
@@ -552,10 +571,9 @@ def build_ray_cluster(
     is the size of the on-demand fallback group, from `fallback_replicas`."""
     if attempt < 1:
         raise ValueError(f"attempt must be >= 1, got {attempt}")
-    if not 0 <= on_demand_replicas <= job.spec.rollout_workers.replicas:
+    if not 0 <= on_demand_replicas <= rollout_pods(job):
         raise ValueError(
-            f"on_demand_replicas must be within 0..{job.spec.rollout_workers.replicas}, "
-            f"got {on_demand_replicas}"
+            f"on_demand_replicas must be within 0..{rollout_pods(job)}, got {on_demand_replicas}"
         )
     labels = child_labels(job) | {ATTEMPT_LABEL: str(attempt)}
     queue = {KUEUE_QUEUE_LABEL: job.queue_name} if job.queue_name else {}
@@ -756,8 +774,9 @@ def fallback_replicas(
         return 0
     if pending_spot_pods <= 0 or pending_seconds < settings.fallback_pending_seconds:
         return 0
-    missing = min(pending_spot_pods, workers.replicas)
-    return max(0, missing - max_unavailable(workers.spot.max_unavailable, workers.replicas))
+    pods = rollout_pods(job)
+    missing = min(pending_spot_pods, pods)
+    return max(0, missing - max_unavailable(workers.spot.max_unavailable, pods))
 
 
 def scale_on_demand(ray_cluster: Object, replicas: int) -> list[Object]:

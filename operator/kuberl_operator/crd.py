@@ -101,6 +101,10 @@ def rljob_schema() -> dict[str, Any]:
         "metadata": {"type": "object"},
     }
     schema["required"] = ["spec"]
+    # PBT's inner trainer takes env, envConfig and stop from the outer spec when it leaves them
+    # out (PBTConfig's validation fills them in): the API server must not require them there.
+    inner = schema["properties"]["spec"]["properties"]["trainer"]["properties"]["trainer"]
+    inner["required"] = [name for name in inner["required"] if name not in ("env", "stop")]
     return schema
 
 
@@ -161,12 +165,13 @@ def _merge_variants(
     ]
     properties: dict[str, Any] = {}
     for name in [discriminator, *(name for name in names if name != discriminator)]:
-        schemas = [variant["properties"].get(name) for variant in variants]
+        # A field of some variants only (PBT's inner trainer) is kept as those variants type it.
+        schemas = [v["properties"][name] for v in variants if name in v["properties"]]
         if name == discriminator:
             properties[name] = schemas[0] | {"enum": choices}
         elif all(schema == schemas[0] for schema in schemas):
             properties[name] = schemas[0]
-        elif all(schema and schema["type"] == "object" for schema in schemas):
+        elif all(schema["type"] == "object" for schema in schemas):
             properties[name] = {
                 "type": "object",
                 "description": f"Fields depend on {discriminator} ({', '.join(choices)}); "

@@ -35,6 +35,7 @@ from kuberl_operator.constants import (
 )
 from kuberl_trainer.config import (
     LEARNER_GPUS_NEEDED,
+    PBT,
     OptimizerName,
     RolloutConfig,
     Spec,
@@ -443,6 +444,15 @@ class RLJobSpec(Spec):
         return self
 
     @model_validator(mode="after")
+    def _trials_learn_on_cpus(self) -> RLJobSpec:
+        if self.trainer.algorithm == PBT and self.learner.gpus:
+            raise ValueError(
+                "learner.gpus: PBT's trials learn in Ray actors of "
+                "hyperparameters.cpus_per_trial CPUs each, without GPUs; set gpus to 0"
+            )
+        return self
+
+    @model_validator(mode="after")
     def _towers_need_gpus_and_samples(self) -> RLJobSpec:
         if self.trainer.optimizer_name != OptimizerName.LOCAL_MULTI_GPU:
             return self
@@ -451,7 +461,8 @@ class RLJobSpec(Spec):
             raise ValueError(LEARNER_GPUS_NEEDED)
         # A minibatch is minibatch_size samples, or the whole batch when that is smaller: at
         # least one worker's (the others' may be dropped as stragglers).
-        hp = self.trainer.hyperparameters
+        trials = self.trainer.trainer if self.trainer.algorithm == PBT else self.trainer
+        hp = trials.hyperparameters
         samples = min(hp.minibatch_size, hp.rollout_length * self.rollout_workers.envs_per_worker)
         if samples < towers:
             raise ValueError(

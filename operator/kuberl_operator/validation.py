@@ -150,15 +150,23 @@ def _problem(error: dict[str, Any]) -> Problem:
 def _relocated(parts: list[str | int], node: Any, message: str) -> Problem:
     """Model validators say which field they mean ("optimizer: ...", "spot.provider: ..."); put
     the problem at that field."""
-    match = re.fullmatch(r"([A-Za-z_]\w*(?:\.[A-Za-z_]\w*)*): (.+)", message, flags=re.DOTALL)
+    segment = r"[A-Za-z_]\w*(?:\[\d+\])?"
+    match = re.fullmatch(rf"({segment}(?:\.{segment})*): (.+)", message, flags=re.DOTALL)
     if match:
         inner_parts: list[str | int] = []
-        for name in match.group(1).split("."):
-            found = _field_by_any_name(_unwrap(node), name)
-            if found is None:
+        for name, index in re.findall(r"([A-Za-z_]\w*)(?:\[(\d+)\])?", match.group(1)):
+            node = _unwrap(node)
+            if get_origin(node) is dict:  # a key of a mapping (hyperparameters.mutations.<name>)
+                inner_parts.append(name)
+                node = get_args(node)[1]
+            elif found := _field_by_any_name(node, name) or _variant_field(node, name):
+                inner_parts.append(found[0])
+                node = found[1].annotation
+            else:
                 break
-            inner_parts.append(found[0])
-            node = found[1].annotation
+            if index:  # an item of a list (hyperparameters.trials[3])
+                inner_parts.append(int(index))
+                node = get_args(_unwrap(node))[0] if get_args(_unwrap(node)) else Any
         else:
             return Problem(format_path([*parts, *inner_parts]), match.group(2))
     return Problem(format_path(parts), message)
@@ -309,6 +317,14 @@ def _field_by_any_name(node: Any, name: str) -> tuple[str, FieldInfo] | None:
         alias = field.alias or python_name
         if name in (alias, python_name):
             return alias, field
+    return None
+
+
+def _variant_field(node: Any, name: str) -> tuple[str, FieldInfo] | None:
+    """The field called `name` of a discriminated union's variants (PBT's inner trainer)."""
+    for variant in _tagged_variants(node).values():
+        if found := _field_by_any_name(_unwrap(variant), name):
+            return found
     return None
 
 

@@ -13,6 +13,7 @@ from testkit import run_kuberl
 
 ROOT = Path(__file__).resolve().parents[2]
 EXAMPLES = sorted((ROOT / "deploy" / "examples").glob("*.yaml"))
+PBT = (ROOT / "deploy" / "examples" / "cartpole-pbt.yaml").read_text()
 BASE = yaml.safe_load((ROOT / "deploy" / "examples" / "cartpole-ppo.yaml").read_text())
 
 
@@ -127,8 +128,24 @@ BROKEN = {
         edited(**{"spec.trainer.algorithm": "PP0"}),
         [
             "spec.trainer.algorithm: 'PP0' is not one of PG, A2C, A3C, PPO, APPO, IMPALA, DQN, "
-            "APEX, SAC, ES; did you mean 'PPO'?"
+            "APEX, SAC, ES, PBT; did you mean 'PPO'?"
         ],
+    ),
+    "pbt-mutation-of-no-hyperparameter": (
+        PBT.replace("log: true}", "log: true}\n        lr: {min: 1, max: 2}"),
+        ["spec.trainer.hyperparameters.mutations.lr: PPO has no hyperparameter lr; it has "],
+    ),
+    "pbt-trial-hyperparameters": (
+        PBT.replace("{learning_rate: 1.0e-6}", "{learning_rate: -1}"),
+        ["spec.trainer.hyperparameters.trials[3]: learning_rate: "],
+    ),
+    "pbt-another-env-inside": (
+        PBT.replace("algorithm: PPO", "algorithm: PPO\n      env: Pendulum-v1"),
+        ["spec.trainer.trainer.env: every trial trains on the population's env (CartPole-v1"],
+    ),
+    "pbt-inner-action-space": (
+        PBT.replace("algorithm: PPO", "algorithm: DQN").replace("CartPole-v1", "Pendulum-v1"),
+        ["spec.trainer.env: action space Box(-2.0, 2.0, (1,), float32) is continuous"],
     ),
     "tolerations-not-a-list": (
         edited(**{"spec.learner": {"tolerations": {"key": "nvidia.com/gpu"}}}),

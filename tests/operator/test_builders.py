@@ -27,6 +27,7 @@ from kuberl_operator.builders import (
     driver_entrypoint,
     fallback_replicas,
     max_unavailable,
+    ray_capacity,
     run_dir,
     submission_id,
 )
@@ -83,6 +84,15 @@ CUSTOM_SPOT = spot(
     tolerations=[{"key": "example.com/preemptible", "operator": "Exists", "effect": "NoSchedule"}],
 )
 
+# A population of 3 PPO trials, each with its own rollout workers.
+PBT_TRAINER = {
+    "algorithm": "PBT",
+    "env": "CartPole-v1",
+    "stop": {"timesteps": 1000},
+    "hyperparameters": {"population": 3, "cpus_per_trial": 1.5},
+    "trainer": {"algorithm": "PPO"},
+}
+
 CASES: dict[str, dict[str, Any]] = {
     "minimal": {},
     "cpu-workers": {"spec.rolloutWorkers": {"replicas": 3, "cpusPerWorker": 0.5}},
@@ -138,6 +148,11 @@ CASES: dict[str, dict[str, Any]] = {
     "custom-image": {
         "spec.image": "registry.example.com/rl/trainer:2",
         "spec.rayVersion": "2.60.0",
+    },
+    "pbt": {
+        "spec.trainer": PBT_TRAINER,
+        "spec.learner": {"cpu": "4"},
+        **spot("gke", replicas=2),
     },
 }
 
@@ -1008,3 +1023,18 @@ def test_every_setting_is_documented():
     for name, field in OperatorSettings.model_fields.items():
         assert field.description, name
         assert f"KUBERL_{name.upper()}" in field.description, name
+
+
+def test_a_population_gets_rollout_pods_for_every_trial_and_head_cpus_for_the_trials():
+    job = case_job("pbt")
+    cluster = build_ray_cluster(job, SETTINGS, 1, on_demand_replicas=6)
+    groups = ray_groups(cluster)
+    assert groups[ROLLOUT_GROUP]["replicas"] == groups[ROLLOUT_GROUP]["maxReplicas"] == 6
+    assert groups[ROLLOUT_ON_DEMAND_GROUP]["maxReplicas"] == 6
+    head = cluster["spec"]["headGroupSpec"]["rayStartParams"]
+    assert head["num-cpus"] == "5"  # 3 trials x 1.5 CPUs, rounded up
+    capacity = ray_capacity(job, SETTINGS)
+    assert [(group.resources["CPU"], group.max_replicas) for group in capacity.groups][:2] == [
+        (5.0, 1),
+        (1.0, 6),
+    ]

@@ -112,7 +112,7 @@ def test_schema_keeps_the_models_constraints_and_docs(schema):
     assert trainer["properties"]["algorithm"] == {
         "type": "string",
         "description": "The RL algorithm.",
-        "enum": ["PG", "A2C", "A3C", "PPO", "APPO", "IMPALA", "DQN", "APEX", "SAC", "ES"],
+        "enum": ["PG", "A2C", "A3C", "PPO", "APPO", "IMPALA", "DQN", "APEX", "SAC", "ES", "PBT"],
     }
     assert set(trainer["required"]) == {"algorithm", "env", "stop"}
     assert workers["replicas"]["minimum"] == 0 and workers["replicas"]["maximum"] == 10_000

@@ -140,7 +140,7 @@ def test_spot_workers_on_a_known_provider():
         (
             {"spec.trainer.algorithm": "PP0"},
             "spec.trainer.algorithm: 'PP0' is not one of PG, A2C, A3C, PPO, APPO, IMPALA, DQN, "
-            "APEX, SAC, ES; did you mean 'PPO'?",
+            "APEX, SAC, ES, PBT; did you mean 'PPO'?",
         ),
         (
             {"spec.trainer.optimizer": "SyncReplay"},
@@ -256,7 +256,7 @@ def test_missing_algorithm_lists_the_choices():
 
     assert problems_of(document) == [
         "spec.trainer.algorithm: missing: set it to one of PG, A2C, A3C, PPO, APPO, IMPALA, "
-        "DQN, APEX, SAC, ES"
+        "DQN, APEX, SAC, ES, PBT"
     ]
 
 

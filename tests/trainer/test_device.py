@@ -13,13 +13,14 @@ import pytest
 import torch
 
 from kuberl_trainer.config import RolloutConfig
-from kuberl_trainer.driver import Driver, learner_devices
+from kuberl_trainer.driver import Driver
 from kuberl_trainer.policy.base import TorchPolicy
 from kuberl_trainer.policy.dqn import DQNPolicy
 from kuberl_trainer.policy.ppo import PPOPolicy
 from kuberl_trainer.policy.replay import ReplayPolicy
 from kuberl_trainer.policy.sac import SACPolicy
 from kuberl_trainer.rollout_worker import RolloutWorker
+from kuberl_trainer.trainer import learner_devices
 from testkit import trainer_config
 
 NO_CUDA_WARNING = "learner.gpus=1 but no CUDA device is visible: learning on the CPU"

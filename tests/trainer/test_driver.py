@@ -10,10 +10,11 @@ import textwrap
 
 import pytest
 
-from kuberl_trainer import driver
+from kuberl_trainer import trainer as trainer_module
 from kuberl_trainer.config import RolloutConfig, StopConditions
-from kuberl_trainer.driver import Driver, stop_reason, worker_seed
+from kuberl_trainer.driver import Driver, stop_reason
 from kuberl_trainer.rollout_worker import RolloutWorker
+from kuberl_trainer.trainer import worker_seed
 from testkit import trainer_config
 
 ROW = {"timesteps_total": 1000, "iteration": 10, "episode_return_mean": 50.0, "time_total_s": 5.0}
@@ -63,7 +64,7 @@ def test_progress_rows_and_resume_continue_counters(tmp_path, monkeypatch):
             seeds.append(seed)
             super().__init__(*args, seed=seed, **kwargs)
 
-    monkeypatch.setattr(driver, "RolloutWorker", SeedRecordingWorker)
+    monkeypatch.setattr(trainer_module, "RolloutWorker", SeedRecordingWorker)
     first = Driver(small_ppo(3), RolloutConfig(envs_per_worker=4), tmp_path, "job").run()
     assert (first.iteration, first.stopped_by) == (3, "iterations>=3")
     assert first.checkpoint == str(tmp_path / "checkpoints" / "checkpoint-00000003")

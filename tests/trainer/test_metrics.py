@@ -53,6 +53,26 @@ def test_new_stragglers_are_counted_and_learner_statistics_are_gauged():
     assert value("kuberl_stragglers_dropped_total") == 5
 
 
+def test_a_populations_row_gauges_every_trial_and_counts_its_exploits():
+    metrics = TrainerMetrics(**LABELS)
+
+    def trial_value(name: str, trial: int) -> float | None:
+        return metrics.registry.get_sample_value(name, LABELS | {"trial": str(trial)})
+
+    trials = [
+        {"trial": 0, "timesteps_total": 4000, "episode_return_mean": 180.0},
+        {"trial": 1, "timesteps_total": 4100, "episode_return_mean": 25.0},
+    ]
+    exploits = [{"trial": 1, "from": 0, "hyperparameters": {"learning_rate": 1e-3}}]
+    metrics.record(row(1, trials=trials, exploits=exploits), {}, 0)
+    metrics.record(row(2, trials=trials, exploits=exploits), {}, 0)
+
+    assert trial_value("kuberl_trial_episode_return_mean", 0) == 180.0
+    assert trial_value("kuberl_trial_timesteps", 1) == 4100
+    assert trial_value("kuberl_trial_exploits_total", 1) == 2
+    assert trial_value("kuberl_trial_exploits_total", 0) is None  # never exploited anyone
+
+
 def test_every_progress_row_says_how_many_stragglers_were_dropped(tmp_path):
     config = trainer_config(
         algorithm="PPO", stop={"iterations": 2}, hyperparameters={"rollout_length": 16}

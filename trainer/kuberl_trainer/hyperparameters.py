@@ -8,9 +8,9 @@ its default comes from. Light like config.py: no ray, torch or gymnasium.
 from __future__ import annotations
 
 from abc import abstractmethod
-from typing import Annotated, Literal
+from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 
 class NetworkHyperparameters(BaseModel):
@@ -457,3 +457,89 @@ class ESHyperparameters(NetworkHyperparameters):
                 "(theta + noise and theta - noise), so give an even number"
             )
         return episodes
+
+
+class Mutation(BaseModel):
+    """How explore changes one hyperparameter of the inner trainer: between `min` and `max`, or
+    among `values`. As Ray Tune's PBT: a resampled value is drawn from that range (log-uniform
+    with `log`) or a random one of the values; otherwise a number is multiplied by a random one
+    of perturbation_factors and kept within the range, and a listed value moves to a neighbour."""
+
+    model_config = ConfigDict(extra="forbid", use_attribute_docstrings=True, frozen=True)
+
+    min: float | None = None
+    """Smallest value explore may set."""
+
+    max: float | None = None
+    """Largest value explore may set."""
+
+    log: bool = False
+    """Resample on a log scale (for step sizes and other scale parameters); min must be > 0."""
+
+    values: list[float] | None = Field(None, min_length=2)
+    """The values explore chooses among, in order (neighbours are adjacent); instead of a range."""
+
+    @model_validator(mode="after")
+    def _range_or_values(self) -> Mutation:
+        if self.values is not None:
+            if self.min is not None or self.max is not None or self.log:
+                raise ValueError("give either values or min and max, not both")
+            return self
+        if self.min is None or self.max is None:
+            raise ValueError("give min and max (or values)")
+        if not self.min < self.max:
+            raise ValueError(f"min ({self.min:g}) must be below max ({self.max:g})")
+        if self.log and self.min <= 0:
+            raise ValueError(f"log needs min > 0, got {self.min:g}")
+        return self
+
+
+class PBTHyperparameters(BaseModel):
+    """Population-based training (Jaderberg et al. 2017, as Ray Tune's synchronous PBT): a
+    population of trials, each a whole inner trainer (`trainer`) with its own rollout workers in a
+    Ray actor, trained in rounds of perturbation_interval env steps each. After every round the
+    trials in the bottom quantile exploit one of the top quantile (copy its weights and its
+    hyperparameters) and explore (change the copied hyperparameters as their mutations say)."""
+
+    model_config = ConfigDict(extra="forbid", use_attribute_docstrings=True, frozen=True)
+
+    population: int = Field(4, ge=2, le=256)
+    """Trials trained side by side."""
+
+    perturbation_interval: int = Field(20_000, ge=1)
+    """Env steps each trial samples in a round, between two exploit-and-explore steps (a trial's
+    round ends with the first iteration that reaches it)."""
+
+    quantile_fraction: float = Field(0.25, gt=0.0, le=0.5)
+    """Share of the population (rounded up) in the bottom quantile, replaced after every round,
+    and in the top quantile they copy (Ray Tune's default 0.25)."""
+
+    resample_probability: float = Field(0.25, ge=0.0, le=1.0)
+    """Chance that explore draws a hyperparameter anew from its mutation instead of perturbing
+    the copied value (Ray Tune's default 0.25)."""
+
+    perturbation_factors: list[Annotated[float, Field(gt=0.0)]] = Field(
+        default_factory=lambda: [0.8, 1.2], min_length=1
+    )
+    """Factors explore multiplies a numeric hyperparameter by, one drawn at random (Ray Tune's
+    default 0.8 and 1.2)."""
+
+    mutations: dict[str, Mutation] = Field(default_factory=dict)
+    """The inner trainer's hyperparameters explore changes, by name (for example learning_rate:
+    {min: 1.0e-5, max: 1.0e-2, log: true}). The others are copied unchanged with the weights."""
+
+    trials: list[dict[str, Any]] = Field(default_factory=list)
+    """Hyperparameters of the inner trainer that trial i (from 0) starts with instead of the inner
+    spec's; trials past the list start from the inner spec's. At most population entries."""
+
+    cpus_per_trial: float = Field(1.0, gt=0.0)
+    """CPUs each trial's Ray actor (its learner, which also samples when rolloutWorkers.replicas
+    is 0) asks of Ray; its rollout workers ask for their own."""
+
+    @model_validator(mode="after")
+    def _trials_fit(self) -> PBTHyperparameters:
+        if len(self.trials) > self.population:
+            raise ValueError(
+                f"trials: {len(self.trials)} entries for a population of {self.population}"
+            )
+        return self

@@ -12,6 +12,7 @@ from kuberl_trainer.progress_row import (
     CHECKPOINT_LABEL,
     EPISODE_RETURN_MEAN,
     EVALUATION_RETURN_MEAN,
+    EXPLOITS,
     ITERATION,
     LEARNER_QUEUE_DEPTH,
     LEARNER_UTILISATION,
@@ -41,6 +42,9 @@ from kuberl_trainer.progress_row import (
     METRIC_STRAGGLERS_DROPPED,
     METRIC_TD_LOSS,
     METRIC_TIMESTEPS,
+    METRIC_TRIAL_EPISODE_RETURN_MEAN,
+    METRIC_TRIAL_EXPLOITS,
+    METRIC_TRIAL_TIMESTEPS,
     METRIC_VALUE_LOSS,
     METRIC_WEIGHT_SYNC_SECONDS,
     METRIC_WORKER_DOWNTIME,
@@ -50,11 +54,13 @@ from kuberl_trainer.progress_row import (
     SAMPLES_PER_S,
     STRAGGLERS_DROPPED,
     TIMESTEPS_TOTAL,
+    TRIALS,
     WORKER_DOWNTIME_S,
     WORKERS_READY,
 )
 
 LABELS = ("namespace", "job", "algorithm")
+TRIAL_LABELS = (*LABELS, "trial")  # a population's trials: at most hyperparameters.population
 
 # learner statistic → (metric name, help); only these leave the process, so cardinality is fixed
 LEARNER_GAUGES = {
@@ -154,6 +160,24 @@ class TrainerMetrics:
             METRIC_RESOURCE_WAIT,
             "Seconds the driver has waited at start for Ray nodes its actors fit on (0: none).",
         )
+        self.trial_return = Gauge(
+            METRIC_TRIAL_EPISODE_RETURN_MEAN,
+            "Mean recent episode return of a trial of the population.",
+            TRIAL_LABELS,
+            registry=r,
+        )
+        self.trial_timesteps = Gauge(
+            METRIC_TRIAL_TIMESTEPS,
+            "Env steps a trial of the population sampled.",
+            TRIAL_LABELS,
+            registry=r,
+        )
+        self.trial_exploits = Counter(
+            METRIC_TRIAL_EXPLOITS,
+            "Times a trial took a better trial's weights and hyperparameters.",
+            TRIAL_LABELS,
+            registry=r,
+        )
         self.learner = {stat: gauge(name, doc) for stat, (name, doc) in LEARNER_GAUGES.items()}
         for learner_gauge in self.learner.values():
             learner_gauge.set(math.nan)  # a statistic this algorithm lacks is no loss of 0
@@ -210,3 +234,9 @@ class TrainerMetrics:
         for stat, gauge in self.learner.items():
             if stat in row:
                 gauge.set(row[stat])
+        for trial in row.get(TRIALS, ()):
+            labels = self.labels | {"trial": str(trial["trial"])}
+            self.trial_return.labels(**labels).set(trial[EPISODE_RETURN_MEAN])
+            self.trial_timesteps.labels(**labels).set(trial[TIMESTEPS_TOTAL])
+        for exploit in row.get(EXPLOITS, ()):
+            self.trial_exploits.labels(**self.labels | {"trial": str(exploit["trial"])}).inc()

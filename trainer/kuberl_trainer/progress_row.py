@@ -55,6 +55,16 @@ LEARNER_QUEUE_DEPTH = "learner_queue_depth"
 LEARNER_UTILISATION = "learner_utilisation"
 """Share (0..1) of the iteration's wall time the learner thread spent learning."""
 
+# Population-based training's row (an iteration is a round; its return is the best trial's).
+BEST_TRIAL = "best_trial"
+"""Index of the trial with the highest episode_return_mean after the round."""
+TRIALS = "trials"
+"""One object per trial: trial, iteration, timesteps_total, episode_return_mean and the
+hyperparameters it trains with that differ from the inner spec's."""
+EXPLOITS = "exploits"
+"""The round's exploits: trial (replaced), from (the donor) and the hyperparameters it goes on
+with after exploring."""
+
 
 def format_return(value: float | None) -> str:
     """A return for people: one decimal, or "-" when there is none (no episode finished yet)."""
@@ -107,6 +117,12 @@ METRIC_POLICY_KL = "kuberl_policy_kl"
 METRIC_POLICY_LAG = "kuberl_policy_lag"
 METRIC_LEARNER_QUEUE_DEPTH = "kuberl_learner_queue_depth"
 METRIC_LEARNER_UTILISATION = "kuberl_learner_utilisation"
+
+# Population-based training, labelled with the trial's index as well.
+METRIC_TRIAL_EPISODE_RETURN_MEAN = "kuberl_trial_episode_return_mean"
+METRIC_TRIAL_TIMESTEPS = "kuberl_trial_timesteps"
+METRIC_TRIAL_EXPLOITS = "kuberl_trial_exploits_total"
+"""Counter: times the trial took a better trial's weights and hyperparameters."""
 
 
 # --- How `kuberl train` ends ----------------------------------------------------------------------

@@ -14,9 +14,10 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable
+from dataclasses import replace
 
 from kuberl_trainer.capacity import Capacity
-from kuberl_trainer.config import AnyTrainerConfig, OptimizerName, RolloutConfig
+from kuberl_trainer.config import PBT, JobTrainerConfig, OptimizerName, RolloutConfig
 from kuberl_trainer.errors import InvalidJobError, TrainingError
 from kuberl_trainer.worker_set import (
     ResourceError,
@@ -39,9 +40,22 @@ def live_ray_nodes() -> list[dict[str, float]]:
     return [node["Resources"] for node in ray.nodes() if node.get("Alive")]
 
 
-def job_requests(config: AnyTrainerConfig, rollout: RolloutConfig) -> list[ResourceRequest]:
+def job_requests(config: JobTrainerConfig, rollout: RolloutConfig) -> list[ResourceRequest]:
     """What the job's actors ask of the Ray cluster: its rollout workers and, for AsyncReplay,
-    its replay shards (the same requests WorkerSet and the optimizer check)."""
+    its replay shards (the same requests WorkerSet and the optimizer check); for PBT, a trial
+    actor and what its trainer asks, times the population."""
+    if config.algorithm == PBT:
+        hp = config.hyperparameters
+        trials = ResourceRequest(
+            "trial",
+            "trainer.hyperparameters",
+            "population",
+            hp.population,
+            {"CPU": hp.cpus_per_trial},
+            {"CPU": "cpus_per_trial"},
+        )
+        inner = job_requests(config.trainer, rollout)
+        return [trials, *(replace(r, count=r.count * hp.population) for r in inner)]
     requests = []
     if rollout.replicas:
         requests.append(

@@ -51,7 +51,7 @@ class PolicyOptimizer(ABC):
     def step(self) -> StepResult: ...
 
     def place(self, devices: list[str]) -> None:
-        """Put the learner on its devices, one per learner GPU (see driver.learner_devices):
+        """Put the learner on its devices, one per learner GPU (see trainer.learner_devices):
         the policy learns on the first."""
         self.policy.to(devices[0])
 

@@ -179,7 +179,12 @@ class TorchPolicy(Policy):
 
     def set_state(self, state: dict[str, Any]) -> None:
         self.set_weights(state["weights"])
+        # The moments come from the state, the settings (step size, betas) from this policy's
+        # config: a trial of a population takes a donor's state with hyperparameters of its own.
+        settings = [_settings(group) for group in self.optimizer.param_groups]
         self.optimizer.load_state_dict(state["optimizer"])
+        for group, kept in zip(self.optimizer.param_groups, settings, strict=True):
+            group.update(kept)
         self.generator.set_state(state["torch_rng"])
         self.rng.bit_generator.state = state["numpy_rng"]
         self.set_global_timesteps(state["global_timesteps"])
@@ -187,6 +192,11 @@ class TorchPolicy(Policy):
     def set_learning_rate(self, lr: float) -> None:
         for group in self.optimizer.param_groups:
             group["lr"] = lr
+
+
+def _settings(group: dict[str, Any]) -> dict[str, Any]:
+    """An optimizer param group's settings: everything but its parameters."""
+    return {key: value for key, value in group.items() if key != "params"}
 
 
 def numpy_weights(module: nn.Module) -> Weights:

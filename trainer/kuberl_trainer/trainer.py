@@ -1,0 +1,270 @@
+"""Trainer: one algorithm's training, an iteration at a time.
+
+It holds the rollout workers, the policy and its optimizer, and the counters that a progress row
+reports, and it can hand over and take back its whole state in memory. It knows nothing of the
+process it runs in: the Driver wraps one in a job (Ray, signals, checkpoints on a store,
+progress files, metrics), and population-based training runs one per trial inside a Ray actor.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import random
+import time
+from collections import Counter, deque
+from typing import Any
+
+import numpy as np
+import torch
+
+from kuberl_trainer import algorithms
+from kuberl_trainer.config import AnyTrainerConfig, RolloutConfig
+from kuberl_trainer.interrupt import StopRequest
+from kuberl_trainer.progress_row import (
+    EPISODE_RETURN_MEAN,
+    EVALUATION_RETURN_MEAN,
+    ITERATION,
+    SAMPLES_PER_S,
+    STRAGGLERS_DROPPED,
+    TIME_TOTAL_S,
+    TIMESTEPS_TOTAL,
+    WORKER_DOWNTIME_S,
+    WORKERS_READY,
+)
+from kuberl_trainer.rollout_worker import RolloutWorker
+from kuberl_trainer.worker_set import WorkerSet
+
+log = logging.getLogger(__name__)
+
+# Small MLPs train fastest on one thread; more threads only add synchronisation overhead, and on
+# a shared node they steal cores from the rollout workers.
+LEARNER_TORCH_THREADS = 1
+
+
+class Trainer:
+    def __init__(
+        self,
+        config: AnyTrainerConfig,
+        rollout: RolloutConfig,
+        seed: int,
+        learner_gpus: int = 0,
+        stop_request: StopRequest | None = None,
+    ):
+        """`seed` is the run's (the config's, or one drawn for it); `stop_request` is what a
+        signal sets to drop an unfinished iteration (see interrupt.py)."""
+        self.config = config
+        self.rollout = rollout
+        self.seed = seed
+        self.learner_gpus = learner_gpus
+        self.stop_request = stop_request or StopRequest()
+        window = config.metrics_window
+        self.recent_returns: deque[float] = deque(maxlen=window)
+        self.recent_lengths: deque[int] = deque(maxlen=window)
+        self.iteration = 0
+        self.episodes_total = 0
+        self.time_total_s = 0.0
+        self.evaluation_return_mean: float | None = None
+        self.workers: WorkerSet | None = None
+        self.optimizer = None
+
+    @property
+    def needs_ray(self) -> bool:
+        """Ray is started (or joined) only for remote actors: none without remote workers."""
+        return self.rollout.replicas > 0
+
+    # -- building and ending ----------------------------------------------------------------
+
+    def seed_everything(self) -> None:
+        """This process's random generators from the run's seed (a restored state replaces
+        them)."""
+        torch.set_num_threads(LEARNER_TORCH_THREADS)
+        random.seed(self.seed)
+        np.random.seed(self.seed % 2**32)
+        torch.manual_seed(self.seed)
+
+    def build(self, resumed_iteration: int = 0) -> None:
+        """The rollout workers (Ray actors when `rollout.replicas` > 0: Ray must be up), the
+        policy on the learner's devices and the optimizer. `resumed_iteration` (0 for a new run)
+        gives the workers of a resumed run seeds of their own."""
+        self.workers = self._make_workers(resumed_iteration)
+        self.workers.stop_request = self.stop_request
+        devices, warning = learner_devices(self.learner_gpus, torch.cuda.device_count())
+        if warning:
+            log.warning(warning)
+        self.optimizer = algorithms.optimizer_class(self.config)(self.workers, self.config)
+        self.optimizer.place(devices)  # the local worker's policy is the learner
+
+    def stop(self) -> None:
+        """End the optimizer's threads and the rollout workers."""
+        if self.optimizer is not None:
+            self.optimizer.stop()
+        if self.workers is not None:
+            self.workers.stop()
+
+    def _make_workers(self, resumed_iteration: int) -> WorkerSet:
+        policy_class = algorithms.policy_class(self.config)
+        starts: Counter[int] = Counter()  # of each worker slot in this run
+
+        def worker_kwargs(index: int) -> dict[str, Any]:
+            seed = worker_seed(self.seed, index, resumed_iteration, starts[index])
+            starts[index] += 1
+            return {
+                "policy_class": policy_class,
+                "config": self.config,
+                "num_envs": self.rollout.envs_per_worker,
+                "seed": seed,
+                "worker_index": index,
+                "num_workers": self.rollout.replicas,
+            }
+
+        return WorkerSet(
+            RolloutWorker,
+            worker_kwargs,
+            self.rollout.replicas,
+            self.rollout.cpus_per_worker,
+            self.rollout.ray_resources,
+        )
+
+    # -- iterations ---------------------------------------------------------------------------
+
+    @property
+    def timesteps(self) -> int:
+        return self.optimizer.counters.steps_sampled
+
+    def step(self) -> tuple[dict[str, Any], dict[str, float], int]:
+        """One iteration: the optimizer's step, then the greedy evaluation when one is due.
+        Returns the progress row (without its checkpoint, which the caller knows), the seconds
+        each of the optimizer's timers ran, and the workers restarted meanwhile. Raises
+        IterationAbandoned when the stop request dropped the iteration."""
+        optimizer = self.optimizer
+        timers_before = dict(optimizer.counters.timers)
+        restarts_before = optimizer.workers.restarts
+        start = time.perf_counter()
+        result = optimizer.step()
+        self.iteration += 1
+        self.recent_returns.extend(result.episode_returns.tolist())
+        self.recent_lengths.extend(result.episode_lengths.tolist())
+        self.episodes_total += len(result.episode_returns)
+        evaluation = self.config.evaluation
+        evaluated = (
+            evaluation.every_iterations and self.iteration % evaluation.every_iterations == 0
+        )
+        if evaluated:
+            with optimizer.policy_lock:
+                self.evaluation_return_mean = optimizer.workers.local_worker.evaluate(
+                    evaluation.episodes
+                )
+        elapsed = time.perf_counter() - start
+        self.time_total_s += elapsed
+        row = {
+            **self.totals(),
+            "timesteps_this_iter": result.steps_sampled,
+            "timesteps_trained_this_iter": result.steps_trained,
+            "episodes_total": self.episodes_total,
+            "episodes_this_iter": len(result.episode_returns),
+            "episode_return_max": max(self.recent_returns, default=math.nan),
+            "episode_return_min": min(self.recent_returns, default=math.nan),
+            "episode_len_mean": mean(self.recent_lengths),
+            SAMPLES_PER_S: result.steps_sampled / elapsed,
+            "time_this_iter_s": elapsed,
+            "worker_restarts": optimizer.workers.restarts,
+            STRAGGLERS_DROPPED: optimizer.workers.stragglers_dropped,
+            WORKER_DOWNTIME_S: optimizer.workers.downtime_s,
+            WORKERS_READY: optimizer.workers.num_ready,
+            **result.learner_stats,
+        }
+        timer_deltas = {
+            name: seconds - timers_before.get(name, 0.0)
+            for name, seconds in optimizer.counters.timers.items()
+        }
+        return row, timer_deltas, optimizer.workers.restarts - restarts_before
+
+    def totals(self) -> dict[str, Any]:
+        """The cumulative part of a progress row: what stop conditions are checked against."""
+        return {
+            ITERATION: self.iteration,
+            TIMESTEPS_TOTAL: self.timesteps,
+            EPISODE_RETURN_MEAN: mean(self.recent_returns),
+            EVALUATION_RETURN_MEAN: self.evaluation_return_mean,
+            TIME_TOTAL_S: self.time_total_s,
+        }
+
+    # -- state --------------------------------------------------------------------------------
+
+    def state(self) -> dict[str, Any]:
+        """Everything a copy needs to go on where this one is: the policy (weights and the
+        learner's optimizer state), the optimizer's counters, this trainer's counters and the
+        process's random generators. Tensors and plain data only (a checkpoint's contents)."""
+        optimizer = self.optimizer
+        with optimizer.policy_lock:
+            policy_state, optimizer_state = optimizer.policy.get_state(), optimizer.save()
+        return {
+            "policy": policy_state,
+            "optimizer": optimizer_state,
+            "driver": {
+                "iteration": self.iteration,
+                "episodes_total": self.episodes_total,
+                "time_total_s": self.time_total_s,
+                "recent_returns": list(self.recent_returns),
+                "recent_lengths": list(self.recent_lengths),
+                "evaluation_return_mean": self.evaluation_return_mean,
+                "seed": self.seed,
+                "rng": {
+                    "python": random.getstate(),
+                    "numpy": np.random.get_state(legacy=False),  # a dict: plain data
+                    "torch": torch.get_rng_state(),
+                },
+            },
+        }
+
+    def load_state(self, state: dict[str, Any]) -> None:
+        """Go on from `state` (see `state`); the workers get the weights before their next
+        call."""
+        self.optimizer.policy.set_state(state["policy"])
+        self.optimizer.restore(state["optimizer"])
+        driver = state["driver"]
+        self.iteration = driver["iteration"]
+        self.episodes_total = driver["episodes_total"]
+        self.time_total_s = driver["time_total_s"]
+        self.recent_returns.clear()
+        self.recent_returns.extend(driver["recent_returns"])
+        self.recent_lengths.clear()
+        self.recent_lengths.extend(driver["recent_lengths"])
+        self.evaluation_return_mean = driver["evaluation_return_mean"]
+        random.setstate(driver["rng"]["python"])
+        np.random.set_state(driver["rng"]["numpy"])
+        torch.set_rng_state(driver["rng"]["torch"])
+
+
+def mean(values) -> float:
+    return float(np.mean(values)) if len(values) else math.nan
+
+
+def learner_devices(gpus: int, cuda_count: int) -> tuple[list[str], str | None]:
+    """Where the learner trains: one device per learner GPU (one CPU without GPUs), and a
+    warning where fewer CUDA devices are visible than the job asked for. The count never depends
+    on the machine, so LocalMultiGPU splits its minibatches alike everywhere: without CUDA each
+    GPU becomes a CPU device, and too few GPUs are shared."""
+    if gpus < 1:
+        return ["cpu"], None
+    if cuda_count < 1:
+        warning = f"learner.gpus={gpus} but no CUDA device is visible: learning on the CPU"
+        return ["cpu"] * gpus, warning
+    devices = [f"cuda:{index % cuda_count}" for index in range(gpus)]
+    if cuda_count < gpus:
+        visible = f"{cuda_count} CUDA device{'s are' if cuda_count > 1 else ' is'} visible"
+        return devices, f"learner.gpus={gpus} but {visible}: its {gpus} devices share them"
+    return devices, None
+
+
+def worker_seed(seed: int, index: int, resumed_iteration: int, start: int) -> int:
+    """The seed of rollout worker `index` (0: the local one) on its `start`-th start in a run that
+    resumed at `resumed_iteration` (0: a new run). Seeds lie far apart per worker, so that workers
+    never replay each other's episodes; a worker started again (replacing a lost one, or in a
+    resumed run) gets a seed of its own, so that its envs do not replay the episodes of the first
+    start."""
+    if resumed_iteration == 0 and start == 0:
+        return seed + 10_007 * index
+    mixed = np.random.SeedSequence([seed, index, resumed_iteration, start]).generate_state(1)
+    return int(mixed[0])
