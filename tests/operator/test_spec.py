@@ -465,7 +465,7 @@ def test_every_algorithm_validates_with_each_of_its_optimizers(algorithm, optimi
         ),
         (
             {"spec.rolloutWorkers": {"replicas": 2, "rayResources": {"spot": 1}}},
-            "spec.rolloutWorkers: rayResources.spot: only the pods of the spot worker group "
+            "spec.rolloutWorkers.rayResources.spot: only the pods of the spot worker group "
             "advertise spot, and spot is not enabled",
         ),
         (
