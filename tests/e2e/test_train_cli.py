@@ -120,6 +120,40 @@ def test_sigterm_checkpoints_within_5s_and_a_rerun_continues(tmp_path):
     assert [r["timesteps_total"] for r in history] == list(itertools.accumulate(this_iter))
 
 
+def test_a_population_checkpoints_its_trials_on_sigterm_and_a_rerun_continues(tmp_path):
+    """PBT: the round in progress gives way at its trials' next iteration; the checkpoint holds
+    every trial, within the grace period."""
+    population = {
+        "algorithm": "PBT",
+        "hyperparameters": {"population": 2, "perturbation_interval": 1_000, "cpus_per_trial": 0.5},
+        "trainer": {"algorithm": "PPO", "hyperparameters": {"rollout_length": 64, "num_epochs": 4}},
+    }
+    job, run_dir = manifest(tmp_path, trainer=population), tmp_path / "run"
+    process = start(job, run_dir)
+    wait_for_rows(run_dir, 2, process)
+
+    sent = time.monotonic()
+    process.send_signal(signal.SIGTERM)
+    output, _ = process.communicate(timeout=120)
+    assert process.returncode == 128 + signal.SIGTERM, output
+    grace = 20  # spec.trainer.checkpoint.gracePeriodSeconds' default
+    assert time.monotonic() - sent < grace, output
+    stopped_at = rows(run_dir)[-1]
+    [checkpoint] = (run_dir / "checkpoints").glob("checkpoint-*")
+    assert checkpoint.name == f"checkpoint-{stopped_at['iteration']:08d}"
+    assert len(stopped_at["trials"]) == 2
+
+    stop_after = stopped_at["iteration"] + 1
+    job = manifest(tmp_path, trainer=population | {"stop": {"iterations": stop_after}})
+    rerun = train(job, "--run-dir", str(run_dir))
+    assert rerun.returncode == 0, rerun.stdout + rerun.stderr
+    assert f"Resuming from {checkpoint}" in rerun.stdout
+    after = rows(run_dir)[-1]
+    assert after["iteration"] == stop_after
+    for old, new in zip(stopped_at["trials"], after["trials"], strict=True):
+        assert new["timesteps_total"] > old["timesteps_total"]
+
+
 def test_corrupt_checkpoint_skipped_and_other_algorithm_refused(tmp_path):
     job, run_dir = manifest(tmp_path, trainer={"stop": {"iterations": 2}}), tmp_path / "run"
     first = train(job, "--run-dir", str(run_dir))
