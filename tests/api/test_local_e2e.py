@@ -52,7 +52,7 @@ def test_submit_trains_to_success_with_progress_history(client, local_api):
     metrics = client.request("GET", "/metrics").text
     assert (
         'kuberl_api_job_timesteps{algorithm="PPO",job="cartpole",namespace="default",'
-        'phase="Succeeded"} 1024.0'
+        f'phase="Succeeded"}} {float(status.progress.timesteps)}'
     ) in metrics
     assert 'kuberl_api_jobs{namespace="default",phase="Succeeded"}' in metrics
     assert (
