@@ -13,6 +13,7 @@ from torch import nn
 
 from kuberl_trainer.config import AnyTrainerConfig
 from kuberl_trainer.envs import SpaceInfo
+from kuberl_trainer.policy.adam import Adam
 from kuberl_trainer.policy.towers import Towers
 from kuberl_trainer.sample_batch import SampleBatch
 
@@ -89,10 +90,7 @@ class TorchPolicy(Policy):
         super().__init__(spaces, config, seed)
         self.model = model
         self.device = torch.device("cpu")
-        # fused: one kernel for all parameters, twice as fast as the default on small CPU models
-        self.optimizer = torch.optim.Adam(
-            model.parameters(), lr=self.hp.learning_rate, eps=1e-5, fused=True
-        )
+        self.optimizer = Adam(model.parameters(), lr=self.hp.learning_rate, eps=1e-5)
         # On the CPU whatever the device: a seed draws the same numbers on every machine.
         self.generator = torch.Generator().manual_seed(seed)
         self.rng = np.random.default_rng(seed)
@@ -145,7 +143,7 @@ class TorchPolicy(Policy):
 
     def backward(self, loss: torch.Tensor, stats: dict[str, torch.Tensor]) -> Stats:
         """Fresh gradients of `loss`, clipped to max_grad_norm; the statistics as floats."""
-        self.optimizer.zero_grad(set_to_none=True)
+        self.optimizer.zero_grad()
         loss.backward()
         if self.towers is not None:
             self.towers.gather_gradients()
@@ -179,24 +177,15 @@ class TorchPolicy(Policy):
 
     def set_state(self, state: dict[str, Any]) -> None:
         self.set_weights(state["weights"])
-        # The moments come from the state, the settings (step size, betas) from this policy's
-        # config: a trial of a population takes a donor's state with hyperparameters of its own.
-        settings = [_settings(group) for group in self.optimizer.param_groups]
+        # The moments come from the state, the settings (step size) from this policy's config:
+        # a trial of a population takes a donor's state with hyperparameters of its own.
         self.optimizer.load_state_dict(state["optimizer"])
-        for group, kept in zip(self.optimizer.param_groups, settings, strict=True):
-            group.update(kept)
         self.generator.set_state(state["torch_rng"])
         self.rng.bit_generator.state = state["numpy_rng"]
         self.set_global_timesteps(state["global_timesteps"])
 
     def set_learning_rate(self, lr: float) -> None:
-        for group in self.optimizer.param_groups:
-            group["lr"] = lr
-
-
-def _settings(group: dict[str, Any]) -> dict[str, Any]:
-    """An optimizer param group's settings: everything but its parameters."""
-    return {key: value for key, value in group.items() if key != "params"}
+        self.optimizer.lr = lr
 
 
 def numpy_weights(module: nn.Module) -> Weights:

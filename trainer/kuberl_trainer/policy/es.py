@@ -79,8 +79,7 @@ class ESPolicy(TorchPolicy):
         model = ESNetwork(spaces, hp.hidden_sizes, hp.activation)
         super().__init__(spaces, config, seed, model)
         self.model: ESNetwork
-        for group in self.optimizer.param_groups:  # Adam adds l2_coeff x theta to the gradient
-            group["weight_decay"] = hp.l2_coeff
+        self.optimizer.weight_decay = hp.l2_coeff  # Adam adds l2_coeff x theta to the gradient
         self.num_params = sum(p.numel() for p in model.parameters())
         self._layers = [
             (m.out_features, m.in_features) for m in model.net if isinstance(m, nn.Linear)

@@ -1,0 +1,134 @@
+"""kuberl's Adam against torch.optim.Adam(fused=True): the same steps, bit for bit, and state
+dicts that load in either. And why it exists: building a policy must not import torch._dynamo."""
+
+import copy
+import subprocess
+import sys
+
+import pytest
+import torch
+from torch import nn
+
+from kuberl_trainer.policy.adam import Adam
+
+
+def two_models() -> tuple[nn.Module, nn.Module]:
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(4, 16), nn.Tanh(), nn.Linear(16, 2))
+    twin = nn.Sequential(nn.Linear(4, 16), nn.Tanh(), nn.Linear(16, 2))
+    twin.load_state_dict(model.state_dict())
+    return model, twin
+
+
+def train(model: nn.Module, optimizer, steps: int, seed: int = 1) -> None:
+    generator = torch.Generator().manual_seed(seed)
+    for _ in range(steps):
+        x = torch.randn(32, 4, generator=generator)
+        model.zero_grad(set_to_none=True)
+        model(x).pow(2).mean().backward()
+        optimizer.step()
+
+
+def assert_same_parameters(a: nn.Module, b: nn.Module) -> None:
+    for (name, x), y in zip(a.state_dict().items(), b.state_dict().values(), strict=True):
+        assert torch.equal(x, y), name
+
+
+@pytest.mark.parametrize("weight_decay", [0.0, 0.005])
+def test_steps_are_torchs_bit_for_bit(weight_decay):
+    ours_model, torchs_model = two_models()
+    ours = Adam(ours_model.parameters(), lr=1e-2, eps=1e-5)
+    ours.weight_decay = weight_decay
+    torchs = torch.optim.Adam(
+        torchs_model.parameters(), lr=1e-2, eps=1e-5, weight_decay=weight_decay, fused=True
+    )
+    train(ours_model, ours, 25)
+    train(torchs_model, torchs, 25)
+    assert_same_parameters(ours_model, torchs_model)
+    before = [p.clone() for p in ours_model.parameters()]
+    train(ours_model, ours, 1)
+    assert not all(torch.equal(a, b) for a, b in zip(before, ours_model.parameters(), strict=True))
+
+
+def test_a_changed_step_size_applies_from_the_next_step():
+    ours_model, torchs_model = two_models()
+    ours = Adam(ours_model.parameters(), lr=1e-2, eps=1e-5)
+    torchs = torch.optim.Adam(torchs_model.parameters(), lr=1e-2, eps=1e-5, fused=True)
+    train(ours_model, ours, 5)
+    train(torchs_model, torchs, 5)
+    ours.lr = 3e-3
+    torchs.param_groups[0]["lr"] = 3e-3
+    train(ours_model, ours, 5, seed=2)
+    train(torchs_model, torchs, 5, seed=2)
+    assert_same_parameters(ours_model, torchs_model)
+
+
+def test_state_dicts_load_both_ways_and_training_goes_on_alike():
+    ours_model, torchs_model = two_models()
+    ours = Adam(ours_model.parameters(), lr=1e-2, eps=1e-5)
+    train(ours_model, ours, 10)
+    torchs_model.load_state_dict(ours_model.state_dict())
+    torchs = torch.optim.Adam(torchs_model.parameters(), lr=1e-2, eps=1e-5, fused=True)
+    torchs.load_state_dict(copy.deepcopy(ours.state_dict()))  # ours → torch's: torch shares
+    train(ours_model, ours, 10, seed=3)
+    train(torchs_model, torchs, 10, seed=3)
+    assert_same_parameters(ours_model, torchs_model)
+
+    again = Adam(torchs_model.parameters(), lr=1e-2, eps=1e-5)
+    again.load_state_dict(torchs.state_dict())  # torch's → ours
+    train(ours_model, ours, 10, seed=4)
+    train(torchs_model, again, 10, seed=4)
+    assert_same_parameters(ours_model, torchs_model)
+
+
+def test_loaded_moments_are_copies_and_settings_stay_the_loaders():
+    model, twin = two_models()
+    donor = Adam(model.parameters(), lr=1e-2, eps=1e-5)
+    train(model, donor, 3)
+    taker = Adam(twin.parameters(), lr=5e-4, eps=1e-5)
+    taker.load_state_dict(donor.state_dict())
+    assert taker.lr == 5e-4
+    train(twin, taker, 1)
+    donor_moments = donor.state_dict()["state"]
+    taker_moments = taker.state_dict()["state"]
+    assert not torch.equal(donor_moments[0]["exp_avg"], taker_moments[0]["exp_avg"])
+    assert float(donor_moments[0]["step"]) == 3 and float(taker_moments[0]["step"]) == 4
+
+
+def test_a_state_of_another_model_is_refused_and_changes_nothing():
+    model, _ = two_models()
+    adam = Adam(model.parameters(), lr=1e-2)
+    train(model, adam, 2)
+    kept = adam.state_dict()
+    other = nn.Linear(3, 16)
+    wrong = Adam(other.parameters(), lr=1e-2)
+    other(torch.ones(1, 3)).sum().backward()
+    wrong.step()
+    with pytest.raises(ValueError, match=r"exp_avg of parameter 0 has shape \(16, 3\)"):
+        adam.load_state_dict(wrong.state_dict())
+    too_many = {"state": {7: kept["state"][0]}}
+    with pytest.raises(ValueError, match="names parameter 7, but the model has 4"):
+        adam.load_state_dict(too_many)
+    assert all(
+        torch.equal(adam.state_dict()["state"][i]["exp_avg"], kept["state"][i]["exp_avg"])
+        for i in range(4)
+    )
+
+
+def test_a_training_run_leaves_torch_dynamo_unimported(tmp_path):
+    script = f"""
+import sys
+from pathlib import Path
+from pydantic import TypeAdapter
+from kuberl_trainer.config import RolloutConfig, TrainerConfig
+from kuberl_trainer.driver import Driver
+config = TypeAdapter(TrainerConfig).validate_python(
+    {{"algorithm": "PPO", "env": "CartPole-v1", "stop": {{"timesteps": 512}}}}
+)
+result = Driver(config, RolloutConfig(replicas=0), Path({str(tmp_path)!r}), "adam").run()
+print(result.timesteps, "torch._dynamo" in sys.modules)
+"""
+    out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True)
+    assert out.returncode == 0, out.stderr
+    timesteps, dynamo = out.stdout.split()[-2:]
+    assert int(timesteps) >= 512 and dynamo == "False"

@@ -1,0 +1,128 @@
+"""Adam, the one optimizer every policy learns with, without torch.optim.
+
+torch.optim's Optimizer imports torch._dynamo the first time one is built (its methods are
+wrapped to keep the compiler out), which costs more than a second, almost as much as importing
+torch. Every driver and every rollout worker builds a policy, so that second would be paid by
+every process of a run. This class calls the same fused kernel that
+`torch.optim.Adam(fused=True)` calls, in the same way, so its steps are bit for bit those of
+torch's, and its `state_dict` has torch's layout, so checkpoints written by either load in the
+other.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import Any
+
+import torch
+
+BETAS = (0.9, 0.999)
+
+
+class Adam:
+    """Adam (Kingma and Ba, 2015) over one group of parameters, with L2 weight decay added to the
+    gradient as torch.optim.Adam does. `lr` and `weight_decay` may be changed between steps (a
+    schedule, a population's explore step)."""
+
+    def __init__(self, params: Iterable[torch.Tensor], lr: float, eps: float = 1e-8):
+        self.params = list(params)
+        self.lr = lr
+        self.eps = eps
+        self.weight_decay = 0.0
+        # Per parameter, once it has had a gradient: the step count (a float tensor, as the
+        # fused kernel takes it) and the first and second moments.
+        self.state: dict[torch.Tensor, dict[str, torch.Tensor]] = {}
+
+    def zero_grad(self) -> None:
+        for param in self.params:
+            param.grad = None
+
+    @torch.no_grad()
+    def step(self) -> None:
+        """One update of every parameter that has a gradient."""
+        params = [p for p in self.params if p.grad is not None]
+        if not params:
+            return
+        states = [self.state.get(p) or self._fresh_state(p) for p in params]
+        steps = [s["step"] for s in states]
+        # One kernel call per device, as torch groups them.
+        for device in {p.device for p in params}:
+            on = [i for i, p in enumerate(params) if p.device == device]
+            device_steps = [steps[i] for i in on]
+            torch._foreach_add_(device_steps, 1)
+            torch._fused_adam_(
+                [params[i] for i in on],
+                [params[i].grad for i in on],
+                [states[i]["exp_avg"] for i in on],
+                [states[i]["exp_avg_sq"] for i in on],
+                [],  # no AMSGrad maxima
+                device_steps,
+                amsgrad=False,
+                lr=self.lr,
+                beta1=BETAS[0],
+                beta2=BETAS[1],
+                weight_decay=self.weight_decay,
+                eps=self.eps,
+                maximize=False,
+                grad_scale=None,
+                found_inf=None,
+            )
+
+    def _fresh_state(self, param: torch.Tensor) -> dict[str, torch.Tensor]:
+        state = {
+            "step": torch.zeros((), dtype=torch.float32, device=param.device),
+            "exp_avg": torch.zeros_like(param, memory_format=torch.preserve_format),
+            "exp_avg_sq": torch.zeros_like(param, memory_format=torch.preserve_format),
+        }
+        self.state[param] = state
+        return state
+
+    def state_dict(self) -> dict[str, Any]:
+        """torch.optim.Adam's layout: the moments by parameter index, and the settings."""
+        index = {param: i for i, param in enumerate(self.params)}
+        return {
+            "state": {index[p]: dict(s) for p, s in self.state.items()},
+            "param_groups": [
+                {
+                    "lr": self.lr,
+                    "betas": BETAS,
+                    "eps": self.eps,
+                    "weight_decay": self.weight_decay,
+                    "amsgrad": False,
+                    "maximize": False,
+                    "foreach": None,
+                    "capturable": False,
+                    "differentiable": False,
+                    "fused": True,
+                    "decoupled_weight_decay": False,
+                    "params": list(range(len(self.params))),
+                }
+            ],
+        }
+
+    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
+        """Take the moments of `state_dict` (cast to each parameter's device and dtype); the
+        settings stay this optimizer's own, as a population's trials need when one takes
+        another's state with hyperparameters of its own. Checked in full before anything
+        changes."""
+        loaded: dict[torch.Tensor, dict[str, torch.Tensor]] = {}
+        for i, saved in state_dict["state"].items():
+            if not 0 <= int(i) < len(self.params):
+                raise ValueError(
+                    f"optimizer state names parameter {i}, but the model has {len(self.params)}"
+                )
+            param = self.params[int(i)]
+            for name in ("exp_avg", "exp_avg_sq"):
+                if tuple(saved[name].shape) != tuple(param.shape):
+                    raise ValueError(
+                        f"optimizer state {name} of parameter {i} has shape "
+                        f"{tuple(saved[name].shape)}, the parameter {tuple(param.shape)}"
+                    )
+            loaded[param] = {
+                "step": torch.as_tensor(saved["step"], dtype=torch.float32)
+                .to(param.device)
+                .clone(),
+                "exp_avg": saved["exp_avg"].to(param.device, param.dtype, copy=True),
+                "exp_avg_sq": saved["exp_avg_sq"].to(param.device, param.dtype, copy=True),
+            }
+        self.state = loaded
