@@ -1,4 +1,4 @@
-"""Time to solve CartPole-v1 with PPO: kuberl against Stable-Baselines3 and RLlib.
+"""Time to solve CartPole-v1 with PPO: kuberl's two examples against Stable-Baselines3 and RLlib.
 
 Every run is a fresh child process (this same file with --child). The clock starts when the
 parent calls Popen, so interpreter start-up and imports count, and stops at the moment the child
@@ -7,9 +7,10 @@ down after it does not count). Evaluation cadence: kuberl every 20 iterations of
 steps), SB3 every 5,000 steps, RLlib every iteration (4,000 steps). Runs are interleaved across
 systems, seed by seed, and capped at 300 s of wall time (SIGINT, then SIGKILL) and at the step
 budget of each setup: kuberl and SB3 decay their linear schedules to zero at 100k steps (rl-zoo's
-n_timesteps and the example manifest's stop), so 100k is their end; RLlib gets 200k.
+n_timesteps and the example manifest's stop), so 100k is their end; kuberl-fast (the faster
+example, cartpole-ppo-fast.yaml) decays at 50k and ends there; RLlib gets 200k.
 
-    python bench/solve_cartpole.py [--seeds 3] [--systems kuberl sb3 rllib]
+    python bench/solve_cartpole.py [--seeds 3] [--systems kuberl kuberl-fast sb3 rllib]
 """
 
 import time
@@ -33,20 +34,23 @@ WALL_CAP_S = 300.0
 RLLIB_MAX_STEPS = 200_000
 ROOT = Path(__file__).resolve().parent.parent
 RESULTS = Path(__file__).parent / "results"
-MANIFEST = ROOT / "deploy/examples/cartpole-ppo.yaml"
+MANIFESTS = {  # kuberl's two examples: rl-zoo's settings, and fewer epochs at a larger step
+    "kuberl": ROOT / "deploy/examples/cartpole-ppo.yaml",
+    "kuberl-fast": ROOT / "deploy/examples/cartpole-ppo-fast.yaml",
+}
 
 
 # -- children: each prints one line `RESULT {json}` ------------------------------------------
 
 
-def run_kuberl(seed: int) -> dict:
+def run_kuberl(seed: int, example: str = "kuberl") -> dict:
     import yaml
     from pydantic import TypeAdapter
 
     from kuberl_trainer.config import RolloutConfig, TrainerConfig
     from kuberl_trainer.driver import Driver
 
-    spec = yaml.safe_load(MANIFEST.read_text())["spec"]
+    spec = yaml.safe_load(MANIFESTS[example].read_text())["spec"]
     trainer = spec["trainer"] | {
         "seed": seed,
         # the manifest's training-return stop replaced by the greedy evaluation; same horizon
@@ -180,7 +184,12 @@ def run_rllib(seed: int) -> dict:
         ray.shutdown()
 
 
-CHILDREN = {"kuberl": run_kuberl, "sb3": run_sb3, "rllib": run_rllib}
+CHILDREN = {
+    "kuberl": run_kuberl,
+    "kuberl-fast": lambda seed: run_kuberl(seed, "kuberl-fast"),
+    "sb3": run_sb3,
+    "rllib": run_rllib,
+}
 
 
 def child_main(system: str, seed: int) -> None:
@@ -303,12 +312,10 @@ def main() -> None:
             f"{per_steps} | {med_train} |"
         )
     ratios = {}
-    if "kuberl" in summary:
+    for ours in ("kuberl", "kuberl-fast"):
         for other in ("sb3", "rllib"):
-            if other in summary:
-                ratios[f"kuberl/{other}"] = (
-                    summary["kuberl"]["median_s"] / summary[other]["median_s"]
-                )
+            if ours in summary and other in summary:
+                ratios[f"{ours}/{other}"] = summary[ours]["median_s"] / summary[other]["median_s"]
     if ratios:
         print("\n" + ", ".join(f"{name} = {value:.2f}" for name, value in ratios.items()))
 
