@@ -44,10 +44,10 @@ from rayhead import (
     ray_node_command,
     ray_start_command,
     stop_process_group,
+    unused_port,
 )
 
 from kuberl_trainer.capacity import RAY_CAPACITY_ENV, Capacity, NodeGroup
-from testkit import free_port
 
 TESTS = Path(__file__).parent
 SPOT = "spot"  # the custom resource of an RLJob's spot worker pods (SPOT_RAY_RESOURCE)
@@ -137,7 +137,7 @@ class LoopbackCluster:
 
     def start_head(self) -> None:
         ports = node_ports(head=True, taken=self._taken_ports)
-        self.head_port, self.dashboard_port = ports["port"], free_port()
+        self.head_port, self.dashboard_port = ports["port"], unused_port(self._taken_ports)
         temp_dir = self._temp_dir("head")
         command = ray_start_command(
             temp_dir,

@@ -37,14 +37,23 @@ def node_ports(head: bool, taken: set[int] | None = None) -> dict[str, int]:
     never falls back to a shared default), and a worker-port range clear of them and of `taken`,
     the ports of the cluster's other nodes on this machine, to which all of these are added."""
     taken = set() if taken is None else taken
-    ports = {name: free_port() for name in (*NODE_PORTS, *(HEAD_PORTS if head else ()))}
-    taken |= set(ports.values())
+    ports = {name: unused_port(taken) for name in (*NODE_PORTS, *(HEAD_PORTS if head else ()))}
     # The worker range must not hold any port in use: Ray refuses overlapping components.
     low = free_port()
     while any(low <= port <= low + WORKER_PORTS for port in taken) or low + WORKER_PORTS > 65535:
         low = free_port()
     taken |= set(range(low, low + WORKER_PORTS + 1))
     return ports | {"min-worker-port": low, "max-worker-port": low + WORKER_PORTS}
+
+
+def unused_port(taken: set[int]) -> int:
+    """A port free on loopback and not in `taken`, to which it is added. Free ports drawn one
+    after another can repeat, since each is released before the next is drawn, and Ray refuses
+    a node whose components share a port."""
+    while (port := free_port()) in taken:
+        pass
+    taken.add(port)
+    return port
 
 
 def ray_start_command(
@@ -153,13 +162,15 @@ def running_ray_head(num_cpus: int = 1, **env: str) -> Iterator[tuple[str, str]]
     token = secrets.token_hex(16)
     # Short: Ray's socket paths under the temp dir must fit in 107 characters.
     temp_dir = tempfile.mkdtemp(prefix="krl-", dir="/tmp")
-    dashboard_port = free_port()
+    taken: set[int] = set()
+    ports = node_ports(head=True, taken=taken)
+    dashboard_port = unused_port(taken)
     url = f"http://127.0.0.1:{dashboard_port}"
     path = os.pathsep.join([str(RAY.parent), os.environ.get("PATH", "")])
     env = {**os.environ, **env, "PATH": path, "RAY_AUTH_MODE": "token", "RAY_AUTH_TOKEN": token}
     log = open(Path(temp_dir) / "ray-start.log", "w")  # noqa: SIM115 (closed below)
     head = subprocess.Popen(
-        ray_start_command(temp_dir, dashboard_port, num_cpus),
+        ray_start_command(temp_dir, dashboard_port, num_cpus, ports),
         env=env,
         stdout=log,
         stderr=subprocess.STDOUT,
