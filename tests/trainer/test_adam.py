@@ -34,6 +34,13 @@ def assert_same_parameters(a: nn.Module, b: nn.Module) -> None:
         assert torch.equal(x, y), name
 
 
+def train_both_alike(ours: tuple, torchs: tuple, steps: int, seed: int = 1) -> None:
+    """Train each (model, optimizer) pair on the same batches; the models must end equal."""
+    train(*ours, steps, seed)
+    train(*torchs, steps, seed)
+    assert_same_parameters(ours[0], torchs[0])
+
+
 @pytest.mark.parametrize("weight_decay", [0.0, 0.005])
 def test_steps_are_torchs_bit_for_bit(weight_decay):
     ours_model, torchs_model = two_models()
@@ -42,9 +49,7 @@ def test_steps_are_torchs_bit_for_bit(weight_decay):
     torchs = torch.optim.Adam(
         torchs_model.parameters(), lr=1e-2, eps=1e-5, weight_decay=weight_decay, fused=True
     )
-    train(ours_model, ours, 25)
-    train(torchs_model, torchs, 25)
-    assert_same_parameters(ours_model, torchs_model)
+    train_both_alike((ours_model, ours), (torchs_model, torchs), 25)
     before = [p.clone() for p in ours_model.parameters()]
     train(ours_model, ours, 1)
     assert not all(torch.equal(a, b) for a, b in zip(before, ours_model.parameters(), strict=True))
@@ -54,13 +59,10 @@ def test_a_changed_step_size_applies_from_the_next_step():
     ours_model, torchs_model = two_models()
     ours = Adam(ours_model.parameters(), lr=1e-2, eps=1e-5)
     torchs = torch.optim.Adam(torchs_model.parameters(), lr=1e-2, eps=1e-5, fused=True)
-    train(ours_model, ours, 5)
-    train(torchs_model, torchs, 5)
+    train_both_alike((ours_model, ours), (torchs_model, torchs), 5)
     ours.lr = 3e-3
     torchs.param_groups[0]["lr"] = 3e-3
-    train(ours_model, ours, 5, seed=2)
-    train(torchs_model, torchs, 5, seed=2)
-    assert_same_parameters(ours_model, torchs_model)
+    train_both_alike((ours_model, ours), (torchs_model, torchs), 5, seed=2)
 
 
 def test_state_dicts_load_both_ways_and_training_goes_on_alike():
@@ -70,15 +72,11 @@ def test_state_dicts_load_both_ways_and_training_goes_on_alike():
     torchs_model.load_state_dict(ours_model.state_dict())
     torchs = torch.optim.Adam(torchs_model.parameters(), lr=1e-2, eps=1e-5, fused=True)
     torchs.load_state_dict(copy.deepcopy(ours.state_dict()))  # ours → torch's: torch shares
-    train(ours_model, ours, 10, seed=3)
-    train(torchs_model, torchs, 10, seed=3)
-    assert_same_parameters(ours_model, torchs_model)
+    train_both_alike((ours_model, ours), (torchs_model, torchs), 10, seed=3)
 
     again = Adam(torchs_model.parameters(), lr=1e-2, eps=1e-5)
     again.load_state_dict(torchs.state_dict())  # torch's → ours
-    train(ours_model, ours, 10, seed=4)
-    train(torchs_model, again, 10, seed=4)
-    assert_same_parameters(ours_model, torchs_model)
+    train_both_alike((ours_model, ours), (torchs_model, again), 10, seed=4)
 
 
 def test_loaded_moments_are_copies_and_settings_stay_the_loaders():

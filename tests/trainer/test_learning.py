@@ -26,6 +26,11 @@ def test_the_ppo_examples_solve_cartpole(tmp_path, example, stop, budget):
     job = load_rljob(EXAMPLES / example)
     result = Driver(job.spec.trainer, job.spec.rollout_workers, tmp_path, job.name).run()
     assert result.stopped_by == f"{stop}>=475", result
+    reached = {
+        "episodeReturnMean": result.episode_return_mean,
+        "evaluationReturnMean": result.evaluation_return_mean,
+    }[stop]
+    assert reached >= 475
     assert result.timesteps <= budget
 
 
