@@ -18,22 +18,32 @@ app = typer.Typer(
 )
 
 ManifestFile = Annotated[Path, typer.Argument(help="RLJob manifest (YAML).", show_default=False)]
+NoEnv = Annotated[
+    bool,
+    typer.Option(
+        "--no-env",
+        help="Check the manifest only, without making the env: a module:Class env imports and "
+        "runs its module, so use this for files you do not trust.",
+    ),
+]
 
 
 @app.command()
-def validate(file: ManifestFile) -> None:
-    """Check an RLJob manifest: one line per problem, naming the field and the reason."""
+def validate(file: ManifestFile, no_env: NoEnv = False) -> None:
+    """Check an RLJob manifest: one line per problem, naming the field and the reason. The env is
+    made once to check it (an unknown id, an unsupported space), unless --no-env."""
     from kuberl_cli.validate import validate_command
 
-    raise typer.Exit(validate_command(file))
+    raise typer.Exit(validate_command(file, check_env=not no_env))
 
 
 @app.command()
-def render(file: ManifestFile) -> None:
-    """Print, as YAML, every object the operator would create for an RLJob manifest."""
+def render(file: ManifestFile, no_env: NoEnv = False) -> None:
+    """Print, as YAML, every object the operator would create for an RLJob manifest (checked as
+    validate checks it)."""
     from kuberl_cli.render import render_command
 
-    raise typer.Exit(render_command(file))
+    raise typer.Exit(render_command(file, check_env=not no_env))
 
 
 @app.command()

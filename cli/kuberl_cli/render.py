@@ -2,8 +2,10 @@
 
 The objects come from the operator's own builders, with the operator's settings read from the
 same `KUBERL_*` environment variables the operator reads, so a user can see (and diff, or apply
-by hand) exactly what a job becomes on the cluster. The Ray auth token is a placeholder: the
-operator generates the real one when it creates the Secret.
+by hand) exactly what a job becomes on the cluster. A job those settings do not allow (a Secret,
+image, PriorityClass or ServiceAccount outside their allow-lists: kuberl_operator.policy) is
+refused here as the operator would refuse it, one line per problem. The Ray auth token is a
+placeholder: the operator derives the real one from the job's UID when it creates the Secret.
 """
 
 from __future__ import annotations
@@ -21,20 +23,27 @@ TOKEN_PLACEHOLDER = "<generated at creation>"
 FIRST_ATTEMPT = 1
 
 
-def render_command(file: Path) -> int:
+def render_command(file: Path, check_env: bool = True) -> int:
     """Prints the objects of a valid job and returns 0; for an invalid one, prints its problems as
-    `kuberl validate` does and returns its exit code."""
-    job, exit_code = checked_job(file)
+    `kuberl validate` does (making the env unless `check_env` is false) and returns its exit
+    code."""
+    job, exit_code = checked_job(file, check_env)
     if job is None:
         return exit_code
 
     from kuberl_operator.builders import build_children, driver_entrypoint, submission_id
+    from kuberl_operator.policy import reach_problems
     from kuberl_operator.settings import InvalidSettings, OperatorSettings
 
     try:
         settings = OperatorSettings.from_env(os.environ)
     except InvalidSettings as exc:
         print(f"operator settings: {exc}", file=sys.stderr)
+        return EXIT_INVALID
+    problems = reach_problems(job, settings)
+    for problem in problems:
+        print(f"{file}: {problem}", file=sys.stderr)
+    if problems:
         return EXIT_INVALID
     objects = build_children(job, settings, FIRST_ATTEMPT, TOKEN_PLACEHOLDER)
     print(

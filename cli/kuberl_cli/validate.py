@@ -2,7 +2,10 @@
 
 The spec and hyperparameters are checked by the operator's models; the env is then made once here
 (this command has gymnasium, the operator does not) so an unknown id or an unsupported space shows
-up now, not mid-run on a cluster.
+up now, not mid-run on a cluster. Making the env runs code: a `module:Class` env imports its module
+and calls the class. So it is made only for a document that is an RLJob of the served apiVersion
+within the parser's bounds, and never with `check_env=False` (`--no-env`, for files nobody vouches
+for).
 """
 
 from __future__ import annotations
@@ -12,43 +15,61 @@ import warnings
 from pathlib import Path
 from typing import Any
 
+from kuberl_operator.bounded import document_problems
 from kuberl_operator.spec import RLJob
-from kuberl_operator.validation import InvalidManifest, Problem, parse_yaml_document, validate_rljob
+from kuberl_operator.validation import (
+    InvalidManifest,
+    Problem,
+    parse_yaml_document,
+    read_manifest_file,
+    type_meta_problems,
+    validate_rljob,
+)
 
 EXIT_OK, EXIT_INVALID, EXIT_NO_FILE = 0, 1, 2
 
 
-def validate_command(file: Path) -> int:
-    """Prints one summary line and returns 0 for a valid job, else one line per problem and 1."""
-    job, exit_code = checked_job(file)
+def validate_command(file: Path, check_env: bool = True) -> int:
+    """Prints one summary line and returns 0 for a valid job, else one line per problem and 1.
+    `check_env=False` checks the manifest alone, importing and making nothing."""
+    job, exit_code = checked_job(file, check_env)
     if job is not None:
         print(f"{job.name}: valid RLJob ({describe_job(job)})")
     return exit_code
 
 
-def checked_job(file: Path) -> tuple[RLJob | None, int]:
+def checked_job(file: Path, check_env: bool = True) -> tuple[RLJob | None, int]:
     """The valid job in `file` and EXIT_OK, or None and the exit code after printing, one line
     each, every problem found."""
-    job, exit_code, problems = job_problems(file)
+    job, exit_code, problems = job_problems(file, check_env)
     for problem in problems:
         print(problem, file=sys.stderr)
     return job, exit_code
 
 
-def job_problems(file: Path) -> tuple[RLJob | None, int, list[str]]:
+def job_problems(file: Path, check_env: bool = True) -> tuple[RLJob | None, int, list[str]]:
     """The valid job in `file` and EXIT_OK, or None, the exit code and every problem found, each
     a line naming the file."""
-    if not file.is_file():
+    if file.is_dir() or not file.exists():
         reason = "is a directory, not a manifest" if file.is_dir() else "no such file"
         return None, EXIT_NO_FILE, [f"{file}: {reason}"]
-    job, problems = check_manifest(file.read_text(encoding="utf-8", errors="replace"))
+    try:
+        text = read_manifest_file(file)
+    except InvalidManifest as exc:
+        return None, EXIT_INVALID, [f"{file}: {problem}" for problem in exc.problems]
+    except OSError as exc:
+        return None, EXIT_NO_FILE, [f"{file}: cannot read the file: {exc.strerror or exc}"]
+    except UnicodeDecodeError as exc:
+        return None, EXIT_INVALID, [f"{file}: not UTF-8 text (byte {exc.start})"]
+    job, problems = check_manifest(text, check_env)
     if job is None or problems:
         return None, EXIT_INVALID, [f"{file}: {problem}" for problem in problems]
     return job, EXIT_OK, []
 
 
-def check_manifest(text: str) -> tuple[RLJob | None, list[Problem]]:
-    """The job (None when the spec is invalid) and every problem found, the env's included."""
+def check_manifest(text: str, check_env: bool = True) -> tuple[RLJob | None, list[Problem]]:
+    """The job (None when the spec is invalid) and every problem found, the env's included unless
+    `check_env` is false."""
     try:
         document = parse_yaml_document(text)
     except InvalidManifest as exc:
@@ -58,10 +79,22 @@ def check_manifest(text: str) -> tuple[RLJob | None, list[Problem]]:
         job = validate_rljob(document)
     except InvalidManifest as exc:
         problems = exc.problems
+    if not check_env or not _may_make_env(document):
+        return job, problems
     # Even when other fields are wrong, the env can be checked: report everything in one run.
     if problem := _env_problem(_trainer_of(document)):
         problems = [*problems, Problem("spec.trainer.env", problem)]
     return job, problems
+
+
+def _may_make_env(document: Any) -> bool:
+    """Only an RLJob of the served apiVersion, within the bounds on what a manifest may hold, gets
+    its env made: a document of another kind is nobody's training job."""
+    return (
+        isinstance(document, dict)
+        and not type_meta_problems(document)
+        and not document_problems(document)
+    )
 
 
 def _trainer_of(document: Any) -> dict[str, Any]:

@@ -13,35 +13,23 @@ import re
 import types
 from enum import Enum
 from pathlib import Path
-from typing import Annotated, Any, Literal, NamedTuple, Union, get_args, get_origin
+from typing import Annotated, Any, Literal, Union, get_args, get_origin
 
-import yaml
 from pydantic import BaseModel, Tag, ValidationError
 from pydantic.alias_generators import to_camel, to_snake
 from pydantic.fields import FieldInfo
 
+from kuberl_operator.bounded import (
+    MAX_MANIFEST_BYTES,
+    InvalidManifest,
+    Problem,
+    document_problems,
+    format_path,
+    load_yaml_documents,
+    too_large,
+)
 from kuberl_operator.constants import API_VERSION, KIND
 from kuberl_operator.spec import PATTERN_HINTS, RLJob
-
-
-class Problem(NamedTuple):
-    """One thing wrong with a manifest: where (a dotted field path, empty for the whole document)
-    and why."""
-
-    path: str
-    message: str
-
-    def __str__(self) -> str:
-        return f"{self.path}: {self.message}" if self.path else self.message
-
-
-class InvalidManifest(ValueError):
-    """The manifest is not a valid RLJob; `problems` lists every reason found."""
-
-    def __init__(self, problems: list[Problem]) -> None:
-        super().__init__("\n".join(str(problem) for problem in problems))
-        self.problems = problems
-
 
 # --- Entry points -------------------------------------------------------------------------------
 
@@ -49,7 +37,7 @@ class InvalidManifest(ValueError):
 def load_rljob(path: str | Path) -> RLJob:
     """Reads and validates the RLJob manifest in a YAML file."""
     try:
-        text = Path(path).read_text(encoding="utf-8")
+        text = read_manifest_file(Path(path))
     except FileNotFoundError:
         raise InvalidManifest([Problem("", "no such file")]) from None
     except (OSError, UnicodeDecodeError) as exc:
@@ -62,16 +50,21 @@ def parse_rljob_text(text: str) -> RLJob:
     return validate_rljob(parse_yaml_document(text))
 
 
+def read_manifest_file(path: Path) -> str:
+    """The text of a manifest file, read no further than MAX_MANIFEST_BYTES (a device or a huge
+    file is refused, not read whole). InvalidManifest when larger; OSError and UnicodeDecodeError
+    as reading raises them."""
+    with path.open("rb") as file:
+        data = file.read(MAX_MANIFEST_BYTES + 1)
+        if len(data) > MAX_MANIFEST_BYTES:
+            raise too_large()
+    return data.decode("utf-8")
+
+
 def parse_yaml_document(text: str) -> Any:
-    """The one YAML document in the text, or InvalidManifest saying where the YAML breaks."""
-    try:
-        documents = [doc for doc in yaml.safe_load_all(text) if doc is not None]
-    except yaml.MarkedYAMLError as exc:
-        mark = exc.problem_mark or exc.context_mark
-        where = f"line {mark.line + 1}, column {mark.column + 1}: " if mark else ""
-        raise InvalidManifest([Problem("", f"{where}not valid YAML: {exc.problem}")]) from None
-    except yaml.YAMLError as exc:
-        raise InvalidManifest([Problem("", f"not valid YAML: {exc}")]) from None
+    """The one YAML document in the text, or InvalidManifest saying where the YAML breaks or which
+    of the bounds of `kuberl_operator.bounded` it passes."""
+    documents = load_yaml_documents(text)
     if not documents:
         raise InvalidManifest([Problem("", "empty: expected one RLJob manifest")])
     if len(documents) > 1:
@@ -94,7 +87,10 @@ def validate_rljob(document: Any) -> RLJob:
             ]
         )
     # A manifest of another kind would fail on every field; say only what it is.
-    if problems := _type_meta_problems(document):
+    if problems := type_meta_problems(document):
+        raise InvalidManifest(problems)
+    # Values no Kubernetes object can hold, before the models see (and might coerce) them.
+    if problems := document_problems(document):
         raise InvalidManifest(problems)
     try:
         # by_name=False: the manifest must use camelCase names, as the API server would require.
@@ -104,7 +100,8 @@ def validate_rljob(document: Any) -> RLJob:
         raise InvalidManifest(list(dict.fromkeys(problems))) from None
 
 
-def _type_meta_problems(document: dict[str, Any]) -> list[Problem]:
+def type_meta_problems(document: dict[str, Any]) -> list[Problem]:
+    """Problems with kind and apiVersion: none for an RLJob of the served version."""
     api_version, kind = document.get("apiVersion"), document.get("kind")
     if kind is None:
         return [Problem("kind", f"missing: set kind: {KIND}")]
@@ -207,6 +204,8 @@ def _message(kind: str, ctx: dict[str, Any], value: Any, node: Any, fallback: st
     if kind in _COMPARISONS:
         symbol, key = _COMPARISONS[kind]
         return f"must be {symbol} {ctx[key]}, got {value!r}"
+    if kind == "finite_number":
+        return f"{value!r} is not a finite number: Kubernetes (JSON) stores only finite ones"
     if kind in ("literal_error", "enum"):
         return _unknown_value(value, _allowed_values(_unwrap(node)))
     if kind == "string_pattern_mismatch":
@@ -236,19 +235,6 @@ def _unknown_value(value: Any, allowed: list[str]) -> str:
     close = difflib.get_close_matches(str(value).upper(), list(by_upper), n=1)
     hint = f"; did you mean {by_upper[close[0]]!r}?" if close else ""
     return f"{value!r} is not one of {listing}{hint}"
-
-
-def format_path(parts: list[str | int] | tuple[str | int, ...]) -> str:
-    """`spec.learner.tolerations[0].effect`; keys that are not identifiers go in brackets."""
-    path = ""
-    for part in parts:
-        if isinstance(part, int):
-            path += f"[{part}]"
-        elif re.fullmatch(r"[A-Za-z_][\w-]*", part):
-            path += f".{part}" if path else part
-        else:
-            path += f"[{part!r}]"
-    return path
 
 
 _YAML_TYPES = {

@@ -51,6 +51,8 @@ class Spec(BaseModel):
         extra="forbid",
         use_attribute_docstrings=True,
         frozen=True,
+        # inf and nan are no JSON numbers: Kubernetes could not store them (nor "1e999" from YAML).
+        allow_inf_nan=False,
     )
 
 
@@ -312,8 +314,9 @@ class _TrainerBase(Spec):
     evaluation: EvaluationConfig = Field(default_factory=EvaluationConfig)
     """Greedy evaluation cadence."""
 
-    seed: int | None = Field(None, ge=0)
-    """Seed for envs, networks and exploration; null picks one at random. Rollout worker i's envs
+    seed: int | None = Field(None, ge=0, le=2**32 - 1)
+    """Seed for envs, networks and exploration, below 2^32 as numpy's seeds are; null picks one at
+    random. Rollout worker i's envs
     start from seed + 10007 i; a worker started again (replacing a lost one, or in a resumed run)
     gets a seed of its own, so that it does not replay the episodes it played before."""
 

@@ -12,12 +12,20 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
+# Upper bounds where a larger count would not train but crash (a replay buffer is allocated whole
+# at its capacity; a batch is drawn at once) or never finish an iteration: far above what any
+# published setting uses (Ape-X replays 2M transitions, IMPALA learns on batches of 32 x 80).
+MAX_BUFFER_SIZE = 100_000_000
+MAX_BATCH_SIZE = 1_000_000
+
 
 class NetworkHyperparameters(BaseModel):
     """Base of every algorithm's hyperparameters (snake_case, unknown keys rejected): its networks
     and their step size."""
 
-    model_config = ConfigDict(extra="forbid", use_attribute_docstrings=True, frozen=True)
+    model_config = ConfigDict(
+        extra="forbid", use_attribute_docstrings=True, frozen=True, allow_inf_nan=False
+    )
 
     learning_rate: float = Field(5e-4, gt=0.0, le=1.0)
     """Adam step size."""
@@ -136,10 +144,10 @@ class ReplayHyperparameters(Hyperparameters):
     """What the replay optimizers read: the buffer, its minibatches, n-step transitions and the
     target network's schedule (DQN, Ape-X, SAC)."""
 
-    buffer_size: int = Field(100_000, ge=1)
+    buffer_size: int = Field(100_000, ge=1, le=MAX_BUFFER_SIZE)
     """Capacity of the replay buffer in transitions."""
 
-    batch_size: int = Field(64, ge=1)
+    batch_size: int = Field(64, ge=1, le=MAX_BATCH_SIZE)
     """Transitions per gradient step."""
 
     learning_starts: int = Field(1_000, ge=0)
@@ -188,7 +196,7 @@ class DQNHyperparameters(ReplayHyperparameters):
     rollout_length: int = Field(32, ge=1, le=100_000)
     """Env steps taken by every env of every rollout worker per iteration."""
 
-    gradient_steps: int = Field(128, ge=1)
+    gradient_steps: int = Field(128, ge=1, le=100_000)
     """Gradient steps per iteration once learning has started."""
 
     target_update_interval: int = Field(128, ge=1)
@@ -286,7 +294,7 @@ class IMPALAHyperparameters(Hyperparameters):
     this length (RLlib's rollout_fragment_length 50; 32 makes the learner's batches arrive
     sooner)."""
 
-    train_batch_size: int = Field(500, ge=1)
+    train_batch_size: int = Field(500, ge=1, le=MAX_BATCH_SIZE)
     """Env steps per learner step: sample calls are concatenated until they hold at least this
     many (RLlib's train_batch_size 500)."""
 
@@ -367,10 +375,10 @@ class SACHyperparameters(ReplayHyperparameters):
     """Env steps taken by every env of every rollout worker per iteration: the policy acts with
     weights this many steps old at most."""
 
-    buffer_size: int = Field(1_000_000, ge=1)
+    buffer_size: int = Field(1_000_000, ge=1, le=MAX_BUFFER_SIZE)
     """Capacity of the replay buffer in transitions."""
 
-    batch_size: int = Field(256, ge=1)
+    batch_size: int = Field(256, ge=1, le=MAX_BATCH_SIZE)
     """Transitions per gradient step."""
 
     learning_starts: int = Field(1_000, ge=0)
@@ -465,7 +473,9 @@ class Mutation(BaseModel):
     with `log`) or a random one of the values; otherwise a number is multiplied by a random one
     of perturbation_factors and kept within the range, and a listed value moves to a neighbour."""
 
-    model_config = ConfigDict(extra="forbid", use_attribute_docstrings=True, frozen=True)
+    model_config = ConfigDict(
+        extra="forbid", use_attribute_docstrings=True, frozen=True, allow_inf_nan=False
+    )
 
     min: float | None = None
     """Smallest value explore may set."""
@@ -501,7 +511,9 @@ class PBTHyperparameters(BaseModel):
     trials in the bottom quantile exploit one of the top quantile (copy its weights and its
     hyperparameters) and explore (change the copied hyperparameters as their mutations say)."""
 
-    model_config = ConfigDict(extra="forbid", use_attribute_docstrings=True, frozen=True)
+    model_config = ConfigDict(
+        extra="forbid", use_attribute_docstrings=True, frozen=True, allow_inf_nan=False
+    )
 
     population: int = Field(4, ge=2, le=256)
     """Trials trained side by side."""
