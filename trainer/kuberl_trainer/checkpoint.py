@@ -16,6 +16,11 @@ Under the location (checkpoint.uri; by default checkpoints/ in the run directory
   leaves the previous checkpoint intact, `keep: 1` included.
 - **On local disk** a checkpoint is also assembled under a temporary name, fsynced and renamed
   into place: a reader never sees a half-written folder there.
+- **Inside the location only.** On local disk, an entry that is a symbolic link, or a checkpoint
+  folder holding one, is skipped with a warning and left alone: never read, never pruned, so a
+  planted link can neither be resumed from nor make pruning delete what it points to. Such an
+  entry stays until someone removes it. Object stores have no links, and names come only from
+  listings that must match `checkpoint-<iteration>`: no `..` can leave the prefix.
 - **Data only.** state.pt is loaded with `torch.load(weights_only=True)` plus numpy arrays: tensors,
   arrays and plain containers. A tampered checkpoint that carries code is refused and runs nothing.
 
@@ -42,6 +47,7 @@ import fsspec
 import numpy as np
 import torch
 from fsspec import AbstractFileSystem
+from fsspec.implementations.local import LocalFileSystem
 
 from kuberl_trainer.errors import InvalidJobError, TrainingError
 
@@ -54,7 +60,7 @@ STATE = "state.pt"
 MANIFEST = "manifest.json"
 
 # checkpoint-<iteration>, or checkpoint-<iteration>-<n> for the n-th re-save of that iteration
-_NAME = re.compile(r"^checkpoint-(\d+)(?:-(\d+))?$")
+_NAME = re.compile(r"checkpoint-([0-9]+)(?:-([0-9]+))?")
 _SHA256 = re.compile(r"^[0-9a-f]{64}$")
 
 # The Python packages behind the object stores that kuberl[trainer] does not install.
@@ -112,7 +118,7 @@ def checkpoint_location(uri: str | None, run_dir: Path) -> str:
 
 def sort_key(name: str) -> tuple[int, int] | None:
     """(iteration, re-save number) of a checkpoint's folder name; None for anything else."""
-    found = _NAME.match(name)
+    found = _NAME.fullmatch(name)
     if found is None:
         return None
     return int(found[1]), int(found[2] or 0)
@@ -134,8 +140,9 @@ class CheckpointStore:
     def __init__(self, location: str, keep: int):
         self.location = location
         self.keep = keep
-        self.local = "://" not in location
         self.fs, self.root = _filesystem(location)
+        self.local = isinstance(self.fs, LocalFileSystem)  # a plain path or a file:// URI
+        self._skipped: set[str] = set()  # local entries not the store's own, warned about once
 
     def uri(self, name: str) -> str:
         return f"{self.location}/{name}"
@@ -146,7 +153,7 @@ class CheckpointStore:
         """Saves beside the existing checkpoints, then prunes; returns the new one's URI. Raises
         CheckpointSaveError when the store fails, with nothing existing touched."""
         try:
-            name = new_name(iteration, {name for name, _ in self._listing()})
+            name = new_name(iteration, set(self._children()))  # skipped entries' names too
             if self.local:
                 self._save_local(name, state, meta)
             else:
@@ -208,12 +215,29 @@ class CheckpointStore:
         """The manifest goes first: a removal cut short leaves a checkpoint that no longer
         counts, never one that counts with files missing."""
         folder = f"{self.root}/{name}"
+        if self.local:
+            self._remove_local(Path(folder))
+            return
         if self.fs.exists(f"{folder}/{MANIFEST}"):
             self.fs.rm_file(f"{folder}/{MANIFEST}")
-        if self.local:
-            shutil.rmtree(folder, ignore_errors=True)
-        elif self.fs.exists(folder):
+        if self.fs.exists(folder):
             self.fs.rm(folder, recursive=True)
+
+    @staticmethod
+    def _remove_local(folder: Path) -> None:
+        # O_NOFOLLOW: a folder swapped for a link since it was listed is refused, not followed to
+        # a manifest elsewhere. rmtree then removes links inside it, never what they point to.
+        try:
+            fd = os.open(folder, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW)
+        except FileNotFoundError:
+            return
+        try:
+            os.unlink(MANIFEST, dir_fd=fd)
+        except FileNotFoundError:
+            pass
+        finally:
+            os.close(fd)
+        shutil.rmtree(folder, ignore_errors=True)
 
     def _remove_quietly(self, name: str) -> None:
         try:
@@ -268,7 +292,39 @@ class CheckpointStore:
         return load_state(data)
 
     def _listing(self) -> list[tuple[str, tuple[int, int]]]:
-        """(name, sort key) of every checkpoint folder, oldest first."""
+        """(name, sort key) of every checkpoint folder, oldest first; on local disk, only those
+        that are the store's own (see _foreign), the others warned about once."""
+        found = []
+        for name in self._children():
+            if (key := sort_key(name)) is None:
+                continue
+            if self.local and (reason := self._foreign(name)) is not None:
+                if name not in self._skipped:
+                    self._skipped.add(name)
+                    log.warning("skipping %s, neither read nor removed: %s", self.uri(name), reason)
+                continue
+            found.append((name, key))
+        return sorted(found, key=lambda entry: entry[1])
+
+    def _foreign(self, name: str) -> str | None:
+        """Why a local entry is not the store's own, or None when it is a plain folder inside the
+        location with no link in it. A link would let a checkpoint be read from elsewhere, and
+        pruning delete files elsewhere."""
+        path = Path(self.root) / name
+        if path.is_symlink():
+            return f"it is a symbolic link to {os.readlink(path)}"
+        resolved, root = path.resolve(), Path(self.root).resolve()
+        if not resolved.is_relative_to(root):  # only if the location moved while we looked
+            return f"it resolves to {resolved}, outside {root}"
+        if not path.is_dir():
+            return "it is not a folder"
+        links = sorted(child.name for child in path.iterdir() if child.is_symlink())
+        if links:
+            return f"it holds symbolic links ({', '.join(links)})"
+        return None
+
+    def _children(self) -> list[str]:
+        """The name of everything at the location."""
         self.fs.invalidate_cache()  # object stores' listings are cached; another process writes
         try:
             children = self.fs.ls(self.root, detail=False)
@@ -280,12 +336,7 @@ class CheckpointStore:
                     "not exist, or these credentials cannot see it: create it or fix the URI"
                 ) from None
             return []
-        found = []
-        for child in children:
-            name = child.rstrip("/").rsplit("/", 1)[-1]
-            if (key := sort_key(name)) is not None:
-                found.append((name, key))
-        return sorted(found, key=lambda entry: entry[1])
+        return [child.rstrip("/").rsplit("/", 1)[-1] for child in children]
 
 
 def load_state(data: bytes) -> dict[str, Any]:
