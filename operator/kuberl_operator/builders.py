@@ -12,7 +12,8 @@ The children of a job:
   nodes (it never gets the spot selector, and when spot.provider names a cloud it also gets a node
   affinity that excludes that cloud's spot nodes). Ray's dashboard and Jobs API (port 8265) are
   reachable only inside the cluster: the head Service is ClusterIP and no ingress is made.
-- a `Secret` with the Ray auth token (`build_auth_secret`; the caller generates the token),
+- a `Secret` with the Ray auth token (`build_auth_secret`; the caller passes the token, derived
+  by `ray_auth_token` from the operator's key and the job's identity),
 - a `ConfigMap` with the job's manifest (`build_job_config_map`), mounted into the head at
   /etc/kuberl/job.yaml for `kuberl train`,
 - a `PodDisruptionBudget` that lets no voluntary disruption (a drain, an upgrade) take the head
@@ -80,6 +81,15 @@ generating its own. Every Ray container also gets RAY_AUTH_MODE=token and RAY_AU
 Secret explicitly (KubeRay adds them only where missing), so `kuberl train` in the head and every
 `ray job` client authenticate without depending on what KubeRay injects.
 
+What the pods may do. Every Ray pod passes Pod Security "restricted": it runs as the trainer
+image's non-root user (settings.run_as_user, the group owning its volumes), with the runtime's
+default seccomp profile, and every container drops all capabilities and cannot escalate. Without an
+allowed spec.pods.serviceAccountName the pods mount no API token: Ray needs none. spec.pods adds
+labels (never the operator's: spec.py refuses those) and annotations. Ray's object store gets a
+memory-backed /dev/shm as large as the pod's memory. What a job may reach beyond that (its Secrets,
+image, PriorityClass and ServiceAccount) is checked against the settings before anything is built
+(policy.py).
+
 Storage. With spec.storage.persistentVolumeClaim the head mounts the claim at mountPath and the
 driver's run directory (progress and checkpoints) is <mountPath>/<job>, the same for every attempt,
 so a restarted driver resumes from the newest checkpoint. With spec.storage.secretRef, or
@@ -92,10 +102,14 @@ restarts from scratch if its head is lost (unless trainer.checkpoint.uri is an o
 
 from __future__ import annotations
 
+import base64
+import copy
 import hashlib
+import hmac
 import json
 import math
 import shlex
+from collections.abc import Sequence
 from typing import Any, NamedTuple
 
 import yaml
@@ -110,6 +124,7 @@ from kuberl_operator.constants import (
     MANAGED_BY_LABEL,
     NAMESPACE_NAME_LABEL,
     RAY_AUTH_MODE_ENV,
+    RAY_AUTH_SECRET_SUFFIX,
     RAY_AUTH_TOKEN_ENV,
     RAY_AUTH_TOKEN_SECRET_KEY,
     RAY_CLUSTER_LABEL,
@@ -121,6 +136,7 @@ from kuberl_operator.constants import (
     RESERVED_LABEL_PREFIXES,
     ROLLOUT_GROUP,
     ROLLOUT_ON_DEMAND_GROUP,
+    SHARED_MEMORY_PATH,
     SPOT_RAY_RESOURCE,
 )
 from kuberl_operator.settings import OperatorSettings
@@ -162,7 +178,7 @@ def child_names(job: RLJob) -> ChildNames:
     # and allows at most 63 characters, which is what a job name may have.
     return ChildNames(
         ray_cluster=job.name,
-        auth_secret=f"{job.name}-ray-auth",
+        auth_secret=f"{job.name}{RAY_AUTH_SECRET_SUFFIX}",
         job_config=f"{job.name}-job",
         head_pdb=f"{job.name}-head",
         network_policy=f"{job.name}-ray",
@@ -336,27 +352,90 @@ def _auth_env(job: RLJob) -> list[Object]:
     ]
 
 
+# Every Ray container: nothing to escalate to and no capabilities (Pod Security "restricted").
+# KubeRay copies the Ray container's securityContext to the init container it injects into worker
+# pods (wait-gcs-ready), so that one is covered too.
+CONTAINER_SECURITY_CONTEXT: Object = {
+    "allowPrivilegeEscalation": False,
+    "capabilities": {"drop": ["ALL"]},
+    "runAsNonRoot": True,
+    "seccompProfile": {"type": "RuntimeDefault"},
+}
+SHARED_MEMORY_VOLUME = "shared-mem"  # KubeRay's name: it then adds no /dev/shm of its own
+
+
+def _shared_memory(memory: str) -> tuple[Object, Object]:
+    """(volume, mount) of Ray's object store: memory-backed /dev/shm (a container runtime's
+    default is 64 MiB), at most the pod's memory, which it counts against anyway."""
+    return (
+        {"name": SHARED_MEMORY_VOLUME, "emptyDir": {"medium": "Memory", "sizeLimit": memory}},
+        {"name": SHARED_MEMORY_VOLUME, "mountPath": SHARED_MEMORY_PATH},
+    )
+
+
 def _ray_container(
     job: RLJob, settings: OperatorSettings, name: str, resources: Object, gpus: int = 0
 ) -> Object:
     # No command: KubeRay generates `ray start` with the group's rayStartParams for a container
     # whose command does not already run it. KubeRay takes the first container as Ray's.
     default_image = settings.trainer_gpu_image if gpus else settings.trainer_image
+    _, shared_memory = _shared_memory(resources["limits"]["memory"])
     return {
         "name": name,
         "image": job.spec.image or default_image,
         "resources": resources,
         "env": _auth_env(job),
+        "volumeMounts": [shared_memory],
+        "securityContext": copy.deepcopy(CONTAINER_SECURITY_CONTEXT),
+    }
+
+
+def pod_security_context(settings: OperatorSettings) -> Object:
+    """The Ray pods' securityContext: the trainer image's non-root user, its group owning the
+    volumes (so the head can write checkpoints to a claim), the runtime's default seccomp
+    profile."""
+    return {
+        "runAsNonRoot": True,
+        "runAsUser": settings.run_as_user,
+        "runAsGroup": settings.run_as_group,
+        "fsGroup": settings.run_as_group,
+        # A claim full of checkpoints is re-owned only when its root is not the group's already.
+        "fsGroupChangePolicy": "OnRootMismatch",
+        "seccompProfile": {"type": "RuntimeDefault"},
     }
 
 
 def _pod_template(
-    job: RLJob, labels: dict[str, str], container: Object, placement: Placement
+    job: RLJob,
+    settings: OperatorSettings,
+    labels: dict[str, str],
+    container: Object,
+    placement: Placement,
+    volumes: Sequence[Object] = (),
 ) -> Object:
-    spec: Object = {"containers": [container], **placement.pod_fields()}
+    shared_memory, _ = _shared_memory(container["resources"]["limits"]["memory"])
+    pods = job.spec.pods
+    spec: Object = {
+        "securityContext": pod_security_context(settings),
+        "containers": [container],
+        "volumes": [*volumes, shared_memory],
+        **placement.pod_fields(),
+    }
+    if pods.service_account_name:
+        # An allowed ServiceAccount was named for what its token (or its cloud identity) gives;
+        # whether the token is mounted is the ServiceAccount's own automountServiceAccountToken.
+        spec["serviceAccountName"] = pods.service_account_name
+    else:
+        # The namespace's default ServiceAccount: Ray needs no Kubernetes API, so no token.
+        spec["automountServiceAccountToken"] = False
     if job.spec.priority_class_name:
         spec["priorityClassName"] = job.spec.priority_class_name
-    return {"metadata": {"labels": dict(labels)}, "spec": spec}
+    # spec.pods.labels cannot hold the operator's keys (spec.py refuses them); they come last all
+    # the same, so the pods' selectors hold whatever the job says.
+    metadata: Object = {"labels": {**pods.labels, **labels}}
+    if pods.annotations:
+        metadata["annotations"] = dict(pods.annotations)
+    return {"metadata": metadata, "spec": spec}
 
 
 def _cpu_quantity(cpus: float) -> str:
@@ -408,7 +487,10 @@ def _head_container(job: RLJob, settings: OperatorSettings) -> Object:
             {"name": "metrics", "containerPort": RAY_METRICS_PORT},
             {"name": "kuberl-metrics", "containerPort": settings.trainer_metrics_port},
         ],
-        "volumeMounts": [mount for _, mount in _head_volumes(job, settings)],
+        "volumeMounts": [
+            *container["volumeMounts"],
+            *(mount for _, mount in _head_volumes(job, settings)),
+        ],
         "lifecycle": {"preStop": {"exec": {"command": ["sh", "-c", STOP_DRIVER]}}},
     }
 
@@ -436,12 +518,14 @@ def _head_volumes(job: RLJob, settings: OperatorSettings) -> list[tuple[Object, 
 
 def _head_group(job: RLJob, settings: OperatorSettings, labels: dict[str, str]) -> Object:
     template = _pod_template(
-        job, labels, _head_container(job, settings), _head_placement(job, settings)
+        job,
+        settings,
+        labels,
+        _head_container(job, settings),
+        _head_placement(job, settings),
+        volumes=[volume for volume, _ in _head_volumes(job, settings)],
     )
-    template["spec"] |= {
-        "volumes": [volume for volume, _ in _head_volumes(job, settings)],
-        "terminationGracePeriodSeconds": head_grace_period_seconds(job, settings),
-    }
+    template["spec"]["terminationGracePeriodSeconds"] = head_grace_period_seconds(job, settings)
     return {
         "serviceType": "ClusterIP",
         "enableIngress": False,
@@ -484,7 +568,7 @@ def _rollout_group(
         "minReplicas": 0,
         "maxReplicas": rollout_pods(job),
         "rayStartParams": start_params,
-        "template": _pod_template(job, labels, container, group.placement),
+        "template": _pod_template(job, settings, labels, container, group.placement),
     }
 
 
@@ -593,6 +677,19 @@ def build_ray_cluster(
             "workerGroupSpecs": _worker_groups(job, settings, labels, on_demand_replicas),
         },
     }
+
+
+def ray_auth_token(settings: OperatorSettings, namespace: str, name: str, uid: str) -> str | None:
+    """The Ray auth token of the job `namespace/name` with UID `uid`: HMAC-SHA256 of the settings'
+    ray_auth_key over the three, so the operator (restarted or not) computes it again instead of
+    reading it back from the job's Secret, and a job recreated under the same name gets another.
+    None without a key (the caller then generates a random token and reads it back)."""
+    if settings.ray_auth_key is None:
+        return None
+    key = settings.ray_auth_key.get_secret_value().encode()
+    message = "\n".join((namespace, name, uid)).encode()
+    digest = hmac.new(key, message, hashlib.sha256).digest()
+    return base64.urlsafe_b64encode(digest).decode().rstrip("=")
 
 
 def build_auth_secret(job: RLJob, token: str) -> Object:

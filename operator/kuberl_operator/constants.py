@@ -35,6 +35,22 @@ JOB_LABEL = "kuberl.io/job"
 ATTEMPT_LABEL = "kuberl.io/attempt"
 # User labels under these prefixes are not copied to children: kuberl and KubeRay own them.
 RESERVED_LABEL_PREFIXES = ("kuberl.io/", "ray.io/")
+# Pod annotations a job may not set: the operator's and KubeRay's own (KubeRay reads some, such as
+# ray.io/overwrite-container-cmd), and the legacy security annotations, since the pods' security
+# context is the operator's to set.
+RESERVED_ANNOTATION_PREFIXES = (
+    *RESERVED_LABEL_PREFIXES,
+    "container.apparmor.security.beta.kubernetes.io/",
+    "seccomp.security.alpha.kubernetes.io/",
+    "container.seccomp.security.alpha.kubernetes.io/",
+)
+
+# Node labels (and taint keys) of control-plane nodes, which run the cluster itself: no RLJob pod
+# may select or tolerate them.
+CONTROL_PLANE_NODE_LABELS = (
+    "node-role.kubernetes.io/control-plane",
+    "node-role.kubernetes.io/master",
+)
 
 # The label Kubernetes (>= 1.22) sets on every namespace to its name: what NetworkPolicies select a
 # namespace by.
@@ -52,6 +68,10 @@ ROLLOUT_ON_DEMAND_GROUP = "rollout-on-demand"
 # Ray token authentication, as KubeRay >= 1.6 and Ray >= 2.52 spell it: the Secret's data key and
 # the environment variables every Ray process and client reads.
 RAY_AUTH_TOKEN_SECRET_KEY = "auth_token"
+# Each job's token Secret is <job><RAY_AUTH_SECRET_SUFFIX>; the chart's key the tokens derive from
+# is in <release><RAY_AUTH_KEY_SECRET_SUFFIX>. No job may reference either kind (policy.py).
+RAY_AUTH_SECRET_SUFFIX = "-ray-auth"
+RAY_AUTH_KEY_SECRET_SUFFIX = "-ray-auth-key"
 RAY_AUTH_MODE_ENV = "RAY_AUTH_MODE"
 RAY_AUTH_TOKEN_ENV = "RAY_AUTH_TOKEN"
 
@@ -62,6 +82,12 @@ JOB_CONFIG_DIR = "/etc/kuberl"
 JOB_CONFIG_FILE = "job.yaml"
 JOB_CONFIG_PATH = f"{JOB_CONFIG_DIR}/{JOB_CONFIG_FILE}"
 DEFAULT_CHECKPOINT_MOUNT_PATH = "/kuberl/checkpoints"
+
+# The trainer image's non-root user and group (deploy/docker/Dockerfile): the Ray pods run as them.
+TRAINER_UID = 10001
+TRAINER_GID = 10001
+# Where Ray's object store lives in its pods (a memory-backed emptyDir).
+SHARED_MEMORY_PATH = "/dev/shm"
 
 # The Ray ports the head declares (KubeRay's defaults). The Jobs API is served on the dashboard
 # port; the head Service is ClusterIP, so none of them leaves the cluster.

@@ -3,11 +3,18 @@
 The reconciler holds no state of its own that matters for correctness: the attempt, the counters
 and the backoff clock live in the RLJob's status, the Ray cluster's attempt in its label, and the
 driver's submission in the Ray Jobs API under an id fixed per attempt. So an operator restarted at
-any point picks up where it was, without duplicate children or submissions. (It caches the Ray
-auth tokens it read and whether KubeRay is installed, both re-read when missing; KubeRay found
+any point picks up where it was, without duplicate children or submissions. Each job's Ray auth
+token is derived from the settings' ray_auth_key and the job's identity (builders.ray_auth_token),
+so no Secret is read back; only without a key (a local run) does the reconciler read tokens back
+and cache them. (It also caches whether KubeRay is installed, re-read when missing; KubeRay found
 installed is looked for again whenever a job's RayCluster is missing, so an uninstalled KubeRay is
-reported as such rather than as errors.) One HTTP session serves every request to the Ray heads
-(Jobs API and driver metrics), closed with the reconciler.
+reported as such rather than as errors.)
+
+One HTTP session serves every request to the Ray heads (Jobs API and driver metrics), closed with
+the reconciler.
+
+A job is checked once per version: its spec (validation.py), then what it may reach against the
+operator's settings (policy.py); either's problems fail it with reason InvalidSpec.
 
 Order matters once: the status is written before the action is carried out, so an attempt number
 is on record before its Ray cluster exists, and a crash in between only repeats the action.
@@ -51,6 +58,7 @@ from kuberl_operator.observe import (
     waiting_from_metrics,
     workers,
 )
+from kuberl_operator.policy import reach_problems
 from kuberl_operator.ray_jobs import RayJobsClient, RayJobsError
 from kuberl_operator.settings import OperatorSettings
 from kuberl_operator.spec import Phase, RLJob, RLJobStatus
@@ -174,7 +182,9 @@ class Reconciler:
                 pods = await self.kube.list(
                     path("v1", "pods", namespace), {RAY_CLUSTER_LABEL: name}
                 )
-                found = await self._observe_cluster(job, status, ray_cluster, pods)
+                found = await self._observe_cluster(
+                    job, meta.get("uid", ""), status, ray_cluster, pods
+                )
         observed = Observed(
             status=status,
             generation=int(meta.get("generation") or 1),
@@ -198,7 +208,8 @@ class Reconciler:
         return await self._act(update, body, job)
 
     def _read_job(self, body: Mapping[str, Any]) -> tuple[RLJob | None, tuple[str, ...]]:
-        """`read_job`, once per version of the object."""
+        """`read_job`, then what the job may reach (`reach_problems`), once per version of the
+        object."""
         meta = body["metadata"]
         key = (meta["namespace"], meta["name"])
         version = (meta.get("uid"), meta.get("resourceVersion"))
@@ -206,6 +217,8 @@ class Reconciler:
         if cached is not None and cached[0] == version and version[1] is not None:
             return cached[1], cached[2]
         job, problems = read_job(body)
+        if job is not None and (beyond := reach_problems(job, self.settings)):
+            job, problems = None, tuple(str(problem) for problem in beyond)
         self._jobs[key] = (version, job, problems)
         return job, problems
 
@@ -221,7 +234,7 @@ class Reconciler:
         return installed
 
     async def _observe_cluster(
-        self, job: RLJob, status: RLJobStatus, ray_cluster: dict, pods: list[dict]
+        self, job: RLJob, uid: str, status: RLJobStatus, ray_cluster: dict, pods: list[dict]
     ) -> dict[str, Any]:
         """What the cluster says; the head, workers and driver only for the current attempt's
         cluster (a stale one is only in the way)."""
@@ -239,7 +252,7 @@ class Reconciler:
             stale_spec=builders.stale_spec(job, ray_cluster),
             unschedulable=unschedulable(pods),
         )
-        client = await self._jobs_client(job) if cluster.ready else None
+        client = await self._jobs_client(job, uid) if cluster.ready else None
         if client is not None:
             submission = builders.submission_id(job, attempt)
             driver = await self._driver(client, job, submission)
@@ -253,8 +266,8 @@ class Reconciler:
             found["driver"] = driver
         return found
 
-    async def _jobs_client(self, job: RLJob) -> RayJobsClient | None:
-        token = await self._token(job)
+    async def _jobs_client(self, job: RLJob, uid: str) -> RayJobsClient | None:
+        token = await self._token(job, uid)
         if token is None:
             return None
         url = self.settings.dashboard_url(job.name, job.metadata.namespace or "default")
@@ -297,8 +310,13 @@ class Reconciler:
             return None
         return read_final_record(logs)
 
-    async def _token(self, job: RLJob) -> str | None:
+    async def _token(self, job: RLJob, uid: str) -> str | None:
+        """The job's Ray auth token: derived when the settings hold a key; else read back from
+        the job's Secret (None while it is missing)."""
         key = (job.metadata.namespace or "default", job.name)
+        derived = builders.ray_auth_token(self.settings, *key, uid)
+        if derived is not None:
+            return derived
         if key not in self._tokens:
             secret = await self.kube.get(
                 path("v1", "secrets", key[0], builders.child_names(job).auth_secret)
@@ -324,7 +342,7 @@ class Reconciler:
                 return poll
             case SubmitDriver(attempt=attempt):
                 assert job is not None
-                await self._submit(job, attempt)
+                await self._submit(job, body["metadata"].get("uid", ""), attempt)
                 return poll
             case DeleteCluster():
                 await self.kube.delete(path(*RAY_CLUSTERS, namespace, name))
@@ -344,7 +362,7 @@ class Reconciler:
         """Create what the attempt runs on, each unless it exists; the job's manifest is updated
         in place, so the attempt's driver trains the spec as it is now."""
         namespace = job.metadata.namespace or "default"
-        token = await self._token(job) or secrets.token_urlsafe(32)
+        token = await self._token(job, body["metadata"].get("uid", "")) or secrets.token_urlsafe(32)
         children = builders.build_children(job, self.settings, attempt, token)
         owner = {"apiVersion": API_VERSION, "kind": KIND, "metadata": body["metadata"]}
         kopf.append_owner_reference(children, owner=owner)
@@ -361,8 +379,8 @@ class Reconciler:
                 await self.kube.merge_patch(child_path, {"data": child["data"]})
         self._tokens.pop((namespace, job.name), None)  # read back: the Secret may have existed
 
-    async def _submit(self, job: RLJob, attempt: int) -> None:
-        client = await self._jobs_client(job)
+    async def _submit(self, job: RLJob, uid: str, attempt: int) -> None:
+        client = await self._jobs_client(job, uid)
         if client is None:
             raise RayJobsError(f"{job.name}: the Ray auth Secret is missing")
         submission = builders.submission_id(job, attempt)

@@ -10,9 +10,15 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Annotated, Any
 
-from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, SecretStr, ValidationError
 
-from kuberl_operator.constants import GPU_TYPE_LABEL, JOB_CONFIG_DIR, RAY_DASHBOARD_PORT
+from kuberl_operator.constants import (
+    GPU_TYPE_LABEL,
+    JOB_CONFIG_DIR,
+    RAY_DASHBOARD_PORT,
+    TRAINER_GID,
+    TRAINER_UID,
+)
 from kuberl_operator.spec import (
     DNS_LABEL_PATTERN,
     IMAGE_PATTERN,
@@ -39,6 +45,29 @@ def parse_labels(value: Any) -> Any:
 
 Labels = Annotated[LabelMap, BeforeValidator(parse_labels)]
 """Labels, also accepted as `key=value,key=value` (an environment variable's form)."""
+
+
+def parse_list(value: Any) -> Any:
+    """`a,b,c` (an environment variable's form) as a tuple, blanks dropped; anything else
+    unchanged."""
+    if not isinstance(value, str):
+        return value
+    return tuple(filter(None, (part.strip() for part in value.split(","))))
+
+
+NAME_GLOB_PATTERN = r"^[a-z0-9*?\[\]!]([-a-z0-9.*?\[\]!]*)$"
+IMAGE_PREFIX_PATTERN = r"^[^\s,]+$"
+
+NameGlobs = Annotated[
+    tuple[Annotated[str, Field(max_length=253, pattern=NAME_GLOB_PATTERN)], ...],
+    BeforeValidator(parse_list),
+]
+"""Object names or fnmatch globs (`s3-credentials`, `ckpt-*`), also accepted as `a,b,c`."""
+
+ImagePrefixes = Annotated[
+    tuple[Annotated[str, Field(pattern=IMAGE_PREFIX_PATTERN)], ...], BeforeValidator(parse_list)
+]
+"""Image reference prefixes, also accepted as `a,b,c`."""
 
 
 class InvalidSettings(ValueError):
@@ -148,6 +177,52 @@ class OperatorSettings(BaseModel):
     """Port of the operator's own Prometheus metrics (/metrics); 0 turns them off
     (KUBERL_METRICS_PORT)."""
 
+    allowed_secrets: NameGlobs = ()
+    """Secrets a job may give its driver as environment variables (spec.storage.secretRef and
+    spec.trainer.checkpoint.credentialsSecret), as names or fnmatch globs in the job's namespace,
+    comma-separated (KUBERL_ALLOWED_SECRETS, e.g. `s3-credentials,ckpt-*`). Empty: no job may
+    reference a Secret. The operator's own Secrets (<job>-ray-auth, every job's Ray token, and
+    <release>-ray-auth-key) are never allowed, whatever this says."""
+
+    allowed_image_prefixes: ImagePrefixes = ()
+    """Prefixes spec.image may start with, beyond the repositories of trainer_image and
+    trainer_gpu_image, which are always allowed (KUBERL_ALLOWED_IMAGE_PREFIXES, comma-separated).
+    A prefix matches at a boundary of the reference: `registry.example.com/rl/` allows every
+    image below that path, `registry.example.com/rl/trainer` that repository at any tag or
+    digest; `*` allows any image. Empty: only the trainer images' repositories."""
+
+    allowed_priority_classes: NameGlobs = ()
+    """PriorityClasses spec.priorityClassName may name, as names or fnmatch globs,
+    comma-separated (KUBERL_ALLOWED_PRIORITY_CLASSES). Empty: no job may set one (its pods get the
+    cluster's default priority), so no job can claim system-node-critical."""
+
+    allowed_service_accounts: NameGlobs = ()
+    """ServiceAccounts spec.pods.serviceAccountName may name, as names or fnmatch globs in the
+    job's namespace, comma-separated (KUBERL_ALLOWED_SERVICE_ACCOUNTS). Empty: the pods run as the
+    namespace's default ServiceAccount, with no API token mounted."""
+
+    run_as_user: int = Field(TRAINER_UID, ge=1, le=2_147_483_647)
+    """User ID every process of the Ray pods runs as, never root (KUBERL_RUN_AS_USER): the trainer
+    image's non-root user by default. Images in spec.image must work as this user."""
+
+    run_as_group: int = Field(TRAINER_GID, ge=0, le=2_147_483_647)
+    """Group ID of the Ray pods' processes and of their volumes (fsGroup), so the head can write
+    checkpoints to a claim (KUBERL_RUN_AS_GROUP)."""
+
+    ray_auth_key: SecretStr | None = Field(None, min_length=32)
+    """The key each job's Ray auth token is derived from, as HMAC-SHA256 over the job's namespace,
+    name and UID (KUBERL_RAY_AUTH_KEY; the chart sets it from a Secret it keeps in the operator's
+    namespace). With it the operator never reads a Secret: a restarted operator derives the same
+    tokens. Empty (a local run): each job gets a random token that the operator reads back from
+    the job's <job>-ray-auth Secret, which needs `get` on Secrets."""
+
+    @property
+    def image_prefixes(self) -> tuple[str, ...]:
+        """Every prefix spec.image may start with: the trainer images' repositories, then
+        allowed_image_prefixes."""
+        own = (image_repository(self.trainer_image), image_repository(self.trainer_gpu_image))
+        return tuple(dict.fromkeys((*own, *self.allowed_image_prefixes)))
+
     def dashboard_url(self, cluster: str, namespace: str) -> str:
         return self.ray_dashboard_url.format(cluster=cluster, namespace=namespace)
 
@@ -169,10 +244,28 @@ class OperatorSettings(BaseModel):
             return cls.model_validate(values)
         except ValidationError as exc:
             problems = [
-                f"{env_name(str(error['loc'][0]))}={values[error['loc'][0]]!r}: {error['msg']}"
+                f"{env_name(str(error['loc'][0]))}={_shown(str(error['loc'][0]), values)}: "
+                f"{error['msg']}"
                 for error in exc.errors()
             ]
             raise InvalidSettings("; ".join(problems)) from None
+
+
+def _shown(field: str, values: dict[str, Any]) -> str:
+    """A setting's value as an error message may show it: never a secret's (it would reach the
+    operator's log)."""
+    if OperatorSettings.model_fields[field].annotation == SecretStr | None:
+        return "(hidden)"
+    return repr(values[field])
+
+
+def image_repository(image: str) -> str:
+    """The repository of an image reference, without its tag or digest:
+    `registry:5000/rl/trainer:1.0@sha256:...` -> `registry:5000/rl/trainer`."""
+    repository = image.partition("@")[0]
+    name_start = repository.rfind("/") + 1
+    tag = repository.rfind(":")
+    return repository[:tag] if tag >= name_start else repository
 
 
 def env_name(field: str) -> str:

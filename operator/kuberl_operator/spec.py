@@ -25,12 +25,15 @@ from pydantic import (
 
 from kuberl_operator.constants import (
     API_VERSION,
+    CONTROL_PLANE_NODE_LABELS,
     DEFAULT_CHECKPOINT_MOUNT_PATH,
     DEFAULT_RAY_VERSION,
-    JOB_CONFIG_DIR,
     KIND,
     KUEUE_QUEUE_LABEL,
+    MANAGED_BY_LABEL,
     MAX_JOB_NAME_LENGTH,
+    RESERVED_ANNOTATION_PREFIXES,
+    RESERVED_LABEL_PREFIXES,
     SPOT_RAY_RESOURCE,
 )
 from kuberl_trainer.config import (
@@ -143,6 +146,22 @@ LabelMap = Annotated[dict[str, str], AfterValidator(check_labels)]
 """Label keys to values, checked as the API server would (labels and node selectors)."""
 
 
+def check_not_control_plane(selector: dict[str, str]) -> dict[str, str]:
+    """Refuses a node selector that picks control-plane nodes: they run the cluster itself (the
+    API server, etcd), and a job's pods there would share a node with the cluster's secrets."""
+    for key in selector:
+        if key in CONTROL_PLANE_NODE_LABELS:
+            raise ValueError(
+                f"{key!r} selects control-plane nodes, which run the cluster itself; RLJob pods "
+                "may not run there: remove it and select worker nodes by their own labels"
+            )
+    return selector
+
+
+NodeSelector = Annotated[LabelMap, AfterValidator(check_not_control_plane)]
+"""Node labels a pod requires; never a control-plane node's."""
+
+
 # --- Metadata -----------------------------------------------------------------------------------
 
 
@@ -183,7 +202,8 @@ class Toleration(Spec):
     """A Kubernetes toleration: lets pods schedule onto nodes with a matching taint."""
 
     key: str | None = None
-    """Taint key to match; empty with operator Exists matches every taint."""
+    """Taint key to match. Required: a toleration of every taint (no key, operator Exists) is
+    refused, as are the control-plane taints."""
 
     operator: Literal["Equal", "Exists"] = "Equal"
     """Equal matches key and value; Exists matches the key with any value."""
@@ -201,12 +221,20 @@ class Toleration(Spec):
     def _consistent(self) -> Toleration:
         if self.operator == "Exists" and self.value:
             raise ValueError("value: must be empty when operator is Exists")
-        if self.operator == "Equal" and not self.key:
-            raise ValueError(
-                "operator: must be Exists when key is empty (that toleration matches every taint)"
-            )
         if self.toleration_seconds is not None and self.effect != "NoExecute":
             raise ValueError("tolerationSeconds: only applies to effect NoExecute")
+        # Without a key, Exists tolerates every taint: the pod could go onto control-plane and
+        # other reserved nodes.
+        if not self.key:
+            raise ValueError(
+                "key: a toleration without a key tolerates every taint, the control plane's "
+                "included; name the taint to tolerate, such as nvidia.com/gpu"
+            )
+        if self.key in CONTROL_PLANE_NODE_LABELS:
+            raise ValueError(
+                f"key: {self.key} is the taint of control-plane nodes, which run the cluster "
+                "itself; RLJob pods may not run there: remove this toleration"
+            )
         return self
 
 
@@ -228,8 +256,8 @@ class Learner(Spec):
     label has this value (cloud.google.com/gke-accelerator by default; the operator can be set up
     with another key, such as nvidia.com/gpu.product)."""
 
-    node_selector: LabelMap = Field(default_factory=dict)
-    """Node labels the learner's pod requires."""
+    node_selector: NodeSelector = Field(default_factory=dict)
+    """Node labels the learner's pod requires (never a control-plane node's)."""
 
     tolerations: list[Toleration] = Field(default_factory=list)
     """Tolerations of the learner's pod (GPU nodes are often tainted)."""
@@ -287,8 +315,8 @@ class RolloutWorkers(RolloutConfig):
     spot: Spot = Field(default_factory=Spot)
     """Spot (preemptible) placement of the rollout workers."""
 
-    node_selector: LabelMap = Field(default_factory=dict)
-    """Node labels the rollout workers' pods require."""
+    node_selector: NodeSelector = Field(default_factory=dict)
+    """Node labels the rollout workers' pods require (never a control-plane node's)."""
 
     tolerations: list[Toleration] = Field(default_factory=list)
     """Tolerations of the rollout workers' pods."""
@@ -354,6 +382,68 @@ class SecretRef(Spec):
     """Name of the Secret."""
 
 
+# Directories of the image itself (and of the kernel's pseudo-filesystems): a volume mounted there
+# would replace the programs and settings the head runs with (or hide /proc, /dev, /sys), and a
+# claim other pods can write would let them change what runs in the head, next to its secrets.
+SYSTEM_PATHS = (
+    "/bin",
+    "/boot",
+    "/dev",
+    "/etc",
+    "/lib",
+    "/lib32",
+    "/lib64",
+    "/libx32",
+    "/opt/kuberl",  # the trainer image's virtual environment
+    "/proc",
+    "/root",
+    "/run",
+    "/sbin",
+    "/sys",
+    "/usr",
+    "/var",
+)
+# Paths below a system path that are data, not the image's own files: /var/lib/<name> is where
+# services keep their state.
+DATA_PATHS_UNDER_SYSTEM = ("/var/lib/",)
+# Ray keeps its session (sockets, logs, spilled objects) in /tmp/ray: a volume there, or over all
+# of /tmp, would put Ray's sockets on the claim. Other paths below /tmp are fine.
+RAY_TEMP_PATHS = ("/tmp", "/tmp/ray")
+
+
+def _under(path: str, directory: str) -> bool:
+    return path == directory or path.startswith(directory + "/")
+
+
+def check_mount_path(path: str) -> str:
+    """A normalized absolute path outside the image's system directories (the pattern has already
+    ruled out relative paths, '//' and '/' itself)."""
+    hint = f"such as {DEFAULT_CHECKPOINT_MOUNT_PATH} (the default)"
+    segments = path.rstrip("/").split("/")[1:]
+    if any(segment in (".", "..") for segment in segments):
+        raise ValueError(
+            f"{path!r} has '.' or '..' segments, which the kubelet resolves ('/..' is '/'); write "
+            f"the directory itself, {hint}"
+        )
+    normalized = path.rstrip("/")
+    for system in SYSTEM_PATHS:
+        if _under(normalized, system) and not any(
+            normalized.startswith(data) and normalized != data.rstrip("/")
+            for data in DATA_PATHS_UNDER_SYSTEM
+        ):
+            where = path if normalized == system else f"{path} is under {system}, which"
+            raise ValueError(
+                f"{where} holds the image's own files or the kernel's; mounting a volume there "
+                f"would replace them: choose a directory of its own, {hint}"
+            )
+    if normalized == RAY_TEMP_PATHS[0] or _under(normalized, RAY_TEMP_PATHS[1]):
+        raise ValueError(
+            f"{path} holds Ray's session directory (/tmp/ray: its sockets and logs); choose "
+            f"another directory, {hint}"
+        )
+    return path
+
+
 class Storage(Spec):
     """Where the driver keeps its run directory and checkpoints, so that they outlive its pod.
 
@@ -364,14 +454,18 @@ class Storage(Spec):
     """Mount this claim into the head: the driver's run directory (progress and checkpoints) is
     <mountPath>/<job name>."""
 
-    mount_path: str = Field(
+    mount_path: Annotated[str, AfterValidator(check_mount_path)] = Field(
         DEFAULT_CHECKPOINT_MOUNT_PATH, max_length=1024, pattern=MOUNT_PATH_PATTERN
     )
-    """Where the head mounts persistentVolumeClaim."""
+    """Where the head mounts persistentVolumeClaim: an absolute path without '.' or '..'
+    segments, outside the image's system directories (/bin, /boot, /dev, /etc, /lib, /lib64,
+    /opt/kuberl, /proc, /root, /run, /sbin, /sys, /usr, and /var except below /var/lib/) and outside
+    Ray's /tmp/ray (and /tmp itself)."""
 
     secret_ref: SecretRef | None = None
     """Credentials for an object store (such as AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY),
-    given to the driver as environment variables, one per key of this Secret."""
+    given to the driver as environment variables, one per key of this Secret. The operator must
+    allow the Secret (its allowed_secrets setting)."""
 
     @model_validator(mode="after")
     def _one_kind_of_storage(self) -> Storage:
@@ -382,13 +476,68 @@ class Storage(Spec):
             )
         if self.secret_ref and self.mount_path != DEFAULT_CHECKPOINT_MOUNT_PATH:
             raise ValueError("mountPath: only applies to persistentVolumeClaim; remove it")
-        if (self.mount_path.rstrip("/") + "/").startswith(JOB_CONFIG_DIR + "/"):
-            raise ValueError(
-                f"mountPath: {self.mount_path} is under {JOB_CONFIG_DIR}, where the operator "
-                "mounts the job's manifest; choose another path such as "
-                f"{DEFAULT_CHECKPOINT_MOUNT_PATH}"
-            )
         return self
+
+
+def check_pod_labels(labels: dict[str, str]) -> dict[str, str]:
+    """Refuses the labels the operator and KubeRay select pods by: a job's own value there would
+    detach its pods from their job, or attach them to another's."""
+    for key in labels:
+        if key.startswith(RESERVED_LABEL_PREFIXES) or key == MANAGED_BY_LABEL:
+            raise ValueError(
+                f"{key!r} is a label the operator or KubeRay sets on the job's pods and selects "
+                f"them by (every key under {', '.join(RESERVED_LABEL_PREFIXES)} and "
+                f"{MANAGED_BY_LABEL}); remove it, or use a key of your own"
+            )
+        if key == KUEUE_QUEUE_LABEL:
+            raise ValueError(
+                f"{key!r} queues the job in Kueue only as a label of the RLJob itself: move it to "
+                "metadata.labels"
+            )
+    return labels
+
+
+def check_pod_annotations(annotations: dict[str, str]) -> dict[str, str]:
+    """Refuses annotations KubeRay or the operator act on, and the legacy security annotations
+    (the pods' security context is the operator's to set)."""
+    for key in annotations:
+        prefix, _, name = key.rpartition("/")
+        if not re.fullmatch(LABEL_KEY_PATTERN, key) or len(name) > 63 or len(prefix) > 253:
+            raise ValueError(
+                f"{key!r} is not a valid annotation key: an optional DNS-subdomain prefix and '/', "
+                "then at most 63 letters, digits, '-', '_' or '.', starting and ending with a "
+                "letter or digit"
+            )
+        if key.startswith(RESERVED_ANNOTATION_PREFIXES):
+            raise ValueError(
+                f"{key!r} is reserved: annotations under {', '.join(RESERVED_ANNOTATION_PREFIXES)} "
+                "are the operator's, KubeRay's or the pods' security context's; remove it"
+            )
+    return annotations
+
+
+class Pods(Spec):
+    """Metadata and identity of every pod of the job's Ray cluster (the head and each rollout
+    worker), as KubeRay users set them in a RayCluster's pod templates."""
+
+    labels: Annotated[LabelMap, AfterValidator(check_pod_labels)] = Field(default_factory=dict)
+    """Labels added to every pod (for cost allocation, policies or monitoring). The labels the
+    operator and KubeRay select pods by (keys under kuberl.io/ and ray.io/, and
+    app.kubernetes.io/managed-by) are refused. The RLJob's own metadata.labels reach the pods
+    too."""
+
+    annotations: Annotated[dict[str, str], AfterValidator(check_pod_annotations)] = Field(
+        default_factory=dict
+    )
+    """Annotations added to every pod (a service mesh's opt-out, a log shipper's parser). Keys
+    under kuberl.io/ and ray.io/ and the legacy AppArmor and seccomp annotations are refused."""
+
+    service_account_name: str | None = Field(
+        None, min_length=1, max_length=253, pattern=DNS_SUBDOMAIN_PATTERN
+    )
+    """ServiceAccount of every pod, such as one bound to a cloud identity for the object store.
+    It must be one the operator allows (its allowed_service_accounts setting). Unset: the
+    namespace's default ServiceAccount, with no API token mounted into the pods."""
 
 
 class RLJobSpec(Spec):
@@ -399,7 +548,9 @@ class RLJobSpec(Spec):
 
     image: str | None = Field(None, min_length=1, pattern=IMAGE_PATTERN)
     """Container image with kuberl's trainer and the env's dependencies; null uses the operator's
-    default trainer image."""
+    default trainer image. It must start with a prefix the operator allows (its
+    allowed_image_prefixes setting) and run as a non-root user (the pods run as UID 10001 unless
+    the operator is set up otherwise)."""
 
     ray_version: str = Field(DEFAULT_RAY_VERSION, pattern=VERSION_PATTERN)
     """Ray version inside the image (KubeRay needs it); must match the image."""
@@ -430,7 +581,11 @@ class RLJobSpec(Spec):
     deadline."""
 
     priority_class_name: str | None = Field(None, max_length=253, pattern=DNS_SUBDOMAIN_PATTERN)
-    """PriorityClass of the job's pods."""
+    """PriorityClass of the job's pods; it must be one the operator allows (its
+    allowed_priority_classes setting)."""
+
+    pods: Pods = Field(default_factory=Pods)
+    """Labels, annotations and ServiceAccount of every pod of the job's Ray cluster."""
 
     @model_validator(mode="after")
     def _replay_shards_need_ray(self) -> RLJobSpec:

@@ -5,6 +5,7 @@ the Prometheus Operator's CRDs for its kinds."""
 
 from __future__ import annotations
 
+import base64
 import json
 import tarfile
 from pathlib import Path
@@ -48,6 +49,10 @@ GPU_SPOT = {
             "fallbackPendingSeconds": 300,
             "rolloutWorkerMemory": "4Gi",
             "terminationGracePeriodSeconds": 25,
+            "allowedSecrets": ["s3-credentials", "ckpt-*"],
+            "allowedImagePrefixes": ["registry.example.com/rl/"],
+            "allowedPriorityClasses": ["training-*"],
+            "allowedServiceAccounts": ["rl-trainer"],
         }
     }
 }
@@ -254,8 +259,16 @@ def test_a_bad_value_fails_naming_its_path(values, path):
 # --- The operator --------------------------------------------------------------------------------
 
 # Settings the chart derives instead of taking them as values: where its own pods run and which
-# labels they carry (each job's NetworkPolicy admits them).
-DERIVED_SETTINGS = {"operator_namespace", "operator_pod_labels"}
+# labels they carry (each job's NetworkPolicy admits them), and the key of the jobs' Ray tokens
+# (from a Secret).
+DERIVED_SETTINGS = {"operator_namespace", "operator_pod_labels", "ray_auth_key"}
+# What the emulated kubelet gives a variable read from a Secret.
+SECRET_VALUE = "k" * 64
+
+
+def as_setting(value: Any) -> Any:
+    """A value of values.yaml as the operator's setting holds it: lists as tuples."""
+    return tuple(value) if isinstance(value, list) else value
 
 
 def snake_case(name: str) -> str:
@@ -273,7 +286,7 @@ def test_operator_settings_values_are_the_operators_fields_with_their_defaults()
     defaults = OperatorSettings()
     for name, value in settings.items():
         # An empty string is how a value says "the operator's default" (None)
-        assert (value if value != "" else None) == getattr(defaults, name), name
+        assert (as_setting(value) if value != "" else None) == getattr(defaults, name), name
 
 
 def string_pattern(*nodes: dict[str, Any]) -> str:
@@ -310,6 +323,8 @@ def operator_environ(objects: list[dict[str, Any]], deployment: str) -> dict[str
             continue
         if var.get("valueFrom") == {"fieldRef": {"fieldPath": "metadata.namespace"}}:
             environ[var["name"]] = chart.NAMESPACE
+        elif "secretKeyRef" in var.get("valueFrom", {}):
+            environ[var["name"]] = SECRET_VALUE
         else:
             environ[var["name"]] = var["value"]
     return environ
@@ -323,8 +338,30 @@ def test_operator_environment_sets_exactly_the_settings(case, rendered):
     assert set(environ) == {env_name(name) for name in OperatorSettings.model_fields}
     settings = OperatorSettings.from_env(environ)
     for name, value in values.get("operator", {}).get("settings", {}).items():
-        assert getattr(settings, snake_case(name)) == value, name
+        assert getattr(settings, snake_case(name)) == as_setting(value), name
     assert settings.operator_namespace == chart.NAMESPACE
+
+
+def test_the_operator_derives_ray_tokens_from_a_key_the_chart_keeps(defaults):
+    secret = chart.find(defaults, "Secret", "kuberl-ray-auth-key")
+    key = base64.b64decode(secret["data"]["key"]).decode()
+    operator = {var["name"]: var for var in container(defaults, "kuberl-operator")["env"]}
+
+    assert OperatorSettings(ray_auth_key=key).ray_auth_key is not None  # long enough
+    assert operator["KUBERL_RAY_AUTH_KEY"]["valueFrom"] == {
+        "secretKeyRef": {"name": "kuberl-ray-auth-key", "key": "key"}
+    }
+    # RLJobs outlive the release (their CRD stays): so does the key their tokens derive from.
+    assert secret["metadata"]["annotations"]["helm.sh/resource-policy"] == "keep"
+    assert secret["metadata"]["namespace"] == chart.NAMESPACE
+
+
+def test_an_existing_secret_replaces_the_charts_key():
+    objects = chart.render({"operator": {"rayAuthKey": {"existingSecret": "rl-token-key"}}})
+    operator = {var["name"]: var for var in container(objects, "kuberl-operator")["env"]}
+
+    assert not [o for o in objects if o["kind"] == "Secret"]
+    assert operator["KUBERL_RAY_AUTH_KEY"]["valueFrom"]["secretKeyRef"]["name"] == "rl-token-key"
 
 
 @pytest.mark.parametrize("case", ["defaults", "everything"])
@@ -689,6 +726,11 @@ def test_kuberay_operator_is_an_optional_dependency():
     assert values["kuberay-operator"]["enabled"] is True
 
 
+def without_drawn_key(objects: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The objects less the Ray auth key, which a render without a cluster draws anew."""
+    return [o for o in objects if not o["metadata"]["name"].endswith("-ray-auth-key")]
+
+
 def test_without_the_fetched_subchart_only_packaging_refuses():
     """Rendering (what `helm template` does) skips a declared subchart that is not fetched, so the
     render tests cover kuberl's own objects; `helm package` and `helm install` need
@@ -697,8 +739,8 @@ def test_without_the_fetched_subchart_only_packaging_refuses():
     if dependency["status"] != "missing":
         pytest.skip(f"the kuberay-operator subchart is {dependency['status']} in charts/")
 
-    assert chart.render({"kuberay-operator": {"enabled": True}}) == chart.render(
-        {"kuberay-operator": {"enabled": False}}
+    assert without_drawn_key(chart.render({"kuberay-operator": {"enabled": True}})) == (
+        without_drawn_key(chart.render({"kuberay-operator": {"enabled": False}}))
     )
     with pytest.raises(HelmChartInvalidError, match="missing in charts/ directory: kuberay"):
         helm_python.package(chart.CHART_DIR)

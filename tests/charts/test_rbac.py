@@ -12,6 +12,7 @@ component's roles, as the chart renders them and binds them to its ServiceAccoun
 
 from __future__ import annotations
 
+import base64
 import sys
 from collections.abc import Iterable, Iterator
 from pathlib import Path
@@ -38,6 +39,7 @@ from test_kubernetes_backend import (  # noqa: E402
 )
 from test_operator import PODS, RAYCLUSTERS, KubeRay  # noqa: E402
 
+from kuberl_operator.builders import ray_auth_token  # noqa: E402
 from kuberl_operator.handlers import registry  # noqa: E402
 from kuberl_operator.settings import OperatorSettings  # noqa: E402
 from testkit import free_port, rljob, wait_until  # noqa: E402
@@ -282,6 +284,28 @@ def test_no_wildcards_and_every_binding_names_a_rendered_role():
             find(objects, obj["roleRef"]["kind"], obj["roleRef"]["name"])
 
 
+@pytest.mark.parametrize(
+    "values",
+    [{}, {"operator": {"settings": {"watchNamespace": "team-a"}}}],
+    ids=["every-namespace", "one-namespace"],
+)
+def test_no_cluster_role_reads_secrets(values):
+    """A ClusterRole may be bound anywhere: none of the chart's lets anyone read a Secret (the
+    operator derives each job's Ray token instead of reading it back)."""
+    objects = render(values)
+    cluster_roles = [o for o in objects if o["kind"] == "ClusterRole"]
+    assert cluster_roles
+    for role in cluster_roles:
+        grant = [Grant(role["rules"], None)]
+        for verb in ("get", "list", "watch"):
+            for namespace in ("", "team-a", NAMESPACE):
+                secrets = Attributes(verb, "", "secrets", "", namespace, "any-ray-auth")
+                assert not allowed(grant, secrets), (role["metadata"]["name"], verb, namespace)
+    # The operator may still create each job's token Secret.
+    operator = grants_of(objects, OPERATOR_SA)
+    assert allowed(operator, Attributes("create", "", "secrets", "", "team-a"))
+
+
 def test_namespace_users_get_rljobs_through_the_built_in_roles():
     objects = render()
     edit = find(objects, "ClusterRole", f"{fullname_of()}-rljobs-edit")
@@ -345,11 +369,13 @@ def job_gone(kube_api: KubeAPIClient, name: str) -> bool:
 def run_operator_scenario(kube_api: KubeAPIClient, tmp_path: Path, **kopf_options: Any) -> None:
     """Every Kubernetes call the operator makes, without a Ray head (the Ray Jobs API is
     unreachable, so the driver never runs: its calls go to Ray, not to Kubernetes): a finished job
-    deleted after its TTL; a spot job's children created (its Secret looked up first); a Pending
-    spot worker replaced by the on-demand group; suspend (the cluster deleted) and resume (the
-    children again: the manifest patched in place); the job deleted (kopf's finalizer)."""
+    deleted after its TTL; a spot job's children created (its Ray token derived from the key the
+    chart gives the operator, never read back); a Pending spot worker replaced by the on-demand
+    group; suspend (the cluster deleted) and resume (the children again: the manifest patched in
+    place); the job deleted (kopf's finalizer)."""
     dead = f"http://127.0.0.1:{free_port()}"
     settings = OperatorSettings(
+        ray_auth_key="k" * 64,  # as the chart sets it, from its Secret
         ray_dashboard_url=dead,
         trainer_metrics_url=dead + "/metrics",
         run_dir_root=str(tmp_path / "runs"),
@@ -378,6 +404,11 @@ def run_operator_scenario(kube_api: KubeAPIClient, tmp_path: Path, **kopf_option
             "/apis/networking.k8s.io/v1/namespaces/default/networkpolicies/spot-ray"
         )
         assert policy["metadata"]["ownerReferences"][0]["kind"] == "RLJob"
+        # The job's Secret holds the token derived from the key and the job: nothing to read back.
+        uid = kube_api.get(kube_api.rljobs(name="spot"))["metadata"]["uid"]
+        secret = kube_api.get("/api/v1/namespaces/default/secrets/spot-ray-auth")
+        stored = base64.b64decode(secret["data"]["auth_token"]).decode()
+        assert stored == ray_auth_token(settings, "default", "spot", uid)
 
         with kuberay.lock:  # the spot worker's node never comes: its pod stays Pending
             [worker] = kube_api.list(PODS, params=spot_pods)

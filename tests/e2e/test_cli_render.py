@@ -96,3 +96,34 @@ def test_missing_file(tmp_path):
 
     assert result.returncode == 2
     assert result.stderr == f"{tmp_path / 'nope.yaml'}: no such file\n"
+
+
+def test_a_job_beyond_the_operators_settings_is_refused_as_the_operator_would(tmp_path):
+    path = tmp_path / "job.yaml"
+    document = yaml.safe_load((ROOT / "deploy" / "examples" / "cartpole-ppo.yaml").read_text())
+    document["spec"]["storage"] = {"secretRef": {"name": "s3-credentials"}}
+    document["spec"]["priorityClassName"] = "system-node-critical"
+    path.write_text(yaml.safe_dump(document))
+
+    refused = kuberl("render", path)
+
+    assert refused.returncode == 1
+    assert refused.stdout == ""
+    assert refused.stderr.splitlines() == [
+        f"{path}: spec.storage.secretRef.name: the Secret s3-credentials is not one jobs may "
+        "reference; ask the cluster's administrator to add it to the operator's allowed_secrets "
+        "setting (KUBERL_ALLOWED_SECRETS), now empty",
+        f"{path}: spec.priorityClassName: the PriorityClass system-node-critical is not one jobs "
+        "may use; remove it, or ask the cluster's administrator to add it to the operator's "
+        "allowed_priority_classes setting (KUBERL_ALLOWED_PRIORITY_CLASSES), now empty",
+    ]
+    allowed = kuberl(
+        "render",
+        path,
+        KUBERL_ALLOWED_SECRETS="s3-*",
+        KUBERL_ALLOWED_PRIORITY_CLASSES="system-node-critical",
+    )
+    assert allowed.returncode == 0, allowed.stderr
+    [cluster] = [o for o in yaml.safe_load_all(allowed.stdout) if o["kind"] == "RayCluster"]
+    head = cluster["spec"]["headGroupSpec"]["template"]["spec"]
+    assert head["containers"][0]["envFrom"] == [{"secretRef": {"name": "s3-credentials"}}]

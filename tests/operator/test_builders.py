@@ -27,6 +27,7 @@ from kuberl_operator.builders import (
     driver_entrypoint,
     fallback_replicas,
     max_unavailable,
+    ray_auth_token,
     ray_capacity,
     run_dir,
     submission_id,
@@ -130,6 +131,14 @@ CASES: dict[str, dict[str, Any]] = {
         }
     },
     "priority-class": {"spec.priorityClassName": "training-high", **spot("aks")},
+    "pod-options": {
+        "spec.pods": {
+            "labels": {"team": "rl"},
+            "annotations": {"sidecar.istio.io/inject": "false"},
+            "serviceAccountName": "rl-trainer",
+        },
+        **spot("gke"),
+    },
     "namespaced": {"metadata.namespace": "team-rl"},
     "suspended": {"spec.suspend": True},
     # The asynchronous algorithms need nothing of their own from the operator.
@@ -731,7 +740,7 @@ def test_storage_variants(case):
     source, mount_path, expected_run_dir = STORAGE[case]
     job = case_job(case)
     volumes, mounts = volumes_and_mounts(build_ray_cluster(job, SETTINGS, 1))
-    (name,) = set(volumes) - {"job-config"}
+    (name,) = set(volumes) - {"job-config", "shared-mem"}
 
     assert {k: v for k, v in volumes[name].items() if k != "name"} == source
     assert mounts[name] == mount_path
@@ -1038,3 +1047,89 @@ def test_a_population_gets_rollout_pods_for_every_trial_and_head_cpus_for_the_tr
         (5.0, 1),
         (1.0, 6),
     ]
+
+
+# --- What the pods may do -----------------------------------------------------------------------
+
+
+def every_container(cluster: dict[str, Any]) -> list[dict[str, Any]]:
+    return [c for t in pod_templates(cluster) for c in t["spec"]["containers"]]
+
+
+def test_every_ray_pod_runs_as_the_trainer_images_non_root_user():
+    cluster = build_ray_cluster(case_job("spot-gke"), SETTINGS, 1)
+
+    for template in pod_templates(cluster):
+        pod = template["spec"]["securityContext"]
+        assert (pod["runAsNonRoot"], pod["runAsUser"], pod["fsGroup"]) == (True, 10001, 10001)
+        assert pod["seccompProfile"] == {"type": "RuntimeDefault"}
+    for container in every_container(cluster):
+        assert container["securityContext"] == {
+            "allowPrivilegeEscalation": False,
+            "capabilities": {"drop": ["ALL"]},
+            "runAsNonRoot": True,
+            "seccompProfile": {"type": "RuntimeDefault"},
+        }
+    other = build_ray_cluster(job_with(), OperatorSettings(run_as_user=2000, run_as_group=3000), 1)
+    assert head_spec(other)["securityContext"]["runAsUser"] == 2000
+    assert head_spec(other)["securityContext"]["fsGroup"] == 3000
+
+
+def test_ray_pods_mount_no_api_token_unless_an_allowed_service_account_is_named():
+    plain = build_ray_cluster(case_job("spot-gke"), SETTINGS, 1)
+    for template in pod_templates(plain):
+        assert template["spec"]["automountServiceAccountToken"] is False
+        assert "serviceAccountName" not in template["spec"]
+
+    named = job_with(**{"spec.pods": {"serviceAccountName": "rl-trainer"}}, **spot("gke"))
+    for template in pod_templates(build_ray_cluster(named, SETTINGS, 1)):
+        assert template["spec"]["serviceAccountName"] == "rl-trainer"
+        # The ServiceAccount's own automountServiceAccountToken decides.
+        assert "automountServiceAccountToken" not in template["spec"]
+
+
+def test_rays_object_store_gets_memory_backed_shared_memory_sized_by_the_pod():
+    cluster = build_ray_cluster(case_job("gpu-learner"), SETTINGS, 1)
+    head = head_spec(cluster)
+
+    assert {"name": "shared-mem", "emptyDir": {"medium": "Memory", "sizeLimit": "32Gi"}} in (
+        head["volumes"]
+    )
+    assert {"name": "shared-mem", "mountPath": "/dev/shm"} in head["containers"][0]["volumeMounts"]
+    workers = build_ray_cluster(case_job("cpu-workers"), SETTINGS, 1)["spec"]["workerGroupSpecs"]
+    (worker,) = [group["template"]["spec"] for group in workers]
+    assert worker["volumes"] == [
+        {"name": "shared-mem", "emptyDir": {"medium": "Memory", "sizeLimit": "2Gi"}}
+    ]
+
+
+def test_pod_labels_and_annotations_reach_every_pod_beside_the_operators():
+    job = job_with(
+        **{"spec.pods": {"labels": {"team": "rl"}, "annotations": {"example.com/owner": "rl"}}},
+        **spot("gke"),
+    )
+    cluster = build_ray_cluster(job, SETTINGS, 1)
+
+    for template in pod_templates(cluster):
+        assert template["metadata"]["labels"]["team"] == "rl"
+        assert template["metadata"]["labels"][JOB_LABEL] == "walker"
+        assert template["metadata"]["annotations"] == {"example.com/owner": "rl"}
+    assert "team" not in cluster["metadata"]["labels"]  # the pods', not the cluster's
+
+
+def test_ray_auth_tokens_are_derived_from_the_key_and_the_jobs_identity():
+    keyed = OperatorSettings(ray_auth_key="k" * 40)
+    token = ray_auth_token(keyed, "team-rl", "walker", "uid-1")
+
+    assert token and len(token) == 43  # 256 bits, URL-safe base64
+    assert token == ray_auth_token(
+        OperatorSettings(ray_auth_key="k" * 40), "team-rl", "walker", "uid-1"
+    )
+    others = {
+        ray_auth_token(keyed, "team-ml", "walker", "uid-1"),
+        ray_auth_token(keyed, "team-rl", "runner", "uid-1"),
+        ray_auth_token(keyed, "team-rl", "walker", "uid-2"),  # recreated under the same name
+        ray_auth_token(OperatorSettings(ray_auth_key="j" * 40), "team-rl", "walker", "uid-1"),
+    }
+    assert token not in others and len(others) == 4
+    assert ray_auth_token(SETTINGS, "team-rl", "walker", "uid-1") is None  # no key: no derivation

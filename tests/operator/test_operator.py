@@ -314,7 +314,20 @@ def invalid_jobs() -> dict[str, tuple[dict, str]]:
     del mispaired["spec"]["trainer"]["hyperparameters"]  # PPO's
     misplaced = rljob("misplaced")
     misplaced["spec"]["trainer"]["optimizerConfig"] = {"replayShards": 4}
+    # Beyond the operator's settings (policy.py): a Secret they do not allow, another job's token.
+    secretive = rljob("secretive")
+    secretive["spec"]["storage"] = {"secretRef": {"name": "s3-credentials"}}
+    snooping = rljob("snooping")
+    snooping["spec"]["trainer"]["checkpoint"] = {"credentialsSecret": "solo-ray-auth"}
     return {
+        "secretive": (
+            secretive,
+            "spec.storage.secretRef.name: the Secret s3-credentials is not one jobs may reference",
+        ),
+        "snooping": (
+            snooping,
+            "spec.trainer.checkpoint.credentialsSecret: solo-ray-auth is a Secret of the operator",
+        ),
         "broken": (misspelt, "spec.trainer.hyperparameters.lerning_rate"),
         "mispaired": (mispaired, "spec.trainer.optimizer: AsyncGradients cannot drive APPO"),
         "misplaced": (misplaced, "spec.trainer.optimizerConfig.replayShards: used by AsyncReplay"),

@@ -536,3 +536,142 @@ def test_ray_resources_reach_the_trainer():
     )
 
     assert job.spec.rollout_workers.ray_resources == {"spot": 1.0}
+
+
+# --- What no job may have, whatever the operator's settings --------------------------------------
+
+PVC = {"persistentVolumeClaim": {"claimName": "checkpoints"}}
+
+
+@pytest.mark.parametrize(
+    ("changes", "expected"),
+    [
+        (
+            {"spec.learner": {"tolerations": [{"operator": "Exists"}]}},
+            "spec.learner.tolerations[0].key: a toleration without a key tolerates every taint",
+        ),
+        (
+            {
+                "spec.rolloutWorkers": {
+                    "replicas": 1,
+                    "tolerations": [
+                        {"key": "node-role.kubernetes.io/control-plane", "operator": "Exists"}
+                    ],
+                }
+            },
+            "spec.rolloutWorkers.tolerations[0].key: node-role.kubernetes.io/control-plane is the "
+            "taint of control-plane nodes",
+        ),
+        (
+            {"spec.learner": {"nodeSelector": {"node-role.kubernetes.io/control-plane": ""}}},
+            "spec.learner.nodeSelector: 'node-role.kubernetes.io/control-plane' selects "
+            "control-plane nodes",
+        ),
+        (
+            {"spec.rolloutWorkers": {"nodeSelector": {"node-role.kubernetes.io/master": "true"}}},
+            "spec.rolloutWorkers.nodeSelector: 'node-role.kubernetes.io/master' selects "
+            "control-plane nodes",
+        ),
+        (
+            {"spec.storage": {**PVC, "mountPath": "/.."}},
+            "spec.storage.mountPath: '/..' has '.' or '..' segments",
+        ),
+        (
+            {"spec.storage": {**PVC, "mountPath": "/data/../etc"}},
+            "spec.storage.mountPath: '/data/../etc' has '.' or '..' segments",
+        ),
+        (
+            {"spec.storage": {**PVC, "mountPath": "/"}},
+            "spec.storage.mountPath: '/' is not an absolute directory path other than /",
+        ),
+        (
+            {"spec.storage": {**PVC, "mountPath": "/data//rl"}},
+            "spec.storage.mountPath: '/data//rl' is not an absolute directory path",
+        ),
+        (
+            {"spec.storage": {**PVC, "mountPath": "/usr/local/bin"}},
+            "spec.storage.mountPath: /usr/local/bin is under /usr, which holds the image's own",
+        ),
+        (
+            {"spec.storage": {**PVC, "mountPath": "/var/"}},
+            "spec.storage.mountPath: /var/ holds the image's own files",
+        ),
+        (
+            {"spec.storage": {**PVC, "mountPath": "/tmp/ray"}},
+            "spec.storage.mountPath: /tmp/ray holds Ray's session directory",
+        ),
+        (
+            {"spec.pods": {"labels": {"kuberl.io/job": "someone-else"}}},
+            "spec.pods.labels: 'kuberl.io/job' is a label the operator or KubeRay sets",
+        ),
+        (
+            {"spec.pods": {"labels": {"ray.io/cluster": "other"}}},
+            "spec.pods.labels: 'ray.io/cluster' is a label the operator or KubeRay sets",
+        ),
+        (
+            {"spec.pods": {"labels": {"app.kubernetes.io/managed-by": "helm"}}},
+            "spec.pods.labels: 'app.kubernetes.io/managed-by' is a label the operator or KubeRay",
+        ),
+        (
+            {"spec.pods": {"labels": {KUEUE_QUEUE_LABEL: "gpu"}}},
+            f"spec.pods.labels: '{KUEUE_QUEUE_LABEL}' queues the job in Kueue only as a label of "
+            "the RLJob itself: move it to metadata.labels",
+        ),
+        (
+            {"spec.pods": {"annotations": {"ray.io/overwrite-container-cmd": "true"}}},
+            "spec.pods.annotations: 'ray.io/overwrite-container-cmd' is reserved",
+        ),
+        (
+            {
+                "spec.pods": {
+                    "annotations": {
+                        "container.apparmor.security.beta.kubernetes.io/ray-head": "unconfined"
+                    }
+                }
+            },
+            "spec.pods.annotations: 'container.apparmor.security.beta.kubernetes.io/ray-head' is "
+            "reserved",
+        ),
+    ],
+    ids=lambda value: None if isinstance(value, dict) else value.split(": ")[1][:40],
+)
+def test_what_no_job_may_reach_is_refused_naming_the_field(changes, expected):
+    [problem] = problems_of(manifest(**changes))
+
+    assert problem.startswith(expected), problem
+
+
+def test_a_refused_mount_path_suggests_the_default():
+    [problem] = problems_of(manifest(**{"spec.storage": {**PVC, "mountPath": "/etc/ssl"}}))
+
+    assert problem.endswith("such as /kuberl/checkpoints (the default)")
+
+
+@pytest.mark.parametrize(
+    "mount_path", ["/kuberl/checkpoints", "/data/rl/", "/var/lib/kuberl", "/tmp/checkpoints"]
+)
+def test_mount_paths_of_their_own_are_fine(mount_path):
+    job = validate_rljob(manifest(**{"spec.storage": {**PVC, "mountPath": mount_path}}))
+
+    assert job.spec.storage.mount_path == mount_path
+
+
+def test_keyed_tolerations_and_worker_selectors_are_fine():
+    job = validate_rljob(
+        manifest(
+            **{
+                "spec.learner": {
+                    "nodeSelector": {"node-role.kubernetes.io/gpu": ""},
+                    "tolerations": [{"key": "nvidia.com/gpu", "operator": "Exists"}],
+                },
+                "spec.pods": {
+                    "labels": {"team": "rl"},
+                    "annotations": {"sidecar.istio.io/inject": "false"},
+                    "serviceAccountName": "rl-trainer",
+                },
+            }
+        )
+    )
+
+    assert job.spec.learner.tolerations[0].key == "nvidia.com/gpu"
+    assert job.spec.pods.service_account_name == "rl-trainer"

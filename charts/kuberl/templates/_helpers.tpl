@@ -61,6 +61,11 @@ app.kubernetes.io/part-of: kuberl
 {{- printf "%s-api" (include "kuberl.fullname" .) }}
 {{- end }}
 
+{{/* The Secret holding the key of the jobs' Ray auth tokens: the user's, or the chart's own. */}}
+{{- define "kuberl.rayAuthKeySecretName" -}}
+{{- .Values.operator.rayAuthKey.existingSecret | default (printf "%s-ray-auth-key" (include "kuberl.fullname" .)) }}
+{{- end }}
+
 {{/* An image reference from {repository, tag}; the tag defaults to the chart's appVersion. */}}
 {{- define "kuberl.image" -}}
 {{- printf "%s:%s" .image.repository (default .root.Chart.AppVersion .image.tag) }}
