@@ -1,5 +1,6 @@
 """The REST API: FastAPI routes over one backend and one authorizer.
 
+In front of every route, the request guard refuses what a web page could have forged (guard.py).
 Every job route authorizes first (the verb RBAC would check, on rljobs in the URL's namespace),
 then asks the backend. Errors of any kind leave as a Kubernetes `Status` with the field paths in
 `details.causes`; every status code a route can answer is declared in the OpenAPI document, which
@@ -22,17 +23,12 @@ from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 from starlette.exceptions import HTTPException
 
 from kuberl_api.backend import Action, ApiError, Authorizer, Backend, Cause, ListQuery, Verb
-from kuberl_api.metrics import ApiMetrics, RequestMetricsMiddleware
+from kuberl_api.errors import error_response, status_response
+from kuberl_api.guard import RequestGuard, no_body, read_body
+from kuberl_api.metrics import ApiMetrics, RequestMetricsMiddleware, listable
 from kuberl_api.page import PLOT_ROUTE, cookie_token, page_routes
-from kuberl_api.schemas import (
-    ProgressHistory,
-    ProgressPoint,
-    RLJobList,
-    Status,
-    StatusCause,
-    StatusDetails,
-)
-from kuberl_api.submission import JSON_TYPES, YAML_TYPES, parse_submission
+from kuberl_api.schemas import ProgressHistory, ProgressPoint, RLJobList, Status
+from kuberl_api.submission import JSON_TYPES, MAX_BODY_BYTES, YAML_TYPES, parse_submission
 from kuberl_operator.constants import MAX_JOB_NAME_LENGTH
 from kuberl_operator.spec import DNS_LABEL_PATTERN, JOB_NAME_PATTERN, Phase, RLJob
 from kuberl_trainer.plots import MEDIA_TYPES, Curve, PlotFormat, draw
@@ -48,6 +44,12 @@ JobName = Annotated[
 ]
 bearer = HTTPBearer(auto_error=False, description="A bearer token, as configured for the server.")
 Credentials = Annotated[HTTPAuthorizationCredentials | None, Depends(bearer)]
+NoBody = [Depends(no_body)]
+
+
+# Any route can answer the request guard's 421 (guard.py); its 403 and 415 only some, which
+# declare them.
+_MISDIRECTED = {421: {"model": Status, "description": "The Host is not a loopback name."}}
 
 
 def _errors(*codes: int) -> dict[int | str, dict[str, Any]]:
@@ -55,8 +57,9 @@ def _errors(*codes: int) -> dict[int | str, dict[str, Any]]:
     return {code: {"model": Status} for code in (400, 401, 403, 500, 503, *codes)}
 
 
-def create_app(backend: Backend, authorizer: Authorizer) -> FastAPI:
-    """The API over `backend`; starting and closing the backend follow the app's lifespan."""
+def create_app(backend: Backend, authorizer: Authorizer, loopback_hosts_only: bool) -> FastAPI:
+    """The API over `backend`; starting and closing the backend follow the app's lifespan.
+    `loopback_hosts_only`: serve only requests to a loopback Host (when nobody is authenticated)."""
     metrics = ApiMetrics()
 
     @asynccontextmanager
@@ -74,8 +77,10 @@ def create_app(backend: Backend, authorizer: Authorizer) -> FastAPI:
         description=f"Backend: `{backend.name}`. Errors are Kubernetes `Status` objects whose "
         "`details.causes` name each bad field.",
         lifespan=lifespan,
+        responses=_MISDIRECTED if loopback_hosts_only else None,
     )
-    app.add_middleware(RequestMetricsMiddleware, metrics=metrics)
+    app.add_middleware(RequestGuard, loopback_hosts_only=loopback_hosts_only)
+    app.add_middleware(RequestMetricsMiddleware, metrics=metrics)  # outermost: refusals count too
 
     async def authorize(credentials: Credentials, verb: Verb, namespace: str, name: str | None):
         token = credentials.credentials if credentials else None
@@ -85,7 +90,7 @@ def create_app(backend: Backend, authorizer: Authorizer) -> FastAPI:
 
     @app.exception_handler(ApiError)
     async def api_error(_: Request, exc: ApiError) -> JSONResponse:
-        return status_response(exc.code, exc.reason, exc.message, exc.causes)
+        return error_response(exc)
 
     @app.exception_handler(RequestValidationError)
     async def bad_parameters(_: Request, exc: RequestValidationError) -> JSONResponse:
@@ -133,7 +138,7 @@ def create_app(backend: Backend, authorizer: Authorizer) -> FastAPI:
         """Submit a job. 201 with the stored job; 409 when the name is taken; 422 naming every
         bad field. Nothing is stored unless the whole job is valid."""
         await authorize(credentials, "create", namespace, None)
-        body = await request.body()
+        body = await read_body(request, MAX_BODY_BYTES)
         job_model, document = parse_submission(body, request.headers.get("content-type"), namespace)
         stored = await backend.create(namespace, job_model, document)
         return JSONResponse(stored, status_code=201)
@@ -193,19 +198,33 @@ def create_app(backend: Backend, authorizer: Authorizer) -> FastAPI:
         )
         return JSONResponse(history.model_dump(mode="json", by_alias=True))
 
-    @app.post(job + "/suspend", response_model=RLJob, responses=_errors(404), tags=["jobs"])
+    @app.post(
+        job + "/suspend",
+        response_model=RLJob,
+        responses=_errors(404, 415),
+        dependencies=NoBody,
+        tags=["jobs"],
+    )
     async def suspend_job(namespace: Namespace, name: JobName, credentials: Credentials):
         """Set spec.suspend: a running trainer checkpoints and stops; the job is Suspended."""
         await authorize(credentials, "patch", namespace, name)
         return JSONResponse(await backend.set_suspended(namespace, name, True))
 
-    @app.post(job + "/resume", response_model=RLJob, responses=_errors(404), tags=["jobs"])
+    @app.post(
+        job + "/resume",
+        response_model=RLJob,
+        responses=_errors(404, 415),
+        dependencies=NoBody,
+        tags=["jobs"],
+    )
     async def resume_job(namespace: Namespace, name: JobName, credentials: Credentials):
         """Clear spec.suspend: the job continues from its newest checkpoint."""
         await authorize(credentials, "patch", namespace, name)
         return JSONResponse(await backend.set_suspended(namespace, name, False))
 
-    @app.delete(job, response_model=RLJob, responses=_errors(404), tags=["jobs"])
+    @app.delete(
+        job, response_model=RLJob, responses=_errors(404, 415), dependencies=NoBody, tags=["jobs"]
+    )
     async def delete_job(namespace: Namespace, name: JobName, credentials: Credentials):
         """Stop the job's trainer and remove the job; answers the job as it was."""
         await authorize(credentials, "delete", namespace, name)
@@ -298,31 +317,13 @@ def create_app(backend: Backend, authorizer: Authorizer) -> FastAPI:
         return PlainTextResponse(reason or "ok", status_code=503 if reason else 200)
 
     @app.get("/metrics", response_class=PlainTextResponse, responses=text_200, tags=["ops"])
-    async def prometheus_metrics():
-        """Prometheus exposition: requests, latency, jobs by phase, latest return per job."""
-        body = metrics.render(await backend.summaries())
+    async def prometheus_metrics(credentials: Credentials):
+        """Prometheus exposition. Requests and their latency, for anyone; jobs by phase and each
+        job's latest return and timesteps only for the namespaces whose rljobs the caller's bearer
+        token may list (as GET .../jobs would be authorized). The series of a namespace the token
+        may not list are left out; the scrape itself never fails on it."""
+        token = credentials.credentials if credentials else None
+        body = metrics.render(await listable(await backend.summaries(), authorizer, token))
         return Response(body, media_type="text/plain; version=0.0.4; charset=utf-8")
 
     return app
-
-
-def status_response(
-    code: int,
-    reason: str,
-    message: str,
-    causes: list[Cause] | None = None,
-    headers: dict[str, str] | None = None,
-) -> JSONResponse:
-    status = Status(
-        code=code,
-        reason=reason,
-        message=message,
-        details=StatusDetails(
-            causes=[StatusCause(field=c.field, message=c.message) for c in causes or []]
-        ),
-    )
-    if code == 401:
-        headers = {**(headers or {}), "WWW-Authenticate": "Bearer"}
-    return JSONResponse(
-        status.model_dump(mode="json", by_alias=True), status_code=code, headers=headers
-    )

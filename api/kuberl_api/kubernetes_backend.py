@@ -212,6 +212,8 @@ class KubernetesBackend:
         )
 
     async def summaries(self) -> list[JobSummary]:
+        """Every namespace's jobs, as the API's ServiceAccount may read them: /metrics shows each
+        caller only the namespaces its own token may list (metrics.listable)."""
         try:
             answer = await self.kube.request("GET", rljobs_path())
         except KubeError:

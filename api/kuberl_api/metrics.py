@@ -5,16 +5,21 @@ Names follow the project's conventions (`kuberl_` prefix, `_total` and `_seconds
 requests by method, route template (never the raw path) and status code; jobs by namespace, job,
 algorithm and phase. Job gauges are rebuilt from the backend at each scrape, so a deleted job's
 series disappear with it.
+
+Request series are public; job series name jobs, so each scrape shows only the namespaces whose
+rljobs the caller may list (`listable`): on the kubernetes backend that is what RBAC gives the
+scraper's token, asked anew for every scrape, never cached across callers.
 """
 
 from __future__ import annotations
 
+import asyncio
 import time
 from typing import Any
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 
-from kuberl_api.backend import JobSummary
+from kuberl_api.backend import Action, ApiError, Authorizer, JobSummary
 
 METRIC_REQUESTS = "kuberl_api_requests_total"
 METRIC_REQUEST_DURATION = "kuberl_api_request_duration_seconds"
@@ -73,6 +78,25 @@ class ApiMetrics:
         for (namespace, phase), count in counts.items():
             self.jobs.labels(namespace, phase).set(count)
         return generate_latest(self.registry)
+
+
+async def listable(
+    jobs: list[JobSummary], authorizer: Authorizer, token: str | None
+) -> list[JobSummary]:
+    """The jobs of the namespaces whose rljobs `token` may list. Any refusal (401, 403, or
+    Kubernetes away) leaves that namespace out rather than failing the scrape."""
+    namespaces = sorted({job.namespace for job in jobs})
+    allowed = await asyncio.gather(*(_may_list(authorizer, token, ns) for ns in namespaces))
+    shown = {namespace for namespace, ok in zip(namespaces, allowed, strict=True) if ok}
+    return [job for job in jobs if job.namespace in shown]
+
+
+async def _may_list(authorizer: Authorizer, token: str | None, namespace: str) -> bool:
+    try:
+        await authorizer.authorize(token, Action("list", namespace))
+    except ApiError:
+        return False
+    return True
 
 
 class RequestMetricsMiddleware:

@@ -8,6 +8,7 @@ would and keeps it in an HttpOnly, SameSite=Strict session cookie. Only two read
 that cookie in place of the `Authorization` header: this page and GET .../plot. Every other route
 still needs the header, so the cookie cannot be used to change anything (no cross-site request
 forgery). Kubernetes still decides what the token may read (list for the page, get for a plot).
+The login and logout forms are refused (403) from another site's page, as every POST is (guard.py).
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ from fastapi.responses import HTMLResponse, RedirectResponse
 from pydantic import ValidationError
 
 from kuberl_api.backend import Action, ApiError, Authorizer, Backend, ListQuery, bad_request
+from kuberl_api.guard import read_body
 from kuberl_api.schemas import Status
 from kuberl_operator.spec import DNS_LABEL_PATTERN, RLJob
 from kuberl_trainer.progress_row import format_return
@@ -124,7 +126,7 @@ def page_routes(backend: Backend, authorizer: Authorizer) -> APIRouter:
         responses={
             303: {"description": "The token is kept in a cookie; on to the page."},
             401: {"content": _HTML_TEXT, "description": "The form again: the token is invalid."},
-            **{code: status_body for code in (400, 413, 415, 500, 503)},
+            **{code: status_body for code in (400, 403, 413, 415, 500, 503)},
         },
         openapi_extra={
             "requestBody": {
@@ -172,7 +174,10 @@ def page_routes(backend: Backend, authorizer: Authorizer) -> APIRouter:
         "/logout",
         status_code=303,
         response_class=RedirectResponse,
-        responses={303: {"description": "The cookie is cleared; back to the page."}},
+        responses={
+            303: {"description": "The cookie is cleared; back to the page."},
+            403: status_body,
+        },
     )
     async def logout(request: Request):
         """Forget the page's token."""
@@ -273,9 +278,7 @@ async def _form(request: Request) -> dict[str, str]:
             "UnsupportedMediaType",
             f"content type {media_type or '(none)'!r}: send application/x-www-form-urlencoded",
         )
-    body = await request.body()
-    if len(body) > _MAX_FORM_BYTES:
-        raise ApiError(413, "RequestEntityTooLarge", f"form over {_MAX_FORM_BYTES} bytes")
+    body = await read_body(request, _MAX_FORM_BYTES)
     fields = parse_qs(body.decode("utf-8", errors="replace"), keep_blank_values=True)
     return {key: values[0] for key, values in fields.items()}
 

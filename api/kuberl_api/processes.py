@@ -21,14 +21,23 @@ import os
 import signal
 import subprocess
 import sys
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
 import psutil
 
+from kuberl_api.auth import TOKEN_ENV
+
 _WRAPPER = (
     'trap : TERM INT; "$@"; code=$?; echo "$code" > "$0.tmp" && mv "$0.tmp" "$0"; exit "$code"'
 )
+API_ONLY_ENV = frozenset({TOKEN_ENV})
+"""Variables the API holds for itself, which no trainer gets. A trainer runs the job's own code (a
+`module:Class` env is imported and run), so the API's token would be anyone's who submits a job;
+the rest of the environment is the user's and the trainer needs it: PATH, HOME, locale, proxies,
+AWS_* for checkpoints, CUDA_*, RAY_*, PYTHON*, KUBERL_* and whatever an env reads."""
+
 # psutil's create_time is rounded differently across calls on some systems; a PID reused by another
 # process starts at least a clock tick later.
 _START_TIME_TOLERANCE_S = 0.05
@@ -71,7 +80,7 @@ class TrainerProcesses:
                 stdout=log,
                 stderr=subprocess.STDOUT,
                 start_new_session=True,
-                env={**os.environ, "PYTHONUNBUFFERED": "1"},
+                env=trainer_environment(os.environ),
             )
         self._children[child.pid] = child
         return Started(child.pid, _start_time(child.pid) or 0.0)
@@ -119,6 +128,13 @@ class TrainerProcesses:
         child = self._children.pop(pid, None)
         if child is not None:
             child.poll()
+
+
+def trainer_environment(environ: Mapping[str, str]) -> dict[str, str]:
+    """The environment of a trainer: the API's own, less API_ONLY_ENV, with unbuffered output so
+    the log follows the trainer."""
+    kept = {name: value for name, value in environ.items() if name not in API_ONLY_ENV}
+    return kept | {"PYTHONUNBUFFERED": "1"}
 
 
 def read_exit_status(path: Path) -> int | None:

@@ -1,18 +1,19 @@
 """`kuberl serve`: the API with its backend and authorizer chosen from the command line, on uvicorn.
 
 The one rule enforced here: without tokens (local backend) nobody is authenticated, so the API
-then refuses any address but loopback, where only this machine's users can reach it.
+then refuses any address but loopback, where only this machine's users can reach it (and serves
+only loopback Host headers there, which keeps DNS-rebinding pages out: guard.py).
 """
 
 from __future__ import annotations
 
-import ipaddress
 import logging
 import os
 from pathlib import Path
 
 from kuberl_api.auth import NoAuth, StaticTokens, load_tokens
 from kuberl_api.backend import Authorizer, Backend
+from kuberl_api.guard import is_loopback
 
 log = logging.getLogger("kuberl_api")
 
@@ -31,15 +32,6 @@ def default_data_dir() -> Path:
 def default_max_running() -> int:
     """Half the cores: a trainer keeps about one core busy, and the API needs some too."""
     return max(1, (os.cpu_count() or 2) // 2)
-
-
-def is_loopback(host: str) -> bool:
-    if host == "localhost":
-        return True
-    try:
-        return ipaddress.ip_address(host).is_loopback
-    except ValueError:
-        return False
 
 
 def local_setup(
@@ -89,7 +81,7 @@ def serve(backend: Backend, authorizer: Authorizer, host: str, port: int) -> Non
 
     from kuberl_api.app import create_app
 
-    app = create_app(backend, authorizer)
+    app = create_app(backend, authorizer, loopback_hosts_only=isinstance(authorizer, NoAuth))
     log.warning("kuberl API (%s backend) on http://%s:%d", backend.name, host, port)
     uvicorn.run(
         app,

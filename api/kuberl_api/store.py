@@ -9,6 +9,7 @@ what makes a duplicate submission a 409 however many arrive at once.
 from __future__ import annotations
 
 import json
+import math
 import sqlite3
 from collections.abc import Iterator
 from dataclasses import dataclass, replace
@@ -65,6 +66,23 @@ class JobStore:
         self._db.execute("PRAGMA journal_mode=WAL")
         self._db.execute("PRAGMA synchronous=NORMAL")  # WAL keeps it consistent on power loss
         self._db.executescript(SCHEMA)
+        self._make_documents_strict()
+
+    def _make_documents_strict(self) -> None:
+        """Rewrites documents that earlier versions stored with NaN or Infinity in them (a status
+        progress of a diverged run), so that GET .../jobs/NAME, which answers the stored text as it
+        is, answers JSON."""
+        suspects = self._db.execute(
+            "SELECT namespace, name, document FROM jobs "
+            "WHERE document LIKE '%NaN%' OR document LIKE '%Infinity%'"
+        ).fetchall()
+        for namespace, name, document in suspects:
+            strict = _dumps(_loads(document))
+            if strict != document:
+                self._db.execute(
+                    "UPDATE jobs SET document = ? WHERE namespace = ? AND name = ?",
+                    (strict, namespace, name),
+                )
 
     def close(self) -> None:
         self._db.close()
@@ -78,7 +96,7 @@ class JobStore:
         try:
             self._db.execute(
                 "INSERT INTO jobs (namespace, name, seq, phase, document) VALUES (?, ?, ?, ?, ?)",
-                (namespace, name, seq, document["status"]["phase"], json.dumps(document)),
+                (namespace, name, seq, document["status"]["phase"], _dumps(document)),
             )
         except sqlite3.IntegrityError:
             raise DuplicateJob(f"{namespace}/{name}") from None
@@ -104,7 +122,7 @@ class JobStore:
             "WHERE namespace = ? AND name = ?",
             (
                 row.phase,
-                json.dumps(row.document),
+                _dumps(row.document),
                 row.pid,
                 row.pid_started,
                 int(row.stopping),
@@ -144,4 +162,25 @@ _COLUMNS = "namespace, name, seq, document, pid, pid_started, stopping"
 
 def _row(row: tuple) -> JobRow:
     namespace, name, seq, document, pid, pid_started, stopping = row
-    return JobRow(namespace, name, seq, json.loads(document), pid, pid_started, bool(stopping))
+    return JobRow(namespace, name, seq, _loads(document), pid, pid_started, bool(stopping))
+
+
+def _dumps(document: dict[str, Any]) -> str:
+    """Strict JSON: a number that is not finite (a diverged run's return) is stored as null, the
+    same "no number" a client reads for a job without progress yet."""
+    return json.dumps(_finite(document), allow_nan=False)
+
+
+def _loads(text: str) -> Any:
+    return json.loads(text, parse_constant=lambda _: None)
+
+
+def _finite(value: Any) -> Any:
+    # Documents are validated manifests plus a status: a few levels deep, so recursion is safe.
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    if isinstance(value, dict):
+        return {key: _finite(item) for key, item in value.items()}
+    if isinstance(value, list):
+        return [_finite(item) for item in value]
+    return value

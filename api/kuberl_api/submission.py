@@ -6,16 +6,16 @@ media type and adds the one rule that belongs to a REST path: the job's namespac
 
 from __future__ import annotations
 
-import json
 from typing import Any
 
 from kuberl_api.backend import ApiError, Cause
+from kuberl_operator.bounded import MAX_MANIFEST_BYTES, load_json
 from kuberl_operator.spec import RLJob
 from kuberl_operator.validation import InvalidManifest, Problem, parse_yaml_document, validate_rljob
 
 JSON_TYPES = frozenset({"application/json"})
 YAML_TYPES = frozenset({"application/yaml", "application/x-yaml", "text/yaml", "text/x-yaml"})
-MAX_BODY_BYTES = 1024 * 1024
+MAX_BODY_BYTES = MAX_MANIFEST_BYTES
 
 
 def parse_submission(
@@ -26,14 +26,17 @@ def parse_submission(
     if len(body) > MAX_BODY_BYTES:
         raise ApiError(413, "RequestEntityTooLarge", f"body over {MAX_BODY_BYTES} bytes")
     media_type = (content_type or "").split(";")[0].strip().lower()
-    if media_type and media_type not in JSON_TYPES | YAML_TYPES:
+    if media_type not in JSON_TYPES | YAML_TYPES:
         accepted = ", ".join(sorted(JSON_TYPES | YAML_TYPES))
         raise ApiError(
-            415, "UnsupportedMediaType", f"Content-Type {media_type} is not one of {accepted}"
+            415,
+            "UnsupportedMediaType",
+            f"Content-Type {media_type or '(none)'} is not one of {accepted}: send the "
+            "manifest with one of them",
         )
     try:
         text = body.decode("utf-8")
-        document = _json(text) if media_type in JSON_TYPES else parse_yaml_document(text)
+        document = load_json(text) if media_type in JSON_TYPES else parse_yaml_document(text)
     except UnicodeDecodeError:
         raise invalid([Problem("", "the body is not UTF-8 text")]) from None
     except InvalidManifest as exc:
@@ -80,14 +83,6 @@ def invalid(problems: list[Problem]) -> ApiError:
     causes = [Cause(problem.path, problem.message) for problem in problems]
     summary = "; ".join(str(problem) for problem in problems)
     return ApiError(422, "Invalid", f"invalid RLJob: {summary}", causes)
-
-
-def _json(text: str) -> Any:
-    try:
-        return json.loads(text)
-    except json.JSONDecodeError as exc:
-        where = f"line {exc.lineno}, column {exc.colno}"
-        raise InvalidManifest([Problem("", f"{where}: not valid JSON: {exc.msg}")]) from None
 
 
 def _namespace_problems(document: Any, namespace: str) -> list[Problem]:

@@ -1,7 +1,15 @@
 """Fixtures of the API tests: real `kuberl serve` processes on loopback, local backend."""
 
+import os
+from pathlib import Path
+
 import pytest
 from apiserver import TOKEN, ApiClient, serving
+
+# Where trainers find this directory's test envs (`recording_env:EnvironmentRecorder`).
+TEST_ENVS_PATH = os.pathsep.join(
+    part for part in (str(Path(__file__).parent), os.environ.get("PYTHONPATH")) if part
+)
 
 
 @pytest.fixture(scope="module")
@@ -9,7 +17,8 @@ def local_api(tmp_path_factory):
     """A token-protected local backend running up to 2 trainers at once (shared by a module:
     tests use distinct job names)."""
     data_dir = tmp_path_factory.mktemp("api") / "data"
-    with serving(data_dir, "--max-running", "2", env={"KUBERL_API_TOKEN": TOKEN}) as server:
+    env = {"KUBERL_API_TOKEN": TOKEN, "PYTHONPATH": TEST_ENVS_PATH}
+    with serving(data_dir, "--max-running", "2", env=env) as server:
         yield server
 
 
@@ -19,6 +28,15 @@ def queue_api(tmp_path_factory):
     Pending, for tests of the API itself."""
     data_dir = tmp_path_factory.mktemp("api") / "data"
     with serving(data_dir, "--max-running", "0", env={"KUBERL_API_TOKEN": TOKEN}) as server:
+        yield server
+
+
+@pytest.fixture(scope="module")
+def open_queue_api(tmp_path_factory):
+    """A local backend without tokens (so on loopback, for loopback Hosts only) that starts no
+    trainer."""
+    data_dir = tmp_path_factory.mktemp("api") / "data"
+    with serving(data_dir, "--max-running", "0", env={"KUBERL_API_TOKEN": ""}) as server:
         yield server
 
 

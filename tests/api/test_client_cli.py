@@ -53,7 +53,10 @@ def test_submit_follow_and_delete(kuberl, tmp_path):
     logs = kuberl("logs", "from-cli", "--tail", "2")
     assert logs.returncode == 0 and len(logs.stdout.splitlines()) == 2
 
-    assert kuberl("suspend", "from-cli").returncode == 0  # finished: stays Succeeded
+    # Finished: it stays Succeeded. The guarded API takes the CLI's bodyless changes.
+    assert kuberl("suspend", "from-cli").returncode == 0
+    resumed = kuberl("resume", "from-cli")
+    assert resumed.returncode == 0 and "from-cli resumed (Succeeded)" in resumed.stdout
     assert kuberl("delete", "from-cli").returncode == 0
     gone = kuberl("status", "from-cli")
     assert gone.returncode == 1

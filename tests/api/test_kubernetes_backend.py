@@ -17,12 +17,14 @@ pytestmark = pytest.mark.timeout(120)
 TOKENS = {
     "alice-token": {"username": "alice", "uid": "1", "groups": ["system:authenticated"]},
     "bob-token": {"username": "bob", "uid": "2", "groups": ["system:authenticated"]},
+    "carol-token": {"username": "carol", "uid": "3", "groups": ["system:authenticated"]},
 }
 # RBAC as the emulated cluster's reviews answer it: alice may do anything with rljobs in team-a,
-# bob may only read them there.
+# bob may only read them there, carol may only read them in team-b.
 ALLOWED = {
     ("alice", "team-a"): {"create", "get", "list", "patch", "delete"},
     ("bob", "team-a"): {"get", "list"},
+    ("carol", "team-b"): {"get", "list"},
 }
 
 
@@ -173,6 +175,31 @@ def test_status_progress_and_filters_come_from_the_rljob(api, cluster):
         'kuberl_api_job_episode_return_mean{algorithm="PPO",job="first",namespace="team-a",'
         'phase="Running"} 31.5'
     ) in metrics
+
+
+def test_metrics_show_each_caller_only_the_namespaces_it_may_list(api, cluster):
+    alice = ApiClient(api.url, "alice-token")
+    assert alice.submit(small_job("ours"), "team-a").status_code == 201
+    theirs = small_job("theirs")
+    theirs["metadata"]["namespace"] = "team-b"
+    cluster.create(cluster.rljobs("team-b"), theirs)  # alice may not see it
+
+    def jobs_shown(token: str | None) -> set[str]:
+        text = ApiClient(api.url, token).request("GET", "/metrics").text
+        assert "kuberl_api_requests_total{" in text  # request series, for anyone
+        return {
+            line.split('job="')[1].split('"')[0]
+            for line in text.splitlines()
+            if line.startswith("kuberl_api_job_timesteps{")
+        }
+
+    assert jobs_shown("alice-token") == {"ours"}
+    assert jobs_shown("carol-token") == {"theirs"}  # asked again for each caller
+    assert jobs_shown("alice-token") == {"ours"}
+    assert jobs_shown("stolen-token") == set()
+    assert jobs_shown(None) == set()
+    lists = [(r["user"], r["namespace"]) for r in cluster.reviews if r["verb"] == "list"]
+    assert {("alice", "team-a"), ("alice", "team-b"), ("carol", "team-b")} <= set(lists)
 
 
 def test_not_ready_without_the_crd(kube_api, tmp_path):

@@ -1,12 +1,13 @@
 """The local backend end to end: `kuberl serve` on loopback, real trainer processes, real HTTP."""
 
 import itertools
+import json
 import os
 import time
 
 import psutil
 import pytest
-from apiserver import small_job
+from apiserver import TOKEN, small_job
 
 from kuberl_operator.spec import RLJob
 from testkit import wait_until
@@ -60,6 +61,23 @@ def test_submit_trains_to_success_with_progress_history(client, local_api):
         in metrics
     )
     assert "kuberl_api_request_duration_seconds_bucket" in metrics
+
+
+def test_a_trainer_runs_without_the_api_token(client, tmp_path):
+    record = tmp_path / "environment.json"
+    job = small_job("environment", iterations=1)
+    job["spec"]["trainer"] |= {
+        "env": "recording_env:EnvironmentRecorder",
+        "envConfig": {"path": str(record)},
+    }
+    assert client.submit(job).status_code == 201
+    done = client.wait_phase("environment", "Succeeded", "Failed")
+    assert done["status"]["phase"] == "Succeeded", client.request(
+        "GET", client.jobs(name="environment", action="logs")
+    ).text
+    environment = json.loads(record.read_text())
+    assert "KUBERL_API_TOKEN" not in environment and TOKEN not in environment.values()
+    assert environment["PATH"] == os.environ["PATH"]  # the rest of the user's environment stays
 
 
 def test_suspend_checkpoints_and_resume_continues_the_iteration_count(client):

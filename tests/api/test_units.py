@@ -1,5 +1,6 @@
 """The API's pure parts: selectors, continue tokens, token files, the phase of an ended trainer,
-and the rule that an unauthenticated API serves on loopback only."""
+the rule that an unauthenticated API serves on loopback only (and loopback Host names only), and
+a trainer's environment."""
 
 import json
 
@@ -7,7 +8,9 @@ import pytest
 
 from kuberl_api.auth import load_tokens
 from kuberl_api.backend import ApiError
+from kuberl_api.guard import host_name, is_loopback
 from kuberl_api.local import outcome, with_progress
+from kuberl_api.processes import trainer_environment
 from kuberl_api.selectors import (
     decode_continue,
     encode_continue,
@@ -139,3 +142,32 @@ def test_no_tokens_means_loopback_only(tmp_path):
         "serve", "--token-file", tmp_path / "nope", "--data-dir", tmp_path, env=env
     )
     assert missing.returncode == 1 and "--token-file" in missing.stderr
+
+
+@pytest.mark.parametrize(
+    ("host", "loopback"),
+    [
+        ("localhost", True),
+        ("LocalHost:8080", True),
+        ("127.0.0.1:1", True),
+        ("127.9.9.9", True),
+        ("[::1]:8080", True),
+        ("[::1]", True),
+        ("localhost.evil.example", False),
+        ("evil.localhost", False),
+        ("10.0.0.1:8080", False),
+        ("::1", False),  # not a Host header: an IPv6 address needs brackets
+        ("", False),
+    ],
+)
+def test_loopback_host_names(host, loopback):
+    assert is_loopback(host_name(host)) is loopback
+
+
+def test_a_trainer_gets_the_environment_without_the_api_token():
+    environ = {"KUBERL_API_TOKEN": "secret", "PATH": "/bin", "KUBERL_SERVER": "http://x"}
+    assert trainer_environment(environ) == {
+        "PATH": "/bin",
+        "KUBERL_SERVER": "http://x",
+        "PYTHONUNBUFFERED": "1",
+    }
