@@ -174,7 +174,8 @@ class CheckpointConfig(Spec):
     """Name of a Secret in the job's namespace whose keys become environment variables of the
     driver: the object store's credentials, e.g. AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY and
     AWS_ENDPOINT_URL for s3://, AZURE_STORAGE_CONNECTION_STRING for az://. Unset: the driver's own
-    environment (e.g. a workload identity, as gs:// usually uses)."""
+    environment (e.g. a workload identity, as gs:// usually uses). On a cluster the operator's
+    allowed_secrets setting (KUBERL_ALLOWED_SECRETS) must allow the name."""
 
     @field_validator("uri")
     @classmethod
