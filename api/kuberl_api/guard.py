@@ -14,8 +14,8 @@ its own origin. So, in front of every route:
   send neither header.
 
 Routes add what only they know: a job submission needs a JSON or YAML Content-Type (submission.py),
-suspend, resume and delete take no body and so no Content-Type (`no_body`), and a body is read up
-to a limit only (`read_body`).
+suspend, resume and delete take no body and refuse the media types a page sends without asking
+(`no_body`), and a body is read up to a limit only (`read_body`).
 """
 
 from __future__ import annotations
@@ -107,10 +107,19 @@ def is_loopback(host: str) -> bool:
         return False
 
 
+SIMPLE_MEDIA_TYPES = frozenset(
+    {"text/plain", "application/x-www-form-urlencoded", "multipart/form-data"}
+)
+"""The media types a page may send to another site without a CORS preflight: a form's, or
+`fetch` in `no-cors` mode. Any other type (application/json) makes the browser ask first."""
+
+
 def no_body(request: Request) -> None:
-    """A dependency of the routes that take no body: a request with a Content-Type is refused
-    (415), as a page's forged request carries one."""
-    if content_type := request.headers.get("content-type"):
+    """A dependency of the routes that take no body: a body of a type a page could send without
+    asking is refused (415). Clients that send `Content-Type: application/json` out of habit, with
+    an empty body, are served."""
+    content_type = request.headers.get("content-type", "")
+    if content_type.split(";")[0].strip().lower() in SIMPLE_MEDIA_TYPES:
         raise ApiError(
             415,
             "UnsupportedMediaType",
