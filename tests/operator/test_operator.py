@@ -11,6 +11,7 @@ tests give each job's auth Secret before the operator would generate one.
 from __future__ import annotations
 
 import contextlib
+import functools
 import re
 import threading
 import time
@@ -319,7 +320,16 @@ def invalid_jobs() -> dict[str, tuple[dict, str]]:
     secretive["spec"]["storage"] = {"secretRef": {"name": "s3-credentials"}}
     snooping = rljob("snooping")
     snooping["spec"]["trainer"]["checkpoint"] = {"credentialsSecret": "solo-ray-auth"}
+    # What Kubernetes stores but no RLJob may hold (bounded.py): deep nesting, beyond int64.
+    deep = rljob("deep")
+    deep["spec"]["trainer"]["envConfig"] = {
+        "x": functools.reduce(lambda inner, _: [inner], range(200), [])
+    }
+    huge = rljob("huge")
+    huge["spec"]["trainer"]["stop"] = {"timesteps": 2**70}
     return {
+        "deep": (deep, "spec.trainer.envConfig.x[0][0]"),
+        "huge": (huge, f"spec.trainer.stop.timesteps: {2**70} does not fit in the 64-bit"),
         "secretive": (
             secretive,
             "spec.storage.secretRef.name: the Secret s3-credentials is not one jobs may reference",
