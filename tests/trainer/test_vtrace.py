@@ -1,5 +1,5 @@
-"""V-trace (Espeholt et al. 2018) against a plain loop over the paper's recursion, against
-compute_gae on on-policy data, and through IMPALA's sequence layout."""
+"""V-trace (Espeholt et al. 2018) against the paper's sum and a plain loop over its recursion,
+against compute_gae on on-policy data, and through IMPALA's sequence layout."""
 
 import math
 
@@ -7,6 +7,7 @@ import numpy as np
 import pytest
 import torch
 
+from kuberl_trainer.policy import impala
 from kuberl_trainer.policy.appo import APPOPolicy
 from kuberl_trainer.policy.impala import IMPALAPolicy, vtrace
 from kuberl_trainer.postprocessing import compute_gae
@@ -46,20 +47,62 @@ def reference_vtrace(data, gamma, rho_bar, c_bar, pg_rho_bar):
     return vs, advantages
 
 
-def random_sequences(seed: int, horizon: int = 12, envs: int = 5, off_policy: float = 0.7):
+def papers_vtrace(data, gamma, rho_bar, c_bar, pg_rho_bar):
+    """The paper's eq. 1 as written, a sum over the steps ahead rather than a recursion:
+
+        v_s = V(x_s) + sum_{t=s}^{s+n-1} gamma^(t-s) (prod_{i=s}^{t-1} c_i) delta_t V
+        delta_t V = rho_t (r_t + gamma V(x_t+1) - V(x_t))
+
+    where the n steps run to the episode's end or the window's, whichever comes first (the end
+    step included). V(x_t+1) is the next step's value inside the window and episode, 0 after a
+    termination, and V of the final (or next window's) observation, next_values[t], after a
+    truncation or the window's last step. The advantage is
+    min(pg_rho_bar, rho_s) (r_s + gamma v_s+1 - V(x_s)), with v_s+1 = V(x_s+1) where the sum was
+    cut after s. In float64, whatever the inputs' type."""
+    log_rhos, rewards, values, next_values, terminateds, truncateds = (
+        np.asarray(data[k], dtype=np.float64 if data[k].dtype != bool else bool)
+        for k in ("log_rhos", "rewards", "values", "next_values", "terminateds", "truncateds")
+    )
+    horizon, envs = rewards.shape
+    ratios = np.exp(log_rhos)
+    rhos, cs = np.minimum(rho_bar, ratios), np.minimum(c_bar, ratios)
+    cut = terminateds | truncateds
+    # V(x_t+1) as the TD error delta_t sees it
+    bootstrap = np.where(terminateds, 0.0, next_values)
+    bootstrap[:-1] = np.where(cut[:-1], bootstrap[:-1], values[1:])
+    deltas = rhos * (rewards + gamma * bootstrap - values)
+    vs = np.zeros((horizon, envs))
+    for b in range(envs):
+        for s in range(horizon):
+            total, trace = 0.0, 1.0  # trace: gamma^(t-s) prod_{i=s}^{t-1} c_i
+            for t in range(s, horizon):
+                total += trace * deltas[t, b]
+                if cut[t, b]:
+                    break
+                trace *= gamma * cs[t, b]
+            vs[s, b] = values[s, b] + total
+    next_vs = bootstrap.copy()
+    next_vs[:-1] = np.where(cut[:-1], bootstrap[:-1], vs[1:])
+    advantages = np.minimum(pg_rho_bar, ratios) * (rewards + gamma * next_vs - values)
+    return vs, advantages
+
+
+def random_sequences(
+    seed: int, horizon: int = 12, envs: int = 5, off_policy: float = 0.7, dtype=np.float32
+):
     """Rewards and values of `envs` sequences with terminations and truncations here and there,
     and log importance ratios spread around 0 so that every clip applies somewhere."""
     rng = np.random.default_rng(seed)
-    values = rng.normal(size=(horizon, envs)).astype(np.float32)
+    values = rng.normal(size=(horizon, envs)).astype(dtype)
     ends = rng.random((horizon, envs))
     terminateds, truncateds = ends < 0.15, (ends >= 0.15) & (ends < 0.25)
     # V(next observation): the next step's value inside an episode, a value of its own elsewhere
-    next_values = np.concatenate([values[1:], rng.normal(size=(1, envs))]).astype(np.float32)
+    next_values = np.concatenate([values[1:], rng.normal(size=(1, envs))]).astype(dtype)
     cut = terminateds | truncateds
     next_values[cut] = rng.normal(size=cut.sum())
     return {
-        "log_rhos": (off_policy * rng.normal(size=(horizon, envs))).astype(np.float32),
-        "rewards": rng.normal(size=(horizon, envs)).astype(np.float32),
+        "log_rhos": (off_policy * rng.normal(size=(horizon, envs))).astype(dtype),
+        "rewards": rng.normal(size=(horizon, envs)).astype(dtype),
         "values": values,
         "next_values": next_values,
         "terminateds": terminateds,
@@ -67,11 +110,50 @@ def random_sequences(seed: int, horizon: int = 12, envs: int = 5, off_policy: fl
     }
 
 
-def run_vtrace(data, **clips):
+def run_vtrace(data, gamma=GAMMA, **clips):
     vs, advantages = vtrace(
-        **{k: torch.from_numpy(v) for k, v in data.items()}, gamma=GAMMA, **clips
+        **{k: torch.from_numpy(v) for k, v in data.items()}, gamma=gamma, **clips
     )
     return vs.numpy(), advantages.numpy()
+
+
+@pytest.fixture(params=["matrix", "loop"])
+def summed_by(request, monkeypatch):
+    """vtrace's sums of discounted TD errors as a (T, T) matrix or by a loop over time, whichever
+    the shapes would pick."""
+    if request.param == "loop":
+        monkeypatch.setattr(impala, "MATRIX_MAX_STEPS", 0)
+    else:
+        monkeypatch.setattr(impala, "MATRIX_MAX_STEPS_TIMES_SEQUENCES", 10**9)
+    return request.param
+
+
+@pytest.mark.parametrize("seed", range(3))
+@pytest.mark.parametrize("horizon", [1, 5, 33])
+@pytest.mark.parametrize("envs", [1, 7])
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize(
+    ("gamma", "clips"),
+    [
+        (0.99, {"rho_bar": 1.0, "c_bar": 1.0, "pg_rho_bar": 1.0}),
+        (0.9, {"rho_bar": 1.5, "c_bar": 0.8, "pg_rho_bar": 1.2}),
+        (0.97, {"rho_bar": 0.7, "c_bar": 2.0, "pg_rho_bar": 0.5}),
+    ],
+)
+def test_vtrace_matches_the_papers_sum_over_the_steps_ahead(
+    seed, horizon, envs, dtype, gamma, clips, summed_by
+):
+    data = random_sequences(seed, horizon, envs, off_policy=1.0, dtype=dtype)
+    ratios = np.exp(data["log_rhos"])
+    if horizon * envs > 30:  # enough steps that every clip cuts somewhere and somewhere not
+        for bar in clips.values():
+            assert (ratios > bar).any() and (ratios < bar).any()
+        assert data["terminateds"].any() and data["truncateds"].any()
+    vs, advantages = run_vtrace(data, gamma, **clips)
+    assert vs.dtype == advantages.dtype == dtype
+    expected_vs, expected_advantages = papers_vtrace(data, gamma, **clips)
+    np.testing.assert_allclose(vs, expected_vs, rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(advantages, expected_advantages, rtol=1e-5, atol=1e-5)
 
 
 @pytest.mark.parametrize("seed", range(5))

@@ -55,11 +55,7 @@ def vtrace(
     continues = (~(terminateds | truncateds)).to(values.dtype)
     deltas = rhos.clamp(max=rho_bar) * (rewards + gamma * not_terminated * next_values - values)
     decay = gamma * rhos.clamp(max=c_bar) * continues
-    corrections = torch.empty_like(values)  # v_s - V(x_s)
-    running = torch.zeros_like(values[0])
-    for t in range(len(values) - 1, -1, -1):
-        running = deltas[t] + decay[t] * running
-        corrections[t] = running
+    corrections = discounted_sums(deltas, decay)  # v_s - V(x_s)
     vs = values + corrections
     # v_s+1 where the episode goes on inside the window; V(next observation) elsewhere.
     next_vs = next_values.clone()
@@ -68,6 +64,41 @@ def vtrace(
         rewards + gamma * not_terminated * next_vs - values
     )
     return vs, pg_advantages
+
+
+# The matrix form below costs O(T^2 B) against the loop's T steps of a few microseconds each, so
+# it pays only on short, narrow windows. Measured on a 2-core CPU (torch 2.13, 1 thread; 2
+# threads alike or better for the matrix), loop vs matrix in microseconds: T=32 B=16 150 vs 51,
+# T=20 B=64 101 vs 63, T=8 B=64 42 vs 27, T=64 B=32 305 vs 294 (even), T=50 B=64 245 vs 365,
+# T=8 B=768 43 vs 99, T=20 B=768 101 vs 1,490, T=128 B=16 600 vs 1,440.
+MATRIX_MAX_STEPS = 64
+MATRIX_MAX_STEPS_TIMES_SEQUENCES = 2048
+
+
+def discounted_sums(deltas: torch.Tensor, decay: torch.Tensor) -> torch.Tensor:
+    """x_s = deltas_s + decay_s x_s+1 over time-major (T, B) columns, with x_T = 0."""
+    horizon, sequences = deltas.shape
+    if horizon <= MATRIX_MAX_STEPS and horizon * sequences <= MATRIX_MAX_STEPS_TIMES_SEQUENCES:
+        return _discounted_sums_by_matrix(deltas, decay)
+    sums = torch.empty_like(deltas)
+    running = torch.zeros_like(deltas[0])
+    for t in range(horizon - 1, -1, -1):
+        running = deltas[t] + decay[t] * running
+        sums[t] = running
+    return sums
+
+
+def _discounted_sums_by_matrix(deltas: torch.Tensor, decay: torch.Tensor) -> torch.Tensor:
+    """The same sums unrolled, x_s = sum_t>=s (prod_{i=s}^{t-1} decay_i) deltas_t, with the
+    products of every (s, t) from one cumulative product: never a division, since a decay is 0
+    wherever an episode ends."""
+    horizon = len(deltas)
+    ahead = torch.ones(horizon, horizon, dtype=torch.bool, device=deltas.device).triu()
+    # products[s, t] = prod_{i=s}^{t} decay_i where t >= s (row s multiplies ones before s)
+    products = torch.where(ahead[..., None], decay, 1.0).cumprod(1)
+    # deltas_t for t > s weighs prod_{i=s}^{t-1} = products[s, t-1]; t = s weighs 1
+    discounts = products[:, :-1] * ahead[:, :-1, None]
+    return deltas + (discounts * deltas[1:]).sum(1)
 
 
 class IMPALAPolicy(ActorCriticPolicy):
