@@ -1,6 +1,8 @@
 """The learner's device: cuda when the job has GPUs and one is visible, the CPU otherwise (with
 one warning); whatever leaves a policy (actions, weights, gradients, checkpoint state) is on the
-CPU, so rollout workers and checkpoints never depend on where the learner ran."""
+CPU, so rollout workers and checkpoints never depend on where the learner ran. The driver's local
+worker samples with a CPU copy of a learner on a GPU (test_sampling_copy.py runs that path on the
+CPU)."""
 
 from __future__ import annotations
 
@@ -59,8 +61,11 @@ def assert_cpu_numpy(weights: dict[str, np.ndarray]) -> None:
     assert weights and all(type(v) is np.ndarray for v in weights.values())
 
 
-def run_driver(tmp_path, monkeypatch, learner_gpus: int) -> tuple[TorchPolicy, object]:
-    """A tiny PPO run without remote workers; returns the learner's policy and the result."""
+def run_driver(
+    tmp_path, monkeypatch, learner_gpus: int
+) -> tuple[TorchPolicy, object, RolloutWorker]:
+    """A tiny PPO run without remote workers; returns the learner's policy, the result and the
+    local worker."""
     moved: list[TorchPolicy] = []
     original_to = TorchPolicy.to
 
@@ -76,9 +81,10 @@ def run_driver(tmp_path, monkeypatch, learner_gpus: int) -> tuple[TorchPolicy, o
         evaluation={"everyIterations": 3, "episodes": 1},
     )
     rollout = RolloutConfig(replicas=0, envs_per_worker=4)
-    result = Driver(config, rollout, tmp_path, "job", learner_gpus=learner_gpus).run()
+    driver = Driver(config, rollout, tmp_path, "job", learner_gpus=learner_gpus)
+    result = driver.run()
     [policy] = moved  # only the learner moves; nothing else builds a device policy
-    return policy, result
+    return policy, result, driver.trainer.workers.local_worker
 
 
 # -- on any machine --------------------------------------------------------------------------
@@ -116,10 +122,11 @@ def test_learner_devices(gpus, cuda_count, expected):
 def test_gpu_job_without_a_gpu_learns_on_the_cpu_and_warns_once(tmp_path, monkeypatch, caplog):
     monkeypatch.setattr(torch.cuda, "device_count", lambda: 0)
     with caplog.at_level(logging.WARNING):
-        policy, result = run_driver(tmp_path, monkeypatch, learner_gpus=1)
+        policy, result, local_worker = run_driver(tmp_path, monkeypatch, learner_gpus=1)
     assert (result.iteration, result.stopped_by) == (3, "iterations>=3")
     assert result.evaluation_return_mean is not None
     assert policy.device == torch.device("cpu")
+    assert local_worker.acting_policy is policy  # a CPU learner samples itself: no copy
     assert all(p.device.type == "cpu" for p in policy.model.parameters())
     warnings = [r for r in caplog.records if r.getMessage() == NO_CUDA_WARNING]
     assert len(warnings) == 1 and warnings[0].levelno == logging.WARNING
@@ -236,10 +243,35 @@ def test_moving_a_trained_policy_moves_its_optimizer_state():
 
 
 @needs_cuda
-def test_gpu_job_learns_on_cuda(tmp_path, monkeypatch, caplog):
-    with caplog.at_level(logging.WARNING):
-        policy, result = run_driver(tmp_path, monkeypatch, learner_gpus=1)
+def test_gpu_job_learns_on_cuda_and_samples_on_the_cpu(tmp_path, monkeypatch, caplog):
+    with caplog.at_level(logging.INFO):
+        policy, result, local_worker = run_driver(tmp_path, monkeypatch, learner_gpus=1)
     assert (result.iteration, result.stopped_by) == (3, "iterations>=3")
     assert policy.device.type == "cuda"
     assert all(p.device.type == "cuda" for p in policy.model.parameters())
     assert NO_CUDA_WARNING not in caplog.text
+    # The driver's sampling and evaluation act with a CPU copy, refreshed before the evaluation.
+    copy = local_worker.acting_policy
+    assert local_worker.policy is policy and copy is not policy
+    assert copy.device.type == "cpu"
+    assert all(t.device.type == "cpu" for t in copy.model.state_dict().values())
+    learned = policy.model.state_dict()
+    for key, value in copy.model.state_dict().items():
+        assert torch.equal(value, learned[key].cpu()), key
+    assert "learner on cuda:0; sampling on the CPU" in caplog.text
+
+
+@needs_cuda
+@pytest.mark.parametrize("algorithm, policy_class, env", POLICIES)
+def test_the_copy_of_a_cuda_learner_acts_on_the_cpu_with_its_weights(algorithm, policy_class, env):
+    on_gpu = worker(algorithm, policy_class, env)
+    on_gpu.act_with_a_cpu_copy()
+    on_gpu.policy.to("cuda")
+    batch = on_gpu.sample()  # acting and postprocessing on the copy
+    assert all(type(v) is np.ndarray for v in batch.columns.values())
+    on_gpu.policy.learn_on_batch(batch)
+    on_gpu.refresh_acting_policy()
+    copy = on_gpu.acting_policy
+    assert all(t.device.type == "cpu" for t in copy.model.state_dict().values())
+    for key, value in on_gpu.policy.get_weights().items():
+        np.testing.assert_array_equal(copy.model.state_dict()[key].numpy(), value)

@@ -111,6 +111,7 @@ class Driver:
         self.rollout = rollout
         self.run_dir = run_dir
         self.job_name = job_name
+        self.learner_gpus = learner_gpus
         seed = config.seed if config.seed is not None else random.SystemRandom().randrange(2**31)
         self._stop_request = StopRequest()  # what the signal asks of the iteration in progress
         self.trainer = trainer_class(config)(
@@ -156,6 +157,8 @@ class Driver:
                 self._await_resources()
             built = trainer
             trainer.build(resumed_iteration=found.meta["iteration"] if found else 0)
+            if self.learner_gpus and isinstance(trainer, Trainer):  # where the GPUs went
+                self.report.message(trainer.placement)
             resumed_from = self._resume(found) if found else None
             # Opened after resuming, which may truncate the file to the checkpoint's iteration.
             progress = ProgressLog(self.run_dir / PROGRESS_FILE)

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Callable
+from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass
 
 import numpy as np
@@ -55,7 +56,12 @@ class RolloutWorker:
         torch_threads: int | None = None,
     ):
         """`worker_index` is 0 for the driver's local worker and 1..`num_workers` for the remote
-        ones (Ape-X gives each its own exploration rate from them)."""
+        ones (Ape-X gives each its own exploration rate from them).
+
+        `policy` is the worker's policy (on the local worker, the learner's); `acting_policy` is
+        the one that acts in the envs (sampling, evaluation, ES's perturbations): `policy`
+        itself, or on the local worker of a learner off the CPU a CPU copy of it
+        (`act_with_a_cpu_copy`)."""
         if torch_threads is not None:
             torch.set_num_threads(torch_threads)
         self.config = config
@@ -65,6 +71,7 @@ class RolloutWorker:
         # Where this copy of the policy acts: Ape-X's exploration rate depends on it.
         self.policy.worker_index = worker_index
         self.policy.num_workers = num_workers
+        self.acting_policy = self.policy
         obs, _ = self.envs.reset(seed=seed)
         self.obs = encode_obs(obs, self.spaces)
         self.num_envs = num_envs
@@ -85,6 +92,29 @@ class RolloutWorker:
         import ray
 
         return ray.remote(num_cpus=num_cpus, num_gpus=num_gpus, max_restarts=0)(cls)
+
+    def act_with_a_cpu_copy(self) -> None:
+        """From now on act with a CPU copy of the policy, which `refresh_acting_policy` brings up
+        to date. Called before the policy moves to the learner's device: sampling makes one
+        small forward pass per env step, which costs more on a GPU than on the CPU (launches and
+        a device-to-host copy per step), so a learner on a GPU would sample slower than one on
+        the CPU."""
+        self.acting_policy = self.policy.sampling_copy()
+
+    def refresh_acting_policy(
+        self, weights: Weights | None = None, lock: AbstractContextManager | None = None
+    ) -> None:
+        """The CPU copy takes the policy's weights (and timesteps, for schedules such as
+        epsilon): `weights` when the caller has them already (those sent to the remote workers),
+        else fetched under `lock` (held while a learner thread changes the policy). Nothing
+        without a copy."""
+        if self.acting_policy is self.policy:
+            return
+        if weights is None:
+            with lock or nullcontext():
+                weights = self.policy.get_weights()
+        self.acting_policy.set_weights(weights)
+        self.acting_policy.set_global_timesteps(self.policy.global_timesteps)
 
     def sample(self) -> SampleBatch:
         """rollout_length steps of every env, postprocessed by the policy (GAE, n-step, ...).
@@ -108,7 +138,7 @@ class RolloutWorker:
         finished_returns, finished_lengths = [], []
 
         for t in range(horizon):
-            env_actions, step_columns = self.policy.compute_actions(obs[t])
+            env_actions, step_columns = self.acting_policy.compute_actions(obs[t])
             recorded.append(step_columns)
             raw_obs, rewards[t], terminateds[t], truncateds[t], _ = self.envs.step(env_actions)
             obs[t + 1] = encode_obs(raw_obs, self.spaces)
@@ -134,7 +164,7 @@ class RolloutWorker:
             **{key: np.stack([step[key] for step in recorded]) for key in recorded[0]},
         }
         return SampleBatch(
-            self.policy.postprocess_trajectory(rollout),
+            self.acting_policy.postprocess_trajectory(rollout),
             np.concatenate([np.zeros(0), *finished_returns]).astype(np.float32),
             np.concatenate([np.zeros(0, np.int64), *finished_lengths]),
         )
@@ -151,12 +181,13 @@ class RolloutWorker:
         """ES: one episode with each policy of `pairs` antithetic pairs of perturbations drawn
         from the shared noise table `noise`, as many at once as the worker has envs. The envs are
         left reset, so a sample() after it begins fresh episodes."""
-        indices = self.policy.draw_noise_indices(len(noise), pairs)
-        candidates = self.policy.perturbed_parameters(noise, indices)
+        policy = self.acting_policy
+        indices = policy.draw_noise_indices(len(noise), pairs)
+        candidates = policy.perturbed_parameters(noise, indices)
         returns, lengths = self._run_episodes(
             self.envs,
             len(candidates),
-            lambda obs, episodes: self.policy.act_perturbed(obs, candidates[episodes]),
+            lambda obs, episodes: policy.act_perturbed(obs, candidates[episodes]),
         )
         self.obs = encode_obs(self.envs.reset()[0], self.spaces)
         self.episode_returns[:] = 0.0
@@ -166,7 +197,7 @@ class RolloutWorker:
             indices,
             returns.reshape(pairs, 2),
             lengths.reshape(pairs, 2),
-            self.policy.take_observation_stats(),
+            policy.take_observation_stats(),
         )
 
     def evaluate(self, episodes: int) -> float:
@@ -178,7 +209,7 @@ class RolloutWorker:
         returns, _ = self._run_episodes(
             self._eval_envs,
             episodes,
-            lambda obs, _: self.policy.compute_actions(obs, explore=False)[0],
+            lambda obs, _: self.acting_policy.compute_actions(obs, explore=False)[0],
             seed=self.seed + 1_000_003 * self._evaluations,
         )
         return float(returns.mean())

@@ -67,6 +67,7 @@ class Trainer:
         self.evaluation_return_mean: float | None = None
         self.workers: WorkerSet | None = None
         self.optimizer = None
+        self.placement = ""  # where the learner and the sampling run (see `placement`)
 
     @property
     def needs_ray(self) -> bool:
@@ -85,15 +86,21 @@ class Trainer:
 
     def build(self, resumed_iteration: int = 0) -> None:
         """The rollout workers (Ray actors when `rollout.replicas` > 0: Ray must be up), the
-        policy on the learner's devices and the optimizer. `resumed_iteration` (0 for a new run)
-        gives the workers of a resumed run seeds of their own."""
+        policy on the learner's devices (and, with the learner off the CPU, the CPU copy the local
+        worker acts with) and the optimizer. `resumed_iteration` (0 for a new run) gives the
+        workers of a resumed run seeds of their own."""
         self.workers = self._make_workers(resumed_iteration)
         self.workers.stop_request = self.stop_request
         devices, warning = learner_devices(self.learner_gpus, torch.cuda.device_count())
         if warning:
             log.warning(warning)
+        local_copy = samples_on_a_cpu_copy(devices[0])
+        if local_copy:  # made while the learner's policy is still on the CPU
+            self.workers.act_locally_with_a_cpu_copy()
         self.optimizer = algorithms.optimizer_class(self.config)(self.workers, self.config)
         self.optimizer.place(devices)  # the local worker's policy is the learner
+        self.placement = placement(devices, local_copy, self.rollout.replicas)
+        log.info(self.placement)
 
     def stop(self) -> None:
         """End the optimizer's threads and the rollout workers."""
@@ -152,6 +159,7 @@ class Trainer:
         )
         if evaluated:
             with optimizer.policy_lock:
+                optimizer.workers.refresh_local_copy()  # the learner has learned since
                 self.evaluation_return_mean = optimizer.workers.local_worker.evaluate(
                     evaluation.episodes
                 )
@@ -256,6 +264,30 @@ def learner_devices(gpus: int, cuda_count: int) -> tuple[list[str], str | None]:
         visible = f"{cuda_count} CUDA device{'s are' if cuda_count > 1 else ' is'} visible"
         return devices, f"learner.gpus={gpus} but {visible}: its {gpus} devices share them"
     return devices, None
+
+
+def samples_on_a_cpu_copy(learner_device: str) -> bool:
+    """Whether the driver's local worker acts with a CPU copy of the learner's policy: where the
+    learner is off the CPU. Acting is one small forward pass per env step, which a GPU makes
+    slower, not faster (kernel launches and a device-to-host copy each step: CartPole PPO sampled
+    at half the speed with its learner on an H200); the copy takes the learner's weights as the
+    remote workers do, once per learning step at most, never per env step. On the CPU the local
+    worker acts with the learner's policy itself: no copy, no cost."""
+    return torch.device(learner_device).type != "cpu"
+
+
+def placement(devices: list[str], local_copy: bool, replicas: int) -> str:
+    """Where the learner learns and where sampling runs, for the log at start."""
+    learner = ", ".join(dict.fromkeys(devices))
+    if len(devices) > 1:
+        learner += f" ({len(devices)} towers)"
+    workers = f"{replicas} rollout worker{'s' if replicas != 1 else ''}; " if replicas else ""
+    driver = (
+        "a CPU copy of the policy, refreshed from the learner after each learn step"
+        if local_copy
+        else "the learner's policy"
+    )
+    return f"learner on {learner}; sampling on the CPU ({workers}the driver's with {driver})"
 
 
 def worker_seed(seed: int, index: int, resumed_iteration: int, start: int) -> int:

@@ -25,6 +25,7 @@ import logging
 import time
 from collections import Counter
 from collections.abc import Callable, Iterable, Mapping
+from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -57,6 +58,7 @@ class WorkerSet:
         are custom Ray resources each remote worker requires (`{"spot": 1}` pins them to the
         nodes that advertise `spot`)."""
         self.local_worker = worker_class(**worker_kwargs(0))
+        self.local_copy = False  # the local worker acts with a CPU copy of the learner's policy
         self.restarts = 0
         self._worker_kwargs = worker_kwargs
         self._remote_class = None
@@ -128,14 +130,34 @@ class WorkerSet:
     # -- weights ------------------------------------------------------------------------------
 
     def sync_weights(self, global_timesteps: int) -> None:
-        """Broadcast the local policy's weights: one object-store put, one call per worker."""
+        """Broadcast the local policy's weights: one object-store put, one call per worker; the
+        local worker's CPU copy, if it has one, takes the same arrays."""
         self._global_timesteps = global_timesteps
         self.local_worker.policy.set_global_timesteps(global_timesteps)
+        if not self.num_remote and not self.local_copy:
+            return
+        weights = self.local_worker.get_weights()
+        self.refresh_local_copy(weights)
         if not self.num_remote:
             return
-        ref = self.put_weights(self.local_worker.get_weights(), global_timesteps)
+        ref = self.put_weights(weights, global_timesteps)
         for index in self._healthy:
             self.send_weights(index, ref)
+
+    def act_locally_with_a_cpu_copy(self) -> None:
+        """The local worker acts with a CPU copy of the learner's policy from now on (see
+        `RolloutWorker.act_with_a_cpu_copy`); `sync_weights` and `refresh_local_copy` keep it
+        up with the learner."""
+        self.local_worker.act_with_a_cpu_copy()
+        self.local_copy = True
+
+    def refresh_local_copy(
+        self, weights: Weights | None = None, lock: AbstractContextManager | None = None
+    ) -> None:
+        """The local worker's CPU copy takes the learner's newest weights (see
+        `RolloutWorker.refresh_acting_policy`); nothing, and no cost, without a copy."""
+        if self.local_copy:
+            self.local_worker.refresh_acting_policy(weights, lock)
 
     def put_weights(self, weights: Weights, global_timesteps: int):
         """Weights into the object store once, for any number of `send_weights` calls; they are

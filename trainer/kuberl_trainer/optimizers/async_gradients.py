@@ -47,6 +47,7 @@ class AsyncGradientsOptimizer(PolicyOptimizer):
         while len(results) < max(1, self.workers.num_remote):
             healthy = self.workers.healthy_indices
             if not healthy:  # no remote worker (yet): the local one computes and applies
+                self.workers.refresh_local_copy()  # gradients were applied since it last sampled
                 results.append(self._apply(self.workers.local_worker.compute_gradients()))
                 lags.append(0)
                 continue

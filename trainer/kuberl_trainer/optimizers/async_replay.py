@@ -94,6 +94,7 @@ class AsyncReplayOptimizer(PolicyOptimizer):
         learned: list[dict[str, float]] = []
         while len(batches) < self.workers.num_remote:
             if not self._request_samples():  # no remote worker up: the local one samples
+                self.workers.refresh_local_copy(lock=self.learner.lock)
                 batch = self.workers.local_worker.sample()
                 self._add(batch, len(batch))
                 batches.append((0, batch))

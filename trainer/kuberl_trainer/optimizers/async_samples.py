@@ -14,7 +14,8 @@ the env steps of a SyncSamples iteration, so iterations compare. Its learner sta
 of the learn calls finished meanwhile, plus `policy_lag` (learner steps between the weights a batch
 was sampled with and the learner's when it learned on it), the queue depth and the learner's
 utilisation over the step. Without remote workers the local worker samples with the learner's own
-policy, under the learner's lock, so sampling and learning take turns.
+policy (or its CPU copy, refreshed first), under the learner's lock, so sampling and learning take
+turns.
 
 Checkpoints keep the counters only: batches queued or in flight are lost on a restore (a few
 batches, which the workers sample again in seconds).
@@ -92,6 +93,7 @@ class AsyncSamplesOptimizer(PolicyOptimizer):
         healthy = self.workers.healthy_indices
         if not healthy:  # none asked for, or all being replaced: the local worker samples
             with self.timer("sample"), self.learner.lock:
+                self.workers.refresh_local_copy()  # the learner has moved on since
                 return [(self.workers.local_worker.sample(), self.learner.num_steps)]
         for index in healthy:
             while self.workers.in_flight(index) < self.requests_per_worker:

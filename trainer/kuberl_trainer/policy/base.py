@@ -104,6 +104,15 @@ class TorchPolicy(Policy):
             self.optimizer.load_state_dict(self.optimizer.state_dict())
         return self
 
+    def sampling_copy(self) -> TorchPolicy:
+        """A copy of this policy to act with, made while this one is still on the CPU: a model of
+        its own, which `set_weights` brings up to date, and this policy's random generators, not
+        copies of them, so that acting draws the very numbers it would have drawn here (learning
+        and acting share one stream, as with a single policy) and this policy's checkpoints hold
+        them."""
+        shared = (self.generator, self.rng, self.config, self.hp, self.spaces)
+        return copy.deepcopy(self, memo={id(value): value for value in shared})
+
     def as_tensor(self, array: np.ndarray) -> torch.Tensor:
         """`array` as a tensor on the policy's device: on the CPU it shares the array's memory,
         unless the array is read-only (as Ray's object store hands them out), which torch
