@@ -446,6 +446,18 @@ def test_every_algorithm_validates_with_each_of_its_optimizers(algorithm, optimi
             "SyncSamples only, and this job runs AsyncSamples",
         ),
         (
+            {"spec.trainer.algorithm": "A3C", "spec.trainer.optimizerConfig": {"maxPolicyLag": 8}},
+            "spec.trainer.optimizerConfig.maxPolicyLag: used by AsyncSamples only, and this job "
+            "runs AsyncGradients",
+        ),
+        (
+            {
+                "spec.trainer.algorithm": "IMPALA",
+                "spec.trainer.optimizerConfig": {"maxPolicyLag": 0},
+            },
+            "spec.trainer.optimizerConfig.maxPolicyLag: must be >= 1, got 0",
+        ),
+        (
             {"spec.rolloutWorkers": {"replicas": 2, "rayResources": {"CPU": 1}}},
             "spec.rolloutWorkers.rayResources: 'CPU' is one of Ray's own resources, not a custom "
             "one (the workers' CPUs are set by cpusPerWorker)",
@@ -505,6 +517,8 @@ def test_every_algorithm_validates_with_each_of_its_optimizers(algorithm, optimi
         "a3c-on-async-replay",
         "replay-shards-without-async-replay",
         "sample-timeout-on-async-samples",
+        "max-policy-lag-on-async-gradients",
+        "max-policy-lag-below-one",
         "ray-resources-cpu",
         "ray-resources-zero",
         "ray-resources-name",

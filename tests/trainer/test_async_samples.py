@@ -243,6 +243,88 @@ def test_policy_lag_counts_learner_steps_since_the_batchs_weights(ray_local):
         stopped(workers, optimizer)
 
 
+def test_a_batch_past_max_policy_lag_is_dropped_and_counted(ray_local):
+    """Weights never refreshed: the worker samples with version 0 throughout, so the k-th batch
+    learned lags k steps. With maxPolicyLag 3, four batches are learned on (lags 0-3) and every
+    later one is dropped; dropping changes no weights, so the lag stays 4 and none is learned."""
+    workers, optimizer = make_optimizer(1, broadcast_interval=1000, max_policy_lag=3)
+    try:
+        results, dropped = [], 0
+        while dropped < 3:
+            results.append(optimizer.step())
+            dropped += results[-1].learner_stats["stale_batches_dropped"]
+        stats = [r.learner_stats for r in results]
+        assert workers.local_worker.policy.learned == [ROWS] * 4
+        assert optimizer.version == 4 and optimizer.counters.steps_trained == 4 * ROWS
+        lagged = [s for s in stats if "policy_lag" in s]  # steps in which a batch was learned
+        assert max(s["policy_lag_max"] for s in lagged) == 3  # never the lag of a dropped batch
+        assert all(s["policy_lag"] <= s["policy_lag_p90"] <= s["policy_lag_max"] for s in lagged)
+    finally:
+        stopped(workers, optimizer)
+
+
+def test_only_the_stale_batches_of_a_train_batch_are_cut_out():
+    config = trainer_config(
+        algorithm="IMPALA",
+        hyperparameters={"train_batch_size": 3 * ROWS},
+        optimizer_config={"max_policy_lag": 3},
+    )
+    workers = WorkerSet(MockWorker, lambda index: {}, 0)
+    optimizer = AsyncSamplesOptimizer(workers, config)
+    try:
+        optimizer.version = 10
+        sampled = [(MockWorker().sample(), version) for version in (6, 9, 10)]  # lags 4, 1, 0
+        with optimizer.learner.lock:
+            learned = optimizer._learn(sampled)
+        assert (learned.lags, learned.rows, learned.dropped) == ([1, 0], 2 * ROWS, 1)
+        assert workers.local_worker.policy.learned == [2 * ROWS]
+        assert optimizer.version == 11 and optimizer._published[1] == 11
+        with optimizer.learner.lock:
+            all_stale = optimizer._learn(sampled[:1])
+        assert (all_stale.lags, all_stale.rows, all_stale.dropped) == ([], 0, 1)
+        assert optimizer.version == 11  # nothing learned: the weights are what they were
+    finally:
+        stopped(workers, optimizer)
+
+
+def test_the_lag_distribution_is_over_the_batches_learned_on():
+    """Lags of 0, 1, ..., 9 in one step: mean 4.5, p90 8.1 (numpy's linear interpolation),
+    max 9; the two dropped batches are counted, and neither lag nor stats include them."""
+    workers, optimizer = make_optimizer(0, max_policy_lag=9)
+    learned = [
+        async_samples._Learned({"loss": float(lag)}, [lag], ROWS, 0) for lag in range(10)
+    ] + [async_samples._Learned({}, [], 0, 2)]
+    optimizer.learner.results = lambda: learned
+    try:
+        stats = optimizer.step().learner_stats
+        assert (stats["policy_lag"], stats["policy_lag_max"]) == (4.5, 9.0)
+        assert stats["policy_lag_p90"] == pytest.approx(8.1)
+        assert stats["stale_batches_dropped"] == 2 and stats["loss"] == 4.5
+    finally:
+        stopped(workers, optimizer)
+
+
+def test_the_driver_reports_stale_batches_in_the_row_and_the_counter(ray_local, tmp_path):
+    config = trainer_config(
+        algorithm="IMPALA",
+        stop={"timesteps": 1_500},
+        hyperparameters={"rollout_length": 32, "train_batch_size": 128},
+        optimizer_config={"broadcast_interval": 1000, "max_policy_lag": 2},
+    )
+    rollout = RolloutConfig(replicas=1, envs_per_worker=4, cpus_per_worker=0.5)
+    driver = Driver(config, rollout, tmp_path, "job")
+    driver.run()
+    rows = [json.loads(line) for line in (tmp_path / "progress.jsonl").read_text().splitlines()]
+    dropped = sum(row["stale_batches_dropped"] for row in rows)
+    assert dropped > 0
+    assert max(row.get("policy_lag_max", 0) for row in rows) <= 2
+    labels = {"namespace": "local", "job": "job", "algorithm": "IMPALA"}
+    assert (
+        driver.metrics.registry.get_sample_value("kuberl_stale_batches_dropped_total", labels)
+        == dropped
+    )
+
+
 def test_batches_are_concatenated_up_to_the_train_batch_size(ray_local):
     config = trainer_config(algorithm="IMPALA", hyperparameters={"train_batch_size": 3 * ROWS})
     workers = WorkerSet(MockWorker, lambda index: {}, 2, cpus_per_worker=0.5)

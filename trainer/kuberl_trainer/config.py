@@ -271,6 +271,19 @@ class OptimizerConfig(Spec):
     result; larger values save object-store traffic at the cost of policy lag (RLlib's IMPALA
     broadcast_interval 1; Ape-X's max_weight_sync_delay plays the same part)."""
 
+    max_policy_lag: int | None = Field(32, ge=1)
+    """AsyncSamples: the most learner steps a batch may lag when the learner takes it (steps
+    between the weights it was sampled with and the learner's). An older batch is dropped, not
+    learned on, and counted in stale_batches_dropped; in a train batch concatenated from several
+    sample calls only the stale ones are cut out. With requests_in_flight_per_worker 2, a batch
+    lags about 2 x workers / (sample calls per learner step) steps, plus the queued ones when the
+    learner falls behind. 32 is beyond what 2 workers reach (2 x 2 in flight + the 16 of a full
+    learner queue + 1), and less than half the 70 steps at which IMPALA collapsed with 12 workers
+    x 64 envs. What it costs: the dropped env steps, sampled for nothing; dropping is what keeps
+    the lag bounded as workers are added. At 64 workers with one sample call per learner step,
+    most batches would lag past 32: give such jobs a train_batch_size of 4 or more sample calls,
+    or requests_in_flight_per_worker 1. Null never drops (RLlib's IMPALA)."""
+
     replay_shards: int = Field(2, ge=1, le=256)
     """AsyncReplay: replay-buffer actors, each holding buffer_size / replay_shards transitions and
     sampling its own prioritized minibatches (RLlib's num_replay_buffer_shards, 4)."""
@@ -288,6 +301,7 @@ OPTIMIZER_SETTINGS: dict[str, frozenset[OptimizerName]] = {
     ),
     "learner_queue_size": frozenset({OptimizerName.ASYNC_SAMPLES, OptimizerName.ASYNC_REPLAY}),
     "broadcast_interval": frozenset({OptimizerName.ASYNC_SAMPLES, OptimizerName.ASYNC_REPLAY}),
+    "max_policy_lag": frozenset({OptimizerName.ASYNC_SAMPLES}),
     "replay_shards": frozenset({OptimizerName.ASYNC_REPLAY}),
     "cpus_per_replay_shard": frozenset({OptimizerName.ASYNC_REPLAY}),
 }

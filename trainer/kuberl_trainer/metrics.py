@@ -35,10 +35,13 @@ from kuberl_trainer.progress_row import (
     METRIC_POLICY_ENTROPY,
     METRIC_POLICY_KL,
     METRIC_POLICY_LAG,
+    METRIC_POLICY_LAG_MAX,
+    METRIC_POLICY_LAG_P90,
     METRIC_POLICY_LOSS,
     METRIC_RESOURCE_WAIT,
     METRIC_SAMPLE_SECONDS,
     METRIC_SAMPLES_PER_SECOND,
+    METRIC_STALE_BATCHES_DROPPED,
     METRIC_STRAGGLERS_DROPPED,
     METRIC_TD_LOSS,
     METRIC_TIMESTEPS,
@@ -51,7 +54,10 @@ from kuberl_trainer.progress_row import (
     METRIC_WORKER_RESTARTS,
     METRIC_WORKERS_READY,
     POLICY_LAG,
+    POLICY_LAG_MAX,
+    POLICY_LAG_P90,
     SAMPLES_PER_S,
+    STALE_BATCHES_DROPPED,
     STRAGGLERS_DROPPED,
     TIMESTEPS_TOTAL,
     TRIALS,
@@ -73,7 +79,12 @@ LEARNER_GAUGES = {
     "entropy": (METRIC_POLICY_ENTROPY, "Mean policy entropy of the last iteration."),
     "kl": (METRIC_POLICY_KL, "Approximate KL between old and new policy."),
     # The asynchronous optimizers' learner thread (NaN for the synchronous ones, which have none).
-    POLICY_LAG: (METRIC_POLICY_LAG, "Learner steps between sampling a batch and learning on it."),
+    POLICY_LAG: (
+        METRIC_POLICY_LAG,
+        "Learner steps between sampling a batch and learning on it (mean of the last iteration).",
+    ),
+    POLICY_LAG_P90: (METRIC_POLICY_LAG_P90, "90th percentile of the last iteration's policy lag."),
+    POLICY_LAG_MAX: (METRIC_POLICY_LAG_MAX, "Largest policy lag of the last iteration."),
     LEARNER_QUEUE_DEPTH: (METRIC_LEARNER_QUEUE_DEPTH, "Batches waiting for the learner thread."),
     LEARNER_UTILISATION: (
         METRIC_LEARNER_UTILISATION,
@@ -131,6 +142,11 @@ class TrainerMetrics:
             "Rollout worker batches dropped because they came after the step's sample timeout.",
         )
         self._stragglers_seen = 0  # the row's count is this run's total; the counter takes steps
+        self.stale_batches_dropped = counter(
+            METRIC_STALE_BATCHES_DROPPED,
+            "Batches the learner dropped instead of learning on them: they lagged more than "
+            "optimizerConfig.maxPolicyLag learner steps.",
+        )
         self.worker_downtime = counter(
             METRIC_WORKER_DOWNTIME,
             "Seconds rollout worker slots went without a working worker, summed over slots: from a "
@@ -229,6 +245,7 @@ class TrainerMetrics:
         seen = self._downtime_seen if downtime >= self._downtime_seen else 0.0
         self.worker_downtime.inc(downtime - seen)
         self._downtime_seen = downtime
+        self.stale_batches_dropped.inc(row.get(STALE_BATCHES_DROPPED, 0))  # the iteration's
         if WORKERS_READY in row:
             self.workers_ready.set(row[WORKERS_READY])
         for stat, gauge in self.learner.items():

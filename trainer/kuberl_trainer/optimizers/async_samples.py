@@ -9,13 +9,18 @@ instead of memory growing. A worker that returns a batch gets fresh weights befo
 once the learner has taken `broadcast_interval` steps since its last ones; the weights go into
 the object store once per version, shared by every worker that needs them.
 
+Staleness is bounded where it is cheapest to know: when the learner takes a train batch, a sample
+call's batch that lags more than `max_policy_lag` learner steps (between the weights it was sampled
+with and the learner's) is dropped and counted, and the fresh ones are concatenated and learned on.
+A learner step that keeps nothing changes no weights and is no step of the weights' version.
+
 A step returns after one batch per remote worker (from the local worker when none is healthy):
 the env steps of a SyncSamples iteration, so iterations compare. Its learner statistics are those
-of the learn calls finished meanwhile, plus `policy_lag` (learner steps between the weights a batch
-was sampled with and the learner's when it learned on it), the queue depth and the learner's
-utilisation over the step. Without remote workers the local worker samples with the learner's own
-policy (or its CPU copy, refreshed first), under the learner's lock, so sampling and learning take
-turns.
+of the learn calls finished meanwhile, plus the lag of the batches learned on (`policy_lag`, its
+mean; `policy_lag_p90`, `policy_lag_max`), the batches dropped as stale, the queue depth and the
+learner's utilisation over the step. Without remote workers the local worker samples with the
+learner's own policy (or its CPU copy, refreshed first), under the learner's lock, so sampling and
+learning take turns.
 
 Checkpoints keep the counters only: batches queued or in flight are lost on a restore (a few
 batches, which the workers sample again in seconds).
@@ -25,13 +30,21 @@ from __future__ import annotations
 
 import time
 from collections import defaultdict, deque
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from kuberl_trainer.optimizers.base import PolicyOptimizer, StepResult
 from kuberl_trainer.optimizers.learner_thread import LearnerThread
-from kuberl_trainer.progress_row import LEARNER_QUEUE_DEPTH, LEARNER_UTILISATION, POLICY_LAG
+from kuberl_trainer.progress_row import (
+    LEARNER_QUEUE_DEPTH,
+    LEARNER_UTILISATION,
+    POLICY_LAG,
+    POLICY_LAG_MAX,
+    POLICY_LAG_P90,
+    STALE_BATCHES_DROPPED,
+)
 from kuberl_trainer.sample_batch import SampleBatch
 from kuberl_trainer.worker_set import WorkerSet
 
@@ -49,10 +62,14 @@ class AsyncSamplesOptimizer(PolicyOptimizer):
         settings = config.optimizer_config
         self.requests_per_worker = settings.requests_in_flight_per_worker
         self.broadcast_interval = settings.broadcast_interval
+        self.max_policy_lag = settings.max_policy_lag
         self.train_batch_size = getattr(config.hyperparameters, "train_batch_size", None)
         # (weights, version) copied by the learner after each step, so that sending weights
         # never waits for a learn call to finish
         self._published: tuple[Weights, int] | None = None
+        # Learner steps that changed the weights: their version. Unlike learner.num_steps, a
+        # train batch dropped whole as stale does not count.
+        self.version = 0
         self.learner = LearnerThread(self._learn, settings.learner_queue_size)
         self.learner.start()
         self._pending: list[tuple[SampleBatch, int]] = []  # (batch, version) short of a batch
@@ -72,7 +89,7 @@ class AsyncSamplesOptimizer(PolicyOptimizer):
     def step(self) -> StepResult:
         busy_before, start = self.learner.busy_s, time.perf_counter()
         batches: list[SampleBatch] = []
-        learned: list[tuple[dict[str, float], list[int], int]] = []
+        learned: list[_Learned] = []
         while len(batches) < max(1, self.workers.num_remote):
             for batch, version in self._collect():
                 batches.append(batch)
@@ -83,10 +100,16 @@ class AsyncSamplesOptimizer(PolicyOptimizer):
             LEARNER_QUEUE_DEPTH: float(self.learner.queue_depth),
             LEARNER_UTILISATION: self.learner.share_busy_since(busy_before, start),
         }
-        if learned:
-            stats |= {k: float(np.mean([s[k] for s, _, _ in learned])) for k in learned[0][0]}
-            stats[POLICY_LAG] = float(np.mean([lag for _, lags, _ in learned for lag in lags]))
-        return self._result(batches, stats, sum(rows for _, _, rows in learned))
+        stats[STALE_BATCHES_DROPPED] = sum(item.dropped for item in learned)
+        learned_on = [item for item in learned if item.lags]
+        if learned_on:
+            keys = learned_on[0].stats
+            stats |= {k: float(np.mean([item.stats[k] for item in learned_on])) for k in keys}
+            lags = [lag for item in learned_on for lag in item.lags]
+            stats[POLICY_LAG] = float(np.mean(lags))
+            stats[POLICY_LAG_P90] = float(np.percentile(lags, 90))
+            stats[POLICY_LAG_MAX] = float(max(lags))
+        return self._result(batches, stats, sum(item.rows for item in learned))
 
     def _collect(self) -> list[tuple[SampleBatch, int]]:
         """The batches that arrived, each with the weights version it was sampled with."""
@@ -94,7 +117,7 @@ class AsyncSamplesOptimizer(PolicyOptimizer):
         if not healthy:  # none asked for, or all being replaced: the local worker samples
             with self.timer("sample"), self.learner.lock:
                 self.workers.refresh_local_copy()  # the learner has moved on since
-                return [(self.workers.local_worker.sample(), self.learner.num_steps)]
+                return [(self.workers.local_worker.sample(), self.version)]
         for index in healthy:
             while self.workers.in_flight(index) < self.requests_per_worker:
                 self._refresh_weights(index)
@@ -114,7 +137,7 @@ class AsyncSamplesOptimizer(PolicyOptimizer):
         broadcast_interval learner steps old."""
         if self._published is None:  # nothing learned yet: the policy as built or restored
             with self.learner.lock:
-                self._published = (self.policy.get_weights(), self.learner.num_steps)
+                self._published = (self.policy.get_weights(), self.version)
         weights, version = self._published
         held = self._worker_versions.get(index)
         if held is not None and version - held < self.broadcast_interval:
@@ -127,21 +150,39 @@ class AsyncSamplesOptimizer(PolicyOptimizer):
         self._worker_versions[index] = self._weights[1]
 
     def _feed(self, batch: SampleBatch, version: int) -> None:
-        """Queue the batch for the learner once train_batch_size rows have come together;
-        blocks while the queue is full."""
+        """Queue the batches for the learner once train_batch_size rows have come together;
+        blocks while the queue is full. They stay apart (each with its weights version) until
+        the learner takes them, so that it can leave out the stale ones."""
         self._pending.append((batch, version))
         pending = sum(b.env_steps for b, _ in self._pending)
         if self.train_batch_size and pending < self.train_batch_size:
             return
-        batches, versions = zip(*self._pending, strict=True)
+        self.learner.put(self._pending)
         self._pending = []
-        self.learner.put((SampleBatch.concat(list(batches)), list(versions)))
 
-    def _learn(self, item: tuple[SampleBatch, list[int]]) -> tuple[dict[str, float], list, int]:
-        """In the learner thread: learn, and measure how far behind the batches were."""
-        batch, versions = item
-        lags = [self.learner.num_steps - version for version in versions]
+    def _learn(self, item: list[tuple[SampleBatch, int]]) -> _Learned:
+        """In the learner thread: drop the batches that lag more than max_policy_lag, learn on
+        the others concatenated, and note how far behind they were."""
+        fresh = [(batch, self.version - version) for batch, version in item]
+        if self.max_policy_lag is not None:
+            fresh = [(batch, lag) for batch, lag in fresh if lag <= self.max_policy_lag]
+        dropped = len(item) - len(fresh)
+        if not fresh:
+            return _Learned({}, [], 0, dropped)
+        batch = SampleBatch.concat([batch for batch, _ in fresh])
         self.policy.set_global_timesteps(self.counters.steps_sampled)
         stats = self.policy.learn_on_batch(batch)
-        self._published = (self.policy.get_weights(), self.learner.num_steps + 1)
-        return stats, lags, batch.env_steps
+        self.version += 1
+        self._published = (self.policy.get_weights(), self.version)
+        return _Learned(stats, [lag for _, lag in fresh], batch.env_steps, dropped)
+
+
+@dataclass(frozen=True)
+class _Learned:
+    """What a learn call returns to the driver: the policy's statistics, the lag of each batch
+    learned on (none when all were stale), the env steps learned on and the batches dropped."""
+
+    stats: dict[str, float]
+    lags: list[int]
+    rows: int
+    dropped: int
