@@ -5,7 +5,7 @@ BIN := $(VENV)/bin
 # Reinstall whenever the dependency pins change.
 INSTALLED := $(VENV)/.installed
 
-.PHONY: run test lint format crds dashboards bench install system-packages images
+.PHONY: run test lint format crds dashboards bench install system-packages images gpu-check
 # Debian packages some tests use as real peers: Prometheus and promtool (metrics, dashboards and
 # alert rules), Chromium (the status page), buildah and debootstrap (the images). Installed when
 # missing and this is Debian as root; elsewhere those tests skip and say which package they need.
@@ -58,3 +58,8 @@ dashboards: $(INSTALLED)
 # The operator, API and CPU trainer images, built with buildah (see deploy/docker/README.md).
 images:
 	bash deploy/docker/build.sh
+
+# The GPU check of bench/README.md: one table in a few minutes on a CUDA machine, a dry run
+# without one (ARGS=--quick for a short one).
+gpu-check: $(INSTALLED)
+	$(BIN)/python bench/gpu_check.py $(ARGS)
