@@ -122,7 +122,10 @@ class ApiServer:
             cmdline = process.info["cmdline"] or []
             if cmdline[:2] == ["sh", "-c"] and any(marker in part for part in cmdline):
                 pids.append(process.info["pid"])
-        return pids
+        # The wrapper forks to run the trainer: until the child execs, it is an `sh -c` with the
+        # same command line (seen on a loaded machine). Only the leader of its group is the
+        # wrapper itself.
+        return [pid for pid in pids if _leads_its_group(pid)]
 
     def kill_trainers(self) -> None:
         for pid in self.trainer_pids():
@@ -135,6 +138,13 @@ class ApiServer:
     def __exit__(self, *_: object) -> None:
         self.stop()
         self.kill_trainers()
+
+
+def _leads_its_group(pid: int) -> bool:
+    try:
+        return os.getpgid(pid) == pid
+    except ProcessLookupError:
+        return False
 
 
 @contextlib.contextmanager
