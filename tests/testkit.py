@@ -28,15 +28,19 @@ def edited(document: dict, **changes) -> dict:
     return document
 
 
-def run_kuberl(*args, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
-    """The `kuberl` CLI in a subprocess, from the repository root."""
+def run_kuberl(
+    *args, env: dict[str, str] | None = None, timeout: float = 120, **options
+) -> subprocess.CompletedProcess[str]:
+    """The `kuberl` CLI in a subprocess, from the repository root; `options` go to
+    subprocess.run (a preexec_fn that caps its memory, say)."""
     return subprocess.run(
         [sys.executable, "-m", "kuberl_cli.main", *map(str, args)],
         capture_output=True,
         text=True,
-        timeout=120,
+        timeout=timeout,
         cwd=ROOT,
         env=env,
+        **options,
     )
 
 

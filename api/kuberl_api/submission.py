@@ -21,10 +21,9 @@ MAX_BODY_BYTES = MAX_MANIFEST_BYTES
 def parse_submission(
     body: bytes, content_type: str | None, namespace: str
 ) -> tuple[RLJob, dict[str, Any]]:
-    """The job and the document as submitted (with the URL's namespace), or ApiError: 413 too
-    large, 415 unknown media type, 422 with one cause per problem."""
-    if len(body) > MAX_BODY_BYTES:
-        raise ApiError(413, "RequestEntityTooLarge", f"body over {MAX_BODY_BYTES} bytes")
+    """The job and the document as submitted (with the URL's namespace), or ApiError: 415 unknown
+    media type, 422 with one cause per problem. The body was read within MAX_BODY_BYTES
+    (guard.read_body answers 413 beyond)."""
     media_type = (content_type or "").split(";")[0].strip().lower()
     if media_type not in JSON_TYPES | YAML_TYPES:
         accepted = ", ".join(sorted(JSON_TYPES | YAML_TYPES))

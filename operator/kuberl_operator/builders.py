@@ -139,6 +139,7 @@ from kuberl_operator.constants import (
     SHARED_MEMORY_PATH,
     SPOT_RAY_RESOURCE,
 )
+from kuberl_operator.policy import referenced_secrets
 from kuberl_operator.settings import OperatorSettings
 from kuberl_operator.spec import IntOrPercent, RLJob, RolloutWorkers, SpotProvider, Toleration
 from kuberl_trainer.capacity import RAY_CAPACITY_ENV, Capacity, NodeGroup
@@ -472,10 +473,8 @@ def _head_container(job: RLJob, settings: OperatorSettings) -> Object:
     )
     # The head runs the driver, the one process that writes checkpoints: it alone gets the
     # object store's credentials, from either field, as environment variables.
-    storage = job.spec.storage
-    secrets = [storage.secret_ref.name] if storage and storage.secret_ref else []
-    secrets.append(job.spec.trainer.checkpoint.credentials_secret)
-    names = [name for i, name in enumerate(secrets) if name and name not in secrets[:i]]
+    # The same list the operator's allowed_secrets is checked against (policy.py).
+    names = list(dict.fromkeys(name for _, name in referenced_secrets(job)))
     if names:
         container["envFrom"] = [{"secretRef": {"name": name}} for name in names]
     capacity = {"name": RAY_CAPACITY_ENV, "value": ray_capacity(job, settings).to_json()}

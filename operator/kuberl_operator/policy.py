@@ -60,6 +60,13 @@ def _setting(field: str) -> str:
     return f"the operator's {field} setting ({env_name(field)})"
 
 
+def _ask_to_allow(settings: OperatorSettings, field: str) -> str:
+    """The end of a refusal by an allow-list of names: who can change it, and what it holds."""
+    patterns = getattr(settings, field)
+    listed = ", ".join(patterns) if patterns else "empty"
+    return f"ask the cluster's administrator to add it to {_setting(field)}, now {listed}"
+
+
 def referenced_secrets(job: RLJob) -> list[tuple[str, str]]:
     """(field path, Secret name) of every Secret the job hands its pods."""
     found = []
@@ -89,9 +96,8 @@ def secret_problems(job: RLJob, settings: OperatorSettings) -> list[Problem]:
             problems.append(
                 Problem(
                     path,
-                    f"the Secret {name} is not one jobs may reference; ask the cluster's "
-                    f"administrator to add it to {_setting('allowed_secrets')}, now "
-                    f"{_listed(settings.allowed_secrets)}",
+                    f"the Secret {name} is not one jobs may reference; "
+                    + _ask_to_allow(settings, "allowed_secrets"),
                 )
             )
     return problems
@@ -119,9 +125,8 @@ def priority_class_problems(job: RLJob, settings: OperatorSettings) -> list[Prob
     return [
         Problem(
             "spec.priorityClassName",
-            f"the PriorityClass {name} is not one jobs may use; remove it, or ask the cluster's "
-            f"administrator to add it to {_setting('allowed_priority_classes')}, now "
-            f"{_listed(settings.allowed_priority_classes)}",
+            f"the PriorityClass {name} is not one jobs may use; remove it, or "
+            + _ask_to_allow(settings, "allowed_priority_classes"),
         )
     ]
 
@@ -134,9 +139,8 @@ def service_account_problems(job: RLJob, settings: OperatorSettings) -> list[Pro
         Problem(
             "spec.pods.serviceAccountName",
             f"the ServiceAccount {name} is not one jobs may run as; remove it (the pods then run "
-            f"as the namespace's default, with no API token), or ask the cluster's administrator "
-            f"to add it to {_setting('allowed_service_accounts')}, now "
-            f"{_listed(settings.allowed_service_accounts)}",
+            "as the namespace's default, with no API token), or "
+            + _ask_to_allow(settings, "allowed_service_accounts"),
         )
     ]
 
@@ -150,7 +154,3 @@ def reach_problems(job: RLJob, settings: OperatorSettings) -> list[Problem]:
         *priority_class_problems(job, settings),
         *service_account_problems(job, settings),
     ]
-
-
-def _listed(patterns: tuple[str, ...]) -> str:
-    return ", ".join(patterns) if patterns else "empty"

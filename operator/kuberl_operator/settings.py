@@ -30,12 +30,20 @@ from kuberl_operator.spec import (
 ENV_PREFIX = "KUBERL_"
 
 
+def parse_list(value: Any) -> Any:
+    """`a,b,c` (an environment variable's form) as a tuple, blanks dropped; anything else
+    unchanged."""
+    if not isinstance(value, str):
+        return value
+    return tuple(filter(None, (part.strip() for part in value.split(","))))
+
+
 def parse_labels(value: Any) -> Any:
     """`key=value,key=value` (as `kubectl -l` writes labels) as a dict; anything else unchanged."""
     if not isinstance(value, str):
         return value
     labels = {}
-    for pair in filter(None, (part.strip() for part in value.split(","))):
+    for pair in parse_list(value):
         key, equals, label_value = pair.partition("=")
         if not equals:
             raise ValueError(f"{pair!r} is not key=value")
@@ -45,14 +53,6 @@ def parse_labels(value: Any) -> Any:
 
 Labels = Annotated[LabelMap, BeforeValidator(parse_labels)]
 """Labels, also accepted as `key=value,key=value` (an environment variable's form)."""
-
-
-def parse_list(value: Any) -> Any:
-    """`a,b,c` (an environment variable's form) as a tuple, blanks dropped; anything else
-    unchanged."""
-    if not isinstance(value, str):
-        return value
-    return tuple(filter(None, (part.strip() for part in value.split(","))))
 
 
 NAME_GLOB_PATTERN = r"^[a-z0-9*?\[\]!]([-a-z0-9.*?\[\]!]*)$"

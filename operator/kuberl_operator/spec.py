@@ -127,11 +127,17 @@ IntOrPercent = Annotated[
 """A count, or a percentage of a total written like '25%'."""
 
 
+def _is_qualified_key(key: str) -> bool:
+    """A label or annotation key as the API server takes it: an optional DNS-subdomain prefix and
+    '/', then a name of at most 63 characters."""
+    prefix, _, name = key.rpartition("/")
+    return bool(re.fullmatch(LABEL_KEY_PATTERN, key)) and len(name) <= 63 and len(prefix) <= 253
+
+
 def check_labels(labels: dict[str, str]) -> dict[str, str]:
     """Rejects keys and values the Kubernetes API server would refuse, naming the offending one."""
     for key, value in labels.items():
-        prefix, _, name = key.rpartition("/")
-        if not re.fullmatch(LABEL_KEY_PATTERN, key) or len(name) > 63 or len(prefix) > 253:
+        if not _is_qualified_key(key):
             raise ValueError(
                 f"{key!r} is not a valid label key: an optional DNS-subdomain prefix and '/', then "
                 "at most 63 letters, digits, '-', '_' or '.', starting and ending with a letter or "
@@ -501,8 +507,7 @@ def check_pod_annotations(annotations: dict[str, str]) -> dict[str, str]:
     """Refuses annotations KubeRay or the operator act on, and the legacy security annotations
     (the pods' security context is the operator's to set)."""
     for key in annotations:
-        prefix, _, name = key.rpartition("/")
-        if not re.fullmatch(LABEL_KEY_PATTERN, key) or len(name) > 63 or len(prefix) > 253:
+        if not _is_qualified_key(key):
             raise ValueError(
                 f"{key!r} is not a valid annotation key: an optional DNS-subdomain prefix and '/', "
                 "then at most 63 letters, digits, '-', '_' or '.', starting and ending with a "

@@ -7,14 +7,13 @@ from __future__ import annotations
 import os
 import resource
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 import yaml
 
 from kuberl_trainer.progress_row import EXIT_INVALID_JOB, Outcome, read_final_record
-from testkit import ROOT
+from testkit import ROOT, run_kuberl
 
 EXAMPLE = (ROOT / "deploy" / "examples" / "cartpole-ppo.yaml").read_text()
 MEMORY_CAP = 1536 * 1024 * 1024
@@ -27,15 +26,7 @@ def capped(*args: str | Path, env: dict[str, str] | None = None) -> subprocess.C
     def cap_memory() -> None:
         resource.setrlimit(resource.RLIMIT_AS, (MEMORY_CAP, MEMORY_CAP))
 
-    return subprocess.run(
-        [sys.executable, "-m", "kuberl_cli.main", *map(str, args)],
-        capture_output=True,
-        text=True,
-        timeout=60,
-        cwd=ROOT,
-        env=env,
-        preexec_fn=cap_memory,
-    )
+    return run_kuberl(*args, env=env, timeout=60, preexec_fn=cap_memory)
 
 
 def with_env_config(text: str) -> str:

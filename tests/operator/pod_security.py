@@ -83,6 +83,12 @@ def _context(container: Object) -> Object:
     return container.get("securityContext") or {}
 
 
+def security_contexts(spec: Object) -> list[tuple[str, Object]]:
+    """(field path, securityContext) of the pod and of every container."""
+    contexts = [("spec.securityContext", spec.get("securityContext") or {})]
+    return contexts + [(f"{path}.securityContext", _context(c)) for path, c in containers(spec)]
+
+
 # --- Baseline ------------------------------------------------------------------------------------
 
 
@@ -154,8 +160,7 @@ def app_armor(template: Object) -> list[str]:
         ):
             found.append(f"metadata.annotations[{key}] is {value}")
     spec = template["spec"]
-    contexts = [("spec.securityContext", spec.get("securityContext") or {})]
-    contexts += [(f"{path}.securityContext", _context(c)) for path, c in containers(spec)]
+    contexts = security_contexts(spec)
     for path, context in contexts:
         profile = (context.get("appArmorProfile") or {}).get("type")
         if profile not in (None, "RuntimeDefault", "Localhost"):
@@ -166,8 +171,7 @@ def app_armor(template: Object) -> list[str]:
 def se_linux(template: Object) -> list[str]:
     found = []
     spec = template["spec"]
-    contexts = [("spec.securityContext", spec.get("securityContext") or {})]
-    contexts += [(f"{path}.securityContext", _context(c)) for path, c in containers(spec)]
+    contexts = security_contexts(spec)
     for path, context in contexts:
         options = context.get("seLinuxOptions") or {}
         if options.get("type", "") not in SELINUX_TYPES:
@@ -188,8 +192,7 @@ def proc_mount(template: Object) -> list[str]:
 
 def seccomp_not_unconfined(template: Object) -> list[str]:
     spec = template["spec"]
-    contexts = [("spec.securityContext", spec.get("securityContext") or {})]
-    contexts += [(f"{path}.securityContext", _context(c)) for path, c in containers(spec)]
+    contexts = security_contexts(spec)
     return [
         f"{path}.seccompProfile.type is Unconfined"
         for path, context in contexts

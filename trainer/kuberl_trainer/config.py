@@ -331,9 +331,9 @@ class _TrainerBase(Spec):
 
     seed: int | None = Field(None, ge=0, le=2**32 - 1)
     """Seed for envs, networks and exploration, below 2^32 as numpy's seeds are; null picks one at
-    random. Rollout worker i's envs
-    start from seed + 10007 i; a worker started again (replacing a lost one, or in a resumed run)
-    gets a seed of its own, so that it does not replay the episodes it played before."""
+    random. Rollout worker i's envs start from seed + 10007 i; a worker started again (replacing a
+    lost one, or in a resumed run) gets a seed of its own, so that it does not replay the episodes
+    it played before."""
 
     metrics_window: int = Field(20, ge=1, le=10_000)
     """Number of most recent episodes averaged into episode_return_mean."""
