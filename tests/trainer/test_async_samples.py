@@ -275,12 +275,12 @@ def test_only_the_stale_batches_of_a_train_batch_are_cut_out():
         optimizer.version = 10
         sampled = [(MockWorker().sample(), version) for version in (6, 9, 10)]  # lags 4, 1, 0
         with optimizer.learner.lock:
-            learned = optimizer._learn(sampled)
+            learned = optimizer._learn(async_samples.train_batch(sampled))
         assert (learned.lags, learned.rows, learned.dropped) == ([1, 0], 2 * ROWS, 1)
         assert workers.local_worker.policy.learned == [2 * ROWS]
         assert optimizer.version == 11 and optimizer._published[1] == 11
         with optimizer.learner.lock:
-            all_stale = optimizer._learn(sampled[:1])
+            all_stale = optimizer._learn(async_samples.train_batch(sampled[:1]))
         assert (all_stale.lags, all_stale.rows, all_stale.dropped) == ([], 0, 1)
         assert optimizer.version == 11  # nothing learned: the weights are what they were
     finally:

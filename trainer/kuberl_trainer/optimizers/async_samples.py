@@ -31,7 +31,7 @@ from __future__ import annotations
 import time
 from collections import defaultdict, deque
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 import numpy as np
 
@@ -150,31 +150,49 @@ class AsyncSamplesOptimizer(PolicyOptimizer):
         self._worker_versions[index] = self._weights[1]
 
     def _feed(self, batch: SampleBatch, version: int) -> None:
-        """Queue the batches for the learner once train_batch_size rows have come together;
-        blocks while the queue is full. They stay apart (each with its weights version) until
-        the learner takes them, so that it can leave out the stale ones."""
+        """Queue the batch for the learner once train_batch_size rows have come together;
+        blocks while the queue is full."""
         self._pending.append((batch, version))
         pending = sum(b.env_steps for b, _ in self._pending)
         if self.train_batch_size and pending < self.train_batch_size:
             return
-        self.learner.put(self._pending)
+        self.learner.put(train_batch(self._pending))
         self._pending = []
 
-    def _learn(self, item: list[tuple[SampleBatch, int]]) -> _Learned:
-        """In the learner thread: drop the batches that lag more than max_policy_lag, learn on
-        the others concatenated, and note how far behind they were."""
-        fresh = [(batch, self.version - version) for batch, version in item]
-        if self.max_policy_lag is not None:
-            fresh = [(batch, lag) for batch, lag in fresh if lag <= self.max_policy_lag]
-        dropped = len(item) - len(fresh)
-        if not fresh:
+    def _learn(self, item: TrainBatch) -> _Learned:
+        """In the learner thread: drop the sample calls' rows that lag more than max_policy_lag,
+        learn on the others, and note how far behind they were."""
+        lags = [self.version - version for version in item.versions]
+        fresh = [self.max_policy_lag is None or lag <= self.max_policy_lag for lag in lags]
+        dropped = fresh.count(False)
+        if not any(fresh):
             return _Learned({}, [], 0, dropped)
-        batch = SampleBatch.concat([batch for batch, _ in fresh])
+        batch = item.batch
+        if dropped:  # rare: the concatenation is the driver's, and only this cuts it
+            rows = np.repeat(fresh, item.rows)
+            batch = SampleBatch({key: column[rows] for key, column in batch.columns.items()})
         self.policy.set_global_timesteps(self.counters.steps_sampled)
         stats = self.policy.learn_on_batch(batch)
         self.version += 1
         self._published = (self.policy.get_weights(), self.version)
-        return _Learned(stats, [lag for _, lag in fresh], batch.env_steps, dropped)
+        kept = [lag for lag, keep in zip(lags, fresh, strict=True) if keep]
+        return _Learned(stats, kept, batch.env_steps, dropped)
+
+
+class TrainBatch(NamedTuple):
+    """Sample calls' batches concatenated for one learn call (in the driver, off the learner's
+    thread), with each call's weights version and row count, so that stale ones can be cut out."""
+
+    batch: SampleBatch
+    versions: list[int]
+    rows: list[int]
+
+
+def train_batch(sampled: list[tuple[SampleBatch, int]]) -> TrainBatch:
+    """The learner's item from (batch, weights version) pairs."""
+    batches = [batch for batch, _ in sampled]
+    versions = [version for _, version in sampled]
+    return TrainBatch(SampleBatch.concat(batches), versions, [len(batch) for batch in batches])
 
 
 @dataclass(frozen=True)
