@@ -31,7 +31,7 @@ from kuberl_trainer.worker_set import WorkerSet
 class AsyncGradientsOptimizer(PolicyOptimizer):
     def __init__(self, workers: WorkerSet, config: Any):
         super().__init__(workers, config)
-        self.requests_per_worker = config.optimizer_config.requests_in_flight_per_worker
+        self.requests_per_worker = config.optimizer_config.requests_in_flight_per_worker or 2
         self.num_applied = 0  # gradients applied: the version of the learner's weights
         # Per worker, the weights version of each call in flight, oldest first (a worker
         # answers its calls in order).

@@ -53,8 +53,8 @@ class AsyncReplayOptimizer(PolicyOptimizer):
         self.hp = hp = config.hyperparameters
         settings = config.optimizer_config
         self.checkpoint_buffer = config.checkpoint.replay_buffer
-        self.learner = LearnerThread(self._learn, settings.learner_queue_size)
-        self.queue_size = settings.learner_queue_size
+        self.queue_size = settings.learner_queue_size or 16
+        self.learner = LearnerThread(self._learn, self.queue_size)
         count, cpus = settings.replay_shards, settings.cpus_per_replay_shard
         check_resources([*workers.resource_requests, replay_shards_request(count, cpus)])
         capacity = -(-hp.buffer_size // count)
@@ -125,7 +125,7 @@ class AsyncReplayOptimizer(PolicyOptimizer):
             calls = self._samples[index]
             while len(calls) > self.workers.in_flight(index):  # lost with a dead worker
                 calls.popleft()
-            limit = self.config.optimizer_config.requests_in_flight_per_worker
+            limit = self.config.optimizer_config.requests_in_flight_per_worker or 2
             while len(calls) < limit and not self._replay_behind():
                 calls.append(self.workers.call(index, "sample"))
         return bool(healthy)

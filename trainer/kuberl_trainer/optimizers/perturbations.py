@@ -46,7 +46,7 @@ class PerturbationsOptimizer(PolicyOptimizer):
             )
         self.pairs_per_batch = hp.episodes_per_batch // 2
         self.pairs_per_call = math.ceil(workers.local_worker.num_envs / 2)
-        self.requests_per_worker = config.optimizer_config.requests_in_flight_per_worker
+        self.requests_per_worker = config.optimizer_config.requests_in_flight_per_worker or 2
         self.noise = noise_table(hp.noise_size)  # the driver's copy, for the gradient estimate
         self._noise_ref = None
         if workers.num_remote:  # never Ray without remote workers

@@ -10,28 +10,10 @@ from __future__ import annotations
 
 import torch
 
-from kuberl_trainer.policy.base import Stats
 from kuberl_trainer.policy.impala import IMPALAPolicy
-from kuberl_trainer.sample_batch import SampleBatch
 
 
 class APPOPolicy(IMPALAPolicy):
-    def learn_on_batch(self, batch: SampleBatch) -> Stats:
-        tensors = self.as_tensors(batch.columns)  # one transfer; minibatches are cut on the device
-        transitions = batch.env_steps
-        size = min(self.hp.minibatch_size or transitions, transitions)
-        totals: dict[str, float] = {}
-        steps = 0
-        for _ in range(self.hp.num_epochs):
-            epoch = self.learnable_rows(tensors)
-            order = self.as_tensor(self.rng.permutation(transitions))
-            for rows in torch.tensor_split(order, max(1, transitions // size)):
-                stats = self.sgd_step({k: v[rows] for k, v in epoch.items()})
-                for key, value in stats.items():
-                    totals[key] = totals.get(key, 0.0) + value
-                steps += 1
-        return {k: v / steps for k, v in totals.items()} | {"sgd_steps": float(steps)}
-
     def loss(self, batch: dict[str, torch.Tensor]):
         logp, entropy = self.model.logp_entropy(batch["obs"], batch["actions"])
         advantages = self.advantages(batch)

@@ -36,6 +36,7 @@ def vtrace(
     rho_bar: float = 1.0,
     c_bar: float = 1.0,
     pg_rho_bar: float = 1.0,
+    weighted: bool = True,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """V-trace targets and policy-gradient advantages over time-major (T, B) sequences.
 
@@ -48,7 +49,8 @@ def vtrace(
     with rho_s = min(rho_bar, pi/mu) and c_s = min(c_bar, pi/mu). An episode's end stops the
     recursion (a terminated step does not bootstrap, a truncated one bootstraps from its final
     observation), and past the window v_T = V(x_T). The advantage is
-    min(pg_rho_bar, pi/mu) (r_s + gamma v_s+1 - V(x_s)). Returns (vs, pg_advantages).
+    min(pg_rho_bar, pi/mu) (r_s + gamma v_s+1 - V(x_s)), or without the min(...) factor when not
+    `weighted` (see pg_weights). Returns (vs, pg_advantages).
     """
     rhos = log_rhos.exp()
     not_terminated = (~terminateds).to(values.dtype)
@@ -60,10 +62,15 @@ def vtrace(
     # v_s+1 where the episode goes on inside the window; V(next observation) elsewhere.
     next_vs = next_values.clone()
     next_vs[:-1] += continues[:-1] * corrections[1:]
-    pg_advantages = rhos.clamp(max=pg_rho_bar) * (
-        rewards + gamma * not_terminated * next_vs - values
-    )
+    pg_advantages = rewards + gamma * not_terminated * next_vs - values
+    if weighted:
+        pg_advantages *= rhos.clamp(max=pg_rho_bar)
     return vs, pg_advantages
+
+
+def pg_weights(log_rhos: torch.Tensor, pg_rho_bar: float) -> torch.Tensor:
+    """The policy gradient's importance weights, min(pg_rho_bar, pi/mu)."""
+    return log_rhos.exp().clamp(max=pg_rho_bar)
 
 
 # The matrix form below costs O(T^2 B) against the loop's T steps of a few microseconds each, so
@@ -109,7 +116,29 @@ class IMPALAPolicy(ActorCriticPolicy):
         return {k: v.swapaxes(0, 1).reshape(-1, *v.shape[2:]) for k, v in columns.items()}
 
     def learn_on_batch(self, batch: SampleBatch) -> Stats:
-        return self.sgd_step(self.learnable_rows(self.as_tensors(batch.columns)))
+        """num_epochs passes (IMPALA: 1) of SGD over the batch in minibatches of minibatch_size
+        rows, each pass with V-trace targets from the current networks (V-trace needs whole
+        sequences, so they are computed for the whole batch; the minibatches can then take any
+        rows)."""
+        tensors = self.as_tensors(batch.columns)  # one transfer; minibatches are cut on the device
+        transitions = batch.env_steps
+        size = min(self.hp.minibatch_size or transitions, transitions)
+        totals: dict[str, float] = {}
+        steps = 0
+        for _ in range(getattr(self.hp, "num_epochs", 1)):
+            epoch = self.learnable_rows(tensors)
+            if size == transitions:
+                minibatches = [epoch]
+            else:
+                order = self.as_tensor(self.rng.permutation(transitions))
+                splits = torch.tensor_split(order, max(1, transitions // size))
+                minibatches = [{k: v[rows] for k, v in epoch.items()} for rows in splits]
+            for minibatch in minibatches:
+                stats = self.sgd_step(minibatch)
+                for key, value in stats.items():
+                    totals[key] = totals.get(key, 0.0) + value
+                steps += 1
+        return {k: v / steps for k, v in totals.items()} | {"sgd_steps": float(steps)}
 
     def learnable_rows(self, batch: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
         """The batch's transitions with their V-trace targets: the reset steps left out."""
@@ -126,8 +155,9 @@ class IMPALAPolicy(ActorCriticPolicy):
         def time_major(column: torch.Tensor) -> torch.Tensor:
             return column.reshape(-1, self.hp.rollout_length).T
 
+        log_rhos = logp - batch["logp"]
         vs, advantages = vtrace(
-            time_major(logp - batch["logp"]),
+            time_major(log_rhos),
             time_major(batch["rewards"]),
             time_major(values),
             time_major(next_values),
@@ -137,15 +167,27 @@ class IMPALAPolicy(ActorCriticPolicy):
             self.hp.vtrace_clip_rho_threshold,
             self.hp.vtrace_clip_c_threshold,
             self.hp.vtrace_clip_pg_rho_threshold,
+            weighted=False,
         )
-        return {"value_targets": vs.T.reshape(-1), "advantages": advantages.T.reshape(-1)}
+        return {
+            "value_targets": vs.T.reshape(-1),
+            "advantages": advantages.T.reshape(-1),
+            "pg_weights": pg_weights(log_rhos, self.hp.vtrace_clip_pg_rho_threshold),
+        }
 
     def advantages(self, batch: dict[str, torch.Tensor]) -> torch.Tensor:
-        """The (mini)batch's V-trace advantages, standardized if normalize_advantages."""
+        """The (mini)batch's V-trace advantages, min(pg_rho_bar, pi/mu)
+        (r_s + gamma v_s+1 - V(x_s)).
+
+        With normalize_advantages, the unweighted advantages are standardized before the
+        importance weights multiply them: standardized after, a step the learner's policy has
+        all but given up (weight near 0) would get the advantage -mean/std instead of about 0,
+        pushing that action further down whenever the mean is positive; with many workers (a
+        larger lag, smaller weights) that feedback collapsed CartPole's policy to one action."""
         advantages = batch["advantages"]
         if self.hp.normalize_advantages and len(advantages) > 1:
-            return (advantages - advantages.mean()) / (advantages.std() + 1e-8)
-        return advantages
+            advantages = (advantages - advantages.mean()) / (advantages.std() + 1e-8)
+        return batch["pg_weights"] * advantages
 
     def loss(self, batch: dict[str, torch.Tensor]):
         logp, entropy = self.model.logp_entropy(batch["obs"], batch["actions"])
