@@ -351,11 +351,18 @@ class APPOHyperparameters(IMPALAHyperparameters):
 
     num_epochs: int = Field(4, ge=1, le=1000)
     """Passes of SGD over each learner batch, each with V-trace targets from the current
-    networks (RLlib's APPO 1, its tuned CartPole examples 6)."""
+    networks: IMPACT's replay coefficient K, the draws of each batch from its circular buffer
+    (RLlib's APPO circular_buffer_iterations_per_batch 2, its tuned CartPole examples 6)."""
 
     minibatch_size: int | None = Field(128, ge=1)
     """Samples per SGD minibatch (capped at the learner batch); null learns on the whole batch
     at once."""
+
+    target_update_interval: int = Field(1, ge=1)
+    """Learner steps between refreshes of the target network, the surrogate's reference policy
+    (RLlib's APPO: every 32 train batches learned on). 1 refreshes it after every learner step:
+    the ratio is then PPO's, to the policy the step started from, which learned on CartPole with
+    2 workers x 8 envs and with 12 x 64 alike."""
 
 
 class SACHyperparameters(ReplayHyperparameters):

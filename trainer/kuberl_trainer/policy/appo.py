@@ -1,24 +1,67 @@
-"""Asynchronous PPO: PPO's clipped surrogate on IMPALA's execution, with V-trace targets.
+"""Asynchronous PPO as RLlib builds it, on IMPACT (Luo et al. 2020): PPO's clipped surrogate on
+IMPALA's execution, with V-trace targets, a target network and a small circular replay buffer.
 
-The ratio is taken against the behaviour policy that sampled the batch (recorded by the worker),
-and the advantages are V-trace's (which already weight each step by min(pg_rho_bar, pi/mu), as
-RLlib's APPO does). Every epoch recomputes the V-trace targets with the current networks on the
-whole batch, since V-trace needs whole sequences; its minibatches can then take any rows.
+The surrogate's ratio is taken against a target network, a copy of the policy refreshed every
+target_update_interval updates, not against the behaviour policy that sampled the batch: with many
+workers every batch comes from weights of its own, and clipping against each of them would pull
+the policy towards whichever was last. The V-trace targets and advantages correct the behaviour
+policy towards the target network, and the ratio from behaviour to target is capped at 2 (as in
+RLlib's APPO), so the surrogate of a stale batch stays bounded.
+
+IMPACT's other half, a circular buffer from which each train batch is drawn K times, is
+num_epochs here: the learner takes its batches in order, so each one is learned on num_epochs
+times either way (a buffer would only interleave them, and drop the oldest when the learner falls
+behind, which maxPolicyLag does here). Each pass recomputes the V-trace targets with the current
+value network, on the whole batch, since V-trace needs whole sequences.
 """
 
 from __future__ import annotations
 
-import torch
+import copy
+from typing import Any
 
+import torch
+from torch import nn
+
+from kuberl_trainer.config import AnyTrainerConfig
+from kuberl_trainer.envs import SpaceInfo
+from kuberl_trainer.policy.base import Stats, numpy_weights
 from kuberl_trainer.policy.impala import IMPALAPolicy
+from kuberl_trainer.sample_batch import SampleBatch
+
+# RLlib's APPO: importance ratios from the behaviour policy to the target network are capped here.
+_MAX_BEHAVIOUR_RATIO = 2.0
 
 
 class APPOPolicy(IMPALAPolicy):
+    def __init__(self, spaces: SpaceInfo, config: AnyTrainerConfig, seed: int):
+        super().__init__(spaces, config, seed)
+        self.target_model = copy.deepcopy(self.model).requires_grad_(False)
+        self.num_updates = 0  # learn calls: they drive the target network's schedule
+
+    def to(self, device: str | torch.device) -> APPOPolicy:
+        super().to(device)
+        self.target_model.to(self.device)
+        return self
+
+    @property
+    def reference_policy(self) -> nn.Module:
+        return self.target_model
+
+    def learn_on_batch(self, batch: SampleBatch) -> Stats:
+        stats = super().learn_on_batch(batch)
+        self.num_updates += 1
+        if self.num_updates % self.hp.target_update_interval == 0:
+            self.target_model.load_state_dict(self.model.state_dict())
+        return stats
+
     def loss(self, batch: dict[str, torch.Tensor]):
         logp, entropy = self.model.logp_entropy(batch["obs"], batch["actions"])
         advantages = self.advantages(batch)
-        log_ratio = logp - batch["logp"]
-        ratio = log_ratio.exp()
+        # pi/pi_target, except where the behaviour policy was twice as likely as the target to
+        # take the action: there 2 pi/mu
+        behaviour_ratio = (batch["logp"] - batch["reference_logp"]).exp()
+        ratio = behaviour_ratio.clamp(max=_MAX_BEHAVIOUR_RATIO) * (logp - batch["logp"]).exp()
         clip = self.hp.clip_range
         clipped = ratio.clamp(1.0 - clip, 1.0 + clip)
         policy_loss = -torch.min(ratio * advantages, clipped * advantages).mean()
@@ -26,7 +69,8 @@ class APPOPolicy(IMPALAPolicy):
         entropy = entropy.mean()
         total = policy_loss + self.hp.vf_coeff * vf_loss - self.hp.entropy_coeff * entropy
         with torch.no_grad():
-            kl = ((ratio - 1.0) - log_ratio).mean()  # behaviour to current, the k3 estimator
+            log_ratio = logp - batch["reference_logp"]
+            kl = ((log_ratio.exp() - 1.0) - log_ratio).mean()  # target to current, k3 estimator
             clip_fraction = ((ratio - 1.0).abs() > clip).float().mean()
         return total, {
             "policy_loss": policy_loss.detach(),
@@ -35,3 +79,16 @@ class APPOPolicy(IMPALAPolicy):
             "kl": kl,
             "clip_fraction": clip_fraction,
         }
+
+    def get_state(self) -> dict[str, Any]:
+        return super().get_state() | {
+            "target_weights": numpy_weights(self.target_model),
+            "num_updates": self.num_updates,
+        }
+
+    def set_state(self, state: dict[str, Any]) -> None:
+        super().set_state(state)
+        self.target_model.load_state_dict(
+            {k: torch.from_numpy(v) for k, v in state["target_weights"].items()}
+        )
+        self.num_updates = state["num_updates"]

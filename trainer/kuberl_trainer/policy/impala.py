@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import numpy as np
 import torch
+from torch import nn
 
 from kuberl_trainer.policy.actor_critic import ActorCriticPolicy
 from kuberl_trainer.policy.base import Stats
@@ -116,12 +117,14 @@ class IMPALAPolicy(ActorCriticPolicy):
         return {k: v.swapaxes(0, 1).reshape(-1, *v.shape[2:]) for k, v in columns.items()}
 
     def learn_on_batch(self, batch: SampleBatch) -> Stats:
-        """num_epochs passes (IMPALA: 1) of SGD over the batch in minibatches of minibatch_size
-        rows, each pass with V-trace targets from the current networks (V-trace needs whole
-        sequences, so they are computed for the whole batch; the minibatches can then take any
-        rows)."""
-        tensors = self.as_tensors(batch.columns)  # one transfer; minibatches are cut on the device
-        transitions = batch.env_steps
+        # one transfer; minibatches are cut on the device
+        return self.learn_on_tensors(self.as_tensors(batch.columns), batch.env_steps)
+
+    def learn_on_tensors(self, tensors: dict[str, torch.Tensor], transitions: int) -> Stats:
+        """num_epochs passes (IMPALA: 1) of SGD over a batch of `transitions` env steps in
+        minibatches of minibatch_size rows, each pass with V-trace targets from the current
+        networks (V-trace needs whole sequences, so they are computed for the whole batch; the
+        minibatches can then take any rows)."""
         size = min(self.hp.minibatch_size or transitions, transitions)
         totals: dict[str, float] = {}
         steps = 0
@@ -146,9 +149,10 @@ class IMPALAPolicy(ActorCriticPolicy):
         return {k: v[batch[VALID]] for k, v in columns.items()}
 
     def vtrace_targets(self, batch: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
-        """`value_targets` (vs) and `advantages` of every row, with the current networks."""
+        """`value_targets` (vs), `advantages` and `pg_weights` of every row, with the current
+        value network and the reference policy (`reference_logp`, also returned)."""
         with torch.no_grad():
-            logp, _ = self.model.logp_entropy(batch["obs"], batch["actions"])
+            logp, _ = self.reference_policy.logp_entropy(batch["obs"], batch["actions"])
             values = self.model.value(batch["obs"])
             next_values = self.model.value(batch["next_obs"])
 
@@ -173,7 +177,14 @@ class IMPALAPolicy(ActorCriticPolicy):
             "value_targets": vs.T.reshape(-1),
             "advantages": advantages.T.reshape(-1),
             "pg_weights": pg_weights(log_rhos, self.hp.vtrace_clip_pg_rho_threshold),
+            "reference_logp": logp,
         }
+
+    @property
+    def reference_policy(self) -> nn.Module:
+        """The policy V-trace corrects the behaviour policy towards: the one being learned
+        (APPO: its target network)."""
+        return self.model
 
     def advantages(self, batch: dict[str, torch.Tensor]) -> torch.Tensor:
         """The (mini)batch's V-trace advantages, min(pg_rho_bar, pi/mu)
