@@ -33,9 +33,9 @@ import torch
 from kuberl_operator.validation import load_rljob
 from kuberl_trainer.algorithms import policy_class
 from kuberl_trainer.policy import impala
-from kuberl_trainer.policy.impala import vtrace
+from kuberl_trainer.policy.impala import LEARNABLE_ROWS, vtrace
 from kuberl_trainer.rollout_worker import RolloutWorker
-from kuberl_trainer.sample_batch import VALID, SampleBatch
+from kuberl_trainer.sample_batch import SampleBatch
 
 EXAMPLE = Path(__file__).resolve().parents[1] / "deploy" / "examples" / "cartpole-impala.yaml"
 
@@ -90,7 +90,7 @@ def main() -> None:
     batch = SampleBatch.concat([worker.sample() for _ in range(args.batches)])
     policy = worker.policy.to(device)
 
-    tensors = policy.as_tensors(batch.columns)
+    tensors = policy.batch_tensors(batch)
     rows = policy.learnable_rows(tensors)
     with torch.no_grad():
         logp, _ = policy.model.logp_entropy(tensors["obs"], tensors["actions"])
@@ -122,11 +122,15 @@ def main() -> None:
     timings = {
         "learn_on_batch": median_ms(lambda: policy.learn_on_batch(batch), args.calls, device),
         "ceiling (sgd_step)": median_ms(lambda: policy.sgd_step(rows), args.calls, device),
-        "  as_tensors": median_ms(lambda: policy.as_tensors(batch.columns), args.calls, device),
+        "  batch_tensors": median_ms(lambda: policy.batch_tensors(batch), args.calls, device),
         "  3 forwards, no grad": median_ms(forward_passes, args.calls, device),
         "  vtrace": median_ms(lambda: vtrace(*vtrace_inputs, hp.gamma), args.calls, device),
         "  row selection": median_ms(
-            lambda: {k: v[tensors[VALID]] for k, v in (tensors | targets).items()},
+            lambda: {
+                k: v[tensors[LEARNABLE_ROWS]]
+                for k, v in (tensors | targets).items()
+                if k != LEARNABLE_ROWS
+            },
             args.calls,
             device,
         ),

@@ -61,7 +61,7 @@ def test_ratio_is_to_the_target_network_capped_from_the_behaviour_policy():
     policy was at most twice as likely as the target to act so, and 2 pi/mu elsewhere."""
     worker = appo_worker()
     policy: APPOPolicy = worker.policy
-    batch = policy.learnable_rows(policy.as_tensors(worker.sample().columns))
+    batch = policy.learnable_rows(policy.batch_tensors(worker.sample()))
     behaviour = batch["reference_logp"] + torch.linspace(-2.0, 2.0, len(batch["logp"]))
     batch["logp"] = behaviour
     captured = {}

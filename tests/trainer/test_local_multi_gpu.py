@@ -11,6 +11,7 @@ from kuberl_operator.validation import load_rljob
 from kuberl_trainer.config import OptimizerName, RolloutConfig
 from kuberl_trainer.driver import Driver
 from kuberl_trainer.errors import InvalidJobError
+from kuberl_trainer.policy.base import mean_stats
 from kuberl_trainer.policy.ppo import PPOPolicy
 from kuberl_trainer.policy.towers import Towers
 from kuberl_trainer.rollout_worker import RolloutWorker
@@ -47,7 +48,8 @@ def assert_same_loss_and_gradients(single, split, batch, rows: int) -> dict[str,
     )
     loss, stats = single.loss(minibatch)
     split_loss, split_stats = split.towers.loss(minibatch)
-    stats, split_stats = single.backward(loss, stats), split.backward(split_loss, split_stats)
+    stats = mean_stats([single.backward(loss, stats)])
+    split_stats = mean_stats([split.backward(split_loss, split_stats)])
 
     torch.testing.assert_close(split_loss, loss, rtol=RTOL, atol=ATOL)
     assert split_stats.keys() == stats.keys() and "grad_norm" in stats  # clipped after gathering

@@ -19,6 +19,7 @@ from kuberl_trainer.sample_batch import SampleBatch
 
 Weights = dict[str, np.ndarray]
 Stats = dict[str, float]
+TensorStats = dict[str, torch.Tensor]  # statistics not yet read from the learner's device
 
 
 class Policy(ABC):
@@ -129,10 +130,11 @@ class TorchPolicy(Policy):
         """The scalar to minimise and the statistics to report."""
 
     def learn_on_batch(self, batch: SampleBatch) -> Stats:
-        return self.sgd_step(self.as_tensors(batch.columns))
+        return mean_stats([self.sgd_step(self.as_tensors(batch.columns))])
 
-    def sgd_step(self, tensors: dict[str, torch.Tensor]) -> Stats:
-        """One gradient step on a minibatch, split across the towers if there are any."""
+    def sgd_step(self, tensors: dict[str, torch.Tensor]) -> TensorStats:
+        """One gradient step on a minibatch, split across the towers if there are any; its
+        statistics stay on the device (mean_stats brings a learn call's home at once)."""
         loss, stats = self.loss(tensors) if self.towers is None else self.towers.loss(tensors)
         stats = self.backward(loss, stats)
         self.optimizer.step()
@@ -148,10 +150,12 @@ class TorchPolicy(Policy):
     def compute_gradients(self, batch: SampleBatch) -> tuple[list[np.ndarray], Stats]:
         loss, stats = self.loss(self.as_tensors(batch.columns))
         stats = self.backward(loss, stats)
-        return [_grad_or_zeros(p) for p in self.model.parameters()], stats
+        return [_grad_or_zeros(p) for p in self.model.parameters()], mean_stats([stats])
 
-    def backward(self, loss: torch.Tensor, stats: dict[str, torch.Tensor]) -> Stats:
-        """Fresh gradients of `loss`, clipped to max_grad_norm; the statistics as floats."""
+    def backward(self, loss: torch.Tensor, stats: TensorStats) -> TensorStats:
+        """Fresh gradients of `loss`, clipped to max_grad_norm; the statistics with the gradient
+        norm added, still on the device: reading each as a float would wait for the device, once
+        per statistic and step."""
         self.optimizer.zero_grad()
         loss.backward()
         if self.towers is not None:
@@ -160,7 +164,7 @@ class TorchPolicy(Policy):
             stats["grad_norm"] = nn.utils.clip_grad_norm_(
                 self.model.parameters(), self.hp.max_grad_norm
             )
-        return {k: float(v) for k, v in stats.items()}
+        return stats
 
     def apply_gradients(self, gradients: list[np.ndarray]) -> None:
         for param, grad in zip(self.model.parameters(), gradients, strict=True):
@@ -195,6 +199,22 @@ class TorchPolicy(Policy):
 
     def set_learning_rate(self, lr: float) -> None:
         self.optimizer.lr = lr
+
+
+def mean_stats(steps: list[TensorStats], extra: torch.Tensor | None = None) -> Stats:
+    """The mean of each statistic over a learn call's SGD steps, read from the device in one
+    transfer: one wait for the device per learn call, not one per statistic and step. `extra`, a
+    1-d tensor the caller needs on the host too (a prioritized buffer's TD errors), comes in the
+    same transfer and is returned under the key "extra" as a numpy array."""
+    keys = list(steps[0])
+    means = torch.stack([torch.stack([step[k].float() for k in keys]) for step in steps]).mean(0)
+    if extra is not None:
+        means = torch.cat([means, extra.float()])
+    host = means.numpy(force=True)
+    stats: dict[str, Any] = dict(zip(keys, host[: len(keys)].tolist(), strict=True))
+    if extra is not None:
+        stats["extra"] = host[len(keys) :]
+    return stats
 
 
 def numpy_weights(module: nn.Module) -> Weights:

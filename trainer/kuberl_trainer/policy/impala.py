@@ -17,7 +17,7 @@ import torch
 from torch import nn
 
 from kuberl_trainer.policy.actor_critic import ActorCriticPolicy
-from kuberl_trainer.policy.base import Stats
+from kuberl_trainer.policy.base import Stats, TensorStats, mean_stats
 from kuberl_trainer.sample_batch import VALID, SampleBatch
 
 # The columns the learner needs; next_obs for every step (not only where an episode was cut or
@@ -109,6 +109,9 @@ def _discounted_sums_by_matrix(deltas: torch.Tensor, decay: torch.Tensor) -> tor
     return deltas + (discounts * deltas[1:]).sum(1)
 
 
+LEARNABLE_ROWS = "learnable_rows"  # batch_tensors' indices of the rows that are transitions
+
+
 class IMPALAPolicy(ActorCriticPolicy):
     def postprocess_trajectory(self, rollout: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
         columns = {key: rollout[key] for key in SEQUENCE_COLUMNS}
@@ -117,8 +120,15 @@ class IMPALAPolicy(ActorCriticPolicy):
         return {k: v.swapaxes(0, 1).reshape(-1, *v.shape[2:]) for k, v in columns.items()}
 
     def learn_on_batch(self, batch: SampleBatch) -> Stats:
-        # one transfer; minibatches are cut on the device
-        return self.learn_on_tensors(self.as_tensors(batch.columns), batch.env_steps)
+        return self.learn_on_tensors(self.batch_tensors(batch), batch.env_steps)
+
+    def batch_tensors(self, batch: SampleBatch) -> dict[str, torch.Tensor]:
+        """The batch's columns on the device in one transfer (minibatches are cut there), with
+        the indices of its learnable rows, found on the host: selecting by a boolean mask on
+        the device would wait for it to count the rows, once per column and pass."""
+        tensors = self.as_tensors(batch.columns)
+        tensors[LEARNABLE_ROWS] = self.as_tensor(np.flatnonzero(batch[VALID]))
+        return tensors
 
     def learn_on_tensors(self, tensors: dict[str, torch.Tensor], transitions: int) -> Stats:
         """num_epochs passes (IMPALA: 1) of SGD over a batch of `transitions` env steps in
@@ -126,8 +136,7 @@ class IMPALAPolicy(ActorCriticPolicy):
         networks (V-trace needs whole sequences, so they are computed for the whole batch; the
         minibatches can then take any rows)."""
         size = min(self.hp.minibatch_size or transitions, transitions)
-        totals: dict[str, float] = {}
-        steps = 0
+        steps: list[TensorStats] = []
         for _ in range(getattr(self.hp, "num_epochs", 1)):
             epoch = self.learnable_rows(tensors)
             if size == transitions:
@@ -136,17 +145,14 @@ class IMPALAPolicy(ActorCriticPolicy):
                 order = self.as_tensor(self.rng.permutation(transitions))
                 splits = torch.tensor_split(order, max(1, transitions // size))
                 minibatches = [{k: v[rows] for k, v in epoch.items()} for rows in splits]
-            for minibatch in minibatches:
-                stats = self.sgd_step(minibatch)
-                for key, value in stats.items():
-                    totals[key] = totals.get(key, 0.0) + value
-                steps += 1
-        return {k: v / steps for k, v in totals.items()} | {"sgd_steps": float(steps)}
+            steps += [self.sgd_step(minibatch) for minibatch in minibatches]
+        return mean_stats(steps) | {"sgd_steps": float(len(steps))}
 
     def learnable_rows(self, batch: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
         """The batch's transitions with their V-trace targets: the reset steps left out."""
+        rows = batch[LEARNABLE_ROWS]
         columns = batch | self.vtrace_targets(batch)
-        return {k: v[batch[VALID]] for k, v in columns.items()}
+        return {k: v[rows] for k, v in columns.items() if k != LEARNABLE_ROWS}
 
     def vtrace_targets(self, batch: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
         """`value_targets` (vs), `advantages` and `pg_weights` of every row, with the current

@@ -5,7 +5,7 @@ from __future__ import annotations
 import torch
 
 from kuberl_trainer.policy.actor_critic import ActorCriticPolicy
-from kuberl_trainer.policy.base import Stats
+from kuberl_trainer.policy.base import Stats, TensorStats, mean_stats
 from kuberl_trainer.sample_batch import SampleBatch
 
 
@@ -22,25 +22,22 @@ class PPOPolicy(ActorCriticPolicy):
             self.clip_range = self.hp.clip_range * remaining
 
     def learn_on_batch(self, batch: SampleBatch) -> Stats:
-        totals: dict[str, float] = {}
-        steps = 0
+        steps: list[TensorStats] = []
         # One transfer of the batch to the device; the minibatches are cut there.
         tensors = self.as_tensors(batch.columns)
         count = max(1, len(batch) // self.hp.minibatch_size)
         for _ in range(self.hp.num_epochs):
-            epoch_kl, epoch_steps = 0.0, 0
             # The rows SampleBatch.minibatches would give: a shuffled pass in `count` parts.
             order = self.as_tensor(self.rng.permutation(len(batch)))
-            for rows in torch.tensor_split(order, count):
-                stats = self.sgd_step(self.standardized({k: v[rows] for k, v in tensors.items()}))
-                for key, value in stats.items():
-                    totals[key] = totals.get(key, 0.0) + value
-                steps += 1
-                epoch_kl += stats["kl"]
-                epoch_steps += 1
-            if self.hp.target_kl is not None and epoch_kl / epoch_steps > self.hp.target_kl:
+            epoch = [
+                self.sgd_step(self.standardized({k: v[rows] for k, v in tensors.items()}))
+                for rows in torch.tensor_split(order, count)
+            ]
+            steps += epoch
+            # the one wait for the device per epoch, and only with a target_kl
+            if self.hp.target_kl is not None and mean_stats(epoch)["kl"] > self.hp.target_kl:
                 break  # the policy moved far enough for this batch
-        return {k: v / steps for k, v in totals.items()} | {"sgd_steps": float(steps)}
+        return mean_stats(steps) | {"sgd_steps": float(len(steps))}
 
     def standardized(self, minibatch: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
         """The minibatch with its advantages standardized if normalize_advantages: over the whole

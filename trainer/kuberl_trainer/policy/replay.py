@@ -14,7 +14,13 @@ from torch import nn
 
 from kuberl_trainer.config import AnyTrainerConfig
 from kuberl_trainer.envs import SpaceInfo
-from kuberl_trainer.policy.base import Stats, TorchPolicy, flatten_time_major, numpy_weights
+from kuberl_trainer.policy.base import (
+    Stats,
+    TorchPolicy,
+    flatten_time_major,
+    mean_stats,
+    numpy_weights,
+)
 from kuberl_trainer.postprocessing import compute_n_step
 from kuberl_trainer.sample_batch import VALID, SampleBatch
 
@@ -89,7 +95,8 @@ class ReplayPolicy(TorchPolicy):
         stats = self.backward(loss, stats)
         self.optimizer.step()
         self._count_gradient_step()
-        return stats, td_errors.numpy(force=True)
+        stats = mean_stats([stats], extra=td_errors)  # the step's one wait for the device
+        return stats, stats.pop("extra")
 
     def apply_gradients(self, gradients: list[np.ndarray]) -> None:
         super().apply_gradients(gradients)
