@@ -1,6 +1,7 @@
 """V-trace (Espeholt et al. 2018) against the paper's sum and a plain loop over its recursion,
 against compute_gae on on-policy data, and through IMPALA's sequence layout."""
 
+import copy
 import math
 
 import numpy as np
@@ -258,3 +259,22 @@ def test_the_learner_recovers_each_envs_sequence_from_concatenated_batches(polic
 
     stats = policy.learn_on_batch(batch)
     assert all(math.isfinite(v) for v in stats.values()), stats
+
+
+@pytest.mark.parametrize("env", ["CartPole-v1", "Pendulum-v1"])
+def test_a_whole_batch_step_sharing_its_forward_pass_with_vtrace_learns_the_same(env):
+    """IMPALA's one-SGD-step learn call takes V-trace's inputs from the step's own forward pass
+    (and each next observation's value from the following step's): the same update as V-trace
+    from separate passes without gradients, then the loss on the learnable rows."""
+    config = trainer_config(algorithm="IMPALA", env=env, hyperparameters={"rollout_length": 16})
+    worker = RolloutWorker(IMPALAPolicy, config, num_envs=4, seed=0)
+    batch = SampleBatch.concat([worker.sample() for _ in range(2)])
+    shared, separate = worker.policy, copy.deepcopy(worker.policy)
+    separate.one_forward = False
+    stats = shared.learn_on_batch(batch)
+    expected = separate.learn_on_batch(batch)
+    assert stats.keys() == expected.keys()
+    for key in stats:
+        assert stats[key] == pytest.approx(expected[key], rel=1e-4, abs=1e-5), key
+    for a, b in zip(shared.model.parameters(), separate.model.parameters(), strict=True):
+        torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-6)

@@ -34,6 +34,8 @@ _MAX_BEHAVIOUR_RATIO = 2.0
 
 
 class APPOPolicy(IMPALAPolicy):
+    one_forward = False
+
     def __init__(self, spaces: SpaceInfo, config: AnyTrainerConfig, seed: int):
         super().__init__(spaces, config, seed)
         self.target_model = copy.deepcopy(self.model).requires_grad_(False)

@@ -113,6 +113,10 @@ LEARNABLE_ROWS = "learnable_rows"  # batch_tensors' indices of the rows that are
 
 
 class IMPALAPolicy(ActorCriticPolicy):
+    # A learn call of one whole-batch SGD step shares its forward pass with V-trace (APPO's
+    # V-trace takes the target network's log-probabilities: it cannot).
+    one_forward = True
+
     def postprocess_trajectory(self, rollout: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
         columns = {key: rollout[key] for key in SEQUENCE_COLUMNS}
         # The behaviour policy's log-probabilities: these weights sampled the whole rollout.
@@ -136,8 +140,11 @@ class IMPALAPolicy(ActorCriticPolicy):
         networks (V-trace needs whole sequences, so they are computed for the whole batch; the
         minibatches can then take any rows)."""
         size = min(self.hp.minibatch_size or transitions, transitions)
+        epochs = getattr(self.hp, "num_epochs", 1)
+        if self.one_forward and size == transitions and epochs == 1 and self.towers is None:
+            return mean_stats([self.whole_batch_step(tensors)]) | {"sgd_steps": 1.0}
         steps: list[TensorStats] = []
-        for _ in range(getattr(self.hp, "num_epochs", 1)):
+        for _ in range(epochs):
             epoch = self.learnable_rows(tensors)
             if size == transitions:
                 minibatches = [epoch]
@@ -147,6 +154,21 @@ class IMPALAPolicy(ActorCriticPolicy):
                 minibatches = [{k: v[rows] for k, v in epoch.items()} for rows in splits]
             steps += [self.sgd_step(minibatch) for minibatch in minibatches]
         return mean_stats(steps) | {"sgd_steps": float(len(steps))}
+
+    def whole_batch_step(self, batch: dict[str, torch.Tensor]) -> TensorStats:
+        """One SGD step on the whole batch, whose forward pass also gives V-trace its inputs:
+        the targets come from the networks before the step either way, so this saves the
+        separate pass without gradients, two of a learn call's three forward passes."""
+        logp, entropy = self.model.logp_entropy(batch["obs"], batch["actions"])
+        values = self.model.value(batch["obs"])
+        with torch.no_grad():
+            targets = self.vtrace_from(batch, logp.detach(), values.detach())
+        rows = batch[LEARNABLE_ROWS]
+        learnable = {k: v[rows] for k, v in (batch | targets).items() if k != LEARNABLE_ROWS}
+        loss, stats = self.loss_of(learnable, logp[rows], entropy[rows], values[rows])
+        stats = self.backward(loss, stats)
+        self.optimizer.step()
+        return stats
 
     def learnable_rows(self, batch: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
         """The batch's transitions with their V-trace targets: the reset steps left out."""
@@ -159,12 +181,24 @@ class IMPALAPolicy(ActorCriticPolicy):
         value network and the reference policy (`reference_logp`, also returned)."""
         with torch.no_grad():
             logp, _ = self.reference_policy.logp_entropy(batch["obs"], batch["actions"])
-            values = self.model.value(batch["obs"])
-            next_values = self.model.value(batch["next_obs"])
+            return self.vtrace_from(batch, logp, self.model.value(batch["obs"]))
+
+    def vtrace_from(
+        self, batch: dict[str, torch.Tensor], logp: torch.Tensor, values: torch.Tensor
+    ) -> dict[str, torch.Tensor]:
+        """vtrace_targets from the reference policy's log-probabilities and the values of every
+        row's observation. A step's next observation is the next step's observation (a worker's
+        rollout is one array of observations, and an episode's reset step keeps its final one),
+        so only the last step of each sequence needs a value of its own."""
+        length = self.hp.rollout_length
 
         def time_major(column: torch.Tensor) -> torch.Tensor:
-            return column.reshape(-1, self.hp.rollout_length).T
+            return column.reshape(-1, length).T
 
+        last_next_obs = batch["next_obs"].reshape(-1, length, *batch["next_obs"].shape[1:])[:, -1]
+        next_values = torch.cat(
+            [values.reshape(-1, length)[:, 1:], self.model.value(last_next_obs)[:, None]], dim=1
+        ).reshape(-1)
         log_rhos = logp - batch["logp"]
         vs, advantages = vtrace(
             time_major(log_rhos),
@@ -208,8 +242,18 @@ class IMPALAPolicy(ActorCriticPolicy):
 
     def loss(self, batch: dict[str, torch.Tensor]):
         logp, entropy = self.model.logp_entropy(batch["obs"], batch["actions"])
+        return self.loss_of(batch, logp, entropy, self.model.value(batch["obs"]))
+
+    def loss_of(
+        self,
+        batch: dict[str, torch.Tensor],
+        logp: torch.Tensor,
+        entropy: torch.Tensor,
+        values: torch.Tensor,
+    ):
+        """The loss given the networks' outputs on the batch's rows."""
         policy_loss = -(self.advantages(batch) * logp).mean()
-        vf_loss = 0.5 * (batch["value_targets"] - self.model.value(batch["obs"])).pow(2).mean()
+        vf_loss = 0.5 * (batch["value_targets"] - values).pow(2).mean()
         entropy = entropy.mean()
         total = policy_loss + self.hp.vf_coeff * vf_loss - self.hp.entropy_coeff * entropy
         return total, {
