@@ -94,7 +94,7 @@ class Plan:
 # a machine just started).
 FULL = Plan(
     probe=8,
-    tests=30,
+    tests=60,
     learner=8,
     learner_calls=20,
     examples=None,
