@@ -59,7 +59,7 @@ def test_the_target_network_and_its_schedule_survive_a_checkpoint():
 def test_ratio_is_to_the_target_network_capped_from_the_behaviour_policy():
     """With a target network equal to the learner's policy the ratio is 1 wherever the behaviour
     policy was at most twice as likely as the target to act so, and 2 pi/mu elsewhere."""
-    worker = appo_worker()
+    worker = appo_worker(target_update_interval=1)
     policy: APPOPolicy = worker.policy
     batch = policy.learnable_rows(policy.batch_tensors(worker.sample()))
     behaviour = batch["reference_logp"] + torch.linspace(-2.0, 2.0, len(batch["logp"]))
@@ -82,3 +82,15 @@ def test_ratio_is_to_the_target_network_capped_from_the_behaviour_policy():
     excess = (behaviour - batch["reference_logp"]).numpy()
     expected = np.where(excess > np.log(2.0), 2.0 * np.exp(-excess), 1.0)
     np.testing.assert_allclose(ratio, expected, rtol=1e-4)
+
+
+def test_without_a_target_network_the_reference_is_the_behaviour_policy():
+    worker = appo_worker()
+    policy: APPOPolicy = worker.policy
+    assert policy.target_model is None and policy.reference_policy is policy.model
+    policy.learn_on_batch(worker.sample())
+    assert "target_weights" not in policy.get_state()
+    # a job that turns the target network on resumes from such a checkpoint with the policy
+    restored = appo_worker(target_update_interval=3).policy
+    restored.set_state(policy.get_state())
+    assert same(restored.target_model, policy.model)

@@ -4,7 +4,7 @@ local Ray where each worker reserves 1/8 of a CPU, so that 12 fit this 2-core ma
 
 Budgets and what was measured on a 2-core machine (env steps to the target, seed 0-2 unless
 said): IMPALA 12 x 64 reached 475 within 1.0-2.4M env steps (20-70 s, the slowest beside a
-CPU-bound process), APPO 12 x 64 within 420-620k (66-93 s); Ape-X with 12 workers of 8 envs
+CPU-bound process), APPO 12 x 64 within 418-440k (66-80 s); Ape-X with 12 workers of 8 envs
 reached 400 at 110k (140 s: its learner is the ceiling), A3C with 8 at 125k (41 s). The policy
 lag each progress row reports stays within maxPolicyLag (32): batches older are dropped, never
 learned on."""

@@ -1,12 +1,12 @@
-"""Asynchronous PPO as RLlib builds it, on IMPACT (Luo et al. 2020): PPO's clipped surrogate on
-IMPALA's execution, with V-trace targets, a target network and a small circular replay buffer.
+"""Asynchronous PPO: PPO's clipped surrogate on IMPALA's execution, with V-trace targets, and
+optionally IMPACT's target network (Luo et al. 2020), as RLlib's APPO.
 
-The surrogate's ratio is taken against a target network, a copy of the policy refreshed every
-target_update_interval updates, not against the behaviour policy that sampled the batch: with many
-workers every batch comes from weights of its own, and clipping against each of them would pull
-the policy towards whichever was last. The V-trace targets and advantages correct the behaviour
-policy towards the target network, and the ratio from behaviour to target is capped at 2 (as in
-RLlib's APPO), so the surrogate of a stale batch stays bounded.
+By default the surrogate's ratio is taken against the behaviour policy that sampled the batch
+(recorded by the worker), and V-trace corrects that policy towards the one being learned. With a
+target_update_interval, the ratio is taken against a target network instead, a copy of the policy
+refreshed every target_update_interval learner steps: V-trace then corrects the behaviour policy
+towards the target network, and the ratio from behaviour to target is capped at 2 (as in RLlib's
+APPO), so the surrogate of a stale batch stays bounded.
 
 IMPACT's other half, a circular buffer from which each train batch is drawn K times, is
 num_epochs here: the learner takes its batches in order, so each one is learned on num_epochs
@@ -38,32 +38,37 @@ class APPOPolicy(IMPALAPolicy):
 
     def __init__(self, spaces: SpaceInfo, config: AnyTrainerConfig, seed: int):
         super().__init__(spaces, config, seed)
-        self.target_model = copy.deepcopy(self.model).requires_grad_(False)
+        self.target_model: nn.Module | None = None
+        if self.hp.target_update_interval is not None:
+            self.target_model = copy.deepcopy(self.model).requires_grad_(False)
         self.num_updates = 0  # learn calls: they drive the target network's schedule
 
     def to(self, device: str | torch.device) -> APPOPolicy:
         super().to(device)
-        self.target_model.to(self.device)
+        if self.target_model is not None:
+            self.target_model.to(self.device)
         return self
 
     @property
     def reference_policy(self) -> nn.Module:
-        return self.target_model
+        return self.model if self.target_model is None else self.target_model
 
     def learn_on_batch(self, batch: SampleBatch) -> Stats:
         stats = super().learn_on_batch(batch)
         self.num_updates += 1
-        if self.num_updates % self.hp.target_update_interval == 0:
+        if self.target_model is not None and self.num_updates % self.hp.target_update_interval == 0:
             self.target_model.load_state_dict(self.model.state_dict())
         return stats
 
     def loss(self, batch: dict[str, torch.Tensor]):
         logp, entropy = self.model.logp_entropy(batch["obs"], batch["actions"])
         advantages = self.advantages(batch)
-        # pi/pi_target, except where the behaviour policy was twice as likely as the target to
-        # take the action: there 2 pi/mu
-        behaviour_ratio = (batch["logp"] - batch["reference_logp"]).exp()
-        ratio = behaviour_ratio.clamp(max=_MAX_BEHAVIOUR_RATIO) * (logp - batch["logp"]).exp()
+        ratio = (logp - batch["logp"]).exp()  # pi/mu
+        if self.target_model is not None:
+            # pi/pi_target, except where the behaviour policy was twice as likely as the target
+            # to take the action: there 2 pi/mu
+            behaviour_ratio = (batch["logp"] - batch["reference_logp"]).exp()
+            ratio = ratio * behaviour_ratio.clamp(max=_MAX_BEHAVIOUR_RATIO)
         clip = self.hp.clip_range
         clipped = ratio.clamp(1.0 - clip, 1.0 + clip)
         policy_loss = -torch.min(ratio * advantages, clipped * advantages).mean()
@@ -71,8 +76,10 @@ class APPOPolicy(IMPALAPolicy):
         entropy = entropy.mean()
         total = policy_loss + self.hp.vf_coeff * vf_loss - self.hp.entropy_coeff * entropy
         with torch.no_grad():
-            log_ratio = logp - batch["reference_logp"]
-            kl = ((log_ratio.exp() - 1.0) - log_ratio).mean()  # target to current, k3 estimator
+            # from the reference policy (the behaviour one, or the target network) to the
+            # current one, the k3 estimator
+            log_ratio = logp - batch["reference_logp" if self.target_model else "logp"]
+            kl = ((log_ratio.exp() - 1.0) - log_ratio).mean()
             clip_fraction = ((ratio - 1.0).abs() > clip).float().mean()
         return total, {
             "policy_loss": policy_loss.detach(),
@@ -83,14 +90,18 @@ class APPOPolicy(IMPALAPolicy):
         }
 
     def get_state(self) -> dict[str, Any]:
-        return super().get_state() | {
-            "target_weights": numpy_weights(self.target_model),
-            "num_updates": self.num_updates,
-        }
+        state = super().get_state() | {"num_updates": self.num_updates}
+        if self.target_model is not None:
+            state["target_weights"] = numpy_weights(self.target_model)
+        return state
 
     def set_state(self, state: dict[str, Any]) -> None:
         super().set_state(state)
-        self.target_model.load_state_dict(
-            {k: torch.from_numpy(v) for k, v in state["target_weights"].items()}
-        )
-        self.num_updates = state["num_updates"]
+        self.num_updates = state.get("num_updates", 0)
+        if self.target_model is None:
+            return
+        if "target_weights" in state:
+            weights = {k: torch.from_numpy(v) for k, v in state["target_weights"].items()}
+            self.target_model.load_state_dict(weights)
+        else:  # a checkpoint of a job without a target network: it starts from the policy
+            self.target_model.load_state_dict(self.model.state_dict())
