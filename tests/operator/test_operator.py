@@ -623,7 +623,12 @@ def test_without_kuberay_every_job_says_so_and_the_operator_keeps_running(cluste
             )
             assert cluster.status(name)["phase"] == "Pending"
             assert cluster.condition(name, "Progressing")["status"] == "False"
-            assert ("Warning", "CRDNotFound") in cluster.events(name)
+            # the Event is posted after the status that says the same
+            wait_until(
+                lambda n=name: ("Warning", "CRDNotFound") in cluster.events(n),
+                PATIENCE,
+                f"{name}'s Event",
+            )
         assert cluster.kube_api.list(f"{SECRETS}") == []  # nothing created meanwhile
 
 
