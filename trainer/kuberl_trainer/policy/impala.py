@@ -26,6 +26,11 @@ SEQUENCE_COLUMNS = ("obs", "next_obs", "actions", "rewards", "terminateds", "tru
 
 
 @torch.no_grad()
+def pg_weights(log_rhos: torch.Tensor, pg_rho_bar: float) -> torch.Tensor:
+    """The policy gradient's importance weights, min(pg_rho_bar, pi/mu)."""
+    return log_rhos.exp().clamp(max=pg_rho_bar)
+
+
 def vtrace(
     log_rhos: torch.Tensor,
     rewards: torch.Tensor,
@@ -65,13 +70,8 @@ def vtrace(
     next_vs[:-1] += continues[:-1] * corrections[1:]
     pg_advantages = rewards + gamma * not_terminated * next_vs - values
     if weighted:
-        pg_advantages *= rhos.clamp(max=pg_rho_bar)
+        pg_advantages *= pg_weights(log_rhos, pg_rho_bar)
     return vs, pg_advantages
-
-
-def pg_weights(log_rhos: torch.Tensor, pg_rho_bar: float) -> torch.Tensor:
-    """The policy gradient's importance weights, min(pg_rho_bar, pi/mu)."""
-    return log_rhos.exp().clamp(max=pg_rho_bar)
 
 
 # The matrix form below costs O(T^2 B) against the loop's T steps of a few microseconds each, so
@@ -162,18 +162,20 @@ class IMPALAPolicy(ActorCriticPolicy):
         logp, entropy = self.model.logp_entropy(batch["obs"], batch["actions"])
         values = self.model.value(batch["obs"])
         with torch.no_grad():
-            targets = self.vtrace_from(batch, logp.detach(), values.detach())
+            learnable = self.learnable_rows(batch, self.vtrace_from(batch, logp, values))
         rows = batch[LEARNABLE_ROWS]
-        learnable = {k: v[rows] for k, v in (batch | targets).items() if k != LEARNABLE_ROWS}
         loss, stats = self.loss_of(learnable, logp[rows], entropy[rows], values[rows])
         stats = self.backward(loss, stats)
         self.optimizer.step()
         return stats
 
-    def learnable_rows(self, batch: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
-        """The batch's transitions with their V-trace targets: the reset steps left out."""
+    def learnable_rows(
+        self, batch: dict[str, torch.Tensor], targets: dict[str, torch.Tensor] | None = None
+    ) -> dict[str, torch.Tensor]:
+        """The batch's transitions with their V-trace targets (`targets`, or vtrace_targets with
+        the current networks): the reset steps left out."""
         rows = batch[LEARNABLE_ROWS]
-        columns = batch | self.vtrace_targets(batch)
+        columns = batch | (self.vtrace_targets(batch) if targets is None else targets)
         return {k: v[rows] for k, v in columns.items() if k != LEARNABLE_ROWS}
 
     def vtrace_targets(self, batch: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
