@@ -1,14 +1,16 @@
 """IMPALA and APPO on CartPole-v1: kuberl against RLlib 2.60, same machine, same worker count.
 
-Both systems run 2 rollout workers (RLlib: env runners) of 16 envs each. kuberl learns in a thread
-of its driver process, with its algorithms' defaults and `cpusPerWorker: 1` (the driver reserves
-no CPU). RLlib runs its tuned examples (tuned_examples/impala/cartpole_impala.py,
-tuned_examples/appo/cartpole_appo.py) with their learner actor (1 CPU; --rllib-learners 0 puts
-the learner in RLlib's driver process, where it updates synchronously) and only the layout
-changed: 2 env runners instead of 4, no aggregator actors (APPO's example has 2 per learner), and
-`num_cpus_per_env_runner=0.5`, without which the learner and two 1-CPU env runners ask for 3 CPUs
-on a 2-CPU machine and RLlib waits forever (Ray only schedules by these numbers; both values give
-an env runner one thread).
+Both systems run 2 rollout workers (RLlib: env runners) of 16 envs each (`--workers`, `--envs`,
+`--target` change that). kuberl learns in a thread of its driver process, with its algorithms'
+defaults and `cpusPerWorker: 1` (the driver reserves no CPU; with more workers than CPUs, the
+machine's CPUs shared among them). RLlib runs its tuned examples
+(tuned_examples/impala/cartpole_impala.py, tuned_examples/appo/cartpole_appo.py) with their learner
+actor (1 CPU; --rllib-learners 0 puts the learner in RLlib's driver process, where it updates
+synchronously) and only the layout changed: 2 env runners instead of 4, no aggregator actors (APPO's
+example has 2 per learner), and `num_cpus_per_env_runner=0.5`, without which the learner and two
+1-CPU env runners ask for 3 CPUs on a 2-CPU machine and RLlib waits forever (Ray only schedules by
+these numbers; both values give an env runner one thread); with more workers, the CPUs beside the
+learner's shared among them.
 
 Every run is a fresh child process (this file with --child) that prints a line per training
 iteration (time, env steps sampled, mean return of the last 20 episodes) and stops at a mean
@@ -24,6 +26,7 @@ fields to change; RLlib (this benchmark's IMPALA without the 0.5) is given --han
 and what it got done by then is reported (built or not, iterations, env steps).
 
     python bench/async_vs_rllib.py [--seeds 3] [--algorithms IMPALA APPO] [--quick]
+        [--workers 2] [--envs 16] [--target 400]
 """
 
 import time
@@ -66,7 +69,16 @@ def finite(value) -> float | None:
 # -- children: TICK lines while training, then one RESULT line ------------------------------
 
 
-def run_kuberl(algorithm: str, seed: int, target: float, envs: int) -> dict:
+def kuberl_cpus_per_worker(workers: int) -> float:
+    return min(1.0, (os.cpu_count() or 1) / workers)
+
+
+def rllib_cpus_per_env_runner(workers: int) -> float:
+    """0.5, or what the CPUs left beside the learner actor's one allow."""
+    return min(0.5, max(1, (os.cpu_count() or 1) - 1) / workers)
+
+
+def run_kuberl(algorithm: str, seed: int, target: float, envs: int, workers: int) -> dict:
     from driver_clock import IterationClock, run_driver, trainer_config
 
     from kuberl_trainer.config import RolloutConfig
@@ -83,13 +95,20 @@ def run_kuberl(algorithm: str, seed: int, target: float, envs: int) -> dict:
         metricsWindow=RETURN_WINDOW,
         stop={"episodeReturnMean": target, "timesteps": MAX_STEPS},
     )
-    rollout = RolloutConfig(replicas=WORKERS, envs_per_worker=envs, cpus_per_worker=1.0)
+    rollout = RolloutConfig(
+        replicas=workers, envs_per_worker=envs, cpus_per_worker=kuberl_cpus_per_worker(workers)
+    )
     result = run_driver(config, rollout, IterationClock(on_tick=tick))
     return {"stopped_by": result.stopped_by, "steps": result.timesteps}
 
 
 def rllib_config(
-    algorithm: str, seed: int, envs: int, learners: int = 1, cpus_per_env_runner: float = 0.5
+    algorithm: str,
+    seed: int,
+    envs: int,
+    learners: int = 1,
+    cpus_per_env_runner: float = 0.5,
+    workers: int = WORKERS,
 ):
     """The tuned example of `algorithm` in this benchmark's layout."""
     from ray.rllib.core.rl_module.default_model_config import DefaultModelConfig
@@ -123,7 +142,7 @@ def rllib_config(
         config.environment("CartPole-v1")
         .rl_module(model_config=DefaultModelConfig(vf_share_layers=True))
         .env_runners(
-            num_env_runners=WORKERS,
+            num_env_runners=workers,
             num_envs_per_env_runner=envs,
             num_cpus_per_env_runner=cpus_per_env_runner,
         )
@@ -138,11 +157,14 @@ def rllib_config(
     )
 
 
-def run_rllib(algorithm: str, seed: int, target: float, envs: int, learners: int) -> dict:
+def run_rllib(
+    algorithm: str, seed: int, target: float, envs: int, learners: int, workers: int
+) -> dict:
     import ray
     import torch
 
-    config = rllib_config(algorithm, seed, envs, learners)
+    cpus = rllib_cpus_per_env_runner(workers)
+    config = rllib_config(algorithm, seed, envs, learners, cpus, workers)
     torch.set_num_threads(1)  # as kuberl's driver, for a learner in this process
     algo = None
     try:  # a private instance ended with this process (also when interrupted while starting)
@@ -204,9 +226,11 @@ def run_rllib_too_many_cpus() -> dict:
 
 def child_main(args: argparse.Namespace) -> None:
     if args.child == "kuberl":
-        result = run_kuberl(args.algorithm, args.seed, args.target, args.envs)
+        result = run_kuberl(args.algorithm, args.seed, args.target, args.envs, args.workers)
     elif args.child == "rllib":
-        result = run_rllib(args.algorithm, args.seed, args.target, args.envs, args.rllib_learners)
+        result = run_rllib(
+            args.algorithm, args.seed, args.target, args.envs, args.rllib_learners, args.workers
+        )
     elif args.child == "kuberl-too-many-cpus":
         result = run_kuberl_too_many_cpus()
     else:
@@ -263,6 +287,7 @@ def run_child(name: str, extra: list[str], log: Path, wall_cap: float) -> dict:
 def training_run(system: str, algorithm: str, seed: int, args, log_dir: Path) -> dict:
     extra = ["--algorithm", algorithm, "--seed", str(seed), "--target", str(args.target)]
     extra += ["--envs", str(args.envs), "--rllib-learners", str(args.rllib_learners)]
+    extra += ["--workers", str(args.workers)]
     log = log_dir / f"{system}-{algorithm}-seed{seed}.log"
     run = run_child(system, extra, log, args.wall_cap)
     ticks = run["ticks"]
@@ -336,6 +361,7 @@ def main() -> None:
     parser.add_argument("--systems", nargs="+", default=list(SYSTEMS), choices=SYSTEMS)
     parser.add_argument("--target", type=float, default=TARGET, help="mean return to reach")
     parser.add_argument("--envs", type=int, default=ENVS_PER_WORKER, help="envs per worker")
+    parser.add_argument("--workers", type=int, default=WORKERS, help="rollout workers")
     parser.add_argument(
         "--rllib-learners", type=int, default=1, choices=[0, 1], help="0: in RLlib's driver"
     )
@@ -396,7 +422,7 @@ def main() -> None:
     }
     print(
         f"\nCartPole-v1 to a mean return (last {RETURN_WINDOW} episodes) of {args.target:g}, "
-        f"{WORKERS} workers x {args.envs} envs, wall time from Popen; load average "
+        f"{args.workers} workers x {args.envs} envs, wall time from Popen; load average "
         f"{load_before[0]:.1f} -> {os.getloadavg()[0]:.1f} on {os.cpu_count()} CPUs\n"
     )
     print("| algorithm | system | reached | median s | per-seed s | per-seed steps | steps/s |")
@@ -437,7 +463,7 @@ def main() -> None:
         "loadavg_after": os.getloadavg(),
         "cpus": os.cpu_count(),
         "target": args.target,
-        "workers": WORKERS,
+        "workers": args.workers,
         "envs_per_worker": args.envs,
         "return_window": RETURN_WINDOW,
         "wall_cap_s": args.wall_cap,

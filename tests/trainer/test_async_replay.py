@@ -26,6 +26,7 @@ from testkit import trainer_config, wait_until
 ROWS = 10
 BATCH = 4
 QUEUE = 3
+PER_CALL = 2  # minibatches a replay call brings
 
 pytestmark = pytest.mark.timeout(300)  # a hang fails the test instead of the suite
 
@@ -78,9 +79,9 @@ class CheckingShard(ReplayShard):
         super().__init__(*args)
         self.replays = self.updates = self.wrong = 0
 
-    def sample(self, batch_size, beta):
+    def sample(self, batch_size, beta, count=1):
         self.replays += 1
-        return super().sample(batch_size, beta)
+        return super().sample(batch_size, beta, count)
 
     def update_priorities(self, indices, td_errors):
         self.updates += 1
@@ -96,6 +97,7 @@ class CheckingShard(ReplayShard):
 
 class CheckedAsyncReplay(AsyncReplayOptimizer):
     shard_class = CheckingShard
+    replay_rows_per_call = PER_CALL * BATCH
 
 
 def config(**hyperparameters):
@@ -147,7 +149,8 @@ def test_priorities_go_to_the_shard_each_minibatch_came_from(ray_local):
         reports = shard_reports(ray_local, optimizer)
         assert all(r["updates"] > 0 for r in reports), reports  # both shards replayed
         assert all(r["wrong"] == 0 for r in reports), reports
-        assert sum(r["updates"] for r in reports) <= learner.steps
+        # One update per replay call, of all its minibatches.
+        assert sum(r["updates"] for r in reports) <= learner.steps / PER_CALL
     finally:
         stop(optimizer)
 
@@ -274,11 +277,12 @@ def test_training_intensity_holds_replay_to_sampling(ray_local):
     try:
         wait_until(lambda: optimizer.step() and learner.steps >= 100, timeout=120)
         sampled = optimizer.counters.steps_sampled
-        replayed = sum(r["replays"] for r in shard_reports(ray_local, optimizer)) * BATCH
-        # Never ahead of 2 x sampled; behind by at most the calls in flight on the workers
-        # (2 each) and the learner's queue.
-        assert replayed <= 2 * sampled + BATCH
-        assert replayed >= 2 * (sampled - 2 * 2 * ROWS) - (QUEUE + 1) * BATCH
+        call = PER_CALL * BATCH
+        replayed = sum(r["replays"] for r in shard_reports(ray_local, optimizer)) * call
+        # Never ahead of 2 x sampled by more than a call; behind by at most the calls in flight
+        # on the workers (2 each) and the learner's queue.
+        assert replayed <= 2 * sampled + call
+        assert replayed >= 2 * (sampled - 2 * 2 * ROWS) - (QUEUE + 1) * call
     finally:
         stop(optimizer)
 

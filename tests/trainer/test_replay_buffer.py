@@ -189,3 +189,19 @@ def test_prioritized_state_round_trip_keeps_priorities():
     a, b = restored.sample(10, beta=0.4), buffer.sample(10, beta=0.4)
     np.testing.assert_array_equal(a["indices"], b["indices"])
     np.testing.assert_allclose(a["weights"], b["weights"])
+
+
+def test_a_replay_shard_call_brings_minibatches_each_drawn_over_all_priorities():
+    from kuberl_trainer.replay_shard import ReplayShard
+
+    shard = ReplayShard(capacity=64, alpha=1.0, eps=1e-9, seed=0)
+    shard.buffer.add(transitions(0, 64))  # equal priorities: stratified draws spread evenly
+
+    batch = shard.sample(batch_size=8, beta=0.4, count=3)
+
+    assert {len(column) for column in batch.values()} == {24}
+    np.testing.assert_array_equal(batch["obs"][:, 0], batch["indices"])
+    for minibatch in np.split(batch["indices"], 3):
+        # One draw from each eighth of the buffer, as a single call of 8 would draw, not the
+        # thirds of one draw of 24 cut in three.
+        np.testing.assert_array_equal(minibatch // 8, np.arange(8))

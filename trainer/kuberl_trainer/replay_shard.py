@@ -12,6 +12,8 @@ import os
 from collections import Counter
 from typing import Any
 
+import numpy as np
+
 from kuberl_trainer.replay_buffer import Columns, PrioritizedReplayBuffer
 from kuberl_trainer.sample_batch import SampleBatch
 
@@ -39,10 +41,12 @@ class ReplayShard:
     def add(self, batch: SampleBatch) -> None:
         self.buffer.add(batch.columns)
 
-    def sample(self, batch_size: int, beta: float) -> Columns:
-        """A prioritized minibatch with its importance `weights` and the `indices` to pass back
-        to update_priorities."""
-        return self.buffer.sample(batch_size, beta)
+    def sample(self, batch_size: int, beta: float, count: int = 1) -> Columns:
+        """`count` prioritized minibatches, drawn one after another as that many calls would
+        draw them, concatenated (minibatch i is rows i * batch_size to (i + 1) * batch_size),
+        with their importance `weights` and the `indices` to pass back to update_priorities."""
+        draws = [self.buffer.sample(batch_size, beta) for _ in range(count)]
+        return {key: np.concatenate([draw[key] for draw in draws]) for key in draws[0]}
 
     def update_priorities(self, indices, td_errors) -> None:
         self.buffer.update_priorities(indices, td_errors)
@@ -94,9 +98,9 @@ class ReplayShards:
         self._call(shard, "add", batch)
         self.sizes[shard] = min(self.capacity, self.sizes[shard] + rows)
 
-    def replay(self, shard: int, batch_size: int, beta: float) -> None:
-        """Ask `shard` for a minibatch; it comes from `completed()`."""
-        self._call(shard, "sample", batch_size, beta)
+    def replay(self, shard: int, batch_size: int, beta: float, count: int) -> None:
+        """Ask `shard` for `count` minibatches in one call; they come from `completed()`."""
+        self._call(shard, "sample", batch_size, beta, count)
         self.replays[shard] += 1
 
     def update_priorities(self, shard: int, generation: int, indices, td_errors) -> None:

@@ -5,8 +5,11 @@ thread learns on minibatches replayed from the shards.
   buffer_size / replay_shards transitions. A worker's batch goes to the next shard as the object
   it already is in the object store: the driver passes its reference, not its contents.
 - Once the shards hold learning_starts transitions, they have replay calls in flight while the
-  learner's queue has room for their minibatches (so the driver never blocks on it), and the
-  learner's TD errors go back to the shard each minibatch came from as its new priorities.
+  learner's queue has room for them (so the driver never blocks on it), and the learner's TD
+  errors go back to the shard each call came from as its new priorities. A replay call brings
+  several minibatches (REPLAY_ROWS_PER_CALL transitions): a Ray call costs the driver and the
+  shard far more than drawing a small minibatch, and with one call per minibatch of 64 the driver
+  process spent 6x the learner's own time on them.
 - With training_intensity, replay runs at that many transitions per transition sampled: new
   sample calls wait while the learner is behind, replay calls while it is ahead.
 - A worker that returns a batch gets the learner's newest weights if they are broadcast_interval
@@ -35,12 +38,15 @@ from kuberl_trainer.replay_shard import ReplayShard, ReplayShards
 from kuberl_trainer.sample_batch import SampleBatch
 from kuberl_trainer.worker_set import WorkerSet, check_resources, replay_shards_request
 
-REPLAY_CALLS_PER_SHARD = 4  # minibatches travelling while the shard draws the next (RLlib 0.6: 4)
+REPLAY_CALLS_PER_SHARD = 4  # calls travelling while the shard draws the next (RLlib 0.6: 4)
+# Transitions a replay call brings, in whole minibatches (RLlib's Ape-X learns on 512 at a time).
+REPLAY_ROWS_PER_CALL = 512
 POLL_S = 0.02  # learner results are no Ray objects: the driver looks for them this often
 
 
 class AsyncReplayOptimizer(PolicyOptimizer):
     shard_class = ReplayShard
+    replay_rows_per_call = REPLAY_ROWS_PER_CALL
 
     def __init__(self, workers: WorkerSet, config: Any):
         super().__init__(workers, config)
@@ -54,6 +60,7 @@ class AsyncReplayOptimizer(PolicyOptimizer):
         settings = config.optimizer_config
         self.checkpoint_buffer = config.checkpoint.replay_buffer
         self.queue_size = settings.learner_queue_size or 16
+        self.minibatches_per_call = max(1, self.replay_rows_per_call // hp.batch_size)
         self.learner = LearnerThread(self._learn, self.queue_size)
         count, cpus = settings.replay_shards, settings.cpus_per_replay_shard
         check_resources([*workers.resource_requests, replay_shards_request(count, cpus)])
@@ -106,15 +113,21 @@ class AsyncReplayOptimizer(PolicyOptimizer):
                 self.learner.put(minibatch)
             for shard, generation, indices, td_errors, stats in self.learner.results():
                 self.shards.update_priorities(shard, generation, indices, td_errors)
-                learned.append(stats)
+                learned += stats
         return self._step_result(batches, learned, began, busy_before)
 
     def _learn(self, item: tuple[int, int, dict[str, np.ndarray]]):
-        """In the learner thread: one gradient step on a replayed minibatch."""
+        """In the learner thread: one gradient step on each minibatch of a replay call."""
         shard, generation, columns = item
         indices = columns.pop("indices")
-        stats, td_errors = self.policy.learn_on_replay_batch(columns)
-        return shard, generation, indices, td_errors, stats
+        size = self.hp.batch_size
+        stats, td_errors = [], []
+        for start in range(0, len(indices), size):
+            minibatch = {key: value[start : start + size] for key, value in columns.items()}
+            step_stats, step_td_errors = self.policy.learn_on_replay_batch(minibatch)
+            stats.append(step_stats)
+            td_errors.append(step_td_errors)
+        return shard, generation, indices, np.concatenate(td_errors), stats
 
     # -- rollout workers ----------------------------------------------------------------------
 
@@ -171,7 +184,7 @@ class AsyncReplayOptimizer(PolicyOptimizer):
         replays = self.shards.replays
         room = self.queue_size - self.learner.queue_depth - sum(replays.values())
         while room > 0 and (self.intensity is None or self._replay_behind()):
-            count = len(self.shards.sizes)
+            shards = len(self.shards.sizes)
             ready = [
                 shard
                 for shard, size in enumerate(self.shards.sizes)
@@ -179,19 +192,24 @@ class AsyncReplayOptimizer(PolicyOptimizer):
             ]
             if not ready:
                 return
-            shard = min(ready, key=lambda s: (s - self._next_replay) % count)
-            self._next_replay = (shard + 1) % count
-            self.shards.replay(shard, self.hp.batch_size, self.hp.prioritized_replay_beta)
-            self._replayed += self.hp.batch_size
+            shard = min(ready, key=lambda s: (s - self._next_replay) % shards)
+            self._next_replay = (shard + 1) % shards
+            calls = self.minibatches_per_call
+            self.shards.replay(shard, self.hp.batch_size, self.hp.prioritized_replay_beta, calls)
+            self._replayed += self.hp.batch_size * calls
             room -= 1
 
     def _wait(self) -> None:
-        """Until a worker or a shard has finished a call, or POLL_S passed."""
+        """Until a worker or a shard has finished a call, or POLL_S passed; with no call in
+        flight (sampling held back by training_intensity, the learner's queue full), until the
+        learner has finished a step."""
         import ray
 
         refs = [*self.shards.pending, *(ref for calls in self._samples.values() for ref in calls)]
         if refs:
             ray.wait(refs, num_returns=1, timeout=POLL_S)
+        else:
+            self.learner.wait_for_result(POLL_S)
 
     # -- results and state --------------------------------------------------------------------
 

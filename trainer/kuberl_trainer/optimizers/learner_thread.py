@@ -37,6 +37,7 @@ class LearnerThread(threading.Thread):
         self.lock = threading.Lock()
         self.num_steps = 0  # learn calls finished: the version of the learner's weights
         self.busy_s = 0.0
+        self._finished = threading.Event()  # set when a learn call ends (see wait_for_result)
         self._began = time.perf_counter()
         self.error: BaseException | None = None
 
@@ -50,6 +51,7 @@ class LearnerThread(threading.Thread):
                     self.num_steps += 1
                 self.busy_s += time.perf_counter() - start
                 self._outqueue.put(result)
+                self._finished.set()
         except BaseException as exc:  # reported to the driver, which decides
             self.error = exc
 
@@ -73,6 +75,13 @@ class LearnerThread(threading.Thread):
                 results.append(self._outqueue.get_nowait())
             except queue.Empty:
                 return results
+
+    def wait_for_result(self, timeout: float) -> None:
+        """Until a learn call ends (or has ended since the last wait), at most `timeout` seconds:
+        a driver with nothing else to wait for sleeps here instead of spinning, which would hold
+        the GIL the learner needs between its kernels."""
+        if self._finished.wait(timeout):
+            self._finished.clear()
 
     def check(self) -> None:
         if self.error is not None:
