@@ -92,3 +92,21 @@ def test_stop_drops_queued_items_and_ends_the_thread():
     learner.stop()
     assert not learner.is_alive()
     assert learner.num_steps <= 4
+
+
+def test_a_driver_waiting_for_a_result_sleeps_until_one_ends():
+    release = threading.Event()
+    learner = LearnerThread(lambda item: release.wait(60) and item, queue_size=1)
+    learner.start()
+    try:
+        learner.put(7)
+        began = time.perf_counter()
+        learner.wait_for_result(0.05)  # nothing finished: the whole timeout, asleep
+        assert time.perf_counter() - began >= 0.05
+        assert learner.results() == []
+        release.set()
+        learner.wait_for_result(60)  # returns when the call ends, long before the timeout
+        wait_until(lambda: learner.results() == [7], what="the result")
+    finally:
+        release.set()
+        learner.stop()
