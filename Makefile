@@ -26,8 +26,11 @@ $(INSTALLED): pyproject.toml | $(BIN)/python
 run: $(INSTALLED)
 	$(BIN)/kuberl train deploy/examples/cartpole-ppo.yaml
 
+# Two processes, whole modules each (module fixtures such as the built images are made once); the
+# slow modules go first (see tests/conftest.py). TEST_WORKERS=0 runs the suite in one process.
+TEST_WORKERS ?= 2
 test: $(INSTALLED) system-packages
-	$(BIN)/python -m pytest
+	$(BIN)/python -m pytest -n $(TEST_WORKERS) --dist loadscope
 
 system-packages:
 	@missing=$$(for p in $(SYSTEM_PACKAGES); do dpkg -s $$p >/dev/null 2>&1 || echo $$p; done); \
