@@ -30,7 +30,7 @@ run: $(INSTALLED)
 # slow modules go first (see tests/conftest.py). TEST_WORKERS=0 runs the suite in one process.
 TEST_WORKERS ?= 2
 test: $(INSTALLED) system-packages
-	$(BIN)/python -m pytest -n $(TEST_WORKERS) --dist loadscope
+	$(BIN)/python -m pytest -n $(TEST_WORKERS) --dist loadscope --no-loadscope-reorder
 
 system-packages:
 	@missing=$$(for p in $(SYSTEM_PACKAGES); do dpkg -s $$p >/dev/null 2>&1 || echo $$p; done); \
