@@ -7,9 +7,9 @@ thread learns on minibatches replayed from the shards.
 - Once the shards hold learning_starts transitions, they have replay calls in flight while the
   learner's queue has room for them (so the driver never blocks on it), and the learner's TD
   errors go back to the shard each call came from as its new priorities. A replay call brings
-  several minibatches (REPLAY_ROWS_PER_CALL transitions): a Ray call costs the driver and the
-  shard far more than drawing a small minibatch, and with one call per minibatch of 64 the driver
-  process spent 6x the learner's own time on them.
+  several minibatches (replay_rows_per_call transitions): a Ray call costs the driver and the
+  shard far more than drawing a small minibatch, and with one call per minibatch of 64, a learner
+  step took 14 ms in a 12-worker run against 1.8 ms on its own.
 - With training_intensity, replay runs at that many transitions per transition sampled: new
   sample calls wait while the learner is behind, replay calls while it is ahead.
 - A worker that returns a batch gets the learner's newest weights if they are broadcast_interval
@@ -39,14 +39,13 @@ from kuberl_trainer.sample_batch import SampleBatch
 from kuberl_trainer.worker_set import WorkerSet, check_resources, replay_shards_request
 
 REPLAY_CALLS_PER_SHARD = 4  # calls travelling while the shard draws the next (RLlib 0.6: 4)
-# Transitions a replay call brings, in whole minibatches (RLlib's Ape-X learns on 512 at a time).
-REPLAY_ROWS_PER_CALL = 512
 POLL_S = 0.02  # learner results are no Ray objects: the driver looks for them this often
 
 
 class AsyncReplayOptimizer(PolicyOptimizer):
     shard_class = ReplayShard
-    replay_rows_per_call = REPLAY_ROWS_PER_CALL
+    # Transitions a replay call brings, in whole minibatches (RLlib's Ape-X learns on 512 at once).
+    replay_rows_per_call = 512
 
     def __init__(self, workers: WorkerSet, config: Any):
         super().__init__(workers, config)
@@ -194,9 +193,10 @@ class AsyncReplayOptimizer(PolicyOptimizer):
                 return
             shard = min(ready, key=lambda s: (s - self._next_replay) % shards)
             self._next_replay = (shard + 1) % shards
-            calls = self.minibatches_per_call
-            self.shards.replay(shard, self.hp.batch_size, self.hp.prioritized_replay_beta, calls)
-            self._replayed += self.hp.batch_size * calls
+            minibatches = self.minibatches_per_call
+            beta = self.hp.prioritized_replay_beta
+            self.shards.replay(shard, self.hp.batch_size, beta, minibatches)
+            self._replayed += self.hp.batch_size * minibatches
             room -= 1
 
     def _wait(self) -> None:

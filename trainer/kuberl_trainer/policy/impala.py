@@ -25,12 +25,12 @@ from kuberl_trainer.sample_batch import VALID, SampleBatch
 SEQUENCE_COLUMNS = ("obs", "next_obs", "actions", "rewards", "terminateds", "truncateds", VALID)
 
 
-@torch.no_grad()
 def pg_weights(log_rhos: torch.Tensor, pg_rho_bar: float) -> torch.Tensor:
     """The policy gradient's importance weights, min(pg_rho_bar, pi/mu)."""
     return log_rhos.exp().clamp(max=pg_rho_bar)
 
 
+@torch.no_grad()
 def vtrace(
     log_rhos: torch.Tensor,
     rewards: torch.Tensor,
