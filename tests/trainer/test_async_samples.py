@@ -31,6 +31,7 @@ class MockPolicy:
     def __init__(self):
         self.version = 0
         self.learned: list[int] = []
+        self.lags: list[float] = []  # the policy_lag of each batch learned on
         self.learning = threading.Event()  # set once a learn call has started
         self.gate: threading.Event | None = None  # when set by a test, learning waits on it
         self.error: Exception | None = None  # when set by a test, learning raises it
@@ -43,6 +44,7 @@ class MockPolicy:
         if self.error is not None:
             raise self.error
         self.learned.append(len(batch))
+        self.lags.append(batch.policy_lag)
         self.version += 1
         return {"loss": 1.0}
 
@@ -278,6 +280,7 @@ def test_only_the_stale_batches_of_a_train_batch_are_cut_out():
             learned = optimizer._learn(async_samples.train_batch(sampled))
         assert (learned.lags, learned.rows, learned.dropped) == ([1, 0], 2 * ROWS, 1)
         assert workers.local_worker.policy.learned == [2 * ROWS]
+        assert workers.local_worker.policy.lags == [0.5]  # the kept calls' mean
         assert optimizer.version == 11 and optimizer._published[1] == 11
         with optimizer.learner.lock:
             all_stale = optimizer._learn(async_samples.train_batch(sampled[:1]))

@@ -278,3 +278,30 @@ def test_a_whole_batch_step_sharing_its_forward_pass_with_vtrace_learns_the_same
         assert stats[key] == pytest.approx(expected[key], rel=1e-4, abs=1e-5), key
     for a, b in zip(shared.model.parameters(), separate.model.parameters(), strict=True):
         torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-6)
+
+
+def impala_batch(lag: float, **hyperparameters):
+    """An IMPALA worker's batch of 64 envs x 32 steps (1,800-2,048 env steps, less the reset
+    steps) lagging `lag` learner steps, and its policy, learning in steps of 250 rows."""
+    hyperparameters = {"train_batch_size": 250, "lag_sgd_steps": 16} | hyperparameters
+    config = trainer_config(algorithm="IMPALA", hyperparameters=hyperparameters)
+    worker = RolloutWorker(IMPALAPolicy, config, num_envs=64, seed=0)
+    batch = worker.sample()
+    assert 1_800 <= batch.env_steps <= 2_048
+    batch.policy_lag = lag
+    return batch, worker.policy
+
+
+@pytest.mark.parametrize(("lag", "minibatches"), [(2.5, 6), (5.0, 3), (12.0, 1), (40.0, 1)])
+def test_impala_takes_as_many_minibatches_as_the_batchs_lag_allows(lag, minibatches):
+    """minibatch_size null: min(env steps // train_batch_size, lag_sgd_steps // lag), at
+    least 1, so that the batch's samples lag at most about lag_sgd_steps SGD steps."""
+    batch, policy = impala_batch(lag)
+    assert policy.learn_on_batch(batch)["sgd_steps"] == minibatches
+
+
+def test_impala_minibatches_go_by_size_without_lag_or_with_a_minibatch_size():
+    batch, policy = impala_batch(0.0)
+    assert policy.learn_on_batch(batch)["sgd_steps"] == batch.env_steps // 250
+    batch, policy = impala_batch(12.0, minibatch_size=300)
+    assert policy.learn_on_batch(batch)["sgd_steps"] == batch.env_steps // 300

@@ -36,6 +36,10 @@ class SampleBatch:
     columns: dict[str, np.ndarray]
     episode_returns: np.ndarray = field(default_factory=lambda: np.zeros(0, np.float32))
     episode_lengths: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))
+    policy_lag: float = 0.0
+    """Learner steps between the weights that sampled the rows and the learner's, as the
+    optimizer that hands the batch to its learner measured it (their mean over the sample calls
+    in it); 0 where sampling and learning take turns. IMPALA splits a batch by it."""
 
     def __len__(self) -> int:
         return len(next(iter(self.columns.values()))) if self.columns else 0

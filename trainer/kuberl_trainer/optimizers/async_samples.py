@@ -11,7 +11,8 @@ the object store once per version, shared by every worker that needs them.
 
 Staleness is bounded where it is cheapest to know: when the learner takes a train batch, a sample
 call's batch that lags more than `max_policy_lag` learner steps (between the weights it was sampled
-with and the learner's) is dropped and counted, and the fresh ones are concatenated and learned on.
+with and the learner's) is dropped and counted, and the fresh ones are concatenated and learned on,
+their mean lag noted on the batch (IMPALA splits a batch into as many minibatches as it allows).
 A learner step that keeps nothing changes no weights and is no step of the weights' version.
 
 A step returns after one batch per remote worker (from the local worker when none is healthy):
@@ -169,15 +170,16 @@ class AsyncSamplesOptimizer(PolicyOptimizer):
         dropped = fresh.count(False)
         if not any(fresh):
             return _Learned({}, [], 0, dropped)
-        batch = item.batch
+        kept = [lag for lag, keep in zip(lags, fresh, strict=True) if keep]
+        columns = item.batch.columns
         if dropped:  # rare: the concatenation is the driver's, and only this cuts it
             rows = np.repeat(fresh, item.rows)
-            batch = SampleBatch({key: column[rows] for key, column in batch.columns.items()})
+            columns = {key: column[rows] for key, column in columns.items()}
+        batch = SampleBatch(columns, policy_lag=float(np.mean(kept)))
         self.policy.set_global_timesteps(self.counters.steps_sampled)
         stats = self.policy.learn_on_batch(batch)
         self.version += 1
         self._published = (self.policy.get_weights(), self.version)
-        kept = [lag for lag, keep in zip(lags, fresh, strict=True) if keep]
         return _Learned(stats, kept, batch.env_steps, dropped)
 
 

@@ -124,7 +124,18 @@ class IMPALAPolicy(ActorCriticPolicy):
         return {k: v.swapaxes(0, 1).reshape(-1, *v.shape[2:]) for k, v in columns.items()}
 
     def learn_on_batch(self, batch: SampleBatch) -> Stats:
-        return self.learn_on_tensors(self.batch_tensors(batch), batch.env_steps)
+        transitions = batch.env_steps
+        splits = self.minibatch_count(transitions, batch.policy_lag)
+        return self.learn_on_tensors(self.batch_tensors(batch), transitions, splits)
+
+    def minibatch_count(self, transitions: int, policy_lag: float) -> int:
+        """Minibatches per pass over a batch of `transitions` env steps lagging `policy_lag`
+        learner steps: of minibatch_size rows, or as many as lag_sgd_steps allows (see
+        IMPALAHyperparameters.minibatch_size)."""
+        if self.hp.minibatch_size:
+            return max(1, transitions // self.hp.minibatch_size)
+        within_lag = int(self.hp.lag_sgd_steps // max(1.0, policy_lag))
+        return max(1, min(transitions // self.hp.train_batch_size, within_lag))
 
     def batch_tensors(self, batch: SampleBatch) -> dict[str, torch.Tensor]:
         """The batch's columns on the device in one transfer (minibatches are cut there), with
@@ -134,24 +145,27 @@ class IMPALAPolicy(ActorCriticPolicy):
         tensors[LEARNABLE_ROWS] = self.as_tensor(np.flatnonzero(batch[VALID]))
         return tensors
 
-    def learn_on_tensors(self, tensors: dict[str, torch.Tensor], transitions: int) -> Stats:
+    def learn_on_tensors(
+        self, tensors: dict[str, torch.Tensor], transitions: int, splits: int
+    ) -> Stats:
         """num_epochs passes (IMPALA: 1) of SGD over a batch of `transitions` env steps in
-        minibatches of minibatch_size rows, each pass with V-trace targets from the current
-        networks (V-trace needs whole sequences, so they are computed for the whole batch; the
-        minibatches can then take any rows)."""
-        size = min(self.hp.minibatch_size or transitions, transitions)
+        `splits` minibatches, each pass with V-trace targets from the current networks (V-trace
+        needs whole sequences, so they are computed for the whole batch; the minibatches can
+        then take any rows)."""
         epochs = getattr(self.hp, "num_epochs", 1)
-        if self.one_forward and size == transitions and epochs == 1 and self.towers is None:
+        if self.one_forward and splits == 1 and epochs == 1 and self.towers is None:
             return mean_stats([self.whole_batch_step(tensors)]) | {"sgd_steps": 1.0}
         steps: list[TensorStats] = []
         for _ in range(epochs):
             epoch = self.learnable_rows(tensors)
-            if size == transitions:
+            if splits == 1:
                 minibatches = [epoch]
             else:
                 order = self.as_tensor(self.rng.permutation(transitions))
-                splits = torch.tensor_split(order, max(1, transitions // size))
-                minibatches = [{k: v[rows] for k, v in epoch.items()} for rows in splits]
+                minibatches = [
+                    {k: v[rows] for k, v in epoch.items()}
+                    for rows in torch.tensor_split(order, splits)
+                ]
             steps += [self.sgd_step(minibatch) for minibatch in minibatches]
         return mean_stats(steps) | {"sgd_steps": float(len(steps))}
 
