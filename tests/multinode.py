@@ -54,6 +54,7 @@ SPOT = "spot"  # the custom resource of an RLJob's spot worker pods (SPOT_RAY_RE
 NODE_MARKER_ENV = "KUBERL_TEST_RAY_NODE"  # set on each node: its processes inherit it
 OBJECT_STORE_BYTES = 150 * 1024**2  # small nodes: CartPole batches and weights are tiny
 START_TIMEOUT_S = 120  # a node joining, on a loaded 2-core machine
+START_ATTEMPTS = 3  # starts of a spot node that Ray gave up on (see add_spot_node)
 HEALTH_CHECKS = {  # how fast Ray's control service notices a dead node (see the docstring)
     "RAY_health_check_period_ms": "1000",
     "RAY_health_check_timeout_ms": "1000",
@@ -150,18 +151,33 @@ class LoopbackCluster:
         self._wait(lambda: any(n.get("is_head_node") for n in self.alive_nodes()), self.head)
 
     def add_spot_node(self) -> RayNode:
-        """Start a worker node advertising one unit of `spot`; returns once Ray lists it alive."""
+        """Start a worker node advertising one unit of `spot`; returns once Ray lists it alive.
+
+        `ray start` gives up when its raylet has not registered within a fixed 30 s, which an
+        overloaded machine can take: a node that exits so is started again, on fresh ports, up
+        to START_ATTEMPTS times in all."""
         name = f"spot-{len(self.spot_nodes) + 1}"
-        ports = node_ports(head=False, taken=self._taken_ports)
         options = (
             f"--address={self.address}",
             f"--node-name={name}",
             f"--resources={json.dumps({SPOT: 1})}",
             f"--object-store-memory={OBJECT_STORE_BYTES}",
         )
-        node = self._start(name, ray_node_command(self._temp_dir(name), 1, ports, options))
-        self.spot_nodes.append(node)
-        self._wait(lambda: any(n.get("node_name") == name for n in self.alive_nodes()), node)
+        for attempt in range(1, START_ATTEMPTS + 1):
+            ports = node_ports(head=False, taken=self._taken_ports)
+            temp_dir = self._temp_dir(name if attempt == 1 else f"{name}-{attempt}")
+            node = self._start(name, ray_node_command(temp_dir, 1, ports, options))
+            self.spot_nodes.append(node)
+            try:
+                self._wait(
+                    lambda: any(n.get("node_name") == name for n in self.alive_nodes()), node
+                )
+                break
+            except RuntimeError:
+                if node.process.poll() is None or attempt == START_ATTEMPTS:
+                    raise
+                node.stop()  # whatever it started before giving up
+                self.spot_nodes.remove(node)
         node.joined = True
         return node
 
