@@ -368,8 +368,8 @@ class APPOHyperparameters(IMPALAHyperparameters):
     (RLlib's APPO circular_buffer_iterations_per_batch 2, its tuned CartPole examples 6)."""
 
     minibatch_size: int | None = Field(128, ge=1)
-    """Samples per SGD minibatch (capped at the learner batch); null learns on the whole batch
-    at once."""
+    """Samples per SGD minibatch (capped at the learner batch); null splits each pass over a
+    batch as IMPALA's null does, into as many minibatches as the batch's lag allows."""
 
     target_update_interval: int | None = Field(None, ge=1)
     """IMPACT's target network, the surrogate's reference policy: learner steps between its
