@@ -335,9 +335,9 @@ class IMPALAHyperparameters(Hyperparameters):
     k = min(R // train_batch_size, lag_sgd_steps // L) minibatches (at least 1), so that few
     workers with many envs each take an SGD step per train_batch_size env steps, as few envs do,
     and many workers, whose batches lag more, take whole-batch steps. On CartPole with 64 envs per
-    worker: 2 workers (lag 2-3, 4 minibatches) reached 475 within 184-237k env steps on seeds 0-2,
-    where whole batches took 585k-2M+; 12 workers (lag 10-16) take whole batches, since 512-row
-    minibatches there never learned."""
+    worker: 2 workers (lag 2-3, 4 minibatches) reached 475 within 184-573k env steps in 6 runs
+    (seeds 0-2, twice), where whole batches took 585k-2M+; 12 workers (lag 10-16) take whole
+    batches, since 512-row minibatches there never learned."""
 
     lag_sgd_steps: int = Field(16, ge=1, le=1000)
     """With minibatch_size null: the SGD steps a batch may lag, counting every minibatch as a
