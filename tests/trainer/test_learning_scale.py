@@ -18,7 +18,7 @@ from kuberl_trainer.config import RolloutConfig
 from kuberl_trainer.driver import Driver, TrainResult
 from testkit import progress_rows, trainer_config
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.usefixtures("ray_local")]
 
 MAX_POLICY_LAG = 32  # OptimizerConfig.max_policy_lag's default
 
@@ -46,10 +46,11 @@ def test_12_workers_of_64_envs_reach_475(tmp_path, algorithm, budget, seed):
 def test_impala_2_workers_of_64_envs_reach_475(tmp_path):
     """Few workers with many envs each, whose batches IMPALA once oscillated on (151 -> 38 ->
     446) and, in whole-batch steps of 2,048 env steps, learned slowly on (585k-2M+ env steps to
-    475). With its defaults it now splits a batch that lags 2-3 learner steps into 4 minibatches
-    (lag_sgd_steps 16): 184-573k in 6 runs of seeds 0-2, and once in a full suite seed 0 was
-    at 421 after 400k."""
-    stop = {"episodeReturnMean": 475, "timesteps": 1_000_000}
+    475). With its defaults it now splits a batch that lags 2-4 learner steps into 2-4
+    minibatches (lag_sgd_steps 8, one batch queued for the learner): 475 came within 198-365k
+    env steps in 14 runs beside a CPU-bound process, and within 231-498k in 14 on an idle
+    machine, where the learner is the bottleneck and the lag longest (seeds 0-5)."""
+    stop = {"episodeReturnMean": 475, "timesteps": 600_000}
     result = train(tmp_path, "IMPALA", 2, 64, 0, stop=stop)
     assert result.stopped_by == "episodeReturnMean>=475", result
     assert_lag_bounded(tmp_path)

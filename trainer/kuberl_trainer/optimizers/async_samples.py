@@ -62,7 +62,7 @@ class AsyncSamplesOptimizer(PolicyOptimizer):
         super().__init__(workers, config)
         settings = config.optimizer_config
         # Null settings take AsyncSamples' own defaults (OptimizerConfig says why): 1 call in
-        # flight per worker, 2 batches queued for the learner.
+        # flight per worker, 1 batch queued for the learner.
         self.requests_per_worker = settings.requests_in_flight_per_worker or 1
         self.broadcast_interval = settings.broadcast_interval
         self.max_policy_lag = settings.max_policy_lag
@@ -73,7 +73,7 @@ class AsyncSamplesOptimizer(PolicyOptimizer):
         # Learner steps that changed the weights: their version. Unlike learner.num_steps, a
         # train batch dropped whole as stale does not count.
         self.version = 0
-        self.learner = LearnerThread(self._learn, settings.learner_queue_size or 2)
+        self.learner = LearnerThread(self._learn, settings.learner_queue_size or 1)
         self.learner.start()
         self._pending: list[tuple[SampleBatch, int]] = []  # (batch, version) short of a batch
         self._weights: tuple[Any, int] | None = None  # (object ref, version) put last
