@@ -120,13 +120,17 @@ def test_dashboards_and_rules_read_only_metrics_that_exist():
 def test_the_generator_imports_the_metric_names_it_reads():
     """The trainer's and the operator's metric names are defined once (kuberl_trainer.progress_row,
     kuberl_operator.constants): the generator imports them rather than spelling them out, so a
-    renamed metric cannot leave a panel reading nothing. (The API's metrics have no such names.)"""
-    source = (GRAFANA / "generate.py").read_text()
-    literals = [
-        node.value
-        for node in ast.walk(ast.parse(source))
-        if isinstance(node, ast.Constant) and isinstance(node.value, str)
-    ]
+    renamed metric cannot leave a panel reading nothing. (The API's metrics have no such names.)
+    Every module of the generator is read: generate.py, and the dashboards' and panels' modules
+    beside it."""
     names = exported_metric_names("trainer", "operator")
-    spelled = {name for text in literals for name in metric_names(text) if name in names}
-    assert not spelled, f"deploy/grafana/generate.py spells out {spelled}: import them"
+    modules = sorted(GRAFANA.glob("*.py"))
+    assert GRAFANA / "generate.py" in modules
+    for path in modules:
+        literals = [
+            node.value
+            for node in ast.walk(ast.parse(path.read_text()))
+            if isinstance(node, ast.Constant) and isinstance(node.value, str)
+        ]
+        spelled = {name for text in literals for name in metric_names(text) if name in names}
+        assert not spelled, f"deploy/grafana/{path.name} spells out {spelled}: import them"
