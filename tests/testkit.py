@@ -112,11 +112,9 @@ def as_strict_json_schema(node: dict) -> dict:
 
 def progress_rows(run_dir) -> list[dict]:
     """The progress rows a Driver run wrote to its run directory."""
-    import json
+    from kuberl_trainer.progress_row import PROGRESS_FILE, read_rows
 
-    return [
-        json.loads(line) for line in (Path(run_dir) / "progress.jsonl").read_text().splitlines()
-    ]
+    return read_rows(Path(run_dir) / PROGRESS_FILE)
 
 
 def killing_optimizer(base: type, after_steps: int) -> type:

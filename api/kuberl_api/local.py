@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import json
 import logging
 import shutil
 import signal
@@ -26,6 +25,7 @@ from typing import Any
 import yaml
 
 from kuberl_api.backend import (
+    ApiError,
     JobPage,
     JobSummary,
     ListQuery,
@@ -50,7 +50,10 @@ from kuberl_trainer.progress_row import (
     TIME_TOTAL_S,
     TIMESTEPS_TOTAL,
     FinalRecord,
+    ProgressFileError,
+    parse_rows,
     read_final_record,
+    read_rows,
 )
 
 log = logging.getLogger(__name__)
@@ -454,32 +457,32 @@ def progress_row(raw: dict[str, Any]) -> ProgressRow:
 
 
 def read_progress(path: Path) -> list[ProgressRow]:
-    """Every whole row of progress.jsonl (a row being written is skipped until complete)."""
+    """Every whole row of progress.jsonl (a row being written is left until complete). A line
+    that is not a progress row before the last is refused, naming the file and the line."""
     try:
-        lines = path.read_text(encoding="utf-8").splitlines()
-    except FileNotFoundError:
-        return []
-    return list(_rows(lines))
+        return [progress_row(raw) for raw in read_rows(path)]
+    except ProgressFileError as exc:
+        raise ApiError(500, "InternalError", f"the job's progress cannot be read: {exc}") from None
 
 
 def last_progress_row(path: Path) -> ProgressRow | None:
+    """The newest whole row of progress.jsonl, read from the file's end; None without one (or
+    when the end of the file is not progress rows, which read_progress reports)."""
     try:
         with path.open("rb") as file:
             file.seek(0, 2)
-            file.seek(max(file.tell() - _TAIL_BYTES, 0))
-            lines = file.read().decode("utf-8", errors="replace").splitlines()
+            start = max(file.tell() - _TAIL_BYTES, 0)
+            file.seek(start)
+            text = file.read().decode("utf-8", errors="replace")
     except FileNotFoundError:
         return None
-    rows = list(_rows(lines[-2:]))
-    return rows[-1] if rows else None
-
-
-def _rows(lines: list[str]) -> Iterator[ProgressRow]:
-    for line in lines:
-        try:
-            yield progress_row(json.loads(line))
-        except (ValueError, KeyError, TypeError):
-            continue  # a partial line, still being written
+    if start > 0:  # the first line read is cut at its front
+        text = text.partition("\n")[2]
+    try:
+        rows = parse_rows(text, str(path))
+    except ProgressFileError:
+        return None
+    return progress_row(rows[-1]) if rows else None
 
 
 def log_tail(path: Path) -> str:

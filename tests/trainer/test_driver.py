@@ -90,6 +90,20 @@ def test_progress_rows_and_resume_continue_counters(tmp_path, monkeypatch):
     assert len((tmp_path / "progress.jsonl").read_text().splitlines()) == 5  # nothing retrained
 
 
+def test_a_row_cut_short_by_a_crash_is_dropped_when_the_run_resumes(tmp_path):
+    Driver(small_ppo(2), RolloutConfig(envs_per_worker=4), tmp_path, "job").run()
+    progress = tmp_path / "progress.jsonl"
+    with progress.open("a") as file:  # the process died while writing row 3
+        file.write('{"iteration": 3, "timesteps_to')
+    resumed = Driver(small_ppo(3), RolloutConfig(envs_per_worker=4), tmp_path, "job").run()
+    assert resumed.iteration == 3
+    assert [json.loads(line)["iteration"] for line in progress.read_text().splitlines()] == [
+        1,
+        2,
+        3,
+    ]
+
+
 def test_workers_started_again_get_seeds_of_their_own():
     first_starts = [worker_seed(7, index, 0, 0) for index in range(3)]
     assert first_starts == [7, 7 + 10_007, 7 + 2 * 10_007]  # a new run's, far apart

@@ -1,15 +1,25 @@
-"""The progress contract (progress_row.py): the final record `kuberl train` prints as it ends, read
-back the way the operator and the API read a driver's log."""
+"""The progress contract (progress_row.py): the progress rows of a run directory, read back as every
+reader reads them, and the final record `kuberl train` prints as it ends, read back the way the
+operator and the API read a driver's log."""
 
 import json
 import math
 
+import pytest
+
 from kuberl_trainer.progress_row import (
     EXIT_INVALID_JOB,
     FINAL_RECORD_PREFIX,
+    PROGRESS_FILE,
+    ROW_GROUPS,
     FinalRecord,
     Outcome,
+    ProgressFileError,
+    RowGroup,
+    parse_rows,
     read_final_record,
+    read_rows,
+    row_group,
 )
 
 STOPPED = FinalRecord(
@@ -56,3 +66,34 @@ def test_the_last_whole_record_counts_and_garbage_is_skipped():
     assert read_final_record(log) == invalid
     assert read_final_record("no record here\n") is None
     assert read_final_record("") is None
+
+
+ROWS = [{"iteration": 1, "timesteps_total": 256}, {"iteration": 2, "timesteps_total": 512}]
+TEXT = "".join(json.dumps(row) + "\n" for row in ROWS)
+
+
+def test_rows_read_back_whole_and_a_row_being_written_is_left_for_later(tmp_path):
+    path = tmp_path / PROGRESS_FILE
+    assert read_rows(path) == []  # not started yet
+    path.write_text(TEXT + '{"iteration": 3, "timest')
+    assert read_rows(path) == ROWS
+    path.write_text(TEXT + '{"iteration": 3}')  # whole, its newline not yet written
+    assert read_rows(path) == [*ROWS, {"iteration": 3}]
+
+
+@pytest.mark.parametrize("line", ["garbage", '{"timesteps_total": 1}', "[1, 2]"])
+def test_a_line_that_is_not_a_row_before_the_last_is_reported_with_its_number(line):
+    with pytest.raises(ProgressFileError, match=r"^run/progress.jsonl:2: not a progress row"):
+        parse_rows(f"{json.dumps(ROWS[0])}\n{line}\n{json.dumps(ROWS[1])}\n", "run/progress.jsonl")
+
+
+def test_every_key_the_driver_writes_has_its_group_and_the_rest_are_the_policys():
+    assert row_group("episode_return_mean") is RowGroup.CHARTS
+    assert row_group("best_trial") is RowGroup.CHARTS
+    for key in ("samples_per_s", "worker_downtime_s", "workers_ready", "stragglers_dropped"):
+        assert row_group(key) is RowGroup.PERF, key
+    assert row_group("learn_time_s") is RowGroup.PERF  # an optimizer's timer
+    for key in ("policy_lag", "policy_lag_max", "learner_queue_depth", "learner_utilisation"):
+        assert row_group(key) is RowGroup.LEARNER, key
+    assert row_group("policy_loss") is RowGroup.LOSSES
+    assert {row_group(key) for key in ROW_GROUPS} == set(RowGroup) - {RowGroup.LOSSES}

@@ -1,7 +1,6 @@
 """TensorBoard event files of real `kuberl train` runs, read back record by record (TFRecord framing
 with its CRCs, tensorboardX's Event protobuf) and held against the runs' progress.jsonl."""
 
-import json
 import math
 import struct
 from pathlib import Path
@@ -10,7 +9,7 @@ import yaml
 from tensorboardX.proto.event_pb2 import Event
 from tensorboardX.record_writer import masked_crc32c
 
-from kuberl_trainer.progress_row import PROGRESS_FILE, TIMESTEPS_TOTAL
+from kuberl_trainer.progress_row import PROGRESS_FILE, TIMESTEPS_TOTAL, read_rows
 from kuberl_trainer.tensorboard import TENSORBOARD_DIR, scalar_tag, scalars
 from testkit import edited, rljob, run_kuberl
 
@@ -45,7 +44,7 @@ def logged_scalars(directory: Path) -> dict[tuple[str, int], float]:
 
 
 def expected_scalars(run_dir: Path) -> dict[tuple[str, int], float]:
-    rows = [json.loads(line) for line in (run_dir / PROGRESS_FILE).read_text().splitlines()]
+    rows = read_rows(run_dir / PROGRESS_FILE)
     return {
         (tag, row[TIMESTEPS_TOTAL]): value for row in rows for tag, value in scalars(row).items()
     }
@@ -58,6 +57,9 @@ def test_tags_are_grouped_by_meaning():
     assert scalar_tag("samples_per_s") == "perf/samples_per_s"
     assert scalar_tag("time_this_iter_s") == "perf/time_this_iter_s"
     assert scalar_tag("worker_restarts") == "perf/worker_restarts"
+    assert scalar_tag("worker_downtime_s") == "perf/worker_downtime_s"
+    assert scalar_tag("policy_lag") == "learner/policy_lag"
+    assert scalar_tag("learner_utilisation") == "learner/learner_utilisation"
     assert scalar_tag("policy_loss") == "losses/policy_loss"
     assert scalar_tag("td_error_mean") == "losses/td_error_mean"
     row = {"timesteps_total": 256, "iteration": 2, "episode_return_mean": None, "kl": math.nan}

@@ -36,6 +36,7 @@ from kuberl_trainer.progress_row import (
     PROGRESS_FILE,
     TIME_TOTAL_S,
     TIMESTEPS_TOTAL,
+    read_rows,
 )
 from kuberl_trainer.resource_wait import await_resources, job_requests
 from kuberl_trainer.tensorboard import TensorBoardLog
@@ -359,9 +360,10 @@ def _truncate_progress(path: Path, iteration: int) -> None:
     """Drop rows of iterations after the checkpoint: that training was lost and is redone."""
     if not path.exists():
         return
-    lines = path.read_text().splitlines()
-    kept = [line for line in lines if line and json.loads(line)[ITERATION] <= iteration]
-    if len(kept) != len(lines):
+    rows = read_rows(path)
+    kept = [row for row in rows if row[ITERATION] <= iteration]
+    # A row cut short by a crash is not in `rows`: rewriting drops it too.
+    if len(kept) != len(rows) or not path.read_bytes().endswith(b"\n"):
         tmp = path.with_suffix(".tmp")
-        tmp.write_text("".join(line + "\n" for line in kept))
+        tmp.write_text("".join(json.dumps(row) + "\n" for row in kept))
         os.replace(tmp, path)

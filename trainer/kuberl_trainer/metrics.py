@@ -10,7 +10,9 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Info, start_htt
 
 from kuberl_trainer.progress_row import (
     CHECKPOINT_LABEL,
+    EPISODE_LEN_MEAN,
     EPISODE_RETURN_MEAN,
+    EPISODES_THIS_ITER,
     EVALUATION_RETURN_MEAN,
     EXPLOITS,
     ITERATION,
@@ -59,7 +61,9 @@ from kuberl_trainer.progress_row import (
     SAMPLES_PER_S,
     STALE_BATCHES_DROPPED,
     STRAGGLERS_DROPPED,
+    TIMESTEPS_THIS_ITER,
     TIMESTEPS_TOTAL,
+    TIMESTEPS_TRAINED_THIS_ITER,
     TRIALS,
     WORKER_DOWNTIME_S,
     WORKERS_READY,
@@ -221,13 +225,13 @@ class TrainerMetrics:
         self.iterations.inc()
         self.position(row[ITERATION], row[TIMESTEPS_TOTAL])
         self.last_iteration.set(time.time())
-        self.steps_sampled.inc(row["timesteps_this_iter"])
-        self.steps_trained.inc(row["timesteps_trained_this_iter"])
-        self.episodes.inc(row["episodes_this_iter"])
+        self.steps_sampled.inc(row[TIMESTEPS_THIS_ITER])
+        self.steps_trained.inc(row[TIMESTEPS_TRAINED_THIS_ITER])
+        self.episodes.inc(row[EPISODES_THIS_ITER])
         self.samples_per_second.set(row[SAMPLES_PER_S])
         for gauge, key in (
             (self.episode_return, EPISODE_RETURN_MEAN),
-            (self.episode_length, "episode_len_mean"),
+            (self.episode_length, EPISODE_LEN_MEAN),
             (self.evaluation_return, EVALUATION_RETURN_MEAN),
         ):
             if row.get(key) is not None:

@@ -10,7 +10,6 @@ so drawing is serialized (the API draws in worker threads).
 from __future__ import annotations
 
 import io
-import json
 import math
 import threading
 from collections.abc import Iterable, Sequence
@@ -23,6 +22,8 @@ from kuberl_trainer.progress_row import (
     EVALUATION_RETURN_MEAN,
     PROGRESS_FILE,
     TIMESTEPS_TOTAL,
+    ProgressFileError,
+    read_rows,
 )
 
 if TYPE_CHECKING:
@@ -86,17 +87,13 @@ def read_run(run_dir: Path, name: str | None = None) -> Curve:
         raise MissingRun(f"{run_dir}: no such run directory")
     if not path.is_file():
         raise MissingRun(f"{run_dir}: no {PROGRESS_FILE} (not a run directory, or not started)")
-    rows = []
-    lines = path.read_text(encoding="utf-8", errors="replace").splitlines()
-    for number, line in enumerate(lines, start=1):
-        if number == len(lines) and not line.endswith("}"):
-            break  # the row being written right now
-        try:
-            row = json.loads(line)
-            rows.append(row)
-            int(row[TIMESTEPS_TOTAL])
-        except (ValueError, KeyError, TypeError) as exc:
-            raise InvalidRun(f"{path}:{number}: not a progress row ({exc})") from None
+    try:
+        rows = read_rows(path)
+    except ProgressFileError as exc:
+        raise InvalidRun(str(exc)) from None
+    for number, row in enumerate(rows, start=1):
+        if not isinstance(row.get(TIMESTEPS_TOTAL), int):
+            raise InvalidRun(f"{path}:{number}: not a progress row (no integer {TIMESTEPS_TOTAL})")
     if not rows:
         raise InvalidRun(f"{path}: no progress rows yet")
     return Curve.from_rows(name or run_dir.resolve().name, rows)

@@ -24,24 +24,31 @@ from kuberl_trainer.hyperparameters import Mutation, PBTHyperparameters
 from kuberl_trainer.interrupt import WAIT_SLICE_S, IterationAbandoned, StopRequest
 from kuberl_trainer.progress_row import (
     BEST_TRIAL,
+    EPISODE_LEN_MEAN,
     EPISODE_RETURN_MEAN,
+    EPISODES_THIS_ITER,
+    EPISODES_TOTAL,
     EVALUATION_RETURN_MEAN,
     EXPLOITS,
     ITERATION,
     SAMPLES_PER_S,
     STRAGGLERS_DROPPED,
+    TIME_THIS_ITER_S,
     TIME_TOTAL_S,
+    TIMESTEPS_THIS_ITER,
     TIMESTEPS_TOTAL,
+    TIMESTEPS_TRAINED_THIS_ITER,
     TRIALS,
     WORKER_DOWNTIME_S,
+    WORKER_RESTARTS,
     WORKERS_READY,
 )
 from kuberl_trainer.trainer import Trainer
 
 # A trial's counts per iteration, added up over the round's iterations of every trial.
-_PER_ITERATION = ("timesteps_this_iter", "timesteps_trained_this_iter", "episodes_this_iter")
+_PER_ITERATION = (TIMESTEPS_THIS_ITER, TIMESTEPS_TRAINED_THIS_ITER, EPISODES_THIS_ITER)
 # A trial's run totals and levels, added up over the trials' newest rows.
-_PER_TRIAL = ("worker_restarts", STRAGGLERS_DROPPED, WORKER_DOWNTIME_S, WORKERS_READY)
+_PER_TRIAL = (WORKER_RESTARTS, STRAGGLERS_DROPPED, WORKER_DOWNTIME_S, WORKERS_READY)
 
 
 class Trial:
@@ -188,16 +195,16 @@ class Population:
         exploits = self._exploit_and_explore()
         elapsed = time.perf_counter() - start
         self.time_total_s += elapsed
-        self.episodes_total += totals["episodes_this_iter"]
+        self.episodes_total += totals[EPISODES_THIS_ITER]
         best = self.best_trial()
         row = {
             **self.totals(),
             **{key: totals[key] for key in _PER_ITERATION},
             **{key: sum(newest.get(key, 0) for newest in self.rows) for key in _PER_TRIAL},
-            "episodes_total": self.episodes_total,
-            "episode_len_mean": self.rows[best].get("episode_len_mean", math.nan),
-            SAMPLES_PER_S: totals["timesteps_this_iter"] / elapsed,
-            "time_this_iter_s": elapsed,
+            EPISODES_TOTAL: self.episodes_total,
+            EPISODE_LEN_MEAN: self.rows[best].get(EPISODE_LEN_MEAN, math.nan),
+            SAMPLES_PER_S: totals[TIMESTEPS_THIS_ITER] / elapsed,
+            TIME_THIS_ITER_S: elapsed,
             BEST_TRIAL: best,
             TRIALS: [self._trial_summary(index) for index in range(len(self.trials))],
             EXPLOITS: exploits,

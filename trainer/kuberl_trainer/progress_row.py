@@ -13,10 +13,12 @@ API and the CLI import it without loading the training stack.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import math
 from dataclasses import asdict, dataclass
 from enum import StrEnum
+from pathlib import Path
 from typing import Any
 
 PROGRESS_FILE = "progress.jsonl"
@@ -24,12 +26,24 @@ PROGRESS_FILE = "progress.jsonl"
 
 ITERATION = "iteration"
 TIMESTEPS_TOTAL = "timesteps_total"
+TIMESTEPS_THIS_ITER = "timesteps_this_iter"
+"""Env steps sampled in the iteration."""
+TIMESTEPS_TRAINED_THIS_ITER = "timesteps_trained_this_iter"
+"""Env steps the learner learned on in the iteration."""
 EPISODE_RETURN_MEAN = "episode_return_mean"
+EPISODE_RETURN_MAX = "episode_return_max"
+EPISODE_RETURN_MIN = "episode_return_min"
+EPISODE_LEN_MEAN = "episode_len_mean"
+EPISODES_TOTAL = "episodes_total"
+EPISODES_THIS_ITER = "episodes_this_iter"
 EVALUATION_RETURN_MEAN = "evaluation_return_mean"
 SAMPLES_PER_S = "samples_per_s"
 """Env steps sampled per second over the iteration."""
+TIME_THIS_ITER_S = "time_this_iter_s"
 TIME_TOTAL_S = "time_total_s"
 """Seconds spent training in all, across resumed runs."""
+WORKER_RESTARTS = "worker_restarts"
+"""Remote rollout workers lost and replaced in this run."""
 CHECKPOINT = "checkpoint"
 """Full location (an absolute path, or a URI such as s3://bucket/prefix/checkpoint-00000020) of the
 newest complete checkpoint when the row was written, or null before the first. A checkpoint saved
@@ -63,6 +77,9 @@ LEARNER_QUEUE_DEPTH = "learner_queue_depth"
 LEARNER_UTILISATION = "learner_utilisation"
 """Share (0..1) of the iteration's wall time the learner thread spent learning."""
 
+REPLAY_SHARDS_LOST = "replay_shards_lost"
+"""Replay-buffer actors lost and replaced in this run (AsyncReplay)."""
+
 # Population-based training's row (an iteration is a round; its return is the best trial's).
 BEST_TRIAL = "best_trial"
 """Index of the trial with the highest episode_return_mean after the round."""
@@ -72,6 +89,112 @@ hyperparameters it trains with that differ from the inner spec's."""
 EXPLOITS = "exploits"
 """The round's exploits: trial (replaced), from (the donor) and the hyperparameters it goes on
 with after exploring."""
+
+
+class RowGroup(StrEnum):
+    """What a progress-row key tells, for readers that show keys by kind (TensorBoard's
+    sections, as CleanRL groups its scalars)."""
+
+    CHARTS = "charts"  # how well it learns: returns, episodes, evaluation, the best trial
+    PERF = "perf"  # how fast and how healthy: throughput, time, workers
+    LEARNER = "learner"  # how the learner keeps up: policy lag, its queue, its share of time
+    LOSSES = "losses"  # the policy's own statistics, which differ per algorithm
+
+
+ROW_GROUPS: dict[str, RowGroup] = {
+    **dict.fromkeys(
+        (
+            ITERATION,
+            EPISODE_RETURN_MEAN,
+            EPISODE_RETURN_MAX,
+            EPISODE_RETURN_MIN,
+            EPISODE_LEN_MEAN,
+            EPISODES_TOTAL,
+            EPISODES_THIS_ITER,
+            EVALUATION_RETURN_MEAN,
+            BEST_TRIAL,
+        ),
+        RowGroup.CHARTS,
+    ),
+    **dict.fromkeys(
+        (
+            TIMESTEPS_TOTAL,
+            TIMESTEPS_THIS_ITER,
+            TIMESTEPS_TRAINED_THIS_ITER,
+            SAMPLES_PER_S,
+            TIME_THIS_ITER_S,
+            TIME_TOTAL_S,
+            WORKER_RESTARTS,
+            STRAGGLERS_DROPPED,
+            WORKER_DOWNTIME_S,
+            WORKERS_READY,
+            REPLAY_SHARDS_LOST,
+        ),
+        RowGroup.PERF,
+    ),
+    **dict.fromkeys(
+        (
+            POLICY_LAG,
+            POLICY_LAG_P90,
+            POLICY_LAG_MAX,
+            STALE_BATCHES_DROPPED,
+            LEARNER_QUEUE_DEPTH,
+            LEARNER_UTILISATION,
+        ),
+        RowGroup.LEARNER,
+    ),
+}
+"""The group of every key the driver and its optimizers write; the rest of a row is the
+policy's learner statistics (RowGroup.LOSSES)."""
+
+
+def row_group(key: str) -> RowGroup:
+    """The group of a progress-row key: `ROW_GROUPS`' entry, or LOSSES for a policy's statistic
+    and for the optimizers' timers (`<name>_time_s`, seconds spent per kind of work), which
+    are PERF."""
+    if key in ROW_GROUPS:
+        return ROW_GROUPS[key]
+    return RowGroup.PERF if key.endswith("_time_s") else RowGroup.LOSSES
+
+
+class ProgressFileError(ValueError):
+    """A progress file holds a line that is not a progress row, before its last (the last may
+    be a row still being written)."""
+
+
+def parse_rows(text: str, source: str) -> list[dict[str, Any]]:
+    """The progress rows of a progress file's text, in order. The text after the last newline is
+    a row still being written unless it parses whole; any other line that is not a JSON object
+    with an iteration raises ProgressFileError naming `source` and the line number."""
+    *complete, last = text.split("\n")
+    rows = []
+    for number, line in enumerate(complete, start=1):
+        if not line.strip():
+            continue
+        try:
+            rows.append(_row(line))
+        except (ValueError, TypeError) as exc:
+            raise ProgressFileError(f"{source}:{number}: not a progress row ({exc})") from None
+    with contextlib.suppress(ValueError, TypeError):
+        rows.append(_row(last))
+    return rows
+
+
+def read_rows(path: Path) -> list[dict[str, Any]]:
+    """Every progress row of a run's progress file (`parse_rows`); none when it does not exist
+    yet."""
+    try:
+        text = path.read_text(encoding="utf-8", errors="replace")
+    except FileNotFoundError:
+        return []
+    return parse_rows(text, str(path))
+
+
+def _row(line: str) -> dict[str, Any]:
+    row = json.loads(line)
+    if not isinstance(row, dict) or not isinstance(row.get(ITERATION), int):
+        raise ValueError(f"no integer {ITERATION!r}")
+    return row
 
 
 def format_return(value: float | None) -> str:

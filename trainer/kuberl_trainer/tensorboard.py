@@ -1,10 +1,11 @@
 """TensorBoard event files of a run (`spec.trainer.tensorboard`): every numeric value of each
 progress row as a scalar at step = timesteps_total, under `<run dir>/tensorboard/`.
 
-Tags are grouped by meaning as CleanRL groups them, so TensorBoard shows one section per kind:
-`charts/` for returns, episodes and evaluation, `perf/` for throughput, time and worker restarts,
-and `losses/` for the learner's statistics (policy_loss, vf_loss, entropy, kl, ...), which differ
-per algorithm.
+Tags are grouped by meaning as CleanRL groups them, so TensorBoard shows one section per kind
+(`progress_row.RowGroup`): `charts/` for returns, episodes and evaluation, `perf/` for throughput,
+time and workers, `learner/` for how the learner keeps up (policy lag, its queue), and `losses/`
+for the policy's own statistics (policy_loss, vf_loss, entropy, kl, ...), which differ per
+algorithm.
 """
 
 from __future__ import annotations
@@ -15,25 +16,17 @@ import time
 from pathlib import Path
 from typing import Any
 
-from kuberl_trainer.progress_row import TIMESTEPS_TOTAL
+from kuberl_trainer.progress_row import TIMESTEPS_TOTAL, row_group
 
 TENSORBOARD_DIR = "tensorboard"
 """The event files' folder inside the run directory (point `tensorboard --logdir` at it, or at a
 folder of run directories to compare runs)."""
 
-# How a progress row's key is grouped, by prefix; a key matching none is a learner statistic.
-_CHARTS_PREFIXES = ("iteration", "episode", "evaluation")
-_PERF_PREFIXES = ("samples_per_s", "time_", "timesteps_", "worker_restarts")
-
 
 def scalar_tag(key: str) -> str:
     """The TensorBoard tag of a progress row's key: `charts/episode_return_mean`,
-    `perf/samples_per_s`, `losses/policy_loss`."""
-    if key.startswith(_CHARTS_PREFIXES):
-        return f"charts/{key}"
-    if key.startswith(_PERF_PREFIXES):
-        return f"perf/{key}"
-    return f"losses/{key}"
+    `perf/samples_per_s`, `learner/policy_lag`, `losses/policy_loss`."""
+    return f"{row_group(key)}/{key}"
 
 
 def scalars(row: dict[str, Any]) -> dict[str, float]:

@@ -33,7 +33,7 @@ import numpy as np
 from kuberl_trainer.errors import InvalidJobError
 from kuberl_trainer.optimizers.base import PolicyOptimizer, StepResult
 from kuberl_trainer.optimizers.learner_thread import LearnerThread
-from kuberl_trainer.progress_row import LEARNER_QUEUE_DEPTH, LEARNER_UTILISATION
+from kuberl_trainer.progress_row import LEARNER_QUEUE_DEPTH, LEARNER_UTILISATION, REPLAY_SHARDS_LOST
 from kuberl_trainer.replay_shard import ReplayShard, ReplayShards
 from kuberl_trainer.sample_batch import SampleBatch
 from kuberl_trainer.worker_set import WorkerSet, check_resources, replay_shards_request
@@ -230,7 +230,7 @@ class AsyncReplayOptimizer(PolicyOptimizer):
         stats |= {
             LEARNER_QUEUE_DEPTH: self.learner.queue_depth,
             LEARNER_UTILISATION: self.learner.share_busy_since(busy_before, began),
-            "replay_shards_lost": self.shards.lost,
+            REPLAY_SHARDS_LOST: self.shards.lost,
         }
         return StepResult(
             stats,
