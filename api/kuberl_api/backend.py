@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Literal, NamedTuple, Protocol
 
-from kuberl_operator.spec import RLJob
+from kuberl_operator.spec import Progress, RLJob
 
 Verb = Literal["create", "list", "get", "patch", "delete"]
 
@@ -94,14 +94,14 @@ class JobSummary:
     def of(cls, document: dict[str, Any]) -> JobSummary:
         """The summary of an RLJob document (as stored or as Kubernetes returns it)."""
         status = document.get("status") or {}
-        progress = status.get("progress") or {}
+        progress = Progress.model_validate(status.get("progress") or {})
         return cls(
             namespace=document["metadata"].get("namespace") or "",
             name=document["metadata"]["name"],
             algorithm=str(document["spec"]["trainer"]["algorithm"]),
             phase=status.get("phase") or "Unknown",
-            episode_return_mean=progress.get("episodeReturnMean"),
-            timesteps=int(progress.get("timesteps") or 0),
+            episode_return_mean=progress.episode_return_mean,
+            timesteps=progress.timesteps,
         )
 
 

@@ -26,7 +26,7 @@ from kuberl_api.backend import (
 from kuberl_api.selectors import matches, parse_label_selector
 from kuberl_operator.constants import API_VERSION, GROUP, PLURAL, VERSION
 from kuberl_operator.kube import Kube, KubeConfig, KubeError, path
-from kuberl_operator.spec import RLJob
+from kuberl_operator.spec import Progress, RLJob
 
 
 def rljobs_path(namespace: str | None = None, name: str | None = None) -> str:
@@ -173,16 +173,17 @@ class KubernetesBackend:
         return json.dumps(await self.get(namespace, name))
 
     async def progress(self, namespace: str, name: str) -> list[ProgressRow]:
-        progress = ((await self.get(namespace, name)).get("status") or {}).get("progress") or {}
-        if not progress.get("iteration"):
+        status = (await self.get(namespace, name)).get("status") or {}
+        progress = Progress.model_validate(status.get("progress") or {})
+        if not progress.iteration:
             return []
         return [
             ProgressRow(
-                iteration=int(progress["iteration"]),
-                timesteps=int(progress.get("timesteps") or 0),
-                episode_return_mean=progress.get("episodeReturnMean"),
-                samples_per_second=progress.get("samplesPerSecond"),
-                checkpoint=progress.get("lastCheckpoint"),
+                iteration=progress.iteration,
+                timesteps=progress.timesteps,
+                episode_return_mean=progress.episode_return_mean,
+                samples_per_second=progress.samples_per_second,
+                checkpoint=progress.last_checkpoint,
             )
         ]
 

@@ -37,7 +37,7 @@ from kuberl_api.processes import TrainerFiles, TrainerProcesses, read_exit_statu
 from kuberl_api.selectors import decode_continue, encode_continue, matches, parse_label_selector
 from kuberl_api.store import DuplicateJob, JobRow, JobStore
 from kuberl_operator.constants import REASON_INVALID_SPEC
-from kuberl_operator.spec import ConditionType, Phase, RLJob
+from kuberl_operator.spec import ConditionType, Phase, Progress, RLJob
 from kuberl_trainer.progress_row import (
     CHECKPOINT,
     EPISODE_RETURN_MEAN,
@@ -428,19 +428,20 @@ def with_progress(
     row = last_progress_row(path)
     if row is None:
         return document
-    progress = {
-        "iteration": row.iteration,
-        "timesteps": row.timesteps,
-        "lastUpdateTime": timestamp(datetime.fromtimestamp(path.stat().st_mtime, UTC)),
-    }
-    if row.episode_return_mean is not None:
-        progress["episodeReturnMean"] = row.episode_return_mean
-    if row.samples_per_second is not None:
-        progress["samplesPerSecond"] = max(row.samples_per_second, 0.0)
-    known = (document["status"].get("progress") or {}).get("lastCheckpoint")
-    if checkpoint := (final.checkpoint if final else None) or row.checkpoint or known:
-        progress["lastCheckpoint"] = checkpoint
-    return {**document, "status": {**document["status"], "progress": progress}}
+    known = Progress.model_validate(document["status"].get("progress") or {}).last_checkpoint
+    progress = Progress(
+        iteration=row.iteration,
+        timesteps=row.timesteps,
+        episode_return_mean=row.episode_return_mean,
+        last_checkpoint=(final.checkpoint if final else None) or row.checkpoint or known,
+        # Kubernetes' timestamps are whole seconds.
+        last_update_time=datetime.fromtimestamp(path.stat().st_mtime, UTC).replace(microsecond=0),
+        samples_per_second=None
+        if row.samples_per_second is None
+        else max(row.samples_per_second, 0.0),
+    )
+    dumped = progress.model_dump(mode="json", by_alias=True, exclude_none=True)
+    return {**document, "status": {**document["status"], "progress": dumped}}
 
 
 def progress_row(raw: dict[str, Any]) -> ProgressRow:
