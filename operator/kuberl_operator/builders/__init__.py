@@ -1,0 +1,68 @@
+"""Pure builders: an RLJob and the operator's settings in, the Kubernetes objects it runs on out.
+
+No I/O and no environment reads: handlers call these, adopt the results (`kopf.adopt`) and apply
+them, and `kuberl render` prints them.
+
+Where each question is answered:
+- names.py: the fixed names of a job's children and the labels every child carries.
+- driver.py: the driver's submission id, entrypoint and run directory (and so its storage), and
+  how the head stops it (the preStop hook and the head's grace period).
+- placement.py: where the Ray pods run: the head on on-demand nodes, rollout workers on each
+  provider's spot nodes (selectors, tolerations, node affinity).
+- capacity.py: the Ray resources each group advertises, how many rollout pods a job has, and the
+  capacity the driver is told about.
+- pods.py: the Ray containers and pod templates: resources, volumes, authentication environment,
+  security context.
+- drift.py: which spec fields were edited under a running attempt.
+- ray_cluster.py: the RayCluster, its head and rollout groups, Kueue admission, Ray's token
+  authentication.
+- children.py: the Secret, ConfigMap, PodDisruptionBudget and NetworkPolicy beside the
+  RayCluster, and `build_children`, every object of an attempt in creation order.
+- fallback.py: when and how far to fall back to on-demand rollout workers, and why not with Ray's
+  autoscaler.
+
+Each module imports only modules listed above it, so the list reads from the smallest pieces to the
+objects made of them.
+"""
+
+from kuberl_operator.builders.capacity import ray_capacity
+from kuberl_operator.builders.children import (
+    build_auth_secret,
+    build_children,
+    build_job_config_map,
+    build_network_policy,
+    build_pod_disruption_budget,
+    ray_auth_token,
+)
+from kuberl_operator.builders.drift import stale_spec
+from kuberl_operator.builders.driver import (
+    RAY_STOP_MARGIN_SECONDS,
+    STOP_DRIVER,
+    driver_entrypoint,
+    run_dir,
+    submission_id,
+)
+from kuberl_operator.builders.fallback import fallback_replicas, max_unavailable, scale_on_demand
+from kuberl_operator.builders.names import child_names
+from kuberl_operator.builders.ray_cluster import build_ray_cluster
+
+__all__ = [
+    "RAY_STOP_MARGIN_SECONDS",
+    "STOP_DRIVER",
+    "build_auth_secret",
+    "build_children",
+    "build_job_config_map",
+    "build_network_policy",
+    "build_pod_disruption_budget",
+    "build_ray_cluster",
+    "child_names",
+    "driver_entrypoint",
+    "fallback_replicas",
+    "max_unavailable",
+    "ray_auth_token",
+    "ray_capacity",
+    "run_dir",
+    "scale_on_demand",
+    "stale_spec",
+    "submission_id",
+]
