@@ -6,8 +6,8 @@ resources and its most replicas) it tells a request that no node will ever satis
 the job invalid, from one that waits for pods still starting, which it waits for, bounded
 (kuberl_trainer.resource_wait).
 
-Standard library only: the operator builds the value (builders.py) and sets it as RAY_CAPACITY_ENV
-on the head's container, where the driver reads it.
+Standard library only: the operator builds the value (kuberl_operator.builders.capacity) and sets
+it as RAY_CAPACITY_ENV on the head's container, where the driver reads it.
 """
 
 from __future__ import annotations
