@@ -24,7 +24,7 @@ def table(header: str) -> list[list[str]]:
 def test_the_algorithm_table_matches_the_algorithms():
     expected = [
         [
-            name.value,
+            name,
             row.optimizers[0].value,
             ", ".join(optimizer.value for optimizer in row.optimizers[1:]),
             "Discrete"

@@ -20,7 +20,7 @@ from kuberl_operator.validation import (
     parse_rljob_text,
     validate_rljob,
 )
-from kuberl_trainer.config import ALGORITHMS, PPOConfig, RolloutConfig
+from kuberl_trainer.config import ALGORITHMS, TRAINER_CONFIGS, RolloutConfig
 from testkit import edited
 
 MINIMAL: dict[str, Any] = {
@@ -45,7 +45,7 @@ def problems_of(document: Any) -> list[str]:
 def test_minimal_manifest_gets_the_documented_defaults():
     job = validate_rljob(manifest())
 
-    assert isinstance(job.spec.trainer, PPOConfig)
+    assert isinstance(job.spec.trainer, TRAINER_CONFIGS["PPO"])
     assert job.spec.trainer.hyperparameters.learning_rate == pytest.approx(3e-4)
     assert job.spec.ray_version == DEFAULT_RAY_VERSION
     assert job.spec.image is None
@@ -393,7 +393,7 @@ def test_validation_runs_without_the_training_stack():
 @pytest.mark.parametrize(
     ("algorithm", "optimizer"),
     [
-        (name.value, optimizer.value)
+        (name, optimizer.value)
         for name, row in ALGORITHMS.items()
         for optimizer in row.optimizers
     ],

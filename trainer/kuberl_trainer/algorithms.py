@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import importlib
 
-from kuberl_trainer.config import ALGORITHMS, Algorithm, AnyTrainerConfig, OptimizerName
+from kuberl_trainer.config import ALGORITHMS, AnyTrainerConfig, OptimizerName
 from kuberl_trainer.optimizers.base import PolicyOptimizer
 from kuberl_trainer.policy.base import Policy
 
@@ -28,7 +28,7 @@ OPTIMIZERS: dict[OptimizerName, str] = {
 
 
 def policy_class(config: AnyTrainerConfig) -> type[Policy]:
-    return _load(ALGORITHMS[Algorithm(config.algorithm)].policy)
+    return _load(ALGORITHMS[config.algorithm].policy)
 
 
 def optimizer_class(config: AnyTrainerConfig) -> type[PolicyOptimizer]:

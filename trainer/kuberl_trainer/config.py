@@ -22,6 +22,7 @@ from pydantic import (
     Field,
     Tag,
     ValidationError,
+    create_model,
     field_validator,
     model_validator,
 )
@@ -34,6 +35,7 @@ from kuberl_trainer.hyperparameters import (
     APPOHyperparameters,
     DQNHyperparameters,
     ESHyperparameters,
+    Hyperparameters,
     IMPALAHyperparameters,
     PBTHyperparameters,
     PGHyperparameters,
@@ -54,19 +56,6 @@ class Spec(BaseModel):
         # inf and nan are no JSON numbers: Kubernetes could not store them (nor "1e999" from YAML).
         allow_inf_nan=False,
     )
-
-
-class Algorithm(StrEnum):
-    PG = "PG"
-    A2C = "A2C"
-    A3C = "A3C"
-    PPO = "PPO"
-    APPO = "APPO"
-    IMPALA = "IMPALA"
-    DQN = "DQN"
-    APEX = "APEX"
-    SAC = "SAC"
-    ES = "ES"
 
 
 class OptimizerName(StrEnum):
@@ -348,7 +337,7 @@ class _TrainerBase(Spec):
 
     @model_validator(mode="after")
     def _check_pairings(self) -> _TrainerBase:
-        row = ALGORITHMS[Algorithm(self.algorithm)]
+        row = ALGORITHMS[self.algorithm]
         if self.optimizer is not None and self.optimizer not in row.optimizers:
             names = ", ".join(o.value for o in row.optimizers)
             raise ValueError(
@@ -378,85 +367,24 @@ class _TrainerBase(Spec):
     @property
     def optimizer_name(self) -> OptimizerName:
         """The optimizer that runs: the override, or the algorithm's default."""
-        return self.optimizer or ALGORITHMS[Algorithm(self.algorithm)].optimizers[0]
+        return self.optimizer or ALGORITHMS[self.algorithm].optimizers[0]
 
 
-class PGConfig(_TrainerBase):
-    algorithm: Literal["PG"]
-    """The RL algorithm."""
-    hyperparameters: PGHyperparameters = Field(default_factory=PGHyperparameters)
-    """PG hyperparameters."""
+class AlgorithmTrainerConfig(_TrainerBase):
+    """`spec.trainer` of one algorithm of the table (ALGORITHMS): each algorithm's config class
+    is made from its row, with its name as the algorithm and its hyperparameters class."""
 
-
-class A2CConfig(_TrainerBase):
-    algorithm: Literal["A2C"]
-    """The RL algorithm."""
-    hyperparameters: A2CHyperparameters = Field(default_factory=A2CHyperparameters)
-    """A2C hyperparameters."""
-
-
-class A3CConfig(_TrainerBase):
-    algorithm: Literal["A3C"]
-    """The RL algorithm."""
-    hyperparameters: A3CHyperparameters = Field(default_factory=A3CHyperparameters)
-    """A3C hyperparameters."""
-
-
-class PPOConfig(_TrainerBase):
-    algorithm: Literal["PPO"]
-    """The RL algorithm."""
-    hyperparameters: PPOHyperparameters = Field(default_factory=PPOHyperparameters)
-    """PPO hyperparameters."""
-
-
-class APPOConfig(_TrainerBase):
-    algorithm: Literal["APPO"]
-    """The RL algorithm."""
-    hyperparameters: APPOHyperparameters = Field(default_factory=APPOHyperparameters)
-    """APPO hyperparameters."""
-
-
-class IMPALAConfig(_TrainerBase):
-    algorithm: Literal["IMPALA"]
-    """The RL algorithm."""
-    hyperparameters: IMPALAHyperparameters = Field(default_factory=IMPALAHyperparameters)
-    """IMPALA hyperparameters."""
-
-
-class DQNConfig(_TrainerBase):
-    algorithm: Literal["DQN"]
-    """The RL algorithm."""
-    hyperparameters: DQNHyperparameters = Field(default_factory=DQNHyperparameters)
-    """DQN hyperparameters."""
-
-
-class APEXConfig(_TrainerBase):
-    algorithm: Literal["APEX"]
-    """The RL algorithm."""
-    hyperparameters: APEXHyperparameters = Field(default_factory=APEXHyperparameters)
-    """APEX hyperparameters."""
-
-
-class SACConfig(_TrainerBase):
-    algorithm: Literal["SAC"]
-    """The RL algorithm."""
-    hyperparameters: SACHyperparameters = Field(default_factory=SACHyperparameters)
-    """SAC hyperparameters."""
-
-
-class ESConfig(_TrainerBase):
-    algorithm: Literal["ES"]
-    """The RL algorithm."""
-    hyperparameters: ESHyperparameters = Field(default_factory=ESHyperparameters)
-    """ES hyperparameters."""
+    algorithm: str
+    hyperparameters: Hyperparameters
 
 
 @dataclass(frozen=True)
 class AlgorithmRow:
     """Everything kuberl knows about an algorithm, in one place: adding one is a hyperparameters
-    class, a config class, a row here and a policy file."""
+    class, a row here and a policy file."""
 
-    config: type[_TrainerBase]
+    hyperparameters: type[Hyperparameters]
+    """Its hyperparameters: a class of hyperparameters.py, one docstring per field."""
     policy: str
     """The policy class as module:Class, imported only by the trainer (this module stays light)."""
     optimizers: tuple[OptimizerName, ...]
@@ -476,82 +404,97 @@ _REPLAY = "learns Q-values from replayed transitions"
 _SOFT_REPLAY = "learns its critics and its actor from replayed transitions"
 _PERTURBED = "learns from the returns of perturbed copies of its parameters"
 
-ALGORITHMS: dict[Algorithm, AlgorithmRow] = {
-    Algorithm.PG: AlgorithmRow(
-        PGConfig, "kuberl_trainer.policy.pg:PGPolicy", (SYNC_SAMPLES, ASYNC_GRADIENTS), _ON_POLICY
+ALGORITHMS: dict[str, AlgorithmRow] = {
+    "PG": AlgorithmRow(
+        PGHyperparameters,
+        "kuberl_trainer.policy.pg:PGPolicy",
+        (SYNC_SAMPLES, ASYNC_GRADIENTS),
+        _ON_POLICY,
     ),
-    Algorithm.A2C: AlgorithmRow(
-        A2CConfig,
+    "A2C": AlgorithmRow(
+        A2CHyperparameters,
         "kuberl_trainer.policy.a2c:A2CPolicy",
         (SYNC_SAMPLES, ASYNC_GRADIENTS),
         _ON_POLICY,
     ),
-    Algorithm.A3C: AlgorithmRow(
-        A3CConfig,
+    "A3C": AlgorithmRow(
+        A3CHyperparameters,
         "kuberl_trainer.policy.a2c:A2CPolicy",
         (ASYNC_GRADIENTS, SYNC_SAMPLES),
         _ON_POLICY,
     ),
-    Algorithm.PPO: AlgorithmRow(
-        PPOConfig,
+    "PPO": AlgorithmRow(
+        PPOHyperparameters,
         "kuberl_trainer.policy.ppo:PPOPolicy",
         (SYNC_SAMPLES, ASYNC_SAMPLES, LOCAL_MULTI_GPU),
         _SGD_EPOCHS,
     ),
-    Algorithm.APPO: AlgorithmRow(
-        APPOConfig, "kuberl_trainer.policy.appo:APPOPolicy", (ASYNC_SAMPLES, SYNC_SAMPLES), _VTRACE
+    "APPO": AlgorithmRow(
+        APPOHyperparameters,
+        "kuberl_trainer.policy.appo:APPOPolicy",
+        (ASYNC_SAMPLES, SYNC_SAMPLES),
+        _VTRACE,
     ),
-    Algorithm.IMPALA: AlgorithmRow(
-        IMPALAConfig,
+    "IMPALA": AlgorithmRow(
+        IMPALAHyperparameters,
         "kuberl_trainer.policy.impala:IMPALAPolicy",
         (ASYNC_SAMPLES, SYNC_SAMPLES),
         _VTRACE,
     ),
-    Algorithm.DQN: AlgorithmRow(
-        DQNConfig,
+    "DQN": AlgorithmRow(
+        DQNHyperparameters,
         "kuberl_trainer.policy.dqn:DQNPolicy",
         (SYNC_REPLAY, ASYNC_REPLAY),
         _REPLAY,
         discrete_actions_only=True,
     ),
-    Algorithm.APEX: AlgorithmRow(
-        APEXConfig,
+    "APEX": AlgorithmRow(
+        APEXHyperparameters,
         "kuberl_trainer.policy.apex:APEXPolicy",
         (ASYNC_REPLAY, SYNC_REPLAY),
         _REPLAY,
         discrete_actions_only=True,
     ),
-    Algorithm.SAC: AlgorithmRow(
-        SACConfig,
+    "SAC": AlgorithmRow(
+        SACHyperparameters,
         "kuberl_trainer.policy.sac:SACPolicy",
         (SYNC_REPLAY,),
         _SOFT_REPLAY,
         continuous_actions_only=True,
     ),
-    Algorithm.ES: AlgorithmRow(
-        ESConfig, "kuberl_trainer.policy.es:ESPolicy", (PERTURBATIONS,), _PERTURBED
+    "ES": AlgorithmRow(
+        ESHyperparameters, "kuberl_trainer.policy.es:ESPolicy", (PERTURBATIONS,), _PERTURBED
     ),
 }
 
+
+def _trainer_config(name: str, row: AlgorithmRow) -> type[AlgorithmTrainerConfig]:
+    return create_model(
+        f"{name}Config",
+        __base__=AlgorithmTrainerConfig,
+        __module__=__name__,
+        algorithm=(Literal[name], Field(description="The RL algorithm.")),
+        hyperparameters=(
+            row.hyperparameters,
+            Field(default_factory=row.hyperparameters, description=f"{name} hyperparameters."),
+        ),
+    )
+
+
+TRAINER_CONFIGS: dict[str, type[AlgorithmTrainerConfig]] = {
+    name: _trainer_config(name, row) for name, row in ALGORITHMS.items()
+}
+"""Each algorithm's `spec.trainer` class (PPOConfig, ...), made from its row."""
+
 AlgorithmConfig = Annotated[
-    Union[tuple(Annotated[row.config, Tag(name.value)] for name, row in ALGORITHMS.items())],  # noqa: UP007
+    Union[tuple(Annotated[config, Tag(name)] for name, config in TRAINER_CONFIGS.items())],  # noqa: UP007
     Discriminator("algorithm"),
 ]
 """A trainer of one algorithm of the table: the algorithm field picks which hyperparameters are
 valid."""
 
-AnyTrainerConfig = (
-    PGConfig
-    | A2CConfig
-    | A3CConfig
-    | PPOConfig
-    | APPOConfig
-    | IMPALAConfig
-    | DQNConfig
-    | APEXConfig
-    | SACConfig
-    | ESConfig
-)
+AnyTrainerConfig = AlgorithmTrainerConfig
+"""A validated trainer of one algorithm (an instance of its TRAINER_CONFIGS class)."""
 
 
 PBT = "PBT"
@@ -640,7 +583,7 @@ def with_hyperparameters(config: AnyTrainerConfig, changes: dict[str, Any]) -> A
 TrainerConfig = Annotated[
     Union[
         (
-            *(Annotated[row.config, Tag(name.value)] for name, row in ALGORITHMS.items()),
+            *(Annotated[config, Tag(name)] for name, config in TRAINER_CONFIGS.items()),
             Annotated[PBTConfig, Tag(PBT)],
         )
     ],
