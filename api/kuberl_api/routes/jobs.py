@@ -1,0 +1,245 @@
+"""The jobs routes, under /v1/namespaces/{namespace}/jobs: submit, list and get RLJobs, follow them
+(progress, logs, learning curve) and control them (suspend, resume, delete).
+
+Every route authorizes first (the verb RBAC would check, on rljobs in the URL's namespace), then
+asks the backend. Every status code a route can answer is declared in its `responses`.
+
+The router is built per app (`router`): the progress route's description names where this
+deployment's backend reads progress from. The routes are listed there in the order of the OpenAPI
+document.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from dataclasses import asdict
+from typing import Annotated, Any
+
+from fastapi import APIRouter, Path, Query, Request
+from fastapi.responses import JSONResponse, PlainTextResponse, Response
+
+from kuberl_api.backend import ApiError, ListQuery
+from kuberl_api.deps import BackendDep, CurrentCaller, NoBody, PageCaller
+from kuberl_api.guard import read_body
+from kuberl_api.page import PLOT_ROUTE
+from kuberl_api.schemas import ProgressHistory, ProgressPoint, RLJobList, Status
+from kuberl_api.submission import JSON_TYPES, MAX_BODY_BYTES, YAML_TYPES, parse_submission
+from kuberl_operator.constants import MAX_JOB_NAME_LENGTH
+from kuberl_operator.spec import DNS_LABEL_PATTERN, JOB_NAME_PATTERN, Phase, RLJob
+from kuberl_trainer.plots import MEDIA_TYPES, Curve, PlotFormat, draw
+
+Namespace = Annotated[
+    str, Path(description="The job's namespace.", max_length=63, pattern=DNS_LABEL_PATTERN)
+]
+JobName = Annotated[
+    str,
+    Path(description="The job's name.", max_length=MAX_JOB_NAME_LENGTH, pattern=JOB_NAME_PATTERN),
+]
+
+
+def _errors(*codes: int) -> dict[int | str, dict[str, Any]]:
+    """OpenAPI entries for the error codes a route answers (all with a Status body)."""
+    return {code: {"model": Status} for code in (400, 401, 403, 500, 503, *codes)}
+
+
+async def submit_job(
+    namespace: Namespace, request: Request, caller: CurrentCaller, backend: BackendDep
+):
+    """Submit a job. 201 with the stored job; 409 when the name is taken; 422 naming every
+    bad field. Nothing is stored unless the whole job is valid."""
+    await caller.authorize("create", namespace)
+    body = await read_body(request, MAX_BODY_BYTES)
+    job_model, document = parse_submission(body, request.headers.get("content-type"), namespace)
+    stored = await backend.create(namespace, job_model, document)
+    return JSONResponse(stored, status_code=201)
+
+
+async def list_jobs(
+    namespace: Namespace,
+    caller: CurrentCaller,
+    backend: BackendDep,
+    phase: Annotated[Phase | None, Query(description="Only jobs in this phase.")] = None,
+    label_selector: Annotated[
+        str | None,
+        Query(
+            alias="labelSelector",
+            description="Kubernetes label selector: `team=rl,tier in (a,b),!canary`.",
+        ),
+    ] = None,
+    limit: Annotated[
+        int | None, Query(ge=0, description="At most this many jobs (0: no limit).")
+    ] = None,
+    continue_token: Annotated[
+        str | None,
+        Query(alias="continue", description="`metadata.continue` of the previous page."),
+    ] = None,
+):
+    """List the namespace's jobs by name, a page at a time."""
+    await caller.authorize("list", namespace)
+    query = ListQuery(phase, label_selector, limit or None, continue_token)
+    found = await backend.list(namespace, query)
+    metadata = {"continue": found.continue_token} if found.continue_token else {}
+    return JSONResponse(
+        {"apiVersion": "kuberl.io/v1alpha1", "kind": "RLJobList", "metadata": metadata}
+        | {"items": found.items}
+    )
+
+
+async def get_job(namespace: Namespace, name: JobName, caller: CurrentCaller, backend: BackendDep):
+    """One job, with its status."""
+    await caller.authorize("get", namespace, name)
+    return Response(await backend.get_json(namespace, name), media_type="application/json")
+
+
+async def job_progress(
+    namespace: Namespace, name: JobName, caller: CurrentCaller, backend: BackendDep
+):
+    await caller.authorize("get", namespace, name)
+    rows = await backend.progress(namespace, name)
+    history = ProgressHistory(
+        namespace=namespace,
+        name=name,
+        source=backend.history_source,
+        items=[ProgressPoint(**asdict(row)) for row in rows],
+    )
+    return JSONResponse(history.model_dump(mode="json", by_alias=True))
+
+
+async def suspend_job(
+    namespace: Namespace, name: JobName, caller: CurrentCaller, backend: BackendDep
+):
+    """Set spec.suspend: a running trainer checkpoints and stops; the job is Suspended."""
+    await caller.authorize("patch", namespace, name)
+    return JSONResponse(await backend.set_suspended(namespace, name, True))
+
+
+async def resume_job(
+    namespace: Namespace, name: JobName, caller: CurrentCaller, backend: BackendDep
+):
+    """Clear spec.suspend: the job continues from its newest checkpoint."""
+    await caller.authorize("patch", namespace, name)
+    return JSONResponse(await backend.set_suspended(namespace, name, False))
+
+
+async def delete_job(
+    namespace: Namespace, name: JobName, caller: CurrentCaller, backend: BackendDep
+):
+    """Stop the job's trainer and remove the job; answers the job as it was."""
+    await caller.authorize("delete", namespace, name)
+    return JSONResponse(await backend.delete(namespace, name))
+
+
+async def job_logs(
+    namespace: Namespace,
+    name: JobName,
+    caller: CurrentCaller,
+    backend: BackendDep,
+    tail_lines: Annotated[
+        int | None, Query(alias="tailLines", ge=0, description="Only the last N lines.")
+    ] = None,
+):
+    """The trainer's output (stdout and stderr), where the backend keeps it."""
+    await caller.authorize("get", namespace, name)
+    return PlainTextResponse(await backend.logs(namespace, name, tail_lines))
+
+
+async def job_plot(
+    namespace: Namespace,
+    name: JobName,
+    caller: PageCaller,
+    backend: BackendDep,
+    format: Annotated[PlotFormat, Query(description="The image format.")] = "png",
+):
+    """The job's learning curve: the mean episode return (the greedy evaluation's dashed)
+    against env steps; a job without progress yet gets a figure saying so. The status page's
+    cookie is accepted in place of the bearer token. 501 where the backend keeps no history."""
+    await caller.authorize("get", namespace, name)
+    if backend.no_history_reason:
+        await backend.get(namespace, name)  # an unknown job is a 404 all the same
+        raise ApiError(501, "NotImplemented", backend.no_history_reason)
+    rows = await backend.progress(namespace, name)
+    curve = Curve(
+        name,
+        timesteps=[row.timesteps for row in rows],
+        returns=[row.episode_return_mean for row in rows],
+        evaluation_returns=[row.evaluation_return_mean for row in rows],
+    )
+    # matplotlib draws for tens of milliseconds: off the event loop.
+    image = await asyncio.to_thread(draw, [curve], format, name)
+    return Response(image, media_type=MEDIA_TYPES[format], headers={"Cache-Control": "no-cache"})
+
+
+_BODY_SCHEMA = {"$ref": "#/components/schemas/RLJob"}
+_SUBMISSION = {
+    "requestBody": {
+        "required": True,
+        "description": "An RLJob manifest, as JSON or YAML.",
+        "content": {
+            **{media: {"schema": _BODY_SCHEMA} for media in sorted(JSON_TYPES)},
+            **{media: {"schema": {"type": "string"}} for media in sorted(YAML_TYPES)},
+        },
+    }
+}
+_LOGS = {**_errors(404, 501), 200: {"content": {"text/plain": {"schema": {"type": "string"}}}}}
+_PLOT = {
+    **_errors(404, 501),
+    200: {
+        "description": "The learning curve.",
+        "content": {
+            "image/png": {"schema": {"type": "string", "format": "binary"}},
+            "image/svg+xml": {"schema": {"type": "string"}},
+        },
+    },
+}
+
+
+def router(history_source: str) -> APIRouter:
+    """The jobs routes of an app whose backend reads progress from `history_source`."""
+    jobs = APIRouter(prefix="/v1/namespaces/{namespace}/jobs", tags=["jobs"])
+    jobs.add_api_route(
+        "",
+        submit_job,
+        methods=["POST"],
+        status_code=201,
+        response_model=RLJob,
+        responses=_errors(404, 409, 413, 415, 422),
+        openapi_extra=_SUBMISSION,
+    )
+    jobs.add_api_route(
+        "", list_jobs, methods=["GET"], response_model=RLJobList, responses=_errors()
+    )
+    jobs.add_api_route(
+        "/{name}", get_job, methods=["GET"], response_model=RLJob, responses=_errors(404)
+    )
+    jobs.add_api_route(
+        "/{name}/progress",
+        job_progress,
+        methods=["GET"],
+        response_model=ProgressHistory,
+        responses=_errors(404),
+        description="The job's training progress, one row per iteration. Source in this "
+        f"deployment: {history_source}.",
+    )
+    for path, endpoint, method in (
+        ("/{name}/suspend", suspend_job, "POST"),
+        ("/{name}/resume", resume_job, "POST"),
+        ("/{name}", delete_job, "DELETE"),
+    ):
+        jobs.add_api_route(
+            path,
+            endpoint,
+            methods=[method],
+            response_model=RLJob,
+            responses=_errors(404, 415),
+            dependencies=NoBody,
+        )
+    jobs.add_api_route("/{name}/logs", job_logs, methods=["GET"], responses=_LOGS)
+    jobs.add_api_route(
+        "/{name}/plot",
+        job_plot,
+        methods=["GET"],
+        name=PLOT_ROUTE,
+        response_class=Response,
+        responses=_PLOT,
+    )
+    return jobs

@@ -1,0 +1,37 @@
+"""The operations routes: liveness, readiness and Prometheus metrics."""
+
+from __future__ import annotations
+
+from fastapi import APIRouter
+from fastapi.responses import PlainTextResponse, Response
+
+from kuberl_api.deps import BackendDep, CurrentCaller, MetricsDep
+from kuberl_api.metrics import listable
+
+router = APIRouter(tags=["ops"])
+
+_TEXT = {"content": {"text/plain": {"schema": {"type": "string"}}}}
+
+
+@router.get("/healthz", response_class=PlainTextResponse, responses={200: _TEXT})
+async def healthz():
+    """The process answers."""
+    return PlainTextResponse("ok")
+
+
+@router.get("/readyz", response_class=PlainTextResponse, responses={200: _TEXT, 503: _TEXT})
+async def readyz(backend: BackendDep):
+    """The backend can serve requests (503 with the reason when not)."""
+    reason = await backend.not_ready_reason()
+    return PlainTextResponse(reason or "ok", status_code=503 if reason else 200)
+
+
+@router.get("/metrics", response_class=PlainTextResponse, responses={200: _TEXT})
+async def prometheus_metrics(caller: CurrentCaller, backend: BackendDep, metrics: MetricsDep):
+    """Prometheus exposition. Requests and their latency, for anyone; jobs by phase and each
+    job's latest return and timesteps only for the namespaces whose rljobs the caller's bearer
+    token may list (as GET .../jobs would be authorized). The series of a namespace the token
+    may not list are left out; the scrape itself never fails on it."""
+    summaries = await backend.summaries()
+    body = metrics.render(await listable(summaries, caller.authorizer, caller.token))
+    return Response(body, media_type="text/plain; version=0.0.4; charset=utf-8")
