@@ -4,13 +4,15 @@ spec plus an observation in and a status, events and an action out."""
 from __future__ import annotations
 
 import copy
+import importlib
 import math
+import pkgutil
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest
 
-from kuberl_operator import status as status_module
+import kuberl_operator.status
 from kuberl_operator.constants import (
     KUBERAY_AVAILABLE_CONDITION,
     KUBERAY_RECHECK_SECONDS,
@@ -785,6 +787,13 @@ def test_a_lost_attempt_number_is_taken_from_the_clusters_label() -> None:
 # --- Purity -------------------------------------------------------------------------------------
 
 
+# Every module of the status package: none may read the clock.
+STATUS_MODULES = [
+    importlib.import_module(f"kuberl_operator.status.{info.name}")
+    for info in pkgutil.iter_modules(kuberl_operator.status.__path__)
+]
+
+
 def test_compute_status_is_deterministic_and_reads_no_clock(monkeypatch) -> None:
     class NoClock(datetime):
         @classmethod
@@ -799,7 +808,9 @@ def test_compute_status_is_deterministic_and_reads_no_clock(monkeypatch) -> None
         def today(cls):
             raise AssertionError("compute_status read the clock")
 
-    monkeypatch.setattr(status_module, "datetime", NoClock)
+    for module in STATUS_MODULES:
+        if hasattr(module, "datetime"):
+            monkeypatch.setattr(module, "datetime", NoClock)
     monkeypatch.setattr("time.time", lambda: (_ for _ in ()).throw(AssertionError("clock")))
     past = datetime(2001, 1, 1, tzinfo=UTC)
     observed = Observed(

@@ -1,0 +1,76 @@
+"""The job's status, computed by one pure function from the spec and what the reconciler observed.
+
+`compute_status(spec, observed)` reads no clock, no environment and no API: the reconciler gathers
+an `Observed` (the current status, the RayCluster, the head pod, disrupted rollout workers, pods
+the scheduler cannot place, the driver's submission, the newest progress row, the time), calls
+it, writes `StatusUpdate.status` when it differs from the current one, emits
+`StatusUpdate.events` and carries out `StatusUpdate.action`.
+
+The phase is decided by one transition function, `next_phase(current, event)`, over the table
+`TRANSITIONS`; `compute_status` only works out which `PhaseEvent` the observation amounts to.
+
+One module per question:
+- `observed`: what the reconciler observes (`Observed` and its parts: the RayCluster, the head
+  pod, the driver, the newest progress, pods the scheduler cannot place).
+- `actions`: what the reconciler does next (`Nothing`, `CreateCluster`, `SubmitDriver`,
+  `DeleteCluster`, `Requeue`, `DeleteJob`), the `KubeEvent`s it emits, and `StatusUpdate`.
+- `phases`: the phase machine (`PhaseEvent`, `TRANSITIONS`, `next_phase`).
+- `decide`: which event an observation amounts to and what to do about it: attempts, restarts
+  and their backoff, preemption, activeDeadlineSeconds, suspension. Why did my job restart?
+- `conditions`: each condition's status, reason and message. Why is Ready False?
+- `events`: the Kubernetes Events a change emits.
+- `compute`: `compute_status`, which puts them together.
+"""
+
+from kuberl_operator.status.actions import (
+    Action,
+    CreateCluster,
+    DeleteCluster,
+    DeleteJob,
+    KubeEvent,
+    Nothing,
+    Requeue,
+    StatusUpdate,
+    SubmitDriver,
+)
+from kuberl_operator.status.compute import compute_status
+from kuberl_operator.status.decide import backoff_seconds
+from kuberl_operator.status.observed import (
+    HEAD_GROUP,
+    DriverState,
+    HeadFate,
+    Observed,
+    ObservedCluster,
+    ObservedDriver,
+    ObservedHead,
+    ObservedProgress,
+    UnschedulablePods,
+)
+from kuberl_operator.status.phases import TERMINAL, TRANSITIONS, PhaseEvent, next_phase
+
+__all__ = [
+    "HEAD_GROUP",
+    "TERMINAL",
+    "TRANSITIONS",
+    "Action",
+    "CreateCluster",
+    "DeleteCluster",
+    "DeleteJob",
+    "DriverState",
+    "HeadFate",
+    "KubeEvent",
+    "Nothing",
+    "Observed",
+    "ObservedCluster",
+    "ObservedDriver",
+    "ObservedHead",
+    "ObservedProgress",
+    "PhaseEvent",
+    "Requeue",
+    "StatusUpdate",
+    "SubmitDriver",
+    "UnschedulablePods",
+    "backoff_seconds",
+    "compute_status",
+    "next_phase",
+]

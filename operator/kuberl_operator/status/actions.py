@@ -1,0 +1,81 @@
+"""What the reconciler does next (one `Action` per reconcile), the Events it emits, and
+`StatusUpdate`, which carries both with the new status.
+
+The status is decided by pure functions and carried out by the reconciler: these values are the
+whole interface between the two, so the decision never touches an API."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Literal
+
+from kuberl_operator.spec import Phase, RLJobStatus
+
+
+@dataclass(frozen=True)
+class Nothing:
+    """Nothing to do until something changes (the reconciler's timer still polls)."""
+
+
+@dataclass(frozen=True)
+class CreateCluster:
+    """Create the children of this attempt (builders.build_children), unless they exist."""
+
+    attempt: int
+
+
+@dataclass(frozen=True)
+class SubmitDriver:
+    """Submit the driver as `builders.submission_id(job, attempt)` (a retry of the same id is
+    recognised by the Jobs API, not run twice)."""
+
+    attempt: int
+
+
+@dataclass(frozen=True)
+class DeleteCluster:
+    """Delete the job's RayCluster (the job, its checkpoints and its storage stay)."""
+
+    reason: str
+
+
+@dataclass(frozen=True)
+class Requeue:
+    """Look again after this many seconds."""
+
+    after_seconds: float
+
+
+@dataclass(frozen=True)
+class DeleteJob:
+    """Delete the RLJob itself (its TTL after finishing has passed)."""
+
+
+Action = Nothing | CreateCluster | SubmitDriver | DeleteCluster | Requeue | DeleteJob
+
+
+@dataclass(frozen=True)
+class KubeEvent:
+    """A Kubernetes Event to emit on the RLJob."""
+
+    type: Literal["Normal", "Warning"]
+    reason: str
+    message: str
+
+
+@dataclass(frozen=True)
+class StatusUpdate:
+    """The result of one `compute_status`."""
+
+    status: RLJobStatus
+    events: tuple[KubeEvent, ...] = ()
+    action: Action = field(default_factory=Nothing)
+
+    @property
+    def attempt(self) -> int:
+        return self.status.attempt
+
+    @property
+    def phase(self) -> Phase:
+        assert self.status.phase is not None
+        return self.status.phase

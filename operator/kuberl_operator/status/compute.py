@@ -1,0 +1,102 @@
+"""`compute_status`, the one public function: it decides, moves the phase, and assembles the new
+status with its conditions and Events; beside it, the small helpers that carry a field of the
+previous status over (progress, startTime, headPodUID)."""
+
+from __future__ import annotations
+
+import math
+from datetime import datetime
+from typing import Any
+
+from kuberl_operator.spec import Phase, Progress, RLJobSpec, RLJobStatus
+from kuberl_operator.status.actions import StatusUpdate, SubmitDriver
+from kuberl_operator.status.conditions import merge_conditions, wanted_conditions
+from kuberl_operator.status.decide import Decision, decide
+from kuberl_operator.status.events import change_events, unschedulable_event
+from kuberl_operator.status.observed import Observed, ObservedProgress
+from kuberl_operator.status.phases import ACTIVE, TERMINAL, PhaseEvent, applies, next_phase
+from kuberl_trainer.progress_row import (
+    EPISODE_RETURN_MEAN,
+    ITERATION,
+    SAMPLES_PER_S,
+    TIMESTEPS_TOTAL,
+)
+
+
+def _finite(value: Any) -> float | None:
+    if value is None:
+        return None
+    number = float(value)
+    return number if math.isfinite(number) else None
+
+
+def merge_progress(current: Progress, observed: ObservedProgress | None) -> Progress:
+    """The progress after an observed row; a row no newer than the last one changes nothing, so
+    progress never goes back to an older report."""
+    if observed is None:
+        return current
+    if current.last_update_time is not None and observed.time <= current.last_update_time:
+        return current
+    row = observed.row
+    samples = _finite(row.get(SAMPLES_PER_S))
+    return Progress(
+        iteration=int(row.get(ITERATION, current.iteration)),
+        timesteps=int(row.get(TIMESTEPS_TOTAL, current.timesteps)),
+        episode_return_mean=_finite(row.get(EPISODE_RETURN_MEAN)),
+        last_checkpoint=observed.last_checkpoint or current.last_checkpoint,
+        last_update_time=observed.time,
+        samples_per_second=samples if samples is not None and samples >= 0 else None,
+    )
+
+
+def _start_time(
+    previous: RLJobStatus, phase: Phase, decision: Decision, now: datetime
+) -> datetime | None:
+    """When the job started, as Kubernetes Jobs count it for activeDeadlineSeconds: when it first
+    left Pending (its first cluster requested), and again when it is resumed from suspension."""
+    if decision.event == PhaseEvent.UNSUSPEND and applies(previous.phase, decision.event):
+        return now
+    if previous.start_time is not None:
+        return previous.start_time
+    return now if phase in ACTIVE - {Phase.PENDING} else None
+
+
+def _head_pod_uid(previous: RLJobStatus, decision: Decision, observed: Observed) -> str | None:
+    """The head pod the current attempt's driver is submitted to: recorded with the submission,
+    kept for the attempt, forgotten when the attempt changes."""
+    if isinstance(decision.action, SubmitDriver) and observed.head is not None:
+        return observed.head.uid or None
+    return previous.head_pod_uid if decision.attempt == previous.attempt else None
+
+
+def compute_status(spec: RLJobSpec | None, observed: Observed) -> StatusUpdate:
+    """The job's next status, the Events its transitions emit, and the reconciler's next action.
+
+    Pure: the same spec and observation always give the same result. `spec` is None when the
+    manifest could not be read at all (then `observed.spec_problems` says why)."""
+    previous = observed.status
+    current = previous.phase or Phase.PENDING
+    decision = decide(spec, observed, current)
+    phase = next_phase(current, decision.event)
+    conditions, changed = merge_conditions(wanted_conditions(phase, decision, observed), observed)
+    finished = phase in TERMINAL
+    status = RLJobStatus(
+        phase=phase,
+        conditions=conditions,
+        progress=merge_progress(previous.progress, observed.progress),
+        attempt=decision.attempt,
+        restarts=decision.restarts,
+        preemptions=decision.preemptions,
+        preempted_pods=list(decision.preempted_pods),
+        ray_cluster=observed.cluster.name if observed.cluster else None,
+        start_time=_start_time(previous, phase, decision, observed.now),
+        head_pod_uid=_head_pod_uid(previous, decision, observed),
+        completion_time=previous.completion_time or (observed.now if finished else None),
+        observed_generation=observed.generation,
+    )
+    return StatusUpdate(
+        status=status,
+        events=change_events(previous.phase, phase, decision, changed)
+        + unschedulable_event(previous, conditions),
+        action=decision.action,
+    )

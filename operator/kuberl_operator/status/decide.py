@@ -1,0 +1,355 @@
+"""The decision: which `PhaseEvent` an observation amounts to, and what the reconciler does next.
+Attempts, restarts and their backoff, preemption, the active deadline and suspension are decided
+here: why a job restarted is in `_restart` and its callers.
+
+Attempts. Each Ray cluster serves one attempt (1, 2, ...; the `kuberl.io/attempt` label) and each
+attempt submits its driver once (`builders.submission_id(job, attempt)`). The attempt number is
+bumped the moment an attempt is given up (head lost, driver failed, job unsuspended), so the old
+attempt's cluster becomes stale at once and its failure cannot be counted twice: the reconciler
+only reports the head, workers and driver of the current attempt's cluster. The attempt is kept
+in `status.attempt`, so it survives an operator restart. The submission records the head pod's UID
+(`status.headPodUID`): a head pod of another UID in the same attempt is one KubeRay recreated, and
+the driver went with the old one, so the attempt is given up (counted) rather than submitted again.
+
+A driver that exits with EXIT_INVALID_JOB found the job invalid (an unknown env, an unsupported
+space, more resources than the cluster will ever have): the job fails at once with reason
+InvalidSpec and the driver's own message, from the final record that ends its log.
+
+Restart backoff. A failed attempt turns Progressing False (reason RestartBackoff); the next
+attempt's cluster is created once `backoff_seconds(...)` have passed since that condition's
+lastTransitionTime, which is the moment of the failure, stored in the status itself."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from datetime import datetime
+
+from kuberl_operator.constants import (
+    KUBERAY_RECHECK_SECONDS,
+    MAX_BACKOFF_SECONDS,
+    REASON_BACKOFF_LIMIT_EXCEEDED,
+    REASON_CLUSTER_LOST,
+    REASON_DEADLINE_EXCEEDED,
+    REASON_DRIVER_FAILED,
+    REASON_DRIVER_RUNNING,
+    REASON_DRIVER_SUCCEEDED,
+    REASON_FINISHED,
+    REASON_HEAD_FAILED,
+    REASON_HEAD_PREEMPTED,
+    REASON_HEAD_REPLACED,
+    REASON_INVALID_SPEC,
+    REASON_PROVISIONING,
+    REASON_RESTART_BACKOFF,
+    REASON_RESUMING,
+    REASON_STALE_ATTEMPT,
+    REASON_SUSPENDED,
+    REASON_WORKER_PREEMPTED,
+    REASON_WORKERS_REFILLED,
+)
+from kuberl_operator.spec import (
+    ConditionType,
+    Phase,
+    PreemptionPolicy,
+    RestartPolicy,
+    RLJobSpec,
+    RLJobStatus,
+)
+from kuberl_operator.status.actions import (
+    Action,
+    CreateCluster,
+    DeleteCluster,
+    DeleteJob,
+    Nothing,
+    Requeue,
+    SubmitDriver,
+)
+from kuberl_operator.status.observed import DriverState, HeadFate, Observed, condition_of
+from kuberl_operator.status.phases import TERMINAL, PhaseEvent
+
+
+def backoff_seconds(policy: RestartPolicy, restarts: int) -> int:
+    """The wait before restart number `restarts` (1, 2, ...): backoffSeconds doubled per earlier
+    restart, capped at MAX_BACKOFF_SECONDS, or at backoffSeconds itself when that is longer."""
+    base = policy.backoff_seconds
+    cap = max(base, MAX_BACKOFF_SECONDS)
+    doublings = min(max(restarts - 1, 0), 32)  # 2**32 * 1 s is past any cap already
+    return min(base * 2**doublings, cap)
+
+
+def _seconds(later: datetime, earlier: datetime) -> float:
+    return (later - earlier).total_seconds()
+
+
+@dataclass
+class Decision:
+    """What compute_status works out, step by step, before the status is assembled."""
+
+    event: PhaseEvent | None = None
+    reason: str = ""
+    message: str = ""
+    action: Action = field(default_factory=Nothing)
+    attempt: int = 0
+    restarts: int = 0
+    preemptions: int = 0
+    workers_preempted: int = 0
+    preempted_pods: tuple[str, ...] = ()
+    in_backoff: bool = False
+    waiting_for_workers: bool = False
+
+
+def decide(spec: RLJobSpec | None, observed: Observed, phase: Phase) -> Decision:
+    status = observed.status
+    # Without a recorded attempt (a status write was lost), the cluster's label is the best guess.
+    attempt = status.attempt or (observed.cluster.attempt if observed.cluster else 0)
+    decision = Decision(
+        attempt=attempt,
+        restarts=status.restarts,
+        preemptions=status.preemptions,
+        preempted_pods=tuple(status.preempted_pods),
+    )
+    if phase in TERMINAL:
+        decision.action = _finished_action(spec, observed)
+        return decision
+    if observed.spec_problems or spec is None:
+        problems = observed.spec_problems or ("the spec could not be read",)
+        return _fail(
+            decision, observed, REASON_INVALID_SPEC, "invalid spec: " + "; ".join(problems)
+        )
+    if not observed.kuberay_available:
+        decision.action = Requeue(KUBERAY_RECHECK_SECONDS)
+        decision.in_backoff = _in_backoff(status, phase)
+        return decision
+    deadline = _deadline_exceeded(spec, observed, phase)
+    if deadline:
+        return _fail(decision, observed, REASON_DEADLINE_EXCEEDED, deadline)
+    if spec.suspend:
+        return _suspend(decision, observed, phase)
+    if phase == Phase.SUSPENDED:
+        decision.event, decision.reason = PhaseEvent.UNSUSPEND, REASON_RESUMING
+        decision.message = "unsuspended: resuming from the newest checkpoint"
+        decision.attempt += 1
+        decision.action = _start_attempt(observed, decision.attempt)
+        return decision
+    return _advance(spec, observed, phase, decision)
+
+
+def _fail(decision: Decision, observed: Observed, reason: str, message: str) -> Decision:
+    decision.event, decision.reason, decision.message = PhaseEvent.FAIL, reason, message
+    decision.action = DeleteCluster(reason) if observed.cluster else Nothing()
+    return decision
+
+
+def _finished_action(spec: RLJobSpec | None, observed: Observed) -> Action:
+    """Succeeded or Failed: the cluster goes; after ttlSecondsAfterFinished, the job too."""
+    ttl = spec.ttl_seconds_after_finished if spec else None
+    finished = observed.status.completion_time
+    if ttl is not None and finished is not None:
+        remaining = ttl - _seconds(observed.now, finished)
+        if remaining <= 0:
+            return DeleteJob()
+        if observed.cluster is None:
+            return Requeue(remaining)
+    return DeleteCluster(REASON_FINISHED) if observed.cluster else Nothing()
+
+
+def _deadline_exceeded(spec: RLJobSpec, observed: Observed, phase: Phase) -> str | None:
+    """activeDeadlineSeconds counts from status.startTime, as for Kubernetes Jobs: from the
+    job's start (its first cluster requested), provisioning included, and stops while the job is
+    suspended (resuming sets startTime anew)."""
+    deadline, started = spec.active_deadline_seconds, observed.status.start_time
+    if deadline is None or started is None or phase == Phase.SUSPENDED:
+        return None
+    elapsed = _seconds(observed.now, started)
+    if elapsed < deadline:
+        return None
+    return (
+        f"active for {elapsed:.0f}s since it started at {started.isoformat()}, past "
+        f"activeDeadlineSeconds {deadline}"
+    )
+
+
+def _suspend(decision: Decision, observed: Observed, phase: Phase) -> Decision:
+    if phase != Phase.SUSPENDED:
+        decision.event, decision.reason = PhaseEvent.SUSPEND, REASON_SUSPENDED
+        decision.message = "suspended: the Ray cluster is deleted; checkpoints are kept"
+    decision.action = DeleteCluster(REASON_SUSPENDED) if observed.cluster else Nothing()
+    return decision
+
+
+def _start_attempt(observed: Observed, attempt: int) -> Action:
+    """Clear the way for `attempt`: a stale cluster goes first, then the new one is created (one
+    of this attempt already there was created before the status saying so was written)."""
+    if observed.cluster is None:
+        return CreateCluster(attempt)
+    if observed.cluster.attempt == attempt:
+        return Nothing()
+    return DeleteCluster(REASON_STALE_ATTEMPT)
+
+
+def _in_backoff(status: RLJobStatus, phase: Phase) -> bool:
+    progressing = condition_of(status, ConditionType.PROGRESSING)
+    return (
+        phase == Phase.RESUMING
+        and progressing is not None
+        and progressing.reason == REASON_RESTART_BACKOFF
+    )
+
+
+def _advance(spec: RLJobSpec, observed: Observed, phase: Phase, decision: Decision) -> Decision:
+    """An active job: start, wait out a backoff, resume, or follow the current attempt."""
+    cluster = observed.cluster
+    if phase == Phase.PENDING or decision.attempt == 0:
+        decision.event, decision.reason = PhaseEvent.START, REASON_PROVISIONING
+        decision.message = "creating the Ray cluster for attempt 1"
+        decision.attempt = max(decision.attempt, 1)
+        decision.action = _start_attempt(observed, decision.attempt)
+        return decision
+    if cluster is not None and cluster.attempt != decision.attempt:
+        decision.action = DeleteCluster(REASON_STALE_ATTEMPT)
+        decision.in_backoff = _in_backoff(observed.status, phase)
+        return decision
+    attempt_given_up = phase == Phase.RESUMING or (
+        phase == Phase.PREEMPTED and not _workers_preempted(observed.status)
+    )
+    if attempt_given_up and cluster is None:
+        return _next_attempt(spec, observed, phase, decision)
+    if cluster is None:
+        if phase in (Phase.RUNNING, Phase.PREEMPTED):
+            message = f"the RayCluster of attempt {decision.attempt} disappeared"
+            return _restart(spec, observed, decision, REASON_CLUSTER_LOST, message)
+        decision.action = CreateCluster(decision.attempt)  # requested; not visible yet
+        return decision
+    return _follow_attempt(spec, observed, phase, decision)
+
+
+def _next_attempt(
+    spec: RLJobSpec, observed: Observed, phase: Phase, decision: Decision
+) -> Decision:
+    if _in_backoff(observed.status, phase):
+        progressing = condition_of(observed.status, ConditionType.PROGRESSING)
+        assert progressing is not None
+        wait = backoff_seconds(spec.restart_policy, decision.restarts)
+        remaining = wait - _seconds(observed.now, progressing.last_transition_time)
+        if remaining > 0:
+            decision.in_backoff = True
+            decision.action = Requeue(remaining)
+            return decision
+    elif phase == Phase.RESUMING:  # the next attempt's cluster was requested already
+        decision.action = CreateCluster(decision.attempt)
+        return decision
+    decision.event, decision.reason = PhaseEvent.NEW_ATTEMPT, REASON_RESUMING
+    decision.message = (
+        f"creating the Ray cluster for attempt {decision.attempt}; the driver resumes from the "
+        "newest checkpoint"
+    )
+    decision.action = CreateCluster(decision.attempt)
+    return decision
+
+
+def _follow_attempt(
+    spec: RLJobSpec, observed: Observed, phase: Phase, decision: Decision
+) -> Decision:
+    """The current attempt's cluster exists: react to its head, workers and driver."""
+    head, driver = observed.head, observed.driver
+    if head is not None and head.fate == HeadFate.PREEMPTED:
+        return _head_preempted(spec, observed, decision, head.reason)
+    if head is not None and head.fate == HeadFate.FAILED:
+        message = f"the head pod of attempt {decision.attempt} was lost: {head.reason}"
+        return _restart(spec, observed, decision, REASON_HEAD_FAILED, message)
+    submitted_to = observed.status.head_pod_uid
+    if head is not None and head.uid and submitted_to and head.uid != submitted_to:
+        message = (
+            f"the head pod of attempt {decision.attempt} was replaced (KubeRay recreated it: pod "
+            f"{submitted_to} is now {head.uid}), and with it the driver submitted there"
+        )
+        return _restart(spec, observed, decision, REASON_HEAD_REPLACED, message)
+    counted = set(decision.preempted_pods)
+    decision.workers_preempted = len(observed.disrupted_workers - counted)
+    decision.preemptions += decision.workers_preempted
+    decision.preempted_pods = tuple(sorted(observed.disrupted_workers))  # those gone are forgotten
+    if driver is not None and driver.state == DriverState.SUCCEEDED:
+        decision.event, decision.reason = PhaseEvent.SUCCEEDED, REASON_DRIVER_SUCCEEDED
+        decision.message = driver.message or "training finished"
+        decision.action = DeleteCluster(REASON_FINISHED)
+    elif driver is not None and driver.invalid_job:
+        message = f"the driver found the job invalid: {driver.message or 'no message'}"
+        return _fail(decision, observed, REASON_INVALID_SPEC, message)
+    elif driver is not None and driver.state in (DriverState.FAILED, DriverState.STOPPED):
+        message = f"driver {driver.state.value}: {driver.message or 'no message'}"
+        return _restart(spec, observed, decision, REASON_DRIVER_FAILED, message)
+    elif driver is not None and driver.state == DriverState.RUNNING:
+        if decision.workers_preempted and phase == Phase.RUNNING:
+            decision.event, decision.reason = PhaseEvent.WORKERS_PREEMPTED, REASON_WORKER_PREEMPTED
+            decision.message = workers_preempted_message(decision.workers_preempted)
+        elif phase == Phase.PREEMPTED and observed.workers_short <= 0:
+            decision.event, decision.reason = PhaseEvent.WORKERS_REFILLED, REASON_WORKERS_REFILLED
+            decision.message = "the rollout worker group is whole again"
+        elif phase in (Phase.PROVISIONING, Phase.RESUMING) and observed.driver_waiting_s > 0:
+            decision.waiting_for_workers = True  # not training yet: the phase stays
+        elif phase in (Phase.PROVISIONING, Phase.RESUMING):
+            decision.event, decision.reason = PhaseEvent.DRIVER_RUNNING, REASON_DRIVER_RUNNING
+            decision.message = f"the driver of attempt {decision.attempt} is training"
+    elif driver is None and observed.cluster is not None and observed.cluster.ready:
+        decision.action = SubmitDriver(decision.attempt)
+    return decision
+
+
+def workers_preempted_message(count: int) -> str:
+    return (
+        f"{count} rollout worker(s) preempted; the driver keeps training while the group is "
+        "refilled"
+    )
+
+
+def _workers_preempted(status: RLJobStatus) -> bool:
+    """The job is Preempted for lost rollout workers (its attempt goes on), not for its head."""
+    preempted = condition_of(status, ConditionType.PREEMPTED)
+    return preempted is not None and preempted.reason == REASON_WORKER_PREEMPTED
+
+
+def _head_preempted(spec: RLJobSpec, observed: Observed, decision: Decision, why: str) -> Decision:
+    policy = spec.restart_policy
+    decision.preemptions += 1
+    message = f"the head pod of attempt {decision.attempt} was preempted: {why or 'preempted'}"
+    if policy.on_preemption == PreemptionPolicy.FAIL:
+        return _fail(decision, observed, REASON_HEAD_PREEMPTED, message + " (onPreemption: Fail)")
+    if policy.on_preemption == PreemptionPolicy.COUNT_AS_RESTART:
+        if decision.restarts + 1 > policy.max_restarts:
+            return _exhausted(decision, observed, policy, message)
+        decision.restarts += 1
+    decision.event, decision.reason, decision.message = (
+        PhaseEvent.HEAD_PREEMPTED,
+        REASON_HEAD_PREEMPTED,
+        message + "; resuming from the newest checkpoint",
+    )
+    decision.attempt += 1
+    decision.action = DeleteCluster(REASON_HEAD_PREEMPTED)
+    return decision
+
+
+def _restart(
+    spec: RLJobSpec, observed: Observed, decision: Decision, reason: str, message: str
+) -> Decision:
+    """A failed attempt: the next one after a backoff, or Failed once restarts are used up."""
+    policy = spec.restart_policy
+    if decision.restarts + 1 > policy.max_restarts:
+        return _exhausted(decision, observed, policy, message)
+    decision.restarts += 1
+    wait = backoff_seconds(policy, decision.restarts)
+    decision.event, decision.reason = PhaseEvent.RESTART, reason
+    decision.message = f"{message}; restart {decision.restarts} of {policy.max_restarts} in {wait}s"
+    decision.attempt += 1
+    decision.in_backoff = True
+    decision.action = DeleteCluster(reason) if observed.cluster else Requeue(wait)
+    return decision
+
+
+def _exhausted(
+    decision: Decision, observed: Observed, policy: RestartPolicy, message: str
+) -> Decision:
+    return _fail(
+        decision,
+        observed,
+        REASON_BACKOFF_LIMIT_EXCEEDED,
+        f"{message}; restartPolicy.maxRestarts ({policy.max_restarts}) used up",
+    )

@@ -1,0 +1,55 @@
+"""The Kubernetes Events a status change emits: one per phase transition (a Warning for a restart,
+a preemption or a failure), one per batch of newly preempted rollout workers, one when KubeRay's
+RayCluster CRD appears or goes, and one per distinct message about pods the scheduler cannot place.
+
+Events follow changes, never polls: a job that waits emits nothing more until something about it
+changes."""
+
+from __future__ import annotations
+
+from kuberl_operator.constants import (
+    KUBERAY_AVAILABLE_CONDITION,
+    REASON_UNSCHEDULABLE,
+    REASON_WORKER_PREEMPTED,
+    SCHEDULABLE_CONDITION,
+)
+from kuberl_operator.spec import Condition, Phase, RLJobStatus
+from kuberl_operator.status.actions import KubeEvent
+from kuberl_operator.status.decide import Decision, workers_preempted_message
+from kuberl_operator.status.observed import condition_of
+from kuberl_operator.status.phases import PhaseEvent, applies
+
+WARNING_PHASES = frozenset({Phase.PREEMPTED, Phase.FAILED})
+
+
+def change_events(
+    previous: Phase | None, phase: Phase, decision: Decision, changed: list[Condition]
+) -> tuple[KubeEvent, ...]:
+    events: list[KubeEvent] = []
+    if applies(previous, decision.event):
+        warning = phase in WARNING_PHASES or decision.event == PhaseEvent.RESTART
+        events.append(
+            KubeEvent("Warning" if warning else "Normal", decision.reason, decision.message)
+        )
+    if decision.workers_preempted and decision.event != PhaseEvent.WORKERS_PREEMPTED:
+        message = workers_preempted_message(decision.workers_preempted)
+        events.append(KubeEvent("Warning", REASON_WORKER_PREEMPTED, message))
+    for condition in changed:
+        if condition.type == KUBERAY_AVAILABLE_CONDITION:
+            kind = "Normal" if condition.status == "True" else "Warning"
+            events.append(KubeEvent(kind, condition.reason, condition.message or "KubeRay found"))
+    return tuple(events)
+
+
+def unschedulable_event(
+    previous: RLJobStatus, conditions: list[Condition]
+) -> tuple[KubeEvent, ...]:
+    """A Warning when the Schedulable condition turns False or its message changes: once per
+    distinct scheduler message, not on every poll (the condition keeps the last one said)."""
+    now = next(c for c in conditions if c.type == SCHEDULABLE_CONDITION)
+    before = condition_of(previous, SCHEDULABLE_CONDITION)
+    if now.status != "False":
+        return ()
+    if before is not None and before.status == "False" and before.message == now.message:
+        return ()
+    return (KubeEvent("Warning", REASON_UNSCHEDULABLE, now.message),)
