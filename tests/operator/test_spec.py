@@ -392,11 +392,7 @@ def test_validation_runs_without_the_training_stack():
 
 @pytest.mark.parametrize(
     ("algorithm", "optimizer"),
-    [
-        (name, optimizer.value)
-        for name, row in ALGORITHMS.items()
-        for optimizer in row.optimizers
-    ],
+    [(name, optimizer.value) for name, row in ALGORITHMS.items() for optimizer in row.optimizers],
 )
 def test_every_algorithm_validates_with_each_of_its_optimizers(algorithm, optimizer):
     job = validate_rljob(

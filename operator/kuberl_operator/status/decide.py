@@ -278,20 +278,26 @@ def _follow_attempt(
         message = f"driver {driver.state.value}: {driver.message or 'no message'}"
         return _restart(spec, observed, decision, REASON_DRIVER_FAILED, message)
     elif driver is not None and driver.state == DriverState.RUNNING:
-        if decision.workers_preempted and phase == Phase.RUNNING:
-            decision.event, decision.reason = PhaseEvent.WORKERS_PREEMPTED, REASON_WORKER_PREEMPTED
-            decision.message = workers_preempted_message(decision.workers_preempted)
-        elif phase == Phase.PREEMPTED and observed.workers_short <= 0:
-            decision.event, decision.reason = PhaseEvent.WORKERS_REFILLED, REASON_WORKERS_REFILLED
-            decision.message = "the rollout worker group is whole again"
-        elif phase in (Phase.PROVISIONING, Phase.RESUMING) and observed.driver_waiting_s > 0:
-            decision.waiting_for_workers = True  # not training yet: the phase stays
-        elif phase in (Phase.PROVISIONING, Phase.RESUMING):
-            decision.event, decision.reason = PhaseEvent.DRIVER_RUNNING, REASON_DRIVER_RUNNING
-            decision.message = f"the driver of attempt {decision.attempt} is training"
+        _driver_running(observed, phase, decision)
     elif driver is None and observed.cluster is not None and observed.cluster.ready:
         decision.action = SubmitDriver(decision.attempt)
     return decision
+
+
+def _driver_running(observed: Observed, phase: Phase, decision: Decision) -> None:
+    """The attempt's driver is running: note workers preempted under it, a worker group whole
+    again, or a driver that has started training."""
+    if decision.workers_preempted and phase == Phase.RUNNING:
+        decision.event, decision.reason = PhaseEvent.WORKERS_PREEMPTED, REASON_WORKER_PREEMPTED
+        decision.message = workers_preempted_message(decision.workers_preempted)
+    elif phase == Phase.PREEMPTED and observed.workers_short <= 0:
+        decision.event, decision.reason = PhaseEvent.WORKERS_REFILLED, REASON_WORKERS_REFILLED
+        decision.message = "the rollout worker group is whole again"
+    elif phase in (Phase.PROVISIONING, Phase.RESUMING) and observed.driver_waiting_s > 0:
+        decision.waiting_for_workers = True  # not training yet: the phase stays
+    elif phase in (Phase.PROVISIONING, Phase.RESUMING):
+        decision.event, decision.reason = PhaseEvent.DRIVER_RUNNING, REASON_DRIVER_RUNNING
+        decision.message = f"the driver of attempt {decision.attempt} is training"
 
 
 def workers_preempted_message(count: int) -> str:
