@@ -384,7 +384,7 @@ class AlgorithmRow:
     class, a row here and a policy file."""
 
     hyperparameters: type[Hyperparameters]
-    """Its hyperparameters: a class of hyperparameters.py, one docstring per field."""
+    """Its hyperparameters: a class of kuberl_trainer.hyperparameters, one docstring per field."""
     policy: str
     """The policy class as module:Class, imported only by the trainer (this module stays light)."""
     optimizers: tuple[OptimizerName, ...]

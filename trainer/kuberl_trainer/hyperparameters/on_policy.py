@@ -1,0 +1,240 @@
+"""The on-policy algorithms: policy gradient, the actor-critics (A2C, A3C), PPO, and IMPALA and
+APPO, which learn on the workers' recent samples with V-trace correcting for their policy lag."""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import Field
+
+from kuberl_trainer.hyperparameters.base import (
+    BatchSize,
+    Coefficient,
+    Count,
+    Epochs,
+    Fraction,
+    GradClip,
+    Hyperparameters,
+    Positive,
+    PositiveFraction,
+    StepSize,
+    StepsPerIteration,
+)
+
+
+class PGHyperparameters(Hyperparameters):
+    """Vanilla policy gradient (REINFORCE on discounted returns-to-go)."""
+
+    learning_rate: StepSize = 4e-3
+    """Adam step size."""
+
+    rollout_length: StepsPerIteration = 200
+    """Env steps taken by every env of every rollout worker per iteration."""
+
+    entropy_coeff: Coefficient = 0.0
+    """Weight of the entropy bonus in the loss."""
+
+    normalize_returns: bool = True
+    """Standardize returns within the batch before the gradient step (a variance-reducing
+    baseline)."""
+
+
+class A2CHyperparameters(Hyperparameters):
+    """Synchronous advantage actor-critic."""
+
+    learning_rate: StepSize = 7e-4
+    """Adam step size."""
+
+    rollout_length: StepsPerIteration = 8
+    """Env steps taken by every env of every rollout worker per iteration."""
+
+    gae_lambda: Fraction = 1.0
+    """GAE lambda: 1.0 is the n-step advantage of the A2C paper, lower trades bias for variance."""
+
+    vf_coeff: Coefficient = 0.5
+    """Weight of the value-function loss (the mean squared error, as vf_coef in Stable-Baselines3
+    and vf_loss_coeff in RLlib)."""
+
+    entropy_coeff: Coefficient = 0.0
+    """Weight of the entropy bonus in the loss."""
+
+    normalize_advantages: bool = False
+    """Standardize advantages within the batch."""
+
+
+class A3CHyperparameters(A2CHyperparameters):
+    """Asynchronous advantage actor-critic (Mnih et al. 2016): A2C's loss, with every worker
+    computing gradients on its own samples and the driver applying them as they arrive."""
+
+    learning_rate: StepSize = 1e-3
+    """Adam step size (RLlib's A3C used 1e-4 with 10-step fragments on Atari; short CartPole
+    fragments learn faster with a larger step)."""
+
+    rollout_length: StepsPerIteration = 10
+    """Env steps taken by every env of a worker per gradient (RLlib's rollout_fragment_length 10;
+    the A3C paper's t_max is 5)."""
+
+    gae_lambda: Fraction = 0.95
+    """GAE lambda. The A3C paper's n-step advantages (and RLlib's A3C) are 1.0; on CartPole-v1
+    with 2 workers 0.95 reached a return of 400 within 70k env steps on seeds 0-5, 1.0 needed up
+    to 116k."""
+
+    entropy_coeff: Coefficient = 0.0
+    """Weight of the entropy bonus in the loss. The A3C paper's beta = 0.01 (Atari, clipped
+    rewards) held 1 CartPole-v1 run in 6 on a plateau of returns near 200 with 2 workers beside
+    another run (200k env steps, with 10- or 20-step fragments or a step size of 5e-4 alike); 0
+    reached 400 within 27-91k env steps on seeds 0-9 there, and with 8 workers within 46-48k
+    (0.01: 125k)."""
+
+    max_grad_norm: GradClip = 40.0
+    """Clip each worker's gradient norm to this value (RLlib's A3C grad_clip 40); null disables
+    clipping."""
+
+
+class PPOHyperparameters(Hyperparameters):
+    """Proximal policy optimization with the clipped surrogate objective."""
+
+    learning_rate: StepSize = 3e-4
+    """Adam step size (the start value when schedule is linear)."""
+
+    rollout_length: StepsPerIteration = 128
+    """Env steps taken by every env of every rollout worker per iteration."""
+
+    gae_lambda: Fraction = 0.95
+    """GAE lambda."""
+
+    clip_range: PositiveFraction = 0.2
+    """Clip parameter of the surrogate objective (the start value when schedule is linear)."""
+
+    vf_coeff: Coefficient = 0.5
+    """Weight of the value-function loss (the mean squared error, as vf_coef in Stable-Baselines3
+    and vf_loss_coeff in RLlib)."""
+
+    vf_clip_range: Positive | None = None
+    """Clip value predictions to this distance from the old ones; null disables it."""
+
+    entropy_coeff: Coefficient = 0.0
+    """Weight of the entropy bonus in the loss."""
+
+    num_epochs: Epochs = 10
+    """Passes of SGD over each iteration's batch."""
+
+    minibatch_size: Count = 64
+    """Samples per SGD minibatch (capped at the batch size)."""
+
+    normalize_advantages: bool = True
+    """Standardize advantages within each minibatch."""
+
+    target_kl: Positive | None = None
+    """Stop the epochs of an iteration early once the approximate KL exceeds this; null never
+    stops early."""
+
+    schedule: Literal["constant", "linear"] = "constant"
+    """How learning_rate and clip_range evolve: linear decays both to zero at stop.timesteps."""
+
+    initial_log_std: float = Field(0.0, ge=-5.0, le=2.0)
+    """Starting log standard deviation of the Gaussian policy (continuous actions only)."""
+
+
+class IMPALAHyperparameters(Hyperparameters):
+    """Importance-weighted actor-learner architecture (Espeholt et al. 2018): an actor-critic that
+    learns while the workers sample, correcting for their policy lag with V-trace.
+
+    Defaults tuned on CartPole-v1: a return of 400 within 140-225k env steps on every seed tried
+    with 2 workers of 8 envs (0-2), 2 of 16 (0-4) and 1 of 8 (0-2), where RLlib's defaults (entropy
+    0.01, raw advantages) had not got there by 300k."""
+
+    learning_rate: StepSize = 5e-4
+    """Adam step size (RLlib's IMPALA 5e-4). 1e-3 learned faster with 8 envs per worker (70-160k
+    env steps to 400) but collapsed the policy to one action on 1 seed in 3 with 16, where the
+    learner falls further behind the workers; 2e-3 collapsed it on every seed."""
+
+    rollout_length: StepsPerIteration = 32
+    """Env steps taken by every env of a worker per sample call; V-trace runs over sequences of
+    this length (RLlib's rollout_fragment_length 50; 32 makes the learner's batches arrive
+    sooner)."""
+
+    train_batch_size: BatchSize = 500
+    """Env steps per learner step: sample calls are concatenated until they hold at least this
+    many (RLlib's train_batch_size 500)."""
+
+    vf_coeff: Coefficient = 0.5
+    """Weight of the value-function loss, 0.5 (vs - V)^2 (RLlib's vf_loss_coeff 0.5)."""
+
+    entropy_coeff: Coefficient = 0.0
+    """Weight of the entropy bonus in the loss (0 as in RLlib's tuned CartPole example; with its
+    IMPALA default 0.01 CartPole had not reached 400 by 300k env steps)."""
+
+    vtrace_clip_rho_threshold: Positive = 1.0
+    """rho-bar: clip of the importance weights in the V-trace value targets (the paper's 1.0)."""
+
+    vtrace_clip_pg_rho_threshold: Positive = 1.0
+    """Clip of the importance weights in the policy gradient's advantages (the paper's 1.0)."""
+
+    vtrace_clip_c_threshold: Positive = 1.0
+    """c-bar: clip of the trace-cutting coefficients c_s in the V-trace recursion (the paper's
+    1.0)."""
+
+    normalize_advantages: bool = True
+    """Standardize the V-trace advantages within each (mini)batch. RLlib's IMPALA and APPO do
+    not; on CartPole it made learning reliable (without it, at any learning rate tried, the env
+    steps to 400 ranged from 70k to past 300k)."""
+
+    max_grad_norm: GradClip = 40.0
+    """Clip the global gradient norm to this value (RLlib's IMPALA grad_clip 40); null disables
+    clipping."""
+
+    minibatch_size: Count | None = None
+    """Samples per SGD step: a learner batch larger than this is learned on in minibatches
+    (RLlib's minibatch_size). Null (the default) lets the policy lag decide: a learner batch of
+    R env steps that lags L learner steps (the mean over its sample calls) is learned on in
+    k = min(R // train_batch_size, lag_sgd_steps // L) minibatches (at least 1), so that few
+    workers with many envs each take more than one SGD step per batch, and many workers, whose
+    batches lag more, take whole-batch steps. On CartPole with 64 envs per worker: 2 workers (lag
+    2-4, 2-4 minibatches) reached 475 within 198-498k env steps in 28 runs (median 287k, 24
+    within 400k; seeds 0-5, alone and beside a CPU-bound process), where whole batches took
+    585k-2M+; 12 workers (lag 10-16) take whole batches, since 512-row minibatches there never
+    learned."""
+
+    lag_sgd_steps: int = Field(8, ge=1, le=1000)
+    """With minibatch_size null: the SGD steps a batch may lag, counting every minibatch as a
+    step, that the split into minibatches keeps to (see minibatch_size). With 16, 2 workers x 64
+    envs on an idle machine (lag about 4, 4 minibatches) collapsed the policy to returns near 10
+    on their way and took 483k-1M+ env steps to 475 (seeds 0-5); with 32, 12 workers x 64 envs
+    (lag 12-13) took 2 minibatches per batch and the policy fell apart (returns of 110 and 194
+    after 3M env steps, seeds 0-1)."""
+
+
+class APPOHyperparameters(IMPALAHyperparameters):
+    """Asynchronous PPO: PPO's clipped surrogate on IMPALA's execution, with V-trace targets.
+
+    IMPALA's defaults plus several clipped epochs of minibatches per batch: on CartPole-v1 a return
+    of 400 within 70-95k env steps on seeds 0-2 with 1 and 2 workers (one epoch: 80-220k), on
+    Pendulum-v1 (gamma 0.9) -300 within 150-200k, where one epoch, or four of whole-batch steps,
+    had not got there by 400k (seed 0). On Pendulum the return fell back from near -300 in 2 of
+    12 runs; clipped at 0.2 instead, 14 runs of 14 reached -300 within 124-245k."""
+
+    learning_rate: StepSize = 1e-3
+    """Adam step size (RLlib's APPO 5e-4): the clipped surrogate keeps 1e-3 stable, at 70-100k
+    env steps to 400 on CartPole-v1 with 2 workers of 8 or 16 envs."""
+
+    clip_range: PositiveFraction = 0.4
+    """Clip parameter of the surrogate objective (RLlib's APPO clip_param 0.4)."""
+
+    num_epochs: Epochs = 4
+    """Passes of SGD over each learner batch, each with V-trace targets from the current
+    networks: IMPACT's replay coefficient K, the draws of each batch from its circular buffer
+    (RLlib's APPO circular_buffer_iterations_per_batch 2, its tuned CartPole examples 6)."""
+
+    minibatch_size: Count | None = 128
+    """Samples per SGD minibatch (capped at the learner batch); null splits each pass over a
+    batch as IMPALA's null does, into as many minibatches as the batch's lag allows."""
+
+    target_update_interval: Count | None = None
+    """IMPACT's target network, the surrogate's reference policy: learner steps between its
+    refreshes (RLlib's APPO: every 32 train batches learned on). Null (the default) has no target
+    network: the ratio is to the behaviour policy that sampled the batch. Measured on CartPole with
+    12 workers x 64 envs, a target refreshed after every learner step took 612k env steps to 475
+    where the behaviour policy took 418-440k (seeds 0-2), and on Pendulum (2 x 8, clip 0.2) it
+    missed -300 in 400k steps on 1 seed of 3, where the behaviour policy reached it within
+    166-262k on all three."""
