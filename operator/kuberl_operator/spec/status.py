@@ -1,0 +1,134 @@
+"""status: the job's phase, its conditions (the standard Kubernetes shape), training progress
+and restart and preemption counts, written only by the operator."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from enum import StrEnum
+from typing import Literal
+
+from pydantic import Field
+
+from kuberl_operator.spec.formats import REASON_PATTERN
+from kuberl_trainer.config import Spec
+
+
+class Phase(StrEnum):
+    """Where the job is in its life; one transition function in the operator decides it."""
+
+    PENDING = "Pending"
+    PROVISIONING = "Provisioning"
+    RUNNING = "Running"
+    PREEMPTED = "Preempted"
+    RESUMING = "Resuming"
+    SUCCEEDED = "Succeeded"
+    FAILED = "Failed"
+    SUSPENDED = "Suspended"
+
+
+class ConditionType(StrEnum):
+    """The condition types the operator writes."""
+
+    READY = "Ready"
+    PROGRESSING = "Progressing"
+    PREEMPTED = "Preempted"
+    COMPLETE = "Complete"
+    FAILED = "Failed"
+    SUSPENDED = "Suspended"
+
+
+class Condition(Spec):
+    """One aspect of the job's state, in the standard Kubernetes condition shape."""
+
+    type: str = Field(min_length=1, max_length=316)
+    """Condition type, such as Ready, Progressing, Preempted, Complete, Failed, Suspended."""
+
+    status: Literal["True", "False", "Unknown"]
+    """Whether the condition holds."""
+
+    reason: str = Field(min_length=1, max_length=1024, pattern=REASON_PATTERN)
+    """Why, as one CamelCase word."""
+
+    message: str = Field("", max_length=32_768)
+    """Why, in words for people."""
+
+    last_transition_time: datetime
+    """When status last changed."""
+
+    observed_generation: int | None = Field(None, ge=0)
+    """The metadata.generation the condition was computed from."""
+
+
+class Progress(Spec):
+    """Training progress reported by the driver."""
+
+    iteration: int = Field(0, ge=0)
+    """Training iterations completed."""
+
+    timesteps: int = Field(0, ge=0)
+    """Env steps sampled in total."""
+
+    episode_return_mean: float | None = None
+    """Mean return of the recent training episodes."""
+
+    last_checkpoint: str | None = None
+    """Location of the newest checkpoint."""
+
+    last_update_time: datetime | None = None
+    """When the driver last reported progress."""
+
+    samples_per_second: float | None = Field(None, ge=0)
+    """Env steps sampled per second over the last iteration."""
+
+
+class RLJobStatus(Spec):
+    """The observed state of the job, written only by the operator."""
+
+    phase: Phase | None = None
+    """Pending, Provisioning, Running, Preempted, Resuming, Succeeded, Failed or Suspended;
+    empty until the operator has seen the job."""
+
+    conditions: list[Condition] = Field(
+        default_factory=list,
+        json_schema_extra={"x-kubernetes-list-type": "map", "x-kubernetes-list-map-keys": ["type"]},
+    )
+    """Conditions, one per type: Ready, Progressing, Preempted, Complete, Failed, Suspended,
+    and KubeRayAvailable (KubeRay's CRD is installed), UpToDate (the current attempt runs the
+    current spec) and Schedulable (the cluster's pods can be placed; the scheduler's reason when
+    not)."""
+
+    progress: Progress = Field(default_factory=Progress)
+    """Training progress."""
+
+    attempt: int = Field(0, ge=0)
+    """The current attempt (1, 2, ...): each has its own Ray cluster and submits its driver once;
+    0 before the first."""
+
+    restarts: int = Field(0, ge=0)
+    """Restarts after failures so far (preemptions resumed under onPreemption Resume are not
+    counted)."""
+
+    preemptions: int = Field(0, ge=0)
+    """Times the job's pods were preempted."""
+
+    preempted_pods: list[str] = Field(default_factory=list)
+    """UIDs of the preempted rollout worker pods already counted in preemptions, kept while the
+    pods still exist, so each is counted once."""
+
+    ray_cluster: str | None = None
+    """Name of the job's RayCluster."""
+
+    head_pod_uid: str | None = Field(None, alias="headPodUID")
+    """UID of the head pod the current attempt's driver was submitted to. A head pod with another
+    UID in the same attempt (KubeRay recreated it) lost that driver: the attempt is restarted
+    rather than the driver submitted twice."""
+
+    start_time: datetime | None = None
+    """When the job started: its first Ray cluster was requested, or it was last resumed from
+    suspension. activeDeadlineSeconds counts from here."""
+
+    completion_time: datetime | None = None
+    """When the job succeeded or failed."""
+
+    observed_generation: int | None = Field(None, ge=0)
+    """The metadata.generation the status was computed from."""
