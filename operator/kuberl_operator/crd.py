@@ -110,23 +110,48 @@ def rljob_schema() -> dict[str, Any]:
 
 def structural(node: dict[str, Any], defs: dict[str, Any]) -> dict[str, Any]:
     """A Kubernetes structural schema equivalent to a node of pydantic's JSON schema."""
-    if "$ref" in node:  # inline the definition; the field's own keys (its description) win
-        target = defs[node["$ref"].removeprefix("#/$defs/")]
-        return structural({**target, **_without(node, "$ref")}, defs)
+    if "$ref" in node:
+        return _inlined(node, defs)
     if "anyOf" in node and not node.get("x-kubernetes-int-or-string"):
-        options = [option for option in node["anyOf"] if option.get("type") != "null"]
-        if len(options) != 1:
-            raise ValueError(f"a CRD cannot express this union: {node['anyOf']}")
-        inner = structural({**options[0], **_without(node, "anyOf")}, defs)
-        # The API server checks enum even on null and never matches it, so an enum stays
-        # non-nullable: an explicit null is then pruned, which reads like the field left out.
-        if len(options) == len(node["anyOf"]) or "enum" in inner:
-            return inner
-        return inner | {"nullable": True}
+        return _optional(node, defs)
     if "oneOf" in node:
-        variants = [structural(variant, defs) for variant in node["oneOf"]]
-        return _merge_variants(variants, node["discriminator"]["propertyName"], node)
+        return _discriminated_union(node, defs)
+    return _keywords(node) | _children(node, defs)
 
+
+def _inlined(node: dict[str, Any], defs: dict[str, Any]) -> dict[str, Any]:
+    """A `$ref` replaced by the definition it points to: Kubernetes resolves no references, a
+    structural schema spells every node out."""
+    # inline the definition; the field's own keys (its description) win
+    target = defs[node["$ref"].removeprefix("#/$defs/")]
+    return structural({**target, **_without(node, "$ref")}, defs)
+
+
+def _optional(node: dict[str, Any], defs: dict[str, Any]) -> dict[str, Any]:
+    """An `anyOf` of one type and null (pydantic's `X | None`) as that type, nullable: Kubernetes
+    allows no `anyOf` that sets a node's type, so the only union it can express is with null."""
+    options = [option for option in node["anyOf"] if option.get("type") != "null"]
+    if len(options) != 1:
+        raise ValueError(f"a CRD cannot express this union: {node['anyOf']}")
+    inner = structural({**options[0], **_without(node, "anyOf")}, defs)
+    # The API server checks enum even on null and never matches it, so an enum stays
+    # non-nullable: an explicit null is then pruned, which reads like the field left out.
+    if len(options) == len(node["anyOf"]) or "enum" in inner:
+        return inner
+    return inner | {"nullable": True}
+
+
+def _discriminated_union(node: dict[str, Any], defs: dict[str, Any]) -> dict[str, Any]:
+    """A `oneOf` discriminated union as one object schema: Kubernetes requires every node to have
+    a single type and forbids `oneOf` from setting one, so the variants are merged."""
+    variants = [structural(variant, defs) for variant in node["oneOf"]]
+    return _merge_variants(variants, node["discriminator"]["propertyName"], node)
+
+
+def _keywords(node: dict[str, Any]) -> dict[str, Any]:
+    """A node's own keywords in the OpenAPI 3.0 dialect of Kubernetes' JSONSchemaProps: those it
+    does not know are dropped (the API server rejects them), JSON Schema's `const` becomes a
+    one-value enum and its numeric exclusive bounds become OpenAPI's boolean ones."""
     out: dict[str, Any] = {}
     if "type" in node:
         out["type"] = node["type"]
@@ -140,18 +165,33 @@ def structural(node: dict[str, Any], defs: dict[str, Any]) -> dict[str, Any]:
             out[keyword], out[bound] = node[bound], True
     if node.get("x-kubernetes-int-or-string"):
         out["anyOf"] = node["anyOf"]  # Kubernetes allows exactly this anyOf: integer or string
+    return out
+
+
+def _children(node: dict[str, Any], defs: dict[str, Any]) -> dict[str, Any]:
+    """A node's items, properties and additionalProperties, each made structural in turn:
+    Kubernetes checks every node of the tree, not only the top one."""
+    out: dict[str, Any] = {}
     if "items" in node:
         out["items"] = structural(node["items"], defs)
     if "properties" in node:
         out["properties"] = {k: structural(v, defs) for k, v in node["properties"].items()}
         if node.get("required"):
             out["required"] = node["required"]
+    return out | _additional_properties(node, defs)
+
+
+def _additional_properties(node: dict[str, Any], defs: dict[str, Any]) -> dict[str, Any]:
+    """What an object accepts beyond its properties: a map's typed values, or unknown fields.
+    Kubernetes forbids `additionalProperties` next to `properties` and prunes every field the
+    schema does not name, so an object open to any field (a dict[str, Any], or a model that
+    allows extra fields) is marked `x-kubernetes-preserve-unknown-fields` instead."""
     extra = node.get("additionalProperties")
     if isinstance(extra, dict):  # a map with typed values
-        out["additionalProperties"] = structural(extra, defs)
-    elif node.get("type") == "object" and (extra is True or "properties" not in node):
-        out["x-kubernetes-preserve-unknown-fields"] = True  # free-form: dict[str, Any]
-    return out
+        return {"additionalProperties": structural(extra, defs)}
+    if node.get("type") == "object" and (extra is True or "properties" not in node):
+        return {"x-kubernetes-preserve-unknown-fields": True}  # free-form: dict[str, Any]
+    return {}
 
 
 def _merge_variants(

@@ -140,56 +140,20 @@ class Driver:
     # -- the loop ---------------------------------------------------------------------------
 
     def run(self) -> TrainResult:
+        """Train the job until a stop condition is met or a signal stops it, checkpointing on the
+        way; whatever happens, the logs are closed and what the run started is stopped."""
         trainer = self.trainer
         trainer.seed_everything()
         previous_handlers = self._install_signal_handlers()
         built = progress = None
         try:
-            if self.metrics_port is not None:  # before any wait for Ray nodes, which it reports
-                self.metrics.serve(self.metrics_port)
-            # Found first: another job's checkpoints fail the job before Ray starts, and a resumed
-            # run's workers are seeded anew (their envs must not replay the first run's episodes).
-            found = self.store.latest(checkpoint_identity(self.config))
-            if trainer.needs_ray:
-                self._start_ray()
-                # Joining Ray installs the core worker's SIGTERM handler (a stack trace, then an
-                # abort): ours again, or a preempted driver would die without its checkpoint.
-                self._install_signal_handlers()
-                self._await_resources()
+            found = self._prepare()
             built = trainer
-            trainer.build(resumed_iteration=found.meta["iteration"] if found else 0)
-            if self.learner_gpus and isinstance(trainer, Trainer):  # where the GPUs went
-                self.report.message(trainer.placement)
-            resumed_from = self._resume(found) if found else None
+            resumed_from = self._build(found)
             # Opened after resuming, which may truncate the file to the checkpoint's iteration.
             progress = ProgressLog(self.run_dir / PROGRESS_FILE)
-            if self.config.tensorboard:
-                purge = trainer.timesteps + 1 if resumed_from else None
-                self._tensorboard = TensorBoardLog(self.run_dir, purge_step=purge)
-            checkpoint, stopped_by = resumed_from, None
-            saved = self.iteration if resumed_from is not None else None  # newest checkpoint's
-            if resumed_from is not None:  # a finished job run again has nothing left to do
-                stopped_by = stop_reason(self.config.stop, trainer.totals())
-                if stopped_by:
-                    self.report.message(f"Already stopped at {stopped_by}: nothing to train")
-            while stopped_by is None and self._signal is None:
-                try:
-                    row, timer_deltas, restarts = trainer.step()
-                except IterationAbandoned:  # preempted: the grace period is for the checkpoint
-                    self.report.message(
-                        f"Iteration {self.iteration + 1} dropped unfinished; checkpointing "
-                        f"iteration {self.iteration}"
-                    )
-                    break
-                row[CHECKPOINT] = self.checkpoint
-                progress.write(row)
-                if self._tensorboard is not None:
-                    self._tensorboard.write(row)
-                self.report.update(row)
-                self.metrics.record(row, timer_deltas, restarts)
-                stopped_by = stop_reason(self.config.stop, row)
-                if stopped_by or self.iteration % self.config.checkpoint.every_iterations == 0:
-                    checkpoint, saved = self._checkpoint(saved)
+            self._open_tensorboard(resumed_from)
+            checkpoint, saved, stopped_by = self._train(progress, resumed_from)
             # A signal after the stop condition was met interrupts nothing: the job is done.
             interrupted = self._signal is not None and stopped_by is None
             if interrupted:
@@ -197,32 +161,123 @@ class Driver:
                     checkpoint, saved = self._checkpoint(saved)
                 self._report_preemption(saved)
                 stopped_by = signal.Signals(self._signal).name
-            totals = trainer.totals()
-            return TrainResult(
-                stopped_by=stopped_by,
-                interrupted=interrupted,
-                iteration=self.iteration,
-                timesteps=trainer.timesteps,
-                episode_return_mean=totals[EPISODE_RETURN_MEAN],
-                evaluation_return_mean=totals[EVALUATION_RETURN_MEAN],
-                time_total_s=totals[TIME_TOTAL_S],
-                checkpoint=checkpoint,
-                resumed_from=resumed_from,
-                run_dir=self.run_dir,
-            )
+            return self._result(stopped_by, interrupted, checkpoint, resumed_from)
         finally:
-            if progress is not None:
-                progress.close()
-            if self._tensorboard is not None:
-                self._tensorboard.close()
-            self.report.close()
-            if built is not None:
-                built.stop()
-            if self._started_ray:
-                import ray
-
-                ray.shutdown()
+            self._close(progress, built)
             self._restore_signal_handlers(previous_handlers)
+
+    def _prepare(self) -> Checkpoint | None:
+        """Serve the metrics, find the checkpoint to resume from, and when the trainer needs Ray
+        start or join it and wait for the job's resources. Returns the checkpoint found."""
+        if self.metrics_port is not None:  # before any wait for Ray nodes, which it reports
+            self.metrics.serve(self.metrics_port)
+        # Found first: another job's checkpoints fail the job before Ray starts, and a resumed
+        # run's workers are seeded anew (their envs must not replay the first run's episodes).
+        found = self.store.latest(checkpoint_identity(self.config))
+        if self.trainer.needs_ray:
+            self._start_ray()
+            # Joining Ray installs the core worker's SIGTERM handler (a stack trace, then an
+            # abort): ours again, or a preempted driver would die without its checkpoint.
+            self._install_signal_handlers()
+            self._await_resources()
+        return found
+
+    def _build(self, found: Checkpoint | None) -> str | None:
+        """Build the trainer and resume it from the checkpoint found, if any. Returns the
+        location resumed from."""
+        trainer = self.trainer
+        trainer.build(resumed_iteration=found.meta["iteration"] if found else 0)
+        if self.learner_gpus and isinstance(trainer, Trainer):  # where the GPUs went
+            self.report.message(trainer.placement)
+        return self._resume(found) if found else None
+
+    def _open_tensorboard(self, resumed_from: str | None) -> None:
+        """Open TensorBoard's event log when the job asks for one; a resumed run purges the
+        events written after its checkpoint."""
+        if self.config.tensorboard:
+            purge = self.trainer.timesteps + 1 if resumed_from else None
+            self._tensorboard = TensorBoardLog(self.run_dir, purge_step=purge)
+
+    def _train(
+        self, progress: ProgressLog, resumed_from: str | None
+    ) -> tuple[str | None, int | None, str | None]:
+        """Iterate until a stop condition is met, a signal comes or the iteration in progress is
+        abandoned, checkpointing every `everyIterations` and at the stop. Returns the newest
+        complete checkpoint, the iteration it holds, and the stop condition met (None when
+        none was)."""
+        checkpoint, stopped_by = resumed_from, None
+        saved = self.iteration if resumed_from is not None else None  # newest checkpoint's
+        if resumed_from is not None:  # a finished job run again has nothing left to do
+            stopped_by = stop_reason(self.config.stop, self.trainer.totals())
+            if stopped_by:
+                self.report.message(f"Already stopped at {stopped_by}: nothing to train")
+        while stopped_by is None and self._signal is None:
+            try:
+                row, timer_deltas, restarts = self.trainer.step()
+            except IterationAbandoned:  # preempted: the grace period is for the checkpoint
+                self.report.message(
+                    f"Iteration {self.iteration + 1} dropped unfinished; checkpointing "
+                    f"iteration {self.iteration}"
+                )
+                break
+            self._record(progress, row, timer_deltas, restarts)
+            stopped_by = stop_reason(self.config.stop, row)
+            if stopped_by or self.iteration % self.config.checkpoint.every_iterations == 0:
+                checkpoint, saved = self._checkpoint(saved)
+        return checkpoint, saved, stopped_by
+
+    def _record(
+        self,
+        progress: ProgressLog,
+        row: dict[str, Any],
+        timer_deltas: dict[str, float],
+        restarts: int,
+    ) -> None:
+        """Write an iteration's row to the progress file, TensorBoard, the console and the
+        metrics."""
+        row[CHECKPOINT] = self.checkpoint
+        progress.write(row)
+        if self._tensorboard is not None:
+            self._tensorboard.write(row)
+        self.report.update(row)
+        self.metrics.record(row, timer_deltas, restarts)
+
+    def _result(
+        self,
+        stopped_by: str,
+        interrupted: bool,
+        checkpoint: str | None,
+        resumed_from: str | None,
+    ) -> TrainResult:
+        """What the run ended with: where it stopped and why, its totals and its checkpoint."""
+        totals = self.trainer.totals()
+        return TrainResult(
+            stopped_by=stopped_by,
+            interrupted=interrupted,
+            iteration=self.iteration,
+            timesteps=self.trainer.timesteps,
+            episode_return_mean=totals[EPISODE_RETURN_MEAN],
+            evaluation_return_mean=totals[EVALUATION_RETURN_MEAN],
+            time_total_s=totals[TIME_TOTAL_S],
+            checkpoint=checkpoint,
+            resumed_from=resumed_from,
+            run_dir=self.run_dir,
+        )
+
+    def _close(self, progress: ProgressLog | None, built: Any) -> None:
+        """Close the logs, stop the trainer if it was built, and shut Ray down if this driver
+        started it."""
+        if progress is not None:
+            progress.close()
+        if self._tensorboard is not None:
+            self._tensorboard.close()
+        self.report.close()
+        if built is not None:
+            built.stop()
+        if self._started_ray:
+            import ray
+
+            ray.shutdown()
 
     # -- building -----------------------------------------------------------------------------
 
