@@ -21,8 +21,7 @@ from kuberl_api.backend import Authorizer, Backend
 from kuberl_api.exception_handlers import EXCEPTION_HANDLERS
 from kuberl_api.guard import RequestGuard
 from kuberl_api.metrics import ApiMetrics, RequestMetricsMiddleware
-from kuberl_api.page import page_routes
-from kuberl_api.routes import jobs, ops
+from kuberl_api.routes import jobs, ops, page
 from kuberl_api.schemas import Status
 
 # Any route can answer the request guard's 421 (guard.py); its 403 and 415 only some, which
@@ -61,6 +60,6 @@ def create_app(backend: Backend, authorizer: Authorizer, loopback_hosts_only: bo
     app.add_middleware(RequestGuard, loopback_hosts_only=loopback_hosts_only)
     app.add_middleware(RequestMetricsMiddleware, metrics=metrics)  # outermost: refusals count too
     app.include_router(jobs.router(backend.history_source))
-    app.include_router(page_routes(backend, authorizer))
+    app.include_router(page.router)
     app.include_router(ops.router)
     return app

@@ -9,24 +9,22 @@ that cookie in place of the `Authorization` header: this page and GET .../plot. 
 still needs the header, so the cookie cannot be used to change anything (no cross-site request
 forgery). Kubernetes still decides what the token may read (list for the page, get for a plot).
 The login and logout forms are refused (403) from another site's page, as every POST is (guard.py).
+
+This module draws the page and reads the token back; the routes are in routes/page.py.
 """
 
 from __future__ import annotations
 
 import html
-import re
-from collections.abc import Sequence
-from typing import Annotated, Any
-from urllib.parse import parse_qs, urlencode
+from collections.abc import Callable, Sequence
+from typing import Any
 
-from fastapi import APIRouter, Query, Request
-from fastapi.responses import HTMLResponse, RedirectResponse
+from fastapi import Request
+from fastapi.responses import HTMLResponse
 from pydantic import ValidationError
 
-from kuberl_api.backend import Action, ApiError, Authorizer, Backend, ListQuery, bad_request
-from kuberl_api.guard import read_body
-from kuberl_api.schemas import Status
-from kuberl_operator.spec import DNS_LABEL_PATTERN, RLJob
+from kuberl_api.backend import JobPage
+from kuberl_operator.spec import RLJob
 from kuberl_trainer.progress_row import format_return
 
 TOKEN_COOKIE = "kuberl_token"
@@ -39,7 +37,6 @@ REFRESH_SECONDS = 30
 PLOT_ROUTE = "job_plot"
 """The name of the route of GET .../jobs/{name}/plot, for its URL."""
 
-_MAX_FORM_BYTES = 16 * 1024
 _HEADERS = {
     "Content-Security-Policy": "default-src 'none'; img-src 'self'; style-src 'unsafe-inline'; "
     "form-action 'self'; frame-ancestors 'none'; base-uri 'none'",
@@ -56,12 +53,6 @@ td.number { text-align: right; font-variant-numeric: tabular-nums; }
 small { color: #666; }
 .error { color: #a00; }
 """
-_HTML_TEXT = {"text/html": {"schema": {"type": "string"}}}
-
-NamespaceQuery = Annotated[
-    str,
-    Query(description="The jobs' namespace.", max_length=63, pattern=DNS_LABEL_PATTERN),
-]
 
 
 def cookie_token(request: Request) -> str | None:
@@ -77,115 +68,35 @@ def request_token(request: Request) -> str | None:
     return cookie_token(request)
 
 
-def page_routes(backend: Backend, authorizer: Authorizer) -> APIRouter:
-    """`GET /` (the page), `POST /login` and `POST /logout` (the token's cookie)."""
-    router = APIRouter(tags=["page"])
-    status_body = {"model": Status}
+def jobs_page(
+    namespace: str,
+    page: JobPage,
+    plot_url: Callable[[str], str],
+    no_history_reason: str | None,
+    forget_form: bool,
+) -> HTMLResponse:
+    """The page of the namespace's jobs (`page`, the first PAGE_LIMIT by name): each job's
+    learning curve from `plot_url(name)`, or why there are none (`no_history_reason`, the
+    backend's); `forget_form`: a form to forget the cookie's token."""
+    plots = no_history_reason is None
+    body = jobs_table(namespace, page.items, plot_url if plots else None)
+    if page.continue_token:
+        body += f"<p><small>The first {PAGE_LIMIT} jobs are shown.</small></p>"
+    if not plots:
+        body += f"<p><small>Learning curves: {_e(no_history_reason or '')}.</small></p>"
+    if forget_form:
+        body += '<form method="post" action="/logout"><button>Forget the token</button></form>'
+    return _html(_document(f"kuberl jobs in {namespace}", body, refresh=True))
 
-    @router.get(
-        "/",
-        response_class=HTMLResponse,
-        responses={
-            200: {"content": _HTML_TEXT},
-            401: {"content": _HTML_TEXT, "description": "The token form."},
-            403: {"content": _HTML_TEXT},
-            **{code: status_body for code in (400, 500, 503)},
-        },
-    )
-    async def status_page(request: Request, namespace: NamespaceQuery = "default"):
-        """The namespace's jobs as an HTML page: phase, iteration, timesteps, return and the
-        learning curve of each (the first PAGE_LIMIT jobs by name)."""
-        try:
-            await authorizer.authorize(request_token(request), Action("list", namespace))
-        except ApiError as exc:
-            if exc.code == 401:
-                return _html(login_form(namespace, exc.message), 401)
-            if exc.code == 403:
-                return _html(_document("Forbidden", f'<p class="error">{_e(exc.message)}</p>'), 403)
-            raise
-        page = await backend.list(namespace, ListQuery(limit=PAGE_LIMIT))
-        plots = backend.no_history_reason is None
 
-        def plot_url(name: str) -> str:
-            path = request.app.url_path_for(PLOT_ROUTE, namespace=namespace, name=name)
-            return f"{path}?{urlencode({'format': 'png'})}"
+def login_page(namespace: str, problem: str) -> HTMLResponse:
+    """The token form (401), saying what was wrong with the token (`problem`)."""
+    return _html(login_form(namespace, problem), 401)
 
-        body = jobs_table(namespace, page.items, plot_url if plots else None)
-        if page.continue_token:
-            body += f"<p><small>The first {PAGE_LIMIT} jobs are shown.</small></p>"
-        if not plots:
-            body += f"<p><small>Learning curves: {_e(backend.no_history_reason or '')}.</small></p>"
-        if cookie_token(request):
-            body += '<form method="post" action="/logout"><button>Forget the token</button></form>'
-        return _html(_document(f"kuberl jobs in {namespace}", body, refresh=True))
 
-    @router.post(
-        "/login",
-        status_code=303,
-        response_class=RedirectResponse,
-        responses={
-            303: {"description": "The token is kept in a cookie; on to the page."},
-            401: {"content": _HTML_TEXT, "description": "The form again: the token is invalid."},
-            **{code: status_body for code in (400, 403, 413, 415, 500, 503)},
-        },
-        openapi_extra={
-            "requestBody": {
-                "required": True,
-                "content": {
-                    "application/x-www-form-urlencoded": {
-                        "schema": {
-                            "type": "object",
-                            "properties": {
-                                "token": {"type": "string"},
-                                "namespace": {"type": "string", "pattern": DNS_LABEL_PATTERN},
-                            },
-                            "required": ["token"],
-                        }
-                    }
-                },
-            }
-        },
-    )
-    async def login(request: Request):
-        """Check the form's token and keep it in an HttpOnly session cookie for the page."""
-        fields = await _form(request)
-        namespace = fields.get("namespace") or "default"
-        if len(namespace) > 63 or not re.fullmatch(DNS_LABEL_PATTERN, namespace):
-            raise bad_request("namespace", f"{namespace!r} is not a namespace name")
-        token = fields.get("token", "").strip()
-        try:
-            await authorizer.authorize(token or None, Action("list", namespace))
-        except ApiError as exc:
-            if exc.code == 401:
-                return _html(login_form(namespace, exc.message), 401)
-            if exc.code != 403:  # 403: a valid token that may not list here; the page says so
-                raise
-        response = RedirectResponse(_page_url(request, namespace), status_code=303)
-        response.set_cookie(
-            TOKEN_COOKIE,
-            token,
-            httponly=True,
-            samesite="strict",
-            secure=request.url.scheme == "https",
-        )
-        return response
-
-    @router.post(
-        "/logout",
-        status_code=303,
-        response_class=RedirectResponse,
-        responses={
-            303: {"description": "The cookie is cleared; back to the page."},
-            403: status_body,
-        },
-    )
-    async def logout(request: Request):
-        """Forget the page's token."""
-        response = RedirectResponse(request.app.url_path_for("status_page"), status_code=303)
-        response.delete_cookie(TOKEN_COOKIE, httponly=True, samesite="strict")
-        return response
-
-    return router
+def forbidden_page(problem: str) -> HTMLResponse:
+    """A valid token that may not list the namespace's jobs (403)."""
+    return _html(_document("Forbidden", f'<p class="error">{_e(problem)}</p>'), 403)
 
 
 def jobs_table(namespace: str, documents: Sequence[dict[str, Any]], plot_url: Any) -> str:
@@ -263,24 +174,6 @@ def _document(title: str, body: str, refresh: bool = False) -> str:
 
 def _html(text: str, status_code: int = 200) -> HTMLResponse:
     return HTMLResponse(text, status_code=status_code, headers=_HEADERS)
-
-
-def _page_url(request: Request, namespace: str) -> str:
-    return f"{request.app.url_path_for('status_page')}?{urlencode({'namespace': namespace})}"
-
-
-async def _form(request: Request) -> dict[str, str]:
-    """The fields of an urlencoded form body (the first value of each)."""
-    media_type = request.headers.get("content-type", "").split(";")[0].strip().lower()
-    if media_type != "application/x-www-form-urlencoded":
-        raise ApiError(
-            415,
-            "UnsupportedMediaType",
-            f"content type {media_type or '(none)'!r}: send application/x-www-form-urlencoded",
-        )
-    body = await read_body(request, _MAX_FORM_BYTES)
-    fields = parse_qs(body.decode("utf-8", errors="replace"), keep_blank_values=True)
-    return {key: values[0] for key, values in fields.items()}
 
 
 def _e(text: object) -> str:

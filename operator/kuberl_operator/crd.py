@@ -1,4 +1,4 @@
-"""The RLJob CustomResourceDefinition, generated from the pydantic models in spec.py.
+"""The RLJob CustomResourceDefinition, generated from the pydantic models in kuberl_operator.spec.
 
 Kubernetes only accepts *structural* schemas: every node typed, no $ref, no `anyOf: [X, null]`,
 no `properties` next to `additionalProperties`. Pydantic emits JSON Schema 2020-12, so
@@ -27,7 +27,7 @@ from kuberl_operator.constants import (
 )
 from kuberl_operator.spec import RLJob
 
-HEADER = "# Generated from kuberl_operator/spec.py by `make crds`; do not edit.\n"
+HEADER = "# Generated from kuberl_operator/spec/ by `make crds`; do not edit.\n"
 
 # Keywords Kubernetes' JSONSchemaProps understands and that carry meaning for users; pydantic's
 # title and default are dropped (the operator applies the models' defaults itself).

@@ -29,7 +29,7 @@ def schema() -> dict[str, Any]:
 
 def test_committed_crd_is_generated_from_the_models():
     assert COMMITTED_CRD.read_text() == crd_yaml(), (
-        f"{COMMITTED_CRD.relative_to(ROOT)} is out of date with kuberl_operator/spec.py: "
+        f"{COMMITTED_CRD.relative_to(ROOT)} is out of date with kuberl_operator/spec/: "
         "run `make crds` and commit the result"
     )
 

@@ -1,0 +1,172 @@
+"""The status page's routes: `GET /` (the page), `POST /login` and `POST /logout` (the token's
+cookie). page.py draws the page and says why the cookie cannot be used to change anything.
+
+The page and the login form take their token from the header, the cookie or the form rather than
+from a declared security scheme, so these routes ask for the authorizer itself (`AuthorizerDep`).
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Annotated
+from urllib.parse import parse_qs, urlencode
+
+from fastapi import APIRouter, Depends, Query, Request
+from fastapi.responses import HTMLResponse, RedirectResponse
+
+from kuberl_api.backend import Action, ApiError, Authorizer, ListQuery, bad_request
+from kuberl_api.deps import BackendDep
+from kuberl_api.guard import read_body
+from kuberl_api.page import (
+    PAGE_LIMIT,
+    PLOT_ROUTE,
+    TOKEN_COOKIE,
+    cookie_token,
+    forbidden_page,
+    jobs_page,
+    login_page,
+    request_token,
+)
+from kuberl_api.schemas import Status
+from kuberl_operator.spec import DNS_LABEL_PATTERN
+
+router = APIRouter(tags=["page"])
+
+_MAX_FORM_BYTES = 16 * 1024
+_HTML_TEXT = {"text/html": {"schema": {"type": "string"}}}
+_STATUS_BODY = {"model": Status}
+
+NamespaceQuery = Annotated[
+    str,
+    Query(description="The jobs' namespace.", max_length=63, pattern=DNS_LABEL_PATTERN),
+]
+
+
+def get_authorizer(request: Request) -> Authorizer:
+    return request.app.state.authorizer
+
+
+AuthorizerDep = Annotated[Authorizer, Depends(get_authorizer)]
+
+
+@router.get(
+    "/",
+    response_class=HTMLResponse,
+    responses={
+        200: {"content": _HTML_TEXT},
+        401: {"content": _HTML_TEXT, "description": "The token form."},
+        403: {"content": _HTML_TEXT},
+        **{code: _STATUS_BODY for code in (400, 500, 503)},
+    },
+)
+async def status_page(
+    request: Request,
+    backend: BackendDep,
+    authorizer: AuthorizerDep,
+    namespace: NamespaceQuery = "default",
+):
+    """The namespace's jobs as an HTML page: phase, iteration, timesteps, return and the
+    learning curve of each (the first PAGE_LIMIT jobs by name)."""
+    try:
+        await authorizer.authorize(request_token(request), Action("list", namespace))
+    except ApiError as exc:
+        if exc.code == 401:
+            return login_page(namespace, exc.message)
+        if exc.code == 403:
+            return forbidden_page(exc.message)
+        raise
+    page = await backend.list(namespace, ListQuery(limit=PAGE_LIMIT))
+
+    def plot_url(name: str) -> str:
+        path = request.app.url_path_for(PLOT_ROUTE, namespace=namespace, name=name)
+        return f"{path}?{urlencode({'format': 'png'})}"
+
+    return jobs_page(
+        namespace, page, plot_url, backend.no_history_reason, bool(cookie_token(request))
+    )
+
+
+@router.post(
+    "/login",
+    status_code=303,
+    response_class=RedirectResponse,
+    responses={
+        303: {"description": "The token is kept in a cookie; on to the page."},
+        401: {"content": _HTML_TEXT, "description": "The form again: the token is invalid."},
+        **{code: _STATUS_BODY for code in (400, 403, 413, 415, 500, 503)},
+    },
+    openapi_extra={
+        "requestBody": {
+            "required": True,
+            "content": {
+                "application/x-www-form-urlencoded": {
+                    "schema": {
+                        "type": "object",
+                        "properties": {
+                            "token": {"type": "string"},
+                            "namespace": {"type": "string", "pattern": DNS_LABEL_PATTERN},
+                        },
+                        "required": ["token"],
+                    }
+                }
+            },
+        }
+    },
+)
+async def login(request: Request, authorizer: AuthorizerDep):
+    """Check the form's token and keep it in an HttpOnly session cookie for the page."""
+    fields = await _form(request)
+    namespace = fields.get("namespace") or "default"
+    if len(namespace) > 63 or not re.fullmatch(DNS_LABEL_PATTERN, namespace):
+        raise bad_request("namespace", f"{namespace!r} is not a namespace name")
+    token = fields.get("token", "").strip()
+    try:
+        await authorizer.authorize(token or None, Action("list", namespace))
+    except ApiError as exc:
+        if exc.code == 401:
+            return login_page(namespace, exc.message)
+        if exc.code != 403:  # 403: a valid token that may not list here; the page says so
+            raise
+    response = RedirectResponse(_page_url(request, namespace), status_code=303)
+    response.set_cookie(
+        TOKEN_COOKIE,
+        token,
+        httponly=True,
+        samesite="strict",
+        secure=request.url.scheme == "https",
+    )
+    return response
+
+
+@router.post(
+    "/logout",
+    status_code=303,
+    response_class=RedirectResponse,
+    responses={
+        303: {"description": "The cookie is cleared; back to the page."},
+        403: _STATUS_BODY,
+    },
+)
+async def logout(request: Request):
+    """Forget the page's token."""
+    response = RedirectResponse(request.app.url_path_for("status_page"), status_code=303)
+    response.delete_cookie(TOKEN_COOKIE, httponly=True, samesite="strict")
+    return response
+
+
+def _page_url(request: Request, namespace: str) -> str:
+    return f"{request.app.url_path_for('status_page')}?{urlencode({'namespace': namespace})}"
+
+
+async def _form(request: Request) -> dict[str, str]:
+    """The fields of an urlencoded form body (the first value of each)."""
+    media_type = request.headers.get("content-type", "").split(";")[0].strip().lower()
+    if media_type != "application/x-www-form-urlencoded":
+        raise ApiError(
+            415,
+            "UnsupportedMediaType",
+            f"content type {media_type or '(none)'!r}: send application/x-www-form-urlencoded",
+        )
+    body = await read_body(request, _MAX_FORM_BYTES)
+    fields = parse_qs(body.decode("utf-8", errors="replace"), keep_blank_values=True)
+    return {key: values[0] for key, values in fields.items()}
