@@ -57,6 +57,7 @@ CONTROL_PLANE_NODE_LABELS = (
 NAMESPACE_NAME_LABEL = "kubernetes.io/metadata.name"
 
 # The labels KubeRay puts on the pods of a RayCluster (ray-operator/controllers/ray/utils).
+RAY_API_VERSION = "ray.io/v1"  # KubeRay's RayCluster
 RAY_CLUSTER_LABEL = "ray.io/cluster"
 RAY_NODE_TYPE_LABEL = "ray.io/node-type"
 RAY_HEAD_NODE_TYPE = "head"

@@ -42,6 +42,7 @@ from kuberl_operator.constants import (
     KUBERAY_CONFIRM_SECONDS,
     KUBERAY_RECHECK_SECONDS,
     PLURAL,
+    RAY_API_VERSION,
     RAY_AUTH_TOKEN_SECRET_KEY,
     RAY_CLUSTER_LABEL,
 )
@@ -81,7 +82,7 @@ from kuberl_operator.status import (
 from kuberl_operator.validation import InvalidManifest, validate_rljob
 from kuberl_trainer.progress_row import FinalRecord, read_final_record
 
-RAY_CLUSTERS = ("ray.io/v1", "rayclusters")
+RAY_CLUSTERS = (RAY_API_VERSION, "rayclusters")
 # The driver states after which it serves no metrics and its log ends with its final record.
 ENDED = frozenset({DriverState.SUCCEEDED, DriverState.FAILED, DriverState.STOPPED})
 METRICS_TIMEOUT = aiohttp.ClientTimeout(total=5)

@@ -127,8 +127,10 @@ class StopConditions(Spec):
 # Where checkpoints may live besides a local path; gs:// and az:// need gcsfs and adlfs installed.
 CHECKPOINT_SCHEMES = ("file", "s3", "gs", "az")
 
-# A Kubernetes object name (DNS subdomain, RFC 1123), as Secret names must be.
-SECRET_NAME_PATTERN = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$"
+DNS_SUBDOMAIN_PATTERN = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$"
+"""A Kubernetes object name (DNS subdomain, RFC 1123), as Secret names must be. Defined here, where
+the trainer's config (a checkpoint's credentials Secret) needs it; the operator's formats take it
+from here."""
 
 
 class CheckpointConfig(Spec):
@@ -159,7 +161,7 @@ class CheckpointConfig(Spec):
     (AWS gives 2 minutes). The operator gives the head pod, which runs the driver, this long plus
     a margin to stop (terminationGracePeriodSeconds)."""
 
-    credentials_secret: str | None = Field(None, max_length=253, pattern=SECRET_NAME_PATTERN)
+    credentials_secret: str | None = Field(None, max_length=253, pattern=DNS_SUBDOMAIN_PATTERN)
     """Name of a Secret in the job's namespace whose keys become environment variables of the
     driver: the object store's credentials, e.g. AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY and
     AWS_ENDPOINT_URL for s3://, AZURE_STORAGE_CONNECTION_STRING for az://. Unset: the driver's own

@@ -46,6 +46,7 @@ from kuberl_operator.builders.pods import (
 from kuberl_operator.constants import (
     ATTEMPT_LABEL,
     KUEUE_QUEUE_LABEL,
+    RAY_API_VERSION,
     ROLLOUT_GROUP,
     ROLLOUT_ON_DEMAND_GROUP,
 )
@@ -149,7 +150,7 @@ def build_ray_cluster(
     metadata = child_metadata(job, child_names(job).ray_cluster, labels | queue)
     metadata["annotations"] = {SPEC_HASHES_ANNOTATION: json.dumps(spec_hashes(job))}
     return {
-        "apiVersion": "ray.io/v1",
+        "apiVersion": RAY_API_VERSION,
         "kind": "RayCluster",
         "metadata": metadata,
         "spec": {

@@ -10,7 +10,7 @@ from typing import Annotated, Literal
 from pydantic import AfterValidator, BeforeValidator, Field, WithJsonSchema, model_validator
 
 from kuberl_operator.constants import CONTROL_PLANE_NODE_LABELS
-from kuberl_trainer.config import Spec
+from kuberl_trainer.config import DNS_SUBDOMAIN_PATTERN, Spec
 
 # resource.Quantity as Kubernetes' own CRDs spell it, minus the sign: resources are never negative.
 QUANTITY_PATTERN = (
@@ -19,7 +19,6 @@ QUANTITY_PATTERN = (
 )
 PERCENT_PATTERN = r"^[0-9]+%$"
 DNS_LABEL_PATTERN = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$"
-DNS_SUBDOMAIN_PATTERN = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$"
 JOB_NAME_PATTERN = r"^[a-z]([-a-z0-9]*[a-z0-9])?$"  # a DNS-1035 label: it names the Ray cluster
 LABEL_VALUE_PATTERN = r"^(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?$"
 LABEL_KEY_PATTERN = (
