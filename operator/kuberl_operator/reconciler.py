@@ -38,6 +38,8 @@ import kopf
 from kuberl_operator import builders
 from kuberl_operator.constants import (
     API_VERSION,
+    ATTEMPT_LABEL,
+    JOB_LABEL,
     KIND,
     KUBERAY_CONFIRM_SECONDS,
     KUBERAY_RECHECK_SECONDS,
@@ -386,7 +388,7 @@ class Reconciler:
             raise RayJobsError(f"{job.name}: the Ray auth Secret is missing")
         submission = builders.submission_id(job, attempt)
         entrypoint = builders.driver_entrypoint(job, self.settings)
-        metadata = {"kuberl.io/job": job.name, "kuberl.io/attempt": str(attempt)}
+        metadata = {JOB_LABEL: job.name, ATTEMPT_LABEL: str(attempt)}
         if await client.submit(submission, entrypoint, metadata):
             logger.info("%s: submitted the driver as %s", job.name, submission)
 
