@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import copy
 import json
+import math
 import shlex
 from pathlib import Path
 from typing import Any
@@ -30,6 +31,7 @@ from kuberl_operator.builders import (
     ray_auth_token,
     ray_capacity,
     run_dir,
+    scale_on_demand,
     submission_id,
 )
 from kuberl_operator.constants import (
@@ -976,11 +978,81 @@ def test_fallback_replicas(job, pending, seconds, expected):
     assert fallback_replicas(job, pending, seconds, FALLBACK_SETTINGS) == expected
 
 
-def test_fallback_replicas_fit_the_group():
-    job = fallback_job(max_unavailable=0)
-    for pending in range(0, 12):
-        replicas = fallback_replicas(job, pending, 600, FALLBACK_SETTINGS)
-        build_ray_cluster(job, SETTINGS, 1, on_demand_replicas=replicas)  # never out of range
+def tolerated(value: int | str, pods: int) -> int:
+    """spot.maxUnavailable as a count, by its definition: a count up to the pods, or a
+    percentage of the pods rounded down."""
+    if isinstance(value, str):
+        return math.floor(pods * float(value.removesuffix("%")) / 100)
+    return min(value, pods)
+
+
+# On-demand replicas for 0, 1, 2, ... pending spot pods, past the grace period, worked out by hand.
+BY_HAND = {
+    "8-replicas-2-unavailable": [0, 0, 0, 1, 2, 3, 4, 5, 6, 6, 6, 6],
+    "7-replicas-25%-unavailable": [0, 0, 1, 2, 3, 4, 5, 6, 6, 6, 6],  # 1.75 tolerated: 1
+    "3-replicas-50%-unavailable": [0, 0, 1, 2, 2, 2, 2],  # 1.5 tolerated: 1
+    "2-replicas-20-unavailable": [0, 0, 0, 0, 0, 0],  # tolerates losing them all
+    "1-replicas-0-unavailable": [0, 1, 1, 1, 1],
+    "pbt-3-trials-of-2-replicas": [0, 0, 1, 2, 3, 4, 5, 5, 5, 5],
+}
+
+# case: (job, rollout pods, workers missing that training tolerates)
+FIT = {
+    f"{replicas}-replicas-{value}-unavailable": (
+        fallback_job(replicas=replicas, max_unavailable=value),
+        replicas,
+        tolerated(value, replicas),
+    )
+    for replicas in (1, 2, 3, 7, 8)
+    for value in (0, 1, 2, 20, "25%", "50%", "100%")
+} | {"pbt-3-trials-of-2-replicas": (case_job("pbt"), 6, 1)}  # the group holds every trial's pods
+
+
+@pytest.mark.parametrize(
+    ("job", "pods", "tolerance", "by_hand"),
+    [(*case, BY_HAND.get(name)) for name, case in FIT.items()],
+    ids=FIT,
+)
+def test_fallback_replicas_fit_the_group(job, pods, tolerance, by_hand):
+    grace = FALLBACK_SETTINGS.fallback_pending_seconds
+    built = build_ray_cluster(job, SETTINGS, 1)
+    group = ray_groups(built)[ROLLOUT_ON_DEMAND_GROUP]
+    assert (group["minReplicas"], group["maxReplicas"]) == (0, pods)
+    names = [g["groupName"] for g in built["spec"]["workerGroupSpecs"]]
+    path = f"/spec/workerGroupSpecs/{names.index(ROLLOUT_ON_DEMAND_GROUP)}"
+
+    past_grace = []
+    for pending in range(-1, pods + 4):
+        missing = max(0, min(pending, pods))  # pending pods beyond the group are not workers
+        for seconds in (0, grace - 1, grace, 10 * grace):
+            replicas = fallback_replicas(job, pending, seconds, FALLBACK_SETTINGS)
+            assert group["minReplicas"] <= replicas <= group["maxReplicas"]
+            # Never pays for more on-demand workers than spot workers are missing.
+            assert replicas <= missing
+            if seconds < grace:
+                assert replicas == 0  # spot capacity may still come
+                continue
+            # Training never runs with more workers missing than tolerated, and on-demand
+            # workers beyond what that takes are not asked for.
+            assert missing - replicas <= tolerance
+            assert replicas == 0 or missing - replicas == tolerance
+            if seconds == grace and pending >= 0:
+                past_grace.append(replicas)
+
+            # Built, and patched onto a running cluster, the group gets exactly that size.
+            resized = build_ray_cluster(job, SETTINGS, 1, on_demand_replicas=replicas)
+            assert ray_groups(resized)[ROLLOUT_ON_DEMAND_GROUP]["replicas"] == replicas
+            assert scale_on_demand(built, replicas) == (
+                []  # built with 0 replicas already
+                if replicas == 0
+                else [
+                    {"op": "test", "path": f"{path}/groupName", "value": ROLLOUT_ON_DEMAND_GROUP},
+                    {"op": "replace", "path": f"{path}/replicas", "value": replicas},
+                ]
+            )
+
+    if by_hand is not None:
+        assert past_grace == by_hand
 
 
 @pytest.mark.parametrize(

@@ -7,12 +7,15 @@ import copy
 import importlib
 import math
 import pkgutil
+from collections.abc import Callable
+from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest
 
 import kuberl_operator.status
+import kuberl_operator.status.compute
 from kuberl_operator.constants import (
     KUBERAY_AVAILABLE_CONDITION,
     KUBERAY_RECHECK_SECONDS,
@@ -22,13 +25,21 @@ from kuberl_operator.constants import (
     REASON_CRD_NOT_FOUND,
     REASON_DEADLINE_EXCEEDED,
     REASON_DRIVER_FAILED,
+    REASON_DRIVER_RUNNING,
+    REASON_DRIVER_SUCCEEDED,
+    REASON_FINISHED,
     REASON_HEAD_FAILED,
     REASON_HEAD_PREEMPTED,
     REASON_HEAD_REPLACED,
     REASON_INVALID_SPEC,
     REASON_NO_UNSCHEDULABLE_PODS,
+    REASON_NOT_PREEMPTED,
+    REASON_NOT_SUSPENDED,
+    REASON_PROVISIONING,
     REASON_RESTART_BACKOFF,
     REASON_RESTART_REQUIRED,
+    REASON_RESUMING,
+    REASON_SUSPENDED,
     REASON_UNSCHEDULABLE,
     REASON_WAITING_FOR_WORKERS,
     REASON_WORKER_PREEMPTED,
@@ -1060,3 +1071,147 @@ def test_a_job_never_scheduled_still_reaches_its_deadline_and_then_stops_saying_
     # The cluster is deleted: what its pods lack no longer matters.
     assert condition(past, SCHEDULABLE_CONDITION).status == "True"
     assert [e.reason for e in past.events] == [REASON_DEADLINE_EXCEEDED]
+
+
+# --- Every event, from an observation -----------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class EventScenario:
+    """A job and an observation that `compute_status` must read as one PhaseEvent, and what that
+    event implies: the Event emitted for the transition, one condition, the next action."""
+
+    observe: Callable[[], tuple[RLJobSpec, Observed]]
+    event: tuple[str, str]
+    """The transition's Kubernetes Event: (type, reason)."""
+    condition: tuple[str, str, str]
+    """(type, status, reason) of the condition the event sets."""
+    action: Any
+
+
+def submitted_in_provisioning() -> StatusUpdate:
+    """Attempt 1's driver submitted to its ready cluster; the phase is still Provisioning."""
+    update = compute_status(spec(), observe())
+    return compute_status(spec(), after(update, cluster=cluster(), head=running_head()))
+
+
+def workers_preempted() -> StatusUpdate:
+    """A Running job that lost one rollout worker (Preempted, the same attempt going on)."""
+    return compute_status(
+        spec(), on_cluster(running(), disrupted_workers=frozenset({"pod-a"}), workers_short=1)
+    )
+
+
+def deadline_passed() -> tuple[RLJobSpec, Observed]:
+    job = spec(activeDeadlineSeconds=600)
+    return job, on_cluster(running(job), seconds=600)
+
+
+# One scenario per PhaseEvent (the keys must be every member, see the test below): a new event
+# without an observation that leads to it fails here, not in production.
+EVENT_SCENARIOS: dict[PhaseEvent, EventScenario] = {
+    E.START: EventScenario(
+        lambda: (spec(), observe()),
+        event=("Normal", REASON_PROVISIONING),
+        condition=(ConditionType.PROGRESSING, "True", Phase.PROVISIONING.value),
+        action=CreateCluster(1),
+    ),
+    E.DRIVER_RUNNING: EventScenario(
+        lambda: (spec(), on_cluster(submitted_in_provisioning())),
+        event=("Normal", REASON_DRIVER_RUNNING),
+        condition=(ConditionType.READY, "True", REASON_DRIVER_RUNNING),
+        action=Nothing(),
+    ),
+    E.HEAD_PREEMPTED: EventScenario(
+        lambda: (spec(), head_preempted(running())),
+        event=("Warning", REASON_HEAD_PREEMPTED),
+        condition=(ConditionType.PREEMPTED, "True", REASON_HEAD_PREEMPTED),
+        action=DeleteCluster(REASON_HEAD_PREEMPTED),
+    ),
+    E.NEW_ATTEMPT: EventScenario(
+        # The preempted attempt's cluster is gone: the next one is requested.
+        lambda: (spec(), after(compute_status(spec(), head_preempted(running())))),
+        event=("Normal", REASON_RESUMING),
+        condition=(ConditionType.PROGRESSING, "True", Phase.RESUMING.value),
+        action=CreateCluster(2),
+    ),
+    E.RESTART: EventScenario(
+        lambda: (spec(), on_cluster(running(), driver=driver(DriverState.FAILED, "boom"))),
+        event=("Warning", REASON_DRIVER_FAILED),
+        condition=(ConditionType.PROGRESSING, "False", REASON_RESTART_BACKOFF),
+        action=DeleteCluster(REASON_DRIVER_FAILED),
+    ),
+    E.SUCCEEDED: EventScenario(
+        lambda: (spec(), on_cluster(running(), driver=driver(DriverState.SUCCEEDED, "done"))),
+        event=("Normal", REASON_DRIVER_SUCCEEDED),
+        condition=(ConditionType.COMPLETE, "True", REASON_DRIVER_SUCCEEDED),
+        action=DeleteCluster(REASON_FINISHED),
+    ),
+    E.FAIL: EventScenario(
+        deadline_passed,
+        event=("Warning", REASON_DEADLINE_EXCEEDED),
+        condition=(ConditionType.FAILED, "True", REASON_DEADLINE_EXCEEDED),
+        action=DeleteCluster(REASON_DEADLINE_EXCEEDED),
+    ),
+    E.SUSPEND: EventScenario(
+        lambda: (spec(suspend=True), on_cluster(running())),
+        event=("Normal", REASON_SUSPENDED),
+        condition=(ConditionType.SUSPENDED, "True", REASON_SUSPENDED),
+        action=DeleteCluster(REASON_SUSPENDED),
+    ),
+    E.UNSUSPEND: EventScenario(
+        lambda: (spec(), after(compute_status(spec(suspend=True), observe()))),
+        event=("Normal", REASON_RESUMING),
+        condition=(ConditionType.SUSPENDED, "False", REASON_NOT_SUSPENDED),
+        action=CreateCluster(1),
+    ),
+    E.WORKERS_PREEMPTED: EventScenario(
+        lambda: (
+            spec(),
+            on_cluster(running(), disrupted_workers=frozenset({"pod-a"}), workers_short=1),
+        ),
+        event=("Warning", REASON_WORKER_PREEMPTED),
+        condition=(ConditionType.PREEMPTED, "True", REASON_WORKER_PREEMPTED),
+        action=Nothing(),
+    ),
+    E.WORKERS_REFILLED: EventScenario(
+        # KubeRay has replaced the lost worker: none short any more.
+        lambda: (spec(), on_cluster(workers_preempted(), workers_short=0)),
+        event=("Normal", REASON_WORKERS_REFILLED),
+        condition=(ConditionType.PREEMPTED, "False", REASON_NOT_PREEMPTED),
+        action=Nothing(),
+    ),
+}
+
+
+def test_every_phase_event_has_an_observation_that_leads_to_it() -> None:
+    assert set(EVENT_SCENARIOS) == set(PhaseEvent)
+
+
+@pytest.mark.parametrize("event", list(PhaseEvent))
+def test_compute_status_emits_each_phase_event_and_takes_its_transition(
+    event: PhaseEvent, monkeypatch
+) -> None:
+    scenario = EVENT_SCENARIOS[event]
+    job, observed = scenario.observe()
+    before = observed.status.phase or Phase.PENDING
+    assert (before, event) in TRANSITIONS  # the scenario starts where the event moves the phase
+
+    # The events compute_status hands the one transition function, recorded on the way through:
+    # the phase alone cannot tell an event from another one that ends in the same phase.
+    handed: list[PhaseEvent | None] = []
+
+    def recording_next_phase(current: Phase | None, given: PhaseEvent | None) -> Phase:
+        handed.append(given)
+        return next_phase(current, given)
+
+    monkeypatch.setattr(kuberl_operator.status.compute, "next_phase", recording_next_phase)
+    update = compute_status(job, observed)
+
+    assert handed == [event]
+    assert update.phase == TRANSITIONS[before, event]
+    assert [(e.type, e.reason) for e in update.events] == [scenario.event]
+    type_, status, reason = scenario.condition
+    set_by_the_event = condition(update, type_)
+    assert (set_by_the_event.status, set_by_the_event.reason) == (status, reason)
+    assert update.action == scenario.action

@@ -228,15 +228,19 @@ def test_sync_replay_waits_for_learning_starts_then_trains():
     ],
 )
 def test_sync_replay_with_prioritized_replay_updates_priorities(
-    algorithm, policy_class, env, hyperparameters
+    algorithm, policy_class, env, hyperparameters, monkeypatch
 ):
+    alpha, eps = 0.6, 0.1  # eps large enough that leaving it out shows
     config = trainer_config(
         algorithm=algorithm,
         env=env,
         hyperparameters={
             "rollout_length": 16,
             "learning_starts": 0,
+            "batch_size": 8,  # small: DQN's 3 steps leave some transitions unsampled
             "prioritized_replay": True,
+            "prioritized_replay_alpha": alpha,
+            "prioritized_replay_eps": eps,
             **hyperparameters,
         },
     )
@@ -246,11 +250,49 @@ def test_sync_replay_with_prioritized_replay_updates_priorities(
         0,
     )
     optimizer = SyncReplayOptimizer(workers, config)
+    buffer, policy = optimizer.buffer, optimizer.policy
+
+    # Each gradient step's sampled slots and the TD errors the learner computed for them, in order.
+    sampled: list[np.ndarray] = []
+    td_errors: list[np.ndarray] = []
+    sample, learn = buffer.sample, policy.learn_on_replay_batch
+
+    def recording_sample(batch_size, beta):
+        columns = sample(batch_size, beta)
+        sampled.append(columns["indices"].copy())
+        return columns
+
+    def recording_learn(columns):
+        stats, errors = learn(columns)
+        td_errors.append(np.array(errors, dtype=np.float64))
+        return stats, errors
+
+    monkeypatch.setattr(buffer, "sample", recording_sample)
+    monkeypatch.setattr(policy, "learn_on_replay_batch", recording_learn)
 
     optimizer.step()
 
-    priorities = optimizer.buffer.sums.leaves(np.arange(len(optimizer.buffer)))
-    assert len(np.unique(priorities)) > 1  # sampled transitions left the initial max priority
+    assert len(sampled) == len(td_errors) == policy.num_gradient_steps > 0
+    # The priority a slot holds comes from the last step that sampled it, raised to alpha (the
+    # buffer samples in proportion to p ** alpha). A slot drawn twice in that step holds one of
+    # its two values (SAC's targets sample next actions, so the two may differ).
+    expected: dict[int, list[float]] = {}
+    for indices, errors in zip(sampled, td_errors, strict=True):
+        assert errors.shape == indices.shape
+        step: dict[int, list[float]] = {}
+        for index, error in zip(indices.tolist(), errors.tolist(), strict=True):
+            step.setdefault(index, []).append((abs(error) + eps) ** alpha)
+        expected |= step
+    stored = buffer.sums.leaves(np.arange(len(buffer)))
+    for index, candidates in expected.items():
+        assert min(abs(stored[index] - c) for c in candidates) <= 1e-5 * max(candidates), (
+            f"slot {index} holds priority {stored[index]}, expected one of {candidates}"
+        )
+    never_sampled = sorted(set(range(len(buffer))) - set(expected))
+    # New transitions enter at the largest priority seen before the step: 1 ** alpha.
+    np.testing.assert_array_equal(stored[never_sampled], 1.0)
+    assert buffer.sums.root == pytest.approx(stored.sum())
+    assert buffer.mins.root == pytest.approx(stored.min())
 
 
 def test_sync_replay_checkpoints_the_buffer_when_asked():
