@@ -98,20 +98,14 @@ RAY_METRICS_PORT = 8080
 
 # --- Status: condition types and reasons beyond spec.ConditionType, written once -----------------
 
-# Whether KubeRay's RayCluster CRD is installed; without it no job can run, and every job says so.
-KUBERAY_AVAILABLE_CONDITION = "KubeRayAvailable"
+# KubeRay's RayCluster CRD, whose absence every job reports (ConditionType.KUBERAY_AVAILABLE).
 RAYCLUSTER_CRD_NAME = "rayclusters.ray.io"
 
-# Whether the current attempt runs the current spec; False when a field that cannot change under a
-# running driver was edited (it applies on the next attempt).
-UP_TO_DATE_CONDITION = "UpToDate"
+# ConditionType.UP_TO_DATE's reasons.
 REASON_SPEC_APPLIED = "SpecApplied"
 REASON_RESTART_REQUIRED = "RestartRequired"
 
-# Whether the scheduler can place the current attempt's pods: False while a pod of the job's Ray
-# cluster is Pending with the scheduler's PodScheduled=False (reason Unschedulable: no GPU node, a
-# request larger than any node, a node selector nothing matches), with the scheduler's message.
-SCHEDULABLE_CONDITION = "Schedulable"
+# ConditionType.SCHEDULABLE's reasons.
 REASON_UNSCHEDULABLE = "Unschedulable"  # the scheduler's own reason on the pod, kept
 REASON_NO_UNSCHEDULABLE_PODS = "NoUnschedulablePods"
 

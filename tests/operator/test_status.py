@@ -17,7 +17,6 @@ import pytest
 import kuberl_operator.status
 import kuberl_operator.status.compute
 from kuberl_operator.constants import (
-    KUBERAY_AVAILABLE_CONDITION,
     KUBERAY_RECHECK_SECONDS,
     MAX_BACKOFF_SECONDS,
     REASON_BACKOFF_LIMIT_EXCEEDED,
@@ -44,8 +43,6 @@ from kuberl_operator.constants import (
     REASON_WAITING_FOR_WORKERS,
     REASON_WORKER_PREEMPTED,
     REASON_WORKERS_REFILLED,
-    SCHEDULABLE_CONDITION,
-    UP_TO_DATE_CONDITION,
 )
 from kuberl_operator.spec import (
     Condition,
@@ -89,9 +86,6 @@ SPEC: dict[str, Any] = {
 }
 ALL_TYPES = {
     *ConditionType,
-    KUBERAY_AVAILABLE_CONDITION,
-    UP_TO_DATE_CONDITION,
-    SCHEDULABLE_CONDITION,
 }
 
 
@@ -431,14 +425,14 @@ def test_the_cluster_lost_while_workers_are_preempted_is_a_restart() -> None:
 
 def test_a_spec_change_that_needs_a_restart_is_reported_not_applied() -> None:
     update = compute_status(spec(), on_cluster(running(), stale_spec=("trainer", "image")))
-    up_to_date = condition(update, UP_TO_DATE_CONDITION)
+    up_to_date = condition(update, ConditionType.UP_TO_DATE)
     assert (up_to_date.status, up_to_date.reason) == ("False", REASON_RESTART_REQUIRED)
     assert "spec.trainer, spec.image" in up_to_date.message
     assert "next attempt" in up_to_date.message
     assert (update.phase, update.action) == (Phase.RUNNING, Nothing())
-    assert condition(compute_status(spec(), on_cluster(update)), UP_TO_DATE_CONDITION).status == (
-        "True"
-    )
+    assert condition(
+        compute_status(spec(), on_cluster(update)), ConditionType.UP_TO_DATE
+    ).status == ("True")
 
 
 # --- Head preempted -----------------------------------------------------------------------------
@@ -734,18 +728,18 @@ def test_without_kuberay_the_job_waits_with_a_condition() -> None:
     update = compute_status(spec(), observe(kuberay_available=False))
     assert update.phase == Phase.PENDING
     assert update.action == Requeue(KUBERAY_RECHECK_SECONDS)
-    available = condition(update, KUBERAY_AVAILABLE_CONDITION)
+    available = condition(update, ConditionType.KUBERAY_AVAILABLE)
     assert (available.status, available.reason) == ("False", REASON_CRD_NOT_FOUND)
     assert "rayclusters.ray.io" in available.message
     assert [(e.type, e.reason) for e in update.events] == [("Warning", REASON_CRD_NOT_FOUND)]
 
     again = compute_status(spec(), after(update, seconds=60, kuberay_available=False))
     assert again.events == ()
-    assert condition(again, KUBERAY_AVAILABLE_CONDITION).last_transition_time == NOW
+    assert condition(again, ConditionType.KUBERAY_AVAILABLE).last_transition_time == NOW
 
     installed = compute_status(spec(), after(again))
     assert (installed.phase, installed.action) == (Phase.PROVISIONING, CreateCluster(1))
-    assert condition(installed, KUBERAY_AVAILABLE_CONDITION).status == "True"
+    assert condition(installed, ConditionType.KUBERAY_AVAILABLE).status == "True"
     assert {(e.type, e.reason) for e in installed.events} == {
         ("Normal", "Provisioning"),
         ("Normal", "CRDFound"),
@@ -755,7 +749,7 @@ def test_without_kuberay_the_job_waits_with_a_condition() -> None:
 def test_kuberay_vanishing_under_a_running_job_keeps_its_phase() -> None:
     update = compute_status(spec(), on_cluster(running(), kuberay_available=False))
     assert update.phase == Phase.RUNNING
-    assert condition(update, KUBERAY_AVAILABLE_CONDITION).status == "False"
+    assert condition(update, ConditionType.KUBERAY_AVAILABLE).status == "False"
 
 
 @pytest.mark.parametrize("readable", [True, False])
@@ -1004,7 +998,7 @@ def test_unschedulable_pods_are_said_once_per_message_until_they_are_scheduled()
         job, after(update, cluster=cluster(ready=False), unschedulable=(HEAD_STUCK,))
     )
     assert stuck.phase == Phase.PROVISIONING  # it waits: a node may still come (an autoscaler)
-    schedulable = condition(stuck, SCHEDULABLE_CONDITION)
+    schedulable = condition(stuck, ConditionType.SCHEDULABLE)
     head_message = f"the head pod cannot be scheduled: {NO_GPU}"
     assert (schedulable.status, schedulable.reason) == ("False", REASON_UNSCHEDULABLE)
     assert schedulable.message == head_message
@@ -1022,14 +1016,14 @@ def test_unschedulable_pods_are_said_once_per_message_until_they_are_scheduled()
         job, after(again, cluster=cluster(ready=False), unschedulable=(HEAD_STUCK, workers))
     )
     message = f"{head_message}; 2 pods of worker group rollout cannot be scheduled: {NO_MATCH}"
-    assert condition(both, SCHEDULABLE_CONDITION).message == message
+    assert condition(both, ConditionType.SCHEDULABLE).message == message
     assert both.events == (KubeEvent("Warning", REASON_UNSCHEDULABLE, message),)
-    assert condition(both, SCHEDULABLE_CONDITION).last_transition_time == NOW + timedelta(
+    assert condition(both, ConditionType.SCHEDULABLE).last_transition_time == NOW + timedelta(
         seconds=10
     )  # the status stayed False: it moves only when the status does
 
     scheduled = compute_status(job, after(both, seconds=60, cluster=cluster(ready=False)))
-    cleared = condition(scheduled, SCHEDULABLE_CONDITION)
+    cleared = condition(scheduled, ConditionType.SCHEDULABLE)
     assert (cleared.status, cleared.reason, cleared.message) == (
         "True",
         REASON_NO_UNSCHEDULABLE_PODS,
@@ -1051,7 +1045,7 @@ def test_a_running_job_short_of_schedulable_workers_keeps_running_and_says_so() 
         job, on_cluster(running(job), unschedulable=(UnschedulablePods("rollout", 1, NO_MATCH),))
     )
     assert update.phase == Phase.RUNNING
-    assert condition(update, SCHEDULABLE_CONDITION).status == "False"
+    assert condition(update, ConditionType.SCHEDULABLE).status == "False"
     assert [e.reason for e in update.events] == [REASON_UNSCHEDULABLE]
 
 
@@ -1061,7 +1055,7 @@ def test_a_job_never_scheduled_still_reaches_its_deadline_and_then_stops_saying_
     stuck = compute_status(
         job, after(update, cluster=cluster(ready=False), unschedulable=(HEAD_STUCK,))
     )
-    assert condition(stuck, SCHEDULABLE_CONDITION).status == "False"
+    assert condition(stuck, ConditionType.SCHEDULABLE).status == "False"
     past = compute_status(
         job,
         after(stuck, seconds=290, cluster=cluster(ready=False), unschedulable=(HEAD_STUCK,)),
@@ -1069,7 +1063,7 @@ def test_a_job_never_scheduled_still_reaches_its_deadline_and_then_stops_saying_
     assert past.phase == Phase.FAILED
     assert condition(past, ConditionType.FAILED).reason == REASON_DEADLINE_EXCEEDED
     # The cluster is deleted: what its pods lack no longer matters.
-    assert condition(past, SCHEDULABLE_CONDITION).status == "True"
+    assert condition(past, ConditionType.SCHEDULABLE).status == "True"
     assert [e.reason for e in past.events] == [REASON_DEADLINE_EXCEEDED]
 
 

@@ -35,6 +35,17 @@ class ConditionType(StrEnum):
     COMPLETE = "Complete"
     FAILED = "Failed"
     SUSPENDED = "Suspended"
+    UP_TO_DATE = "UpToDate"
+    """Whether the current attempt runs the current spec; False when a field that cannot change
+    under a running driver was edited (it applies on the next attempt)."""
+    SCHEDULABLE = "Schedulable"
+    """Whether the scheduler can place the current attempt's pods: False while a pod of the job's
+    Ray cluster is Pending with the scheduler's PodScheduled=False (reason Unschedulable: no GPU
+    node, a request larger than any node, a node selector nothing matches), with the scheduler's
+    message."""
+    KUBERAY_AVAILABLE = "KubeRayAvailable"
+    """Whether KubeRay's RayCluster CRD is installed; without it no job can run, and every job
+    says so."""
 
 
 class Condition(Spec):

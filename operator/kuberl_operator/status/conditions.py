@@ -14,7 +14,6 @@ from dataclasses import dataclass
 from typing import Literal
 
 from kuberl_operator.constants import (
-    KUBERAY_AVAILABLE_CONDITION,
     RAYCLUSTER_CRD_NAME,
     REASON_CRD_FOUND,
     REASON_CRD_NOT_FOUND,
@@ -33,8 +32,6 @@ from kuberl_operator.constants import (
     REASON_UNSCHEDULABLE,
     REASON_WAITING_FOR_WORKERS,
     REASON_WORKER_PREEMPTED,
-    SCHEDULABLE_CONDITION,
-    UP_TO_DATE_CONDITION,
 )
 from kuberl_operator.spec import Condition, ConditionType, Phase
 from kuberl_operator.status.decide import Decision, workers_preempted_message
@@ -84,9 +81,9 @@ def wanted_conditions(phase: Phase, decision: Decision, observed: Observed) -> d
             if phase == Phase.SUSPENDED
             else _Want("False", REASON_NOT_SUSPENDED)
         ),
-        UP_TO_DATE_CONDITION: _up_to_date(observed),
-        SCHEDULABLE_CONDITION: _schedulable(phase, observed),
-        KUBERAY_AVAILABLE_CONDITION: (
+        ConditionType.UP_TO_DATE: _up_to_date(observed),
+        ConditionType.SCHEDULABLE: _schedulable(phase, observed),
+        ConditionType.KUBERAY_AVAILABLE: (
             _Want("True", REASON_CRD_FOUND)
             if observed.kuberay_available
             else _Want("False", REASON_CRD_NOT_FOUND, KUBERAY_MISSING_MESSAGE)

@@ -8,12 +8,10 @@ changes."""
 from __future__ import annotations
 
 from kuberl_operator.constants import (
-    KUBERAY_AVAILABLE_CONDITION,
     REASON_UNSCHEDULABLE,
     REASON_WORKER_PREEMPTED,
-    SCHEDULABLE_CONDITION,
 )
-from kuberl_operator.spec import Condition, Phase, RLJobStatus
+from kuberl_operator.spec import Condition, ConditionType, Phase, RLJobStatus
 from kuberl_operator.status.actions import KubeEvent
 from kuberl_operator.status.decide import Decision, workers_preempted_message
 from kuberl_operator.status.observed import condition_of
@@ -35,7 +33,7 @@ def change_events(
         message = workers_preempted_message(decision.workers_preempted)
         events.append(KubeEvent("Warning", REASON_WORKER_PREEMPTED, message))
     for condition in changed:
-        if condition.type == KUBERAY_AVAILABLE_CONDITION:
+        if condition.type == ConditionType.KUBERAY_AVAILABLE:
             kind = "Normal" if condition.status == "True" else "Warning"
             events.append(KubeEvent(kind, condition.reason, condition.message or "KubeRay found"))
     return tuple(events)
@@ -46,8 +44,8 @@ def unschedulable_event(
 ) -> tuple[KubeEvent, ...]:
     """A Warning when the Schedulable condition turns False or its message changes: once per
     distinct scheduler message, not on every poll (the condition keeps the last one said)."""
-    now = next(c for c in conditions if c.type == SCHEDULABLE_CONDITION)
-    before = condition_of(previous, SCHEDULABLE_CONDITION)
+    now = next(c for c in conditions if c.type == ConditionType.SCHEDULABLE)
+    before = condition_of(previous, ConditionType.SCHEDULABLE)
     if now.status != "False":
         return ()
     if before is not None and before.status == "False" and before.message == now.message:
