@@ -2,7 +2,7 @@
 
 An RLJob becomes pods, so whoever may create an RLJob may make pods with whatever the spec asks
 for. The spec alone rules out what no job may have (control-plane placement, wildcard tolerations,
-system mount paths, the operator's own labels: spec.py); what a job may reach beyond that is the
+system mount paths, the operator's own labels: spec/); what a job may reach beyond that is the
 cluster administrator's to say, in the operator's settings:
 - the Secrets a job hands its driver (spec.storage.secretRef, spec.trainer.checkpoint.
   credentialsSecret): `allowed_secrets`, empty by default, and never one of the operator's own

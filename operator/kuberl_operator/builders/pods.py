@@ -4,7 +4,7 @@ What the pods may do. Every Ray pod passes Pod Security "restricted": it runs as
 image's non-root user (settings.run_as_user, the group owning its volumes), with the runtime's
 default seccomp profile, and every container drops all capabilities and cannot escalate. Without an
 allowed spec.pods.serviceAccountName the pods mount no API token: Ray needs none. spec.pods adds
-labels (never the operator's: spec.py refuses those) and annotations. Ray's object store gets a
+labels (never the operator's: spec.pods refuses those) and annotations. Ray's object store gets a
 memory-backed /dev/shm as large as the pod's memory. What a job may reach beyond that (its Secrets,
 image, PriorityClass and ServiceAccount) is checked against the settings before anything is built
 (policy.py).
@@ -130,7 +130,7 @@ def pod_template(
         spec["automountServiceAccountToken"] = False
     if job.spec.priority_class_name:
         spec["priorityClassName"] = job.spec.priority_class_name
-    # spec.pods.labels cannot hold the operator's keys (spec.py refuses them); they come last all
+    # spec.pods.labels cannot hold the operator's keys (spec refuses them); they come last all
     # the same, so the pods' selectors hold whatever the job says.
     metadata: Object = {"labels": {**pods.labels, **labels}}
     if pods.annotations:
