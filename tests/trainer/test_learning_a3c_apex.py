@@ -14,7 +14,9 @@ from kuberl_trainer.optimizers.async_gradients import AsyncGradientsOptimizer
 from kuberl_trainer.optimizers.async_replay import AsyncReplayOptimizer
 from testkit import killing_optimizer, progress_rows, trainer_config
 
-pytestmark = [pytest.mark.slow, pytest.mark.usefixtures("ray_local")]
+# Each run starts a private Ray, as the driver does alone: Ape-X learned slower in a Ray instance
+# shared with the tests before it (at 369 after the 150k env steps that take it to 400 alone).
+pytestmark = pytest.mark.slow
 
 # Env steps: A3C's defaults reached 400 within 27-91k on seeds 0-9 beside another run, Ape-X's
 # within 85k on seeds 0-4.
