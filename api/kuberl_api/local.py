@@ -36,8 +36,7 @@ from kuberl_api.backend import (
 from kuberl_api.processes import TrainerFiles, TrainerProcesses, read_exit_status
 from kuberl_api.selectors import decode_continue, encode_continue, matches, parse_label_selector
 from kuberl_api.store import DuplicateJob, JobRow, JobStore
-from kuberl_operator.constants import REASON_INVALID_SPEC
-from kuberl_operator.spec import ConditionType, Phase, Progress, RLJob
+from kuberl_operator.spec import ConditionType, Phase, Progress, Reason, RLJob
 from kuberl_trainer.progress_row import (
     CHECKPOINT,
     EPISODE_RETURN_MEAN,
@@ -414,7 +413,7 @@ def outcome(
         when = "while the API was down" if lost else "without an exit status"
         return Phase.FAILED, TRAINER_LOST, f"the trainer process (pid {pid}) ended {when}"
     if code == EXIT_INVALID_JOB:
-        return Phase.FAILED, REASON_INVALID_SPEC, f"the trainer found the job invalid{said}"
+        return Phase.FAILED, Reason.INVALID_SPEC, f"the trainer found the job invalid{said}"
     return Phase.FAILED, TRAINER_FAILED, f"the trainer exited with status {code}{said}"
 
 

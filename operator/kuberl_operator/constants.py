@@ -96,46 +96,10 @@ RAY_GCS_PORT = 6379
 RAY_DASHBOARD_PORT = 8265
 RAY_METRICS_PORT = 8080
 
-# --- Status: condition types and reasons beyond spec.ConditionType, written once -----------------
+# --- Status: the CRD every job reports on (the reasons are spec.Reason) -----------------------
 
 # KubeRay's RayCluster CRD, whose absence every job reports (ConditionType.KUBERAY_AVAILABLE).
 RAYCLUSTER_CRD_NAME = "rayclusters.ray.io"
-
-# ConditionType.UP_TO_DATE's reasons.
-REASON_SPEC_APPLIED = "SpecApplied"
-REASON_RESTART_REQUIRED = "RestartRequired"
-
-# ConditionType.SCHEDULABLE's reasons.
-REASON_UNSCHEDULABLE = "Unschedulable"  # the scheduler's own reason on the pod, kept
-REASON_NO_UNSCHEDULABLE_PODS = "NoUnschedulablePods"
-
-REASON_CRD_FOUND = "CRDFound"
-REASON_CRD_NOT_FOUND = "CRDNotFound"
-REASON_INVALID_SPEC = "InvalidSpec"
-REASON_PROVISIONING = "Provisioning"
-REASON_DRIVER_RUNNING = "DriverRunning"
-REASON_DRIVER_SUCCEEDED = "DriverSucceeded"
-REASON_DRIVER_FAILED = "DriverFailed"
-REASON_HEAD_FAILED = "HeadFailed"
-# KubeRay replaced the head pod the attempt's driver was submitted to (status.headPodUID).
-REASON_HEAD_REPLACED = "HeadReplaced"
-# The driver runs but waits for the Ray nodes of its rollout workers to join.
-REASON_WAITING_FOR_WORKERS = "WaitingForWorkers"
-REASON_CLUSTER_LOST = "RayClusterLost"
-REASON_HEAD_PREEMPTED = "HeadPreempted"
-REASON_WORKER_PREEMPTED = "WorkerPreempted"
-REASON_WORKERS_REFILLED = "WorkersRefilled"
-REASON_NOT_PREEMPTED = "NotPreempted"
-REASON_RESUMING = "Resuming"
-REASON_RESTART_BACKOFF = "RestartBackoff"
-REASON_BACKOFF_LIMIT_EXCEEDED = "BackoffLimitExceeded"
-REASON_DEADLINE_EXCEEDED = "DeadlineExceeded"
-REASON_SUSPENDED = "Suspended"
-REASON_NOT_SUSPENDED = "NotSuspended"
-REASON_NOT_COMPLETE = "NotComplete"
-REASON_NOT_FAILED = "NotFailed"
-REASON_FINISHED = "Finished"
-REASON_STALE_ATTEMPT = "StaleAttempt"
 
 # The longest wait between restarts: backoffSeconds doubles per restart up to this (or up to
 # backoffSeconds itself, when that is longer).

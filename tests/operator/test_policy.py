@@ -8,12 +8,11 @@ from typing import Any
 
 import pytest
 
-from kuberl_operator.constants import REASON_INVALID_SPEC
 from kuberl_operator.metrics import OperatorMetrics
 from kuberl_operator.policy import image_allowed, reach_problems
 from kuberl_operator.reconciler import Reconciler
 from kuberl_operator.settings import OperatorSettings, image_repository
-from kuberl_operator.spec import ConditionType, Phase, RLJob, RLJobStatus
+from kuberl_operator.spec import ConditionType, Phase, Reason, RLJob, RLJobStatus
 from kuberl_operator.status import Observed, compute_status
 from kuberl_operator.validation import validate_rljob
 from testkit import edited
@@ -210,7 +209,7 @@ def test_the_reconciler_fails_a_job_beyond_its_settings_like_an_invalid_spec():
     update = compute_status(None, observed)
     assert update.phase == Phase.FAILED
     failed = next(c for c in update.status.conditions if c.type == ConditionType.FAILED)
-    assert failed.reason == REASON_INVALID_SPEC and "KUBERL_ALLOWED_SECRETS" in failed.message
+    assert failed.reason == Reason.INVALID_SPEC and "KUBERL_ALLOWED_SECRETS" in failed.message
     # The job edited to leave the Secret out is read again, and is fine.
     job, found = reconciler._read_job(body("8"))
     assert job is not None and found == ()

@@ -19,36 +19,13 @@ import kuberl_operator.status.compute
 from kuberl_operator.constants import (
     KUBERAY_RECHECK_SECONDS,
     MAX_BACKOFF_SECONDS,
-    REASON_BACKOFF_LIMIT_EXCEEDED,
-    REASON_CLUSTER_LOST,
-    REASON_CRD_NOT_FOUND,
-    REASON_DEADLINE_EXCEEDED,
-    REASON_DRIVER_FAILED,
-    REASON_DRIVER_RUNNING,
-    REASON_DRIVER_SUCCEEDED,
-    REASON_FINISHED,
-    REASON_HEAD_FAILED,
-    REASON_HEAD_PREEMPTED,
-    REASON_HEAD_REPLACED,
-    REASON_INVALID_SPEC,
-    REASON_NO_UNSCHEDULABLE_PODS,
-    REASON_NOT_PREEMPTED,
-    REASON_NOT_SUSPENDED,
-    REASON_PROVISIONING,
-    REASON_RESTART_BACKOFF,
-    REASON_RESTART_REQUIRED,
-    REASON_RESUMING,
-    REASON_SUSPENDED,
-    REASON_UNSCHEDULABLE,
-    REASON_WAITING_FOR_WORKERS,
-    REASON_WORKER_PREEMPTED,
-    REASON_WORKERS_REFILLED,
 )
 from kuberl_operator.spec import (
     Condition,
     ConditionType,
     Phase,
     Progress,
+    Reason,
     RestartPolicy,
     RLJobSpec,
     RLJobStatus,
@@ -367,8 +344,8 @@ def test_preempted_workers_are_counted_once_and_the_job_runs_on_until_refilled()
     assert update.action == Nothing()
     assert update.attempt == first.attempt  # the driver keeps going on the same cluster
     preempted = condition(update, ConditionType.PREEMPTED)
-    assert (preempted.status, preempted.reason) == ("True", REASON_WORKER_PREEMPTED)
-    assert [(e.type, e.reason) for e in update.events] == [("Warning", REASON_WORKER_PREEMPTED)]
+    assert (preempted.status, preempted.reason) == ("True", Reason.WORKER_PREEMPTED)
+    assert [(e.type, e.reason) for e in update.events] == [("Warning", Reason.WORKER_PREEMPTED)]
 
     # Seen again while KubeRay refills the group: not counted twice, still Preempted.
     again = compute_status(spec(), on_cluster(update, disrupted_workers=disrupted, workers_short=1))
@@ -381,7 +358,7 @@ def test_preempted_workers_are_counted_once_and_the_job_runs_on_until_refilled()
     assert refilled.status.preempted_pods == []
     assert condition(refilled, ConditionType.PREEMPTED).status == "False"
     assert condition(refilled, ConditionType.READY).status == "True"
-    assert [(e.type, e.reason) for e in refilled.events] == [("Normal", REASON_WORKERS_REFILLED)]
+    assert [(e.type, e.reason) for e in refilled.events] == [("Normal", Reason.WORKERS_REFILLED)]
 
 
 def test_a_new_preemption_while_preempted_is_counted_without_a_transition() -> None:
@@ -392,7 +369,7 @@ def test_a_new_preemption_while_preempted_is_counted_without_a_transition() -> N
         spec(), on_cluster(update, disrupted_workers=frozenset({"a", "b"}), workers_short=2)
     )
     assert (more.phase, more.status.preemptions) == (Phase.PREEMPTED, 2)
-    assert [(e.type, e.reason) for e in more.events] == [("Warning", REASON_WORKER_PREEMPTED)]
+    assert [(e.type, e.reason) for e in more.events] == [("Warning", Reason.WORKER_PREEMPTED)]
 
 
 def test_workers_preempted_before_the_driver_runs_are_counted_in_provisioning() -> None:
@@ -407,7 +384,7 @@ def test_workers_preempted_before_the_driver_runs_are_counted_in_provisioning() 
         ),
     )
     assert (update.phase, update.status.preemptions) == (Phase.PROVISIONING, 1)
-    assert [(e.type, e.reason) for e in update.events] == [("Warning", REASON_WORKER_PREEMPTED)]
+    assert [(e.type, e.reason) for e in update.events] == [("Warning", Reason.WORKER_PREEMPTED)]
 
 
 def test_the_cluster_lost_while_workers_are_preempted_is_a_restart() -> None:
@@ -417,7 +394,7 @@ def test_the_cluster_lost_while_workers_are_preempted_is_a_restart() -> None:
     lost = compute_status(spec(), after(update, cluster=None, head=None))
     assert lost.phase == Phase.RESUMING
     assert lost.status.restarts == 1
-    assert condition(lost, ConditionType.PROGRESSING).reason == REASON_RESTART_BACKOFF
+    assert condition(lost, ConditionType.PROGRESSING).reason == Reason.RESTART_BACKOFF
 
 
 # --- A spec edited under a running attempt ------------------------------------------------------
@@ -426,7 +403,7 @@ def test_the_cluster_lost_while_workers_are_preempted_is_a_restart() -> None:
 def test_a_spec_change_that_needs_a_restart_is_reported_not_applied() -> None:
     update = compute_status(spec(), on_cluster(running(), stale_spec=("trainer", "image")))
     up_to_date = condition(update, ConditionType.UP_TO_DATE)
-    assert (up_to_date.status, up_to_date.reason) == ("False", REASON_RESTART_REQUIRED)
+    assert (up_to_date.status, up_to_date.reason) == ("False", Reason.RESTART_REQUIRED)
     assert "spec.trainer, spec.image" in up_to_date.message
     assert "next attempt" in up_to_date.message
     assert (update.phase, update.action) == (Phase.RUNNING, Nothing())
@@ -449,8 +426,8 @@ def test_a_preempted_head_resumes_in_a_new_attempt_without_counting_a_restart() 
     update = compute_status(job, head_preempted(running()))
     assert update.phase == Phase.PREEMPTED
     assert (update.status.preemptions, update.status.restarts, update.attempt) == (1, 0, 2)
-    assert update.action == DeleteCluster(REASON_HEAD_PREEMPTED)
-    assert [(e.type, e.reason) for e in update.events] == [("Warning", REASON_HEAD_PREEMPTED)]
+    assert update.action == DeleteCluster(Reason.HEAD_PREEMPTED)
+    assert [(e.type, e.reason) for e in update.events] == [("Warning", Reason.HEAD_PREEMPTED)]
     assert condition(update, ConditionType.PREEMPTED).status == "True"
 
     # The old cluster is still terminating: the same observation counts nothing twice.
@@ -486,7 +463,7 @@ def test_a_preempted_head_counts_as_a_restart_under_count_as_restart() -> None:
     used_up = StatusUpdate(first.status.model_copy(update={"restarts": 1}), first.attempt)
     exhausted = compute_status(job, head_preempted(used_up))
     assert exhausted.phase == Phase.FAILED
-    assert condition(exhausted, ConditionType.FAILED).reason == REASON_BACKOFF_LIMIT_EXCEEDED
+    assert condition(exhausted, ConditionType.FAILED).reason == Reason.BACKOFF_LIMIT_EXCEEDED
 
 
 def test_a_preempted_head_fails_the_job_under_fail() -> None:
@@ -494,10 +471,10 @@ def test_a_preempted_head_fails_the_job_under_fail() -> None:
     update = compute_status(job, head_preempted(running(job)))
     assert update.phase == Phase.FAILED
     failed = condition(update, ConditionType.FAILED)
-    assert (failed.status, failed.reason) == ("True", REASON_HEAD_PREEMPTED)
+    assert (failed.status, failed.reason) == ("True", Reason.HEAD_PREEMPTED)
     assert "onPreemption: Fail" in failed.message
     assert update.status.preemptions == 1
-    assert update.action == DeleteCluster(REASON_HEAD_PREEMPTED)
+    assert update.action == DeleteCluster(Reason.HEAD_PREEMPTED)
 
 
 # --- Failures and backoff -----------------------------------------------------------------------
@@ -530,12 +507,12 @@ def test_a_failed_driver_restarts_after_a_backoff() -> None:
     failed_at = NOW + timedelta(seconds=10)
     assert update.phase == Phase.RESUMING
     assert (update.status.restarts, update.status.preemptions, update.attempt) == (1, 0, 2)
-    assert update.action == DeleteCluster(REASON_DRIVER_FAILED)
+    assert update.action == DeleteCluster(Reason.DRIVER_FAILED)
     progressing = condition(update, ConditionType.PROGRESSING)
-    assert (progressing.status, progressing.reason) == ("False", REASON_RESTART_BACKOFF)
+    assert (progressing.status, progressing.reason) == ("False", Reason.RESTART_BACKOFF)
     assert progressing.last_transition_time == failed_at
     assert "ValueError: boom" in progressing.message
-    assert [(e.type, e.reason) for e in update.events] == [("Warning", REASON_DRIVER_FAILED)]
+    assert [(e.type, e.reason) for e in update.events] == [("Warning", Reason.DRIVER_FAILED)]
     assert condition(update, ConditionType.FAILED).status == "False"
 
     waiting = compute_status(job, after(update, now=failed_at + timedelta(seconds=12)))
@@ -562,9 +539,9 @@ def test_the_backoff_grows_with_each_restart() -> None:
 @pytest.mark.parametrize(
     ("observation", "reason"),
     [
-        ({"driver": driver(DriverState.FAILED, "OOM")}, REASON_DRIVER_FAILED),
-        ({"driver": driver(DriverState.STOPPED, "stopped by hand")}, REASON_DRIVER_FAILED),
-        ({"head": ObservedHead(HeadFate.FAILED, "OOMKilled")}, REASON_HEAD_FAILED),
+        ({"driver": driver(DriverState.FAILED, "OOM")}, Reason.DRIVER_FAILED),
+        ({"driver": driver(DriverState.STOPPED, "stopped by hand")}, Reason.DRIVER_FAILED),
+        ({"head": ObservedHead(HeadFate.FAILED, "OOMKilled")}, Reason.HEAD_FAILED),
     ],
 )
 def test_failures_count_as_restarts(observation: dict[str, Any], reason: str) -> None:
@@ -581,7 +558,7 @@ def test_a_vanished_cluster_of_a_running_job_counts_as_a_restart() -> None:
     update = compute_status(spec(), after(running()))
     assert update.phase == Phase.RESUMING
     assert update.status.restarts == 1
-    assert update.events[0].reason == REASON_CLUSTER_LOST
+    assert update.events[0].reason == Reason.CLUSTER_LOST
     assert update.action == Requeue(30)
 
 
@@ -595,13 +572,13 @@ def test_exhausted_restarts_fail_the_job_with_the_drivers_message(max_restarts: 
     assert update.phase == Phase.FAILED
     assert update.status.restarts == max_restarts
     failed = condition(update, ConditionType.FAILED)
-    assert (failed.status, failed.reason) == ("True", REASON_BACKOFF_LIMIT_EXCEEDED)
+    assert (failed.status, failed.reason) == ("True", Reason.BACKOFF_LIMIT_EXCEEDED)
     assert "KeyError: 'obs'" in failed.message
     assert f"maxRestarts ({max_restarts})" in failed.message
     assert update.status.completion_time == NOW + timedelta(seconds=10)
-    assert update.action == DeleteCluster(REASON_BACKOFF_LIMIT_EXCEEDED)
+    assert update.action == DeleteCluster(Reason.BACKOFF_LIMIT_EXCEEDED)
     assert [(e.type, e.reason) for e in update.events] == [
-        ("Warning", REASON_BACKOFF_LIMIT_EXCEEDED)
+        ("Warning", Reason.BACKOFF_LIMIT_EXCEEDED)
     ]
     assert condition(update, ConditionType.READY).status == "False"
 
@@ -647,9 +624,9 @@ def test_the_deadline_fails_the_job() -> None:
     past = compute_status(job, on_cluster(first, seconds=600))
     assert past.phase == Phase.FAILED
     failed = condition(past, ConditionType.FAILED)
-    assert failed.reason == REASON_DEADLINE_EXCEEDED
+    assert failed.reason == Reason.DEADLINE_EXCEEDED
     assert "activeDeadlineSeconds 600" in failed.message
-    assert past.action == DeleteCluster(REASON_DEADLINE_EXCEEDED)
+    assert past.action == DeleteCluster(Reason.DEADLINE_EXCEEDED)
 
 
 def finished(ttl: int | None, ago: float, with_cluster: bool = False) -> StatusUpdate:
@@ -729,9 +706,9 @@ def test_without_kuberay_the_job_waits_with_a_condition() -> None:
     assert update.phase == Phase.PENDING
     assert update.action == Requeue(KUBERAY_RECHECK_SECONDS)
     available = condition(update, ConditionType.KUBERAY_AVAILABLE)
-    assert (available.status, available.reason) == ("False", REASON_CRD_NOT_FOUND)
+    assert (available.status, available.reason) == ("False", Reason.CRD_NOT_FOUND)
     assert "rayclusters.ray.io" in available.message
-    assert [(e.type, e.reason) for e in update.events] == [("Warning", REASON_CRD_NOT_FOUND)]
+    assert [(e.type, e.reason) for e in update.events] == [("Warning", Reason.CRD_NOT_FOUND)]
 
     again = compute_status(spec(), after(update, seconds=60, kuberay_available=False))
     assert again.events == ()
@@ -760,16 +737,16 @@ def test_an_invalid_spec_fails_the_job_without_a_cluster(readable: bool) -> None
     assert update.action == Nothing()
     assert update.attempt == 0
     failed = condition(update, ConditionType.FAILED)
-    assert (failed.status, failed.reason) == ("True", REASON_INVALID_SPEC)
+    assert (failed.status, failed.reason) == ("True", Reason.INVALID_SPEC)
     assert problem in failed.message
-    assert [(e.type, e.reason) for e in update.events] == [("Warning", REASON_INVALID_SPEC)]
+    assert [(e.type, e.reason) for e in update.events] == [("Warning", Reason.INVALID_SPEC)]
     assert problem in update.events[0].message
 
 
 def test_a_spec_made_invalid_while_running_deletes_the_cluster() -> None:
     update = compute_status(spec(), on_cluster(running(), spec_problems=("spec.image: bad",)))
     assert update.phase == Phase.FAILED
-    assert update.action == DeleteCluster(REASON_INVALID_SPEC)
+    assert update.action == DeleteCluster(Reason.INVALID_SPEC)
 
 
 def test_a_stale_cluster_is_deleted_before_anything_else() -> None:
@@ -866,17 +843,17 @@ def test_a_driver_that_finds_the_job_invalid_fails_it_at_once(observed_driver) -
     assert update.phase == Phase.FAILED
     assert (update.status.restarts, update.attempt) == (0, 1)
     failed = condition(update, ConditionType.FAILED)
-    assert (failed.status, failed.reason) == ("True", REASON_INVALID_SPEC)
+    assert (failed.status, failed.reason) == ("True", Reason.INVALID_SPEC)
     assert "the driver found the job invalid: 'CartPol-v1' is not registered" in failed.message
-    assert update.action == DeleteCluster(REASON_INVALID_SPEC)
-    assert [(e.type, e.reason) for e in update.events] == [("Warning", REASON_INVALID_SPEC)]
+    assert update.action == DeleteCluster(Reason.INVALID_SPEC)
+    assert [(e.type, e.reason) for e in update.events] == [("Warning", Reason.INVALID_SPEC)]
 
 
 def test_a_driver_that_failed_otherwise_is_restarted() -> None:
     failed = ObservedDriver(DriverState.FAILED, "training failed: learner died", EXIT_FAILED)
     update = compute_status(spec(), on_cluster(running(), driver=failed))
     assert (update.phase, update.status.restarts) == (Phase.RESUMING, 1)
-    assert update.events[0].reason == REASON_DRIVER_FAILED
+    assert update.events[0].reason == Reason.DRIVER_FAILED
 
 
 # --- A head pod KubeRay replaced --------------------------------------------------------------
@@ -904,10 +881,10 @@ def test_a_head_replaced_under_a_submitted_driver_is_a_restart_not_a_second_subm
     update = compute_status(spec(), on_cluster(first, head=running_head("head-2"), driver=None))
     assert update.action != SubmitDriver(1)
     assert (update.phase, update.status.restarts, update.attempt) == (Phase.RESUMING, 1, 2)
-    assert update.action == DeleteCluster(REASON_HEAD_REPLACED)
+    assert update.action == DeleteCluster(Reason.HEAD_REPLACED)
     assert update.status.head_pod_uid is None
     warning = update.events[0]
-    assert (warning.type, warning.reason) == ("Warning", REASON_HEAD_REPLACED)
+    assert (warning.type, warning.reason) == ("Warning", Reason.HEAD_REPLACED)
     assert "head-1 is now head-2" in warning.message
 
 
@@ -934,9 +911,9 @@ def test_a_job_stuck_provisioning_reaches_its_deadline() -> None:
     past = compute_status(job, after(update, seconds=300, cluster=cluster(ready=False)))
     assert past.phase == Phase.FAILED
     failed = condition(past, ConditionType.FAILED)
-    assert failed.reason == REASON_DEADLINE_EXCEEDED
+    assert failed.reason == Reason.DEADLINE_EXCEEDED
     assert "activeDeadlineSeconds 300" in failed.message
-    assert past.action == DeleteCluster(REASON_DEADLINE_EXCEEDED)
+    assert past.action == DeleteCluster(Reason.DEADLINE_EXCEEDED)
 
 
 def test_the_deadline_stops_while_suspended_and_restarts_on_resume() -> None:
@@ -968,7 +945,7 @@ def test_a_driver_waiting_for_its_workers_keeps_the_job_provisioning_and_says_so
     )
     assert waiting.phase == Phase.PROVISIONING
     progressing = condition(waiting, ConditionType.PROGRESSING)
-    assert (progressing.status, progressing.reason) == ("True", REASON_WAITING_FOR_WORKERS)
+    assert (progressing.status, progressing.reason) == ("True", Reason.WAITING_FOR_WORKERS)
     assert "rollout workers" in progressing.message
     assert condition(waiting, ConditionType.READY).status == "False"
     assert waiting.events == ()
@@ -1000,9 +977,9 @@ def test_unschedulable_pods_are_said_once_per_message_until_they_are_scheduled()
     assert stuck.phase == Phase.PROVISIONING  # it waits: a node may still come (an autoscaler)
     schedulable = condition(stuck, ConditionType.SCHEDULABLE)
     head_message = f"the head pod cannot be scheduled: {NO_GPU}"
-    assert (schedulable.status, schedulable.reason) == ("False", REASON_UNSCHEDULABLE)
+    assert (schedulable.status, schedulable.reason) == ("False", Reason.UNSCHEDULABLE)
     assert schedulable.message == head_message
-    assert stuck.events == (KubeEvent("Warning", REASON_UNSCHEDULABLE, head_message),)
+    assert stuck.events == (KubeEvent("Warning", Reason.UNSCHEDULABLE, head_message),)
 
     # Every poll sees the same: nothing to write, no second Event.
     again = compute_status(
@@ -1017,7 +994,7 @@ def test_unschedulable_pods_are_said_once_per_message_until_they_are_scheduled()
     )
     message = f"{head_message}; 2 pods of worker group rollout cannot be scheduled: {NO_MATCH}"
     assert condition(both, ConditionType.SCHEDULABLE).message == message
-    assert both.events == (KubeEvent("Warning", REASON_UNSCHEDULABLE, message),)
+    assert both.events == (KubeEvent("Warning", Reason.UNSCHEDULABLE, message),)
     assert condition(both, ConditionType.SCHEDULABLE).last_transition_time == NOW + timedelta(
         seconds=10
     )  # the status stayed False: it moves only when the status does
@@ -1026,7 +1003,7 @@ def test_unschedulable_pods_are_said_once_per_message_until_they_are_scheduled()
     cleared = condition(scheduled, ConditionType.SCHEDULABLE)
     assert (cleared.status, cleared.reason, cleared.message) == (
         "True",
-        REASON_NO_UNSCHEDULABLE_PODS,
+        Reason.NO_UNSCHEDULABLE_PODS,
         "",
     )
     assert scheduled.events == () and scheduled.phase == Phase.PROVISIONING
@@ -1046,7 +1023,7 @@ def test_a_running_job_short_of_schedulable_workers_keeps_running_and_says_so() 
     )
     assert update.phase == Phase.RUNNING
     assert condition(update, ConditionType.SCHEDULABLE).status == "False"
-    assert [e.reason for e in update.events] == [REASON_UNSCHEDULABLE]
+    assert [e.reason for e in update.events] == [Reason.UNSCHEDULABLE]
 
 
 def test_a_job_never_scheduled_still_reaches_its_deadline_and_then_stops_saying_so() -> None:
@@ -1061,10 +1038,10 @@ def test_a_job_never_scheduled_still_reaches_its_deadline_and_then_stops_saying_
         after(stuck, seconds=290, cluster=cluster(ready=False), unschedulable=(HEAD_STUCK,)),
     )
     assert past.phase == Phase.FAILED
-    assert condition(past, ConditionType.FAILED).reason == REASON_DEADLINE_EXCEEDED
+    assert condition(past, ConditionType.FAILED).reason == Reason.DEADLINE_EXCEEDED
     # The cluster is deleted: what its pods lack no longer matters.
     assert condition(past, ConditionType.SCHEDULABLE).status == "True"
-    assert [e.reason for e in past.events] == [REASON_DEADLINE_EXCEEDED]
+    assert [e.reason for e in past.events] == [Reason.DEADLINE_EXCEEDED]
 
 
 # --- Every event, from an observation -----------------------------------------------------------
@@ -1106,57 +1083,57 @@ def deadline_passed() -> tuple[RLJobSpec, Observed]:
 EVENT_SCENARIOS: dict[PhaseEvent, EventScenario] = {
     E.START: EventScenario(
         lambda: (spec(), observe()),
-        event=("Normal", REASON_PROVISIONING),
+        event=("Normal", Reason.PROVISIONING),
         condition=(ConditionType.PROGRESSING, "True", Phase.PROVISIONING.value),
         action=CreateCluster(1),
     ),
     E.DRIVER_RUNNING: EventScenario(
         lambda: (spec(), on_cluster(submitted_in_provisioning())),
-        event=("Normal", REASON_DRIVER_RUNNING),
-        condition=(ConditionType.READY, "True", REASON_DRIVER_RUNNING),
+        event=("Normal", Reason.DRIVER_RUNNING),
+        condition=(ConditionType.READY, "True", Reason.DRIVER_RUNNING),
         action=Nothing(),
     ),
     E.HEAD_PREEMPTED: EventScenario(
         lambda: (spec(), head_preempted(running())),
-        event=("Warning", REASON_HEAD_PREEMPTED),
-        condition=(ConditionType.PREEMPTED, "True", REASON_HEAD_PREEMPTED),
-        action=DeleteCluster(REASON_HEAD_PREEMPTED),
+        event=("Warning", Reason.HEAD_PREEMPTED),
+        condition=(ConditionType.PREEMPTED, "True", Reason.HEAD_PREEMPTED),
+        action=DeleteCluster(Reason.HEAD_PREEMPTED),
     ),
     E.NEW_ATTEMPT: EventScenario(
         # The preempted attempt's cluster is gone: the next one is requested.
         lambda: (spec(), after(compute_status(spec(), head_preempted(running())))),
-        event=("Normal", REASON_RESUMING),
+        event=("Normal", Reason.RESUMING),
         condition=(ConditionType.PROGRESSING, "True", Phase.RESUMING.value),
         action=CreateCluster(2),
     ),
     E.RESTART: EventScenario(
         lambda: (spec(), on_cluster(running(), driver=driver(DriverState.FAILED, "boom"))),
-        event=("Warning", REASON_DRIVER_FAILED),
-        condition=(ConditionType.PROGRESSING, "False", REASON_RESTART_BACKOFF),
-        action=DeleteCluster(REASON_DRIVER_FAILED),
+        event=("Warning", Reason.DRIVER_FAILED),
+        condition=(ConditionType.PROGRESSING, "False", Reason.RESTART_BACKOFF),
+        action=DeleteCluster(Reason.DRIVER_FAILED),
     ),
     E.SUCCEEDED: EventScenario(
         lambda: (spec(), on_cluster(running(), driver=driver(DriverState.SUCCEEDED, "done"))),
-        event=("Normal", REASON_DRIVER_SUCCEEDED),
-        condition=(ConditionType.COMPLETE, "True", REASON_DRIVER_SUCCEEDED),
-        action=DeleteCluster(REASON_FINISHED),
+        event=("Normal", Reason.DRIVER_SUCCEEDED),
+        condition=(ConditionType.COMPLETE, "True", Reason.DRIVER_SUCCEEDED),
+        action=DeleteCluster(Reason.FINISHED),
     ),
     E.FAIL: EventScenario(
         deadline_passed,
-        event=("Warning", REASON_DEADLINE_EXCEEDED),
-        condition=(ConditionType.FAILED, "True", REASON_DEADLINE_EXCEEDED),
-        action=DeleteCluster(REASON_DEADLINE_EXCEEDED),
+        event=("Warning", Reason.DEADLINE_EXCEEDED),
+        condition=(ConditionType.FAILED, "True", Reason.DEADLINE_EXCEEDED),
+        action=DeleteCluster(Reason.DEADLINE_EXCEEDED),
     ),
     E.SUSPEND: EventScenario(
         lambda: (spec(suspend=True), on_cluster(running())),
-        event=("Normal", REASON_SUSPENDED),
-        condition=(ConditionType.SUSPENDED, "True", REASON_SUSPENDED),
-        action=DeleteCluster(REASON_SUSPENDED),
+        event=("Normal", Reason.SUSPENDED),
+        condition=(ConditionType.SUSPENDED, "True", Reason.SUSPENDED),
+        action=DeleteCluster(Reason.SUSPENDED),
     ),
     E.UNSUSPEND: EventScenario(
         lambda: (spec(), after(compute_status(spec(suspend=True), observe()))),
-        event=("Normal", REASON_RESUMING),
-        condition=(ConditionType.SUSPENDED, "False", REASON_NOT_SUSPENDED),
+        event=("Normal", Reason.RESUMING),
+        condition=(ConditionType.SUSPENDED, "False", Reason.NOT_SUSPENDED),
         action=CreateCluster(1),
     ),
     E.WORKERS_PREEMPTED: EventScenario(
@@ -1164,15 +1141,15 @@ EVENT_SCENARIOS: dict[PhaseEvent, EventScenario] = {
             spec(),
             on_cluster(running(), disrupted_workers=frozenset({"pod-a"}), workers_short=1),
         ),
-        event=("Warning", REASON_WORKER_PREEMPTED),
-        condition=(ConditionType.PREEMPTED, "True", REASON_WORKER_PREEMPTED),
+        event=("Warning", Reason.WORKER_PREEMPTED),
+        condition=(ConditionType.PREEMPTED, "True", Reason.WORKER_PREEMPTED),
         action=Nothing(),
     ),
     E.WORKERS_REFILLED: EventScenario(
         # KubeRay has replaced the lost worker: none short any more.
         lambda: (spec(), on_cluster(workers_preempted(), workers_short=0)),
-        event=("Normal", REASON_WORKERS_REFILLED),
-        condition=(ConditionType.PREEMPTED, "False", REASON_NOT_PREEMPTED),
+        event=("Normal", Reason.WORKERS_REFILLED),
+        condition=(ConditionType.PREEMPTED, "False", Reason.NOT_PREEMPTED),
         action=Nothing(),
     ),
 }

@@ -33,7 +33,14 @@ from kuberl_operator.spec.job import ObjectMeta, RLJob, RLJobSpec
 from kuberl_operator.spec.learner import Learner
 from kuberl_operator.spec.pods import Pods
 from kuberl_operator.spec.restart import PreemptionPolicy, RestartPolicy
-from kuberl_operator.spec.status import Condition, ConditionType, Phase, Progress, RLJobStatus
+from kuberl_operator.spec.status import (
+    Condition,
+    ConditionType,
+    Phase,
+    Progress,
+    Reason,
+    RLJobStatus,
+)
 from kuberl_operator.spec.storage import PersistentVolumeClaimRef, SecretRef, Storage
 from kuberl_operator.spec.workers import RolloutWorkers, Spot, SpotProvider
 
@@ -59,6 +66,7 @@ __all__ = [
     "RLJob",
     "RLJobSpec",
     "RLJobStatus",
+    "Reason",
     "RestartPolicy",
     "RolloutWorkers",
     "SecretRef",

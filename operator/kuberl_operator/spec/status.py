@@ -48,6 +48,62 @@ class ConditionType(StrEnum):
     says so."""
 
 
+class Reason(StrEnum):
+    """Why a condition is as it is (its `reason`), or why a Ray cluster is deleted: each written
+    once, here. A condition may also carry a phase's name (Ready is False with reason Pending) or
+    the scheduler's own reason."""
+
+    # The phase's story (Progressing, Ready, Complete, Failed, Suspended).
+    PROVISIONING = "Provisioning"
+    DRIVER_RUNNING = "DriverRunning"
+    WAITING_FOR_WORKERS = "WaitingForWorkers"
+    """The driver runs but waits for the Ray nodes of its rollout workers to join."""
+    RESUMING = "Resuming"
+    RESTART_BACKOFF = "RestartBackoff"
+    DRIVER_SUCCEEDED = "DriverSucceeded"
+    NOT_COMPLETE = "NotComplete"
+    NOT_FAILED = "NotFailed"
+    SUSPENDED = "Suspended"
+    NOT_SUSPENDED = "NotSuspended"
+    QUEUED = "Queued"
+    """The local backend: waiting for a free trainer slot."""
+
+    # Why an attempt failed (Failed, or Progressing during the restart backoff).
+    INVALID_SPEC = "InvalidSpec"
+    DRIVER_FAILED = "DriverFailed"
+    TRAINER_LOST = "TrainerLost"
+    """The local backend: the trainer process ended without an exit status."""
+    HEAD_FAILED = "HeadFailed"
+    HEAD_REPLACED = "HeadReplaced"
+    """KubeRay replaced the head pod the attempt's driver was submitted to (status.headPodUID)."""
+    CLUSTER_LOST = "RayClusterLost"
+    BACKOFF_LIMIT_EXCEEDED = "BackoffLimitExceeded"
+    DEADLINE_EXCEEDED = "DeadlineExceeded"
+
+    # Preempted.
+    HEAD_PREEMPTED = "HeadPreempted"
+    WORKER_PREEMPTED = "WorkerPreempted"
+    WORKERS_REFILLED = "WorkersRefilled"
+    NOT_PREEMPTED = "NotPreempted"
+
+    # UpToDate.
+    SPEC_APPLIED = "SpecApplied"
+    RESTART_REQUIRED = "RestartRequired"
+
+    # Schedulable.
+    UNSCHEDULABLE = "Unschedulable"
+    """The scheduler's own reason on the pod, kept."""
+    NO_UNSCHEDULABLE_PODS = "NoUnschedulablePods"
+
+    # KubeRayAvailable.
+    CRD_FOUND = "CRDFound"
+    CRD_NOT_FOUND = "CRDNotFound"
+
+    # Why a Ray cluster is deleted, beside the reasons above.
+    FINISHED = "Finished"
+    STALE_ATTEMPT = "StaleAttempt"
+
+
 class Condition(Spec):
     """One aspect of the job's state, in the standard Kubernetes condition shape."""
 

@@ -15,25 +15,8 @@ from typing import Literal
 
 from kuberl_operator.constants import (
     RAYCLUSTER_CRD_NAME,
-    REASON_CRD_FOUND,
-    REASON_CRD_NOT_FOUND,
-    REASON_DRIVER_RUNNING,
-    REASON_DRIVER_SUCCEEDED,
-    REASON_HEAD_PREEMPTED,
-    REASON_NO_UNSCHEDULABLE_PODS,
-    REASON_NOT_COMPLETE,
-    REASON_NOT_FAILED,
-    REASON_NOT_PREEMPTED,
-    REASON_NOT_SUSPENDED,
-    REASON_RESTART_BACKOFF,
-    REASON_RESTART_REQUIRED,
-    REASON_SPEC_APPLIED,
-    REASON_SUSPENDED,
-    REASON_UNSCHEDULABLE,
-    REASON_WAITING_FOR_WORKERS,
-    REASON_WORKER_PREEMPTED,
 )
-from kuberl_operator.spec import Condition, ConditionType, Phase
+from kuberl_operator.spec import Condition, ConditionType, Phase, Reason
 from kuberl_operator.status.decide import Decision, workers_preempted_message
 from kuberl_operator.status.observed import Observed, condition_of
 from kuberl_operator.status.phases import TERMINAL, PhaseEvent, applies
@@ -63,77 +46,77 @@ def wanted_conditions(phase: Phase, decision: Decision, observed: Observed) -> d
         ConditionType.PROGRESSING: _progressing(phase, decision, observed),
         ConditionType.PREEMPTED: _preempted(phase, decision, observed),
         ConditionType.COMPLETE: (
-            _Want("True", REASON_DRIVER_SUCCEEDED, detail or (complete.message if complete else ""))
+            _Want("True", Reason.DRIVER_SUCCEEDED, detail or (complete.message if complete else ""))
             if phase == Phase.SUCCEEDED
-            else _Want("False", REASON_NOT_COMPLETE)
+            else _Want("False", Reason.NOT_COMPLETE)
         ),
         ConditionType.FAILED: (
             _Want(
                 "True",
-                decision.reason if entered else (failed.reason if failed else REASON_NOT_FAILED),
+                decision.reason if entered else (failed.reason if failed else Reason.NOT_FAILED),
                 detail or (failed.message if failed else ""),
             )
             if phase == Phase.FAILED
-            else _Want("False", REASON_NOT_FAILED)
+            else _Want("False", Reason.NOT_FAILED)
         ),
         ConditionType.SUSPENDED: (
-            _Want("True", REASON_SUSPENDED, "spec.suspend is true")
+            _Want("True", Reason.SUSPENDED, "spec.suspend is true")
             if phase == Phase.SUSPENDED
-            else _Want("False", REASON_NOT_SUSPENDED)
+            else _Want("False", Reason.NOT_SUSPENDED)
         ),
         ConditionType.UP_TO_DATE: _up_to_date(observed),
         ConditionType.SCHEDULABLE: _schedulable(phase, observed),
         ConditionType.KUBERAY_AVAILABLE: (
-            _Want("True", REASON_CRD_FOUND)
+            _Want("True", Reason.CRD_FOUND)
             if observed.kuberay_available
-            else _Want("False", REASON_CRD_NOT_FOUND, KUBERAY_MISSING_MESSAGE)
+            else _Want("False", Reason.CRD_NOT_FOUND, KUBERAY_MISSING_MESSAGE)
         ),
     }
 
 
 def _ready(phase: Phase, decision: Decision) -> _Want:
     if phase == Phase.RUNNING:
-        return _Want("True", REASON_DRIVER_RUNNING, f"attempt {decision.attempt} is training")
+        return _Want("True", Reason.DRIVER_RUNNING, f"attempt {decision.attempt} is training")
     return _Want("False", phase.value)
 
 
 def _progressing(phase: Phase, decision: Decision, observed: Observed) -> _Want:
     if not observed.kuberay_available and not decision.in_backoff:
-        return _Want("False", REASON_CRD_NOT_FOUND, "waiting for KubeRay's RayCluster CRD")
+        return _Want("False", Reason.CRD_NOT_FOUND, "waiting for KubeRay's RayCluster CRD")
     if decision.in_backoff:
         if decision.event == PhaseEvent.RESTART:
-            return _Want("False", REASON_RESTART_BACKOFF, decision.message)
+            return _Want("False", Reason.RESTART_BACKOFF, decision.message)
         kept = condition_of(observed.status, ConditionType.PROGRESSING)
-        return _Want("False", REASON_RESTART_BACKOFF, kept.message if kept else "")
+        return _Want("False", Reason.RESTART_BACKOFF, kept.message if kept else "")
     if phase in TERMINAL or phase == Phase.SUSPENDED:
         return _Want("False", phase.value)
     if decision.waiting_for_workers:
         return _Want(
             "True",
-            REASON_WAITING_FOR_WORKERS,
+            Reason.WAITING_FOR_WORKERS,
             f"the driver of attempt {decision.attempt} waits for the Ray nodes of its rollout "
             "workers to join (their pods are still starting); it fails the attempt if they do "
             "not join in time",
         )
     if phase == Phase.RUNNING:
-        return _Want("True", REASON_DRIVER_RUNNING)
+        return _Want("True", Reason.DRIVER_RUNNING)
     return _Want("True", phase.value)
 
 
 def _preempted(phase: Phase, decision: Decision, observed: Observed) -> _Want:
     kept = condition_of(observed.status, ConditionType.PREEMPTED)
     if decision.event == PhaseEvent.HEAD_PREEMPTED:
-        return _Want("True", REASON_HEAD_PREEMPTED, decision.message)
+        return _Want("True", Reason.HEAD_PREEMPTED, decision.message)
     if decision.workers_preempted:
         return _Want(
-            "True", REASON_WORKER_PREEMPTED, workers_preempted_message(decision.workers_preempted)
+            "True", Reason.WORKER_PREEMPTED, workers_preempted_message(decision.workers_preempted)
         )
     if kept is not None and kept.status == "True":
-        if kept.reason == REASON_HEAD_PREEMPTED and phase in (Phase.PREEMPTED, Phase.RESUMING):
+        if kept.reason == Reason.HEAD_PREEMPTED and phase in (Phase.PREEMPTED, Phase.RESUMING):
             return _Want("True", kept.reason, kept.message)
-        if kept.reason == REASON_WORKER_PREEMPTED and phase == Phase.PREEMPTED:
+        if kept.reason == Reason.WORKER_PREEMPTED and phase == Phase.PREEMPTED:
             return _Want("True", kept.reason, kept.message)
-    return _Want("False", REASON_NOT_PREEMPTED)
+    return _Want("False", Reason.NOT_PREEMPTED)
 
 
 def _up_to_date(observed: Observed) -> _Want:
@@ -141,12 +124,12 @@ def _up_to_date(observed: Observed) -> _Want:
         fields = ", ".join(f"spec.{name}" for name in observed.stale_spec)
         return _Want(
             "False",
-            REASON_RESTART_REQUIRED,
+            Reason.RESTART_REQUIRED,
             f"{fields} changed after attempt {observed.cluster.attempt} started and applies on "
             "the next attempt; suspend and resume the job to apply it now (it resumes from the "
             "newest checkpoint)",
         )
-    return _Want("True", REASON_SPEC_APPLIED)
+    return _Want("True", Reason.SPEC_APPLIED)
 
 
 def _schedulable(phase: Phase, observed: Observed) -> _Want:
@@ -154,8 +137,8 @@ def _schedulable(phase: Phase, observed: Observed) -> _Want:
     a finished or suspended job's cluster is on its way out, so what it lacks no longer matters."""
     if observed.unschedulable and phase not in TERMINAL and phase != Phase.SUSPENDED:
         message = "; ".join(group.describe() for group in observed.unschedulable)
-        return _Want("False", REASON_UNSCHEDULABLE, message)
-    return _Want("True", REASON_NO_UNSCHEDULABLE_PODS)
+        return _Want("False", Reason.UNSCHEDULABLE, message)
+    return _Want("True", Reason.NO_UNSCHEDULABLE_PODS)
 
 
 def merge_conditions(

@@ -27,29 +27,12 @@ from datetime import datetime
 from kuberl_operator.constants import (
     KUBERAY_RECHECK_SECONDS,
     MAX_BACKOFF_SECONDS,
-    REASON_BACKOFF_LIMIT_EXCEEDED,
-    REASON_CLUSTER_LOST,
-    REASON_DEADLINE_EXCEEDED,
-    REASON_DRIVER_FAILED,
-    REASON_DRIVER_RUNNING,
-    REASON_DRIVER_SUCCEEDED,
-    REASON_FINISHED,
-    REASON_HEAD_FAILED,
-    REASON_HEAD_PREEMPTED,
-    REASON_HEAD_REPLACED,
-    REASON_INVALID_SPEC,
-    REASON_PROVISIONING,
-    REASON_RESTART_BACKOFF,
-    REASON_RESUMING,
-    REASON_STALE_ATTEMPT,
-    REASON_SUSPENDED,
-    REASON_WORKER_PREEMPTED,
-    REASON_WORKERS_REFILLED,
 )
 from kuberl_operator.spec import (
     ConditionType,
     Phase,
     PreemptionPolicy,
+    Reason,
     RestartPolicy,
     RLJobSpec,
     RLJobStatus,
@@ -113,7 +96,7 @@ def decide(spec: RLJobSpec | None, observed: Observed, phase: Phase) -> Decision
     if observed.spec_problems or spec is None:
         problems = observed.spec_problems or ("the spec could not be read",)
         return _fail(
-            decision, observed, REASON_INVALID_SPEC, "invalid spec: " + "; ".join(problems)
+            decision, observed, Reason.INVALID_SPEC, "invalid spec: " + "; ".join(problems)
         )
     if not observed.kuberay_available:
         decision.action = Requeue(KUBERAY_RECHECK_SECONDS)
@@ -121,11 +104,11 @@ def decide(spec: RLJobSpec | None, observed: Observed, phase: Phase) -> Decision
         return decision
     deadline = _deadline_exceeded(spec, observed, phase)
     if deadline:
-        return _fail(decision, observed, REASON_DEADLINE_EXCEEDED, deadline)
+        return _fail(decision, observed, Reason.DEADLINE_EXCEEDED, deadline)
     if spec.suspend:
         return _suspend(decision, observed, phase)
     if phase == Phase.SUSPENDED:
-        decision.event, decision.reason = PhaseEvent.UNSUSPEND, REASON_RESUMING
+        decision.event, decision.reason = PhaseEvent.UNSUSPEND, Reason.RESUMING
         decision.message = "unsuspended: resuming from the newest checkpoint"
         decision.attempt += 1
         decision.action = _start_attempt(observed, decision.attempt)
@@ -149,7 +132,7 @@ def _finished_action(spec: RLJobSpec | None, observed: Observed) -> Action:
             return DeleteJob()
         if observed.cluster is None:
             return Requeue(remaining)
-    return DeleteCluster(REASON_FINISHED) if observed.cluster else Nothing()
+    return DeleteCluster(Reason.FINISHED) if observed.cluster else Nothing()
 
 
 def _deadline_exceeded(spec: RLJobSpec, observed: Observed, phase: Phase) -> str | None:
@@ -170,9 +153,9 @@ def _deadline_exceeded(spec: RLJobSpec, observed: Observed, phase: Phase) -> str
 
 def _suspend(decision: Decision, observed: Observed, phase: Phase) -> Decision:
     if phase != Phase.SUSPENDED:
-        decision.event, decision.reason = PhaseEvent.SUSPEND, REASON_SUSPENDED
+        decision.event, decision.reason = PhaseEvent.SUSPEND, Reason.SUSPENDED
         decision.message = "suspended: the Ray cluster is deleted; checkpoints are kept"
-    decision.action = DeleteCluster(REASON_SUSPENDED) if observed.cluster else Nothing()
+    decision.action = DeleteCluster(Reason.SUSPENDED) if observed.cluster else Nothing()
     return decision
 
 
@@ -183,7 +166,7 @@ def _start_attempt(observed: Observed, attempt: int) -> Action:
         return CreateCluster(attempt)
     if observed.cluster.attempt == attempt:
         return Nothing()
-    return DeleteCluster(REASON_STALE_ATTEMPT)
+    return DeleteCluster(Reason.STALE_ATTEMPT)
 
 
 def _in_backoff(status: RLJobStatus, phase: Phase) -> bool:
@@ -191,7 +174,7 @@ def _in_backoff(status: RLJobStatus, phase: Phase) -> bool:
     return (
         phase == Phase.RESUMING
         and progressing is not None
-        and progressing.reason == REASON_RESTART_BACKOFF
+        and progressing.reason == Reason.RESTART_BACKOFF
     )
 
 
@@ -199,13 +182,13 @@ def _advance(spec: RLJobSpec, observed: Observed, phase: Phase, decision: Decisi
     """An active job: start, wait out a backoff, resume, or follow the current attempt."""
     cluster = observed.cluster
     if phase == Phase.PENDING or decision.attempt == 0:
-        decision.event, decision.reason = PhaseEvent.START, REASON_PROVISIONING
+        decision.event, decision.reason = PhaseEvent.START, Reason.PROVISIONING
         decision.message = "creating the Ray cluster for attempt 1"
         decision.attempt = max(decision.attempt, 1)
         decision.action = _start_attempt(observed, decision.attempt)
         return decision
     if cluster is not None and cluster.attempt != decision.attempt:
-        decision.action = DeleteCluster(REASON_STALE_ATTEMPT)
+        decision.action = DeleteCluster(Reason.STALE_ATTEMPT)
         decision.in_backoff = _in_backoff(observed.status, phase)
         return decision
     attempt_given_up = phase == Phase.RESUMING or (
@@ -216,7 +199,7 @@ def _advance(spec: RLJobSpec, observed: Observed, phase: Phase, decision: Decisi
     if cluster is None:
         if phase in (Phase.RUNNING, Phase.PREEMPTED):
             message = f"the RayCluster of attempt {decision.attempt} disappeared"
-            return _restart(spec, observed, decision, REASON_CLUSTER_LOST, message)
+            return _restart(spec, observed, decision, Reason.CLUSTER_LOST, message)
         decision.action = CreateCluster(decision.attempt)  # requested; not visible yet
         return decision
     return _follow_attempt(spec, observed, phase, decision)
@@ -237,7 +220,7 @@ def _next_attempt(
     elif phase == Phase.RESUMING:  # the next attempt's cluster was requested already
         decision.action = CreateCluster(decision.attempt)
         return decision
-    decision.event, decision.reason = PhaseEvent.NEW_ATTEMPT, REASON_RESUMING
+    decision.event, decision.reason = PhaseEvent.NEW_ATTEMPT, Reason.RESUMING
     decision.message = (
         f"creating the Ray cluster for attempt {decision.attempt}; the driver resumes from the "
         "newest checkpoint"
@@ -255,28 +238,28 @@ def _follow_attempt(
         return _head_preempted(spec, observed, decision, head.reason)
     if head is not None and head.fate == HeadFate.FAILED:
         message = f"the head pod of attempt {decision.attempt} was lost: {head.reason}"
-        return _restart(spec, observed, decision, REASON_HEAD_FAILED, message)
+        return _restart(spec, observed, decision, Reason.HEAD_FAILED, message)
     submitted_to = observed.status.head_pod_uid
     if head is not None and head.uid and submitted_to and head.uid != submitted_to:
         message = (
             f"the head pod of attempt {decision.attempt} was replaced (KubeRay recreated it: pod "
             f"{submitted_to} is now {head.uid}), and with it the driver submitted there"
         )
-        return _restart(spec, observed, decision, REASON_HEAD_REPLACED, message)
+        return _restart(spec, observed, decision, Reason.HEAD_REPLACED, message)
     counted = set(decision.preempted_pods)
     decision.workers_preempted = len(observed.disrupted_workers - counted)
     decision.preemptions += decision.workers_preempted
     decision.preempted_pods = tuple(sorted(observed.disrupted_workers))  # those gone are forgotten
     if driver is not None and driver.state == DriverState.SUCCEEDED:
-        decision.event, decision.reason = PhaseEvent.SUCCEEDED, REASON_DRIVER_SUCCEEDED
+        decision.event, decision.reason = PhaseEvent.SUCCEEDED, Reason.DRIVER_SUCCEEDED
         decision.message = driver.message or "training finished"
-        decision.action = DeleteCluster(REASON_FINISHED)
+        decision.action = DeleteCluster(Reason.FINISHED)
     elif driver is not None and driver.invalid_job:
         message = f"the driver found the job invalid: {driver.message or 'no message'}"
-        return _fail(decision, observed, REASON_INVALID_SPEC, message)
+        return _fail(decision, observed, Reason.INVALID_SPEC, message)
     elif driver is not None and driver.state in (DriverState.FAILED, DriverState.STOPPED):
         message = f"driver {driver.state.value}: {driver.message or 'no message'}"
-        return _restart(spec, observed, decision, REASON_DRIVER_FAILED, message)
+        return _restart(spec, observed, decision, Reason.DRIVER_FAILED, message)
     elif driver is not None and driver.state == DriverState.RUNNING:
         _driver_running(observed, phase, decision)
     elif driver is None and observed.cluster is not None and observed.cluster.ready:
@@ -288,15 +271,15 @@ def _driver_running(observed: Observed, phase: Phase, decision: Decision) -> Non
     """The attempt's driver is running: note workers preempted under it, a worker group whole
     again, or a driver that has started training."""
     if decision.workers_preempted and phase == Phase.RUNNING:
-        decision.event, decision.reason = PhaseEvent.WORKERS_PREEMPTED, REASON_WORKER_PREEMPTED
+        decision.event, decision.reason = PhaseEvent.WORKERS_PREEMPTED, Reason.WORKER_PREEMPTED
         decision.message = workers_preempted_message(decision.workers_preempted)
     elif phase == Phase.PREEMPTED and observed.workers_short <= 0:
-        decision.event, decision.reason = PhaseEvent.WORKERS_REFILLED, REASON_WORKERS_REFILLED
+        decision.event, decision.reason = PhaseEvent.WORKERS_REFILLED, Reason.WORKERS_REFILLED
         decision.message = "the rollout worker group is whole again"
     elif phase in (Phase.PROVISIONING, Phase.RESUMING) and observed.driver_waiting_s > 0:
         decision.waiting_for_workers = True  # not training yet: the phase stays
     elif phase in (Phase.PROVISIONING, Phase.RESUMING):
-        decision.event, decision.reason = PhaseEvent.DRIVER_RUNNING, REASON_DRIVER_RUNNING
+        decision.event, decision.reason = PhaseEvent.DRIVER_RUNNING, Reason.DRIVER_RUNNING
         decision.message = f"the driver of attempt {decision.attempt} is training"
 
 
@@ -310,7 +293,7 @@ def workers_preempted_message(count: int) -> str:
 def _workers_preempted(status: RLJobStatus) -> bool:
     """The job is Preempted for lost rollout workers (its attempt goes on), not for its head."""
     preempted = condition_of(status, ConditionType.PREEMPTED)
-    return preempted is not None and preempted.reason == REASON_WORKER_PREEMPTED
+    return preempted is not None and preempted.reason == Reason.WORKER_PREEMPTED
 
 
 def _head_preempted(spec: RLJobSpec, observed: Observed, decision: Decision, why: str) -> Decision:
@@ -318,18 +301,18 @@ def _head_preempted(spec: RLJobSpec, observed: Observed, decision: Decision, why
     decision.preemptions += 1
     message = f"the head pod of attempt {decision.attempt} was preempted: {why or 'preempted'}"
     if policy.on_preemption == PreemptionPolicy.FAIL:
-        return _fail(decision, observed, REASON_HEAD_PREEMPTED, message + " (onPreemption: Fail)")
+        return _fail(decision, observed, Reason.HEAD_PREEMPTED, message + " (onPreemption: Fail)")
     if policy.on_preemption == PreemptionPolicy.COUNT_AS_RESTART:
         if decision.restarts + 1 > policy.max_restarts:
             return _exhausted(decision, observed, policy, message)
         decision.restarts += 1
     decision.event, decision.reason, decision.message = (
         PhaseEvent.HEAD_PREEMPTED,
-        REASON_HEAD_PREEMPTED,
+        Reason.HEAD_PREEMPTED,
         message + "; resuming from the newest checkpoint",
     )
     decision.attempt += 1
-    decision.action = DeleteCluster(REASON_HEAD_PREEMPTED)
+    decision.action = DeleteCluster(Reason.HEAD_PREEMPTED)
     return decision
 
 
@@ -356,6 +339,6 @@ def _exhausted(
     return _fail(
         decision,
         observed,
-        REASON_BACKOFF_LIMIT_EXCEEDED,
+        Reason.BACKOFF_LIMIT_EXCEEDED,
         f"{message}; restartPolicy.maxRestarts ({policy.max_restarts}) used up",
     )

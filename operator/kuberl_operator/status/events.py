@@ -7,11 +7,7 @@ changes."""
 
 from __future__ import annotations
 
-from kuberl_operator.constants import (
-    REASON_UNSCHEDULABLE,
-    REASON_WORKER_PREEMPTED,
-)
-from kuberl_operator.spec import Condition, ConditionType, Phase, RLJobStatus
+from kuberl_operator.spec import Condition, ConditionType, Phase, Reason, RLJobStatus
 from kuberl_operator.status.actions import KubeEvent
 from kuberl_operator.status.decide import Decision, workers_preempted_message
 from kuberl_operator.status.observed import condition_of
@@ -31,7 +27,7 @@ def change_events(
         )
     if decision.workers_preempted and decision.event != PhaseEvent.WORKERS_PREEMPTED:
         message = workers_preempted_message(decision.workers_preempted)
-        events.append(KubeEvent("Warning", REASON_WORKER_PREEMPTED, message))
+        events.append(KubeEvent("Warning", Reason.WORKER_PREEMPTED, message))
     for condition in changed:
         if condition.type == ConditionType.KUBERAY_AVAILABLE:
             kind = "Normal" if condition.status == "True" else "Warning"
@@ -50,4 +46,4 @@ def unschedulable_event(
         return ()
     if before is not None and before.status == "False" and before.message == now.message:
         return ()
-    return (KubeEvent("Warning", REASON_UNSCHEDULABLE, now.message),)
+    return (KubeEvent("Warning", Reason.UNSCHEDULABLE, now.message),)
