@@ -1,7 +1,7 @@
 """The trainer's side of the algorithm table: the policy and optimizer classes a config names.
 
 Classes are imported on lookup so that picking PPO never loads DQN's replay machinery, and
-config.py (which the operator and the API import) stays free of torch.
+config (which the operator and the API import) stays free of torch.
 """
 
 from __future__ import annotations

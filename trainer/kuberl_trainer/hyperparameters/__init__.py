@@ -2,7 +2,7 @@
 
 snake_case names as RL practitioners know them from RLlib, Stable-Baselines3 and CleanRL; unknown
 names are rejected. Every field says what it does and, where it is not kuberl's own choice, where
-its default comes from. Light like config.py: no ray, torch or gymnasium.
+its default comes from. Light like config: no ray, torch or gymnasium.
 
 - `base`: the kinds of number the fields are (StepSize, Fraction, Count, BatchSize, ...), the
   upper bounds MAX_BUFFER_SIZE and MAX_BATCH_SIZE, and the bases NetworkHyperparameters and

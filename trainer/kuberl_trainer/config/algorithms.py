@@ -1,0 +1,119 @@
+"""The table of algorithms (`ALGORITHMS`): each one's hyperparameters, policy and optimizers."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from kuberl_trainer.config.optimizer import (
+    ASYNC_GRADIENTS,
+    ASYNC_REPLAY,
+    ASYNC_SAMPLES,
+    LOCAL_MULTI_GPU,
+    PERTURBATIONS,
+    SYNC_REPLAY,
+    SYNC_SAMPLES,
+    OptimizerName,
+)
+from kuberl_trainer.hyperparameters import (
+    A2CHyperparameters,
+    A3CHyperparameters,
+    APEXHyperparameters,
+    APPOHyperparameters,
+    DQNHyperparameters,
+    ESHyperparameters,
+    Hyperparameters,
+    IMPALAHyperparameters,
+    PGHyperparameters,
+    PPOHyperparameters,
+    SACHyperparameters,
+)
+
+
+@dataclass(frozen=True)
+class AlgorithmRow:
+    """Everything kuberl knows about an algorithm, in one place: adding one is a hyperparameters
+    class, a row here and a policy file."""
+
+    hyperparameters: type[Hyperparameters]
+    """Its hyperparameters: a class of kuberl_trainer.hyperparameters, one docstring per field."""
+    policy: str
+    """The policy class as module:Class, imported only by the trainer (this module stays light)."""
+    optimizers: tuple[OptimizerName, ...]
+    """The default optimizer first, then the swaps its numerics allow."""
+    learns: str
+    """How it learns, for the message that rejects an optimizer that cannot feed it."""
+    discrete_actions_only: bool = False
+    """Its policy handles Discrete action spaces only (checked when a job is validated)."""
+    continuous_actions_only: bool = False
+    """Its policy handles Box action spaces only (checked when a job is validated)."""
+
+
+_ON_POLICY = "learns on fresh samples of its current policy"
+_SGD_EPOCHS = "takes several epochs of minibatch SGD on fresh samples of its current policy"
+_VTRACE = "learns on samples whose policy lag V-trace corrects"
+_REPLAY = "learns Q-values from replayed transitions"
+_SOFT_REPLAY = "learns its critics and its actor from replayed transitions"
+_PERTURBED = "learns from the returns of perturbed copies of its parameters"
+
+ALGORITHMS: dict[str, AlgorithmRow] = {
+    "PG": AlgorithmRow(
+        PGHyperparameters,
+        "kuberl_trainer.policy.pg:PGPolicy",
+        (SYNC_SAMPLES, ASYNC_GRADIENTS),
+        _ON_POLICY,
+    ),
+    "A2C": AlgorithmRow(
+        A2CHyperparameters,
+        "kuberl_trainer.policy.a2c:A2CPolicy",
+        (SYNC_SAMPLES, ASYNC_GRADIENTS),
+        _ON_POLICY,
+    ),
+    "A3C": AlgorithmRow(
+        A3CHyperparameters,
+        "kuberl_trainer.policy.a2c:A2CPolicy",
+        (ASYNC_GRADIENTS, SYNC_SAMPLES),
+        _ON_POLICY,
+    ),
+    "PPO": AlgorithmRow(
+        PPOHyperparameters,
+        "kuberl_trainer.policy.ppo:PPOPolicy",
+        (SYNC_SAMPLES, ASYNC_SAMPLES, LOCAL_MULTI_GPU),
+        _SGD_EPOCHS,
+    ),
+    "APPO": AlgorithmRow(
+        APPOHyperparameters,
+        "kuberl_trainer.policy.appo:APPOPolicy",
+        (ASYNC_SAMPLES, SYNC_SAMPLES),
+        _VTRACE,
+    ),
+    "IMPALA": AlgorithmRow(
+        IMPALAHyperparameters,
+        "kuberl_trainer.policy.impala:IMPALAPolicy",
+        (ASYNC_SAMPLES, SYNC_SAMPLES),
+        _VTRACE,
+    ),
+    "DQN": AlgorithmRow(
+        DQNHyperparameters,
+        "kuberl_trainer.policy.dqn:DQNPolicy",
+        (SYNC_REPLAY, ASYNC_REPLAY),
+        _REPLAY,
+        discrete_actions_only=True,
+    ),
+    "APEX": AlgorithmRow(
+        APEXHyperparameters,
+        "kuberl_trainer.policy.apex:APEXPolicy",
+        (ASYNC_REPLAY, SYNC_REPLAY),
+        _REPLAY,
+        discrete_actions_only=True,
+    ),
+    "SAC": AlgorithmRow(
+        SACHyperparameters,
+        "kuberl_trainer.policy.sac:SACPolicy",
+        (SYNC_REPLAY,),
+        _SOFT_REPLAY,
+        continuous_actions_only=True,
+    ),
+    "ES": AlgorithmRow(
+        ESHyperparameters, "kuberl_trainer.policy.es:ESPolicy", (PERTURBATIONS,), _PERTURBED
+    ),
+}
