@@ -1,11 +1,14 @@
 """The local backend: jobs run as trainer processes on this machine, their state kept in SQLite.
 
-A supervisor task observes the processes and moves each job through the phases Pending, Running,
-Succeeded, Failed and Suspended; requests only record what the caller wants (a new job,
-`spec.suspend`) and wake it. Because every state lives in the database and every trainer in a
-process group of its own, an API that restarts finds its jobs again: a trainer that still runs is
-re-attached, one that ended while the API was down is judged by the exit status it left, and one
-that left none is Failed with the reason, never left Running.
+A supervisor task observes the processes and moves each job through its phases (`local_lifecycle`:
+the lifecycle the operator shares, so a job reads alike on both backends); requests only record
+what the caller wants (a new job, `spec.suspend`) and wake it. A run's files are read by
+`run_files`.
+
+Because every state lives in the database and every trainer in a process group of its own, an
+API that restarts finds its jobs again: a trainer that still runs is re-attached, one that ended
+while the API was down is judged by the exit status it left, and one that left none is Failed
+with the reason, never left Running.
 """
 
 from __future__ import annotations
@@ -15,17 +18,14 @@ import contextlib
 import logging
 import shutil
 import signal
-import uuid
 from collections.abc import Iterator
 from dataclasses import replace
-from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
 import yaml
 
 from kuberl_api.backend import (
-    ApiError,
     JobPage,
     JobSummary,
     ListQuery,
@@ -33,40 +33,26 @@ from kuberl_api.backend import (
     already_exists,
     not_found,
 )
+from kuberl_api.local_lifecycle import (
+    RESUMED,
+    WAITING,
+    initial_document,
+    manifest_of,
+    next_attempt,
+    now,
+    outcome,
+    transition,
+    with_suspend,
+)
 from kuberl_api.processes import TrainerFiles, TrainerProcesses, read_exit_status
+from kuberl_api.run_files import last_log_line, log_tail, read_progress, with_progress
 from kuberl_api.selectors import decode_continue, encode_continue, matches, parse_label_selector
 from kuberl_api.store import DuplicateJob, JobRow, JobStore
-from kuberl_operator.spec import ConditionType, Phase, Progress, Reason, RLJob
-from kuberl_trainer.progress_row import (
-    CHECKPOINT,
-    EPISODE_RETURN_MEAN,
-    EVALUATION_RETURN_MEAN,
-    EXIT_INVALID_JOB,
-    FINAL_RECORD_PREFIX,
-    ITERATION,
-    PROGRESS_FILE,
-    SAMPLES_PER_S,
-    TIME_TOTAL_S,
-    TIMESTEPS_TOTAL,
-    FinalRecord,
-    ProgressFileError,
-    parse_rows,
-    read_final_record,
-    read_rows,
-)
+from kuberl_operator.spec import Phase, Reason, RLJob, RLJobStatus
+from kuberl_operator.status.lifecycle import Entered
+from kuberl_trainer.progress_row import PROGRESS_FILE, read_final_record
 
 log = logging.getLogger(__name__)
-
-# Why a job is in its phase (the `reason` of its conditions).
-QUEUED = "Queued"
-TRAINER_RUNNING = "TrainerRunning"
-TRAINER_SUCCEEDED = "TrainerSucceeded"
-TRAINER_FAILED = "TrainerFailed"
-TRAINER_LOST = "TrainerLost"
-SUSPENDED = "Suspended"
-
-EXIT_SIGTERM, EXIT_SIGINT = 128 + signal.SIGTERM, 128 + signal.SIGINT
-_TAIL_BYTES = 64 * 1024  # enough for the last row of progress.jsonl, or the final record
 
 
 class LocalBackend:
@@ -79,6 +65,7 @@ class LocalBackend:
         "(a resumed job continues the same history)"
     )
     no_history_reason = None
+    counts_jobs = True  # no operator runs beside it
 
     def __init__(self, data_dir: Path, max_running: int, poll_interval_s: float = 0.5) -> None:
         self.data_dir = data_dir
@@ -93,9 +80,14 @@ class LocalBackend:
     # --- lifecycle ------------------------------------------------------------------------------
 
     async def start(self) -> None:
+        self.open()
+        self._supervisor = asyncio.create_task(self._supervise(), name="local-supervisor")
+
+    def open(self) -> None:
+        """Opens the job database and recovers the jobs that were running; `reconcile()` then
+        advances them (start() does so from a supervisor task)."""
         self._store = JobStore(self.data_dir / "jobs.db")
         self._recover()
-        self._supervisor = asyncio.create_task(self._supervise(), name="local-supervisor")
 
     async def close(self) -> None:
         """Stops supervising; trainers keep running, to be re-attached by the next API."""
@@ -162,13 +154,15 @@ class LocalBackend:
         row = self._row(namespace, name)
         document = with_suspend(row.document, suspend)
         phase = row.phase
-        if suspend and phase == Phase.PENDING:
-            document = transition(document, Phase.SUSPENDED, SUSPENDED, "suspended", now())
+        if suspend and phase in WAITING:
+            suspended = Entered(Reason.SUSPENDED, "suspended while waiting for a trainer slot")
+            document = transition(document, Phase.SUSPENDED, suspended, now())
         elif suspend and phase == Phase.RUNNING and not row.stopping:
+            # Suspended once the trainer has checkpointed and exited (see outcome()).
             self.processes.signal(row.pid, row.pid_started, signal.SIGTERM)
             row = replace(row, stopping=True)
         elif not suspend and phase == Phase.SUSPENDED:
-            document = transition(document, Phase.PENDING, QUEUED, "resumed; waiting", now())
+            document = transition(document, Phase.RESUMING, RESUMED, now())
         row = row.with_document(document)
         self.store.update(row)
         self._wake.set()
@@ -215,7 +209,7 @@ class LocalBackend:
         """One pass: finish jobs whose trainer ended, refresh the progress of running ones, and
         start queued ones while there is room."""
         running = 0
-        for row in self.store.in_phase(Phase.RUNNING):
+        for row in self.store.in_phases((Phase.RUNNING,)):
             if row.pid is not None and self.processes.is_ours(row.pid, row.pid_started or 0):
                 running += 1
                 self._refresh_progress(row)
@@ -223,12 +217,12 @@ class LocalBackend:
                 self._finish(row)
         # Only the queue's head is read: a long queue costs nothing while the slots are full.
         if running < self.max_running:
-            for row in self.store.in_phase(Phase.PENDING, self.max_running - running):
+            for row in self.store.in_phases(WAITING, self.max_running - running):
                 self._start(row)
 
     def _recover(self) -> None:
         """After a restart: re-attach trainers that still run, judge those that ended."""
-        for row in self.store.in_phase(Phase.RUNNING):
+        for row in self.store.in_phases((Phase.RUNNING,)):
             if row.pid is not None and self.processes.is_ours(row.pid, row.pid_started or 0):
                 log.info("re-attached %s/%s (pid %d)", row.namespace, row.name, row.pid)
             else:
@@ -239,9 +233,9 @@ class LocalBackend:
         files.manifest.parent.mkdir(parents=True, exist_ok=True)
         files.manifest.write_text(yaml.safe_dump(manifest_of(row.document), sort_keys=False))
         started = self.processes.start(files)
-        document = transition(
-            row.document, Phase.RUNNING, TRAINER_RUNNING, f"trainer pid {started.pid}", now()
-        )
+        attempt = next_attempt(RLJobStatus.model_validate(row.document["status"]), Phase.RUNNING)
+        training = Entered(Reason.DRIVER_RUNNING, f"the driver of attempt {attempt} is training")
+        document = transition(row.document, Phase.RUNNING, training, now())
         self.store.update(
             JobRow(row.namespace, row.name, row.seq, document, started.pid, started.started)
         )
@@ -253,12 +247,10 @@ class LocalBackend:
             self.processes.forget(row.pid)
         final = read_final_record(log_tail(files.log))
         document = with_progress(row.document, files.run_dir, final)
-        phase, reason, message = outcome(
-            code, row.stopping, document, lost_while_down, row.pid, final
-        )
+        phase, entered = outcome(code, row.stopping, document, lost_while_down, row.pid, final)
         if phase is Phase.FAILED and final is None and (last := last_log_line(files.log)):
-            message += f"; last output: {last}"
-        document = transition(document, phase, reason, message, now())
+            entered = replace(entered, message=f"{entered.message}; last output: {last}")
+        document = transition(document, phase, entered, now())
         self.store.update(JobRow(row.namespace, row.name, row.seq, document))
         self._progress_seen.pop((row.namespace, row.name), None)
 
@@ -294,216 +286,6 @@ class LocalBackend:
             log=job_dir / "trainer.log",
             exit_status=job_dir / "exit-status",
         )
-
-
-# --- Pure functions: documents, phases, progress ------------------------------------------------
-
-
-def now() -> datetime:
-    return datetime.now(UTC).replace(microsecond=0)
-
-
-def timestamp(moment: datetime) -> str:
-    return moment.strftime("%Y-%m-%dT%H:%M:%SZ")
-
-
-def initial_document(job: RLJob, namespace: str, created: datetime) -> dict[str, Any]:
-    """The job as stored at submission: validated spec with defaults, server-set metadata, and a
-    first status (Suspended when submitted with spec.suspend, else Pending)."""
-    document = job.model_dump(mode="json", by_alias=True, exclude_none=True)
-    document["metadata"] |= {
-        "namespace": namespace,
-        "uid": str(uuid.uuid4()),
-        "creationTimestamp": timestamp(created),
-        "generation": 1,
-    }
-    document["status"] = {"progress": {"iteration": 0, "timesteps": 0}}
-    if job.spec.suspend:
-        return transition(document, Phase.SUSPENDED, SUSPENDED, "submitted suspended", created)
-    return transition(document, Phase.PENDING, QUEUED, "waiting for a free trainer slot", created)
-
-
-def manifest_of(document: dict[str, Any]) -> dict[str, Any]:
-    """What the trainer reads: the job without status and server-set metadata."""
-    metadata = {key: document["metadata"][key] for key in ("name", "namespace", "labels")}
-    return {
-        "apiVersion": document["apiVersion"],
-        "kind": document["kind"],
-        "metadata": metadata,
-        "spec": document["spec"],
-    }
-
-
-def with_suspend(document: dict[str, Any], suspend: bool) -> dict[str, Any]:
-    """`spec.suspend` set as asked; the generation moves only when the spec changes."""
-    if document["spec"].get("suspend", False) == suspend:
-        return document
-    metadata = {**document["metadata"], "generation": document["metadata"]["generation"] + 1}
-    return {**document, "metadata": metadata, "spec": {**document["spec"], "suspend": suspend}}
-
-
-# The conditions each phase implies: (type, holds?) for Ready, Progressing, Complete, Failed and
-# Suspended, in the standard Kubernetes shape.
-_CONDITIONS = {
-    Phase.PENDING: {"Progressing"},
-    Phase.RUNNING: {"Ready", "Progressing"},
-    Phase.SUCCEEDED: {"Complete"},
-    Phase.FAILED: {"Failed"},
-    Phase.SUSPENDED: {"Suspended"},
-}
-_CONDITION_TYPES = [
-    ConditionType.READY,
-    ConditionType.PROGRESSING,
-    ConditionType.COMPLETE,
-    ConditionType.FAILED,
-    ConditionType.SUSPENDED,
-]
-
-
-def transition(
-    document: dict[str, Any], phase: Phase, reason: str, message: str, at: datetime
-) -> dict[str, Any]:
-    """The document in `phase`: conditions follow it (their lastTransitionTime moves only when
-    they flip), startTime is set on first running, completionTime on success or failure."""
-    status = dict(document["status"])
-    previous = {c["type"]: c for c in status.get("conditions", [])}
-    conditions = []
-    for type_ in _CONDITION_TYPES:
-        holds = "True" if type_.value in _CONDITIONS[phase] else "False"
-        old = previous.get(type_.value)
-        changed = old is None or old["status"] != holds
-        conditions.append(
-            {
-                "type": type_.value,
-                "status": holds,
-                "reason": reason,
-                "message": message,
-                "lastTransitionTime": timestamp(at) if changed else old["lastTransitionTime"],
-            }
-        )
-    status |= {"phase": phase.value, "conditions": conditions}
-    if phase is Phase.RUNNING:
-        status.setdefault("startTime", timestamp(at))
-    if phase in (Phase.SUCCEEDED, Phase.FAILED):
-        status["completionTime"] = timestamp(at)
-    else:
-        status.pop("completionTime", None)
-    return {**document, "status": status}
-
-
-def outcome(
-    code: int | None,
-    stopping: bool,
-    document: dict[str, Any],
-    lost: bool,
-    pid: int | None,
-    final: FinalRecord | None = None,
-) -> tuple[Phase, str, str]:
-    """The phase, reason and message of a job whose trainer ended with exit status `code` (None
-    when it left none), in the words of its final record when it printed one. `stopping`: the
-    API sent it SIGTERM to suspend it."""
-    said = f": {final.message}" if final is not None and final.message else ""
-    if code == 0:
-        return Phase.SUCCEEDED, TRAINER_SUCCEEDED, f"the trainer met a stop condition{said}"
-    if stopping and code in (EXIT_SIGTERM, EXIT_SIGINT):
-        if document["spec"].get("suspend"):
-            return Phase.SUSPENDED, SUSPENDED, "suspended after a checkpoint"
-        return Phase.PENDING, QUEUED, "resumed while stopping; waiting for a free trainer slot"
-    if code is None:
-        when = "while the API was down" if lost else "without an exit status"
-        return Phase.FAILED, TRAINER_LOST, f"the trainer process (pid {pid}) ended {when}"
-    if code == EXIT_INVALID_JOB:
-        return Phase.FAILED, Reason.INVALID_SPEC, f"the trainer found the job invalid{said}"
-    return Phase.FAILED, TRAINER_FAILED, f"the trainer exited with status {code}{said}"
-
-
-def with_progress(
-    document: dict[str, Any], run_dir: Path, final: FinalRecord | None = None
-) -> dict[str, Any]:
-    """The document with status.progress from the newest row of the run's progress.jsonl; the
-    newest checkpoint is the one the rows (or, once the trainer has ended, its final record)
-    name."""
-    path = run_dir / PROGRESS_FILE
-    row = last_progress_row(path)
-    if row is None:
-        return document
-    known = Progress.model_validate(document["status"].get("progress") or {}).last_checkpoint
-    progress = Progress(
-        iteration=row.iteration,
-        timesteps=row.timesteps,
-        episode_return_mean=row.episode_return_mean,
-        last_checkpoint=(final.checkpoint if final else None) or row.checkpoint or known,
-        # Kubernetes' timestamps are whole seconds.
-        last_update_time=datetime.fromtimestamp(path.stat().st_mtime, UTC).replace(microsecond=0),
-        samples_per_second=None
-        if row.samples_per_second is None
-        else max(row.samples_per_second, 0.0),
-    )
-    dumped = progress.model_dump(mode="json", by_alias=True, exclude_none=True)
-    return {**document, "status": {**document["status"], "progress": dumped}}
-
-
-def progress_row(raw: dict[str, Any]) -> ProgressRow:
-    """One line of progress.jsonl in the API's terms."""
-    return ProgressRow(
-        iteration=int(raw[ITERATION]),
-        timesteps=int(raw.get(TIMESTEPS_TOTAL) or 0),
-        episode_return_mean=raw.get(EPISODE_RETURN_MEAN),
-        evaluation_return_mean=raw.get(EVALUATION_RETURN_MEAN),
-        samples_per_second=raw.get(SAMPLES_PER_S),
-        time_total_seconds=raw.get(TIME_TOTAL_S),
-        checkpoint=raw.get(CHECKPOINT),
-    )
-
-
-def read_progress(path: Path) -> list[ProgressRow]:
-    """Every whole row of progress.jsonl (a row being written is left until complete). A line
-    that is not a progress row before the last is refused, naming the file and the line."""
-    try:
-        return [progress_row(raw) for raw in read_rows(path)]
-    except ProgressFileError as exc:
-        raise ApiError(500, "InternalError", f"the job's progress cannot be read: {exc}") from None
-
-
-def last_progress_row(path: Path) -> ProgressRow | None:
-    """The newest whole row of progress.jsonl, read from the file's end; None without one (or
-    when the end of the file is not progress rows, which read_progress reports)."""
-    try:
-        with path.open("rb") as file:
-            file.seek(0, 2)
-            start = max(file.tell() - _TAIL_BYTES, 0)
-            file.seek(start)
-            text = file.read().decode("utf-8", errors="replace")
-    except FileNotFoundError:
-        return None
-    if start > 0:  # the first line read is cut at its front
-        text = text.partition("\n")[2]
-    try:
-        rows = parse_rows(text, str(path))
-    except ProgressFileError:
-        return None
-    return progress_row(rows[-1]) if rows else None
-
-
-def log_tail(path: Path) -> str:
-    """The end of a trainer's log: enough to hold its final record."""
-    try:
-        with path.open("rb") as file:
-            file.seek(0, 2)
-            file.seek(max(file.tell() - _TAIL_BYTES, 0))
-            return file.read().decode("utf-8", errors="replace")
-    except FileNotFoundError:
-        return ""
-
-
-def last_log_line(path: Path) -> str | None:
-    """The trainer's last line for people (its final record is for programs)."""
-    lines = [
-        line.strip()
-        for line in log_tail(path).splitlines()
-        if line.strip() and not line.startswith(FINAL_RECORD_PREFIX)
-    ]
-    return lines[-1] if lines else None
 
 
 def page(documents: Iterator[dict[str, Any]], limit: int | None) -> JobPage:

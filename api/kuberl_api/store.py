@@ -147,11 +147,12 @@ class JobStore:
         for row in self._db.execute(sql + " ORDER BY name", params):
             yield _row(row)
 
-    def in_phase(self, phase: str, limit: int = -1) -> list[JobRow]:
-        """The first `limit` jobs (all when negative) in a phase, in submission order (the
-        queue's order)."""
-        sql = f"SELECT {_COLUMNS} FROM jobs WHERE phase = ? ORDER BY seq LIMIT ?"
-        return [_row(row) for row in self._db.execute(sql, (phase, limit))]
+    def in_phases(self, phases: tuple[str, ...], limit: int = -1) -> list[JobRow]:
+        """The first `limit` jobs (all when negative) in any of these phases, in submission order
+        (the queue's order)."""
+        marks = ", ".join("?" * len(phases))
+        sql = f"SELECT {_COLUMNS} FROM jobs WHERE phase IN ({marks}) ORDER BY seq LIMIT ?"
+        return [_row(row) for row in self._db.execute(sql, (*phases, limit))]
 
     def all(self) -> list[JobRow]:
         return [_row(row) for row in self._db.execute(f"SELECT {_COLUMNS} FROM jobs")]

@@ -9,8 +9,9 @@ import pytest
 from kuberl_api.auth import load_tokens
 from kuberl_api.backend import ApiError
 from kuberl_api.guard import host_name, is_loopback
-from kuberl_api.local import outcome, with_progress
+from kuberl_api.local_lifecycle import outcome
 from kuberl_api.processes import trainer_environment
+from kuberl_api.run_files import with_progress
 from kuberl_api.selectors import (
     decode_continue,
     encode_continue,
@@ -74,27 +75,29 @@ RESUMED_SPEC = {"spec": {"suspend": False}}
 @pytest.mark.parametrize(
     ("code", "stopping", "document", "phase", "reason"),
     [
-        (0, False, RESUMED_SPEC, Phase.SUCCEEDED, "TrainerSucceeded"),
-        (0, True, SUSPENDED_SPEC, Phase.SUCCEEDED, "TrainerSucceeded"),
+        (0, False, RESUMED_SPEC, Phase.SUCCEEDED, "DriverSucceeded"),
+        (0, True, SUSPENDED_SPEC, Phase.SUCCEEDED, "DriverSucceeded"),
         (143, True, SUSPENDED_SPEC, Phase.SUSPENDED, "Suspended"),
-        (143, True, RESUMED_SPEC, Phase.PENDING, "Queued"),  # resumed while it was stopping
-        (143, False, RESUMED_SPEC, Phase.FAILED, "TrainerFailed"),  # someone else's SIGTERM
-        (1, False, RESUMED_SPEC, Phase.FAILED, "TrainerFailed"),
+        (143, True, RESUMED_SPEC, Phase.RESUMING, "Resuming"),  # resumed while it was stopping
+        (143, False, RESUMED_SPEC, Phase.FAILED, "DriverFailed"),  # someone else's SIGTERM
+        (1, False, RESUMED_SPEC, Phase.FAILED, "DriverFailed"),
         (EXIT_INVALID_JOB, False, RESUMED_SPEC, Phase.FAILED, "InvalidSpec"),
         (None, False, RESUMED_SPEC, Phase.FAILED, "TrainerLost"),
     ],
 )
 def test_the_phase_of_an_ended_trainer(code, stopping, document, phase, reason):
-    assert outcome(code, stopping, document, False, 42)[:2] == (phase, reason)
+    ended, entered = outcome(code, stopping, document, False, 42)
+    assert (ended, entered.reason) == (phase, reason)
 
 
 def test_an_invalid_job_says_why_in_the_trainers_words():
     final = FinalRecord(
         Outcome.INVALID_JOB, EXIT_INVALID_JOB, "spec.trainer.env: 'CartPol-v1' is unknown", 1.0
     )
-    phase, reason, message = outcome(EXIT_INVALID_JOB, False, RESUMED_SPEC, False, 42, final)
+    phase, entered = outcome(EXIT_INVALID_JOB, False, RESUMED_SPEC, False, 42, final)
+    reason, message = entered.reason, entered.message
     assert (phase, reason) == (Phase.FAILED, "InvalidSpec")
-    assert message == "the trainer found the job invalid: spec.trainer.env: 'CartPol-v1' is unknown"
+    assert message == "the driver found the job invalid: spec.trainer.env: 'CartPol-v1' is unknown"
 
 
 def test_the_newest_checkpoint_comes_from_the_rows_and_the_final_record(tmp_path):

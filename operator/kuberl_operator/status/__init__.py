@@ -17,7 +17,10 @@ One module per question:
 - `phases`: the phase machine (`PhaseEvent`, `TRANSITIONS`, `next_phase`).
 - `decide`: which event an observation amounts to and what to do about it: attempts, restarts
   and their backoff, preemption, activeDeadlineSeconds, suspension. Why did my job restart?
-- `conditions`: each condition's status, reason and message. Why is Ready False?
+- `lifecycle`: what every backend shares (the API's local one too): the conditions a phase
+  implies, startTime and completionTime, and how a new status meets the previous one. Why is
+  Ready False?
+- `conditions`: the operator's conditions: the lifecycle's, and those only a cluster has.
 - `events`: the Kubernetes Events a change emits.
 - `compute`: `compute_status`, which puts them together.
 """

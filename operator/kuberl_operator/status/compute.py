@@ -1,20 +1,20 @@
 """`compute_status`, the one public function: it decides, moves the phase, and assembles the new
 status with its conditions and Events; beside it, the small helpers that carry a field of the
-previous status over (progress, startTime, headPodUID)."""
+previous status over (progress, headPodUID). What every backend shares is in `lifecycle`."""
 
 from __future__ import annotations
 
 import math
-from datetime import datetime
 from typing import Any
 
 from kuberl_operator.spec import Phase, Progress, RLJobSpec, RLJobStatus
 from kuberl_operator.status.actions import StatusUpdate, SubmitDriver
-from kuberl_operator.status.conditions import merge_conditions, wanted_conditions
+from kuberl_operator.status.conditions import wanted_conditions
 from kuberl_operator.status.decide import Decision, decide
 from kuberl_operator.status.events import change_events, unschedulable_event
+from kuberl_operator.status.lifecycle import finished_at, merge_conditions, started_at
 from kuberl_operator.status.observed import Observed, ObservedProgress
-from kuberl_operator.status.phases import ACTIVE, TERMINAL, PhaseEvent, applies, next_phase
+from kuberl_operator.status.phases import PhaseEvent, applies, next_phase
 from kuberl_trainer.progress_row import (
     EPISODE_RETURN_MEAN,
     ITERATION,
@@ -32,33 +32,27 @@ def _finite(value: Any) -> float | None:
 
 def merge_progress(current: Progress, observed: ObservedProgress | None) -> Progress:
     """The progress after an observed row; a row no newer than the last one changes nothing, so
-    progress never goes back to an older report."""
+    progress never goes back to an older report. A figure the row does not carry keeps its last
+    value (a final record has no throughput: the last iteration's stays)."""
     if observed is None:
         return current
     if current.last_update_time is not None and observed.time <= current.last_update_time:
         return current
     row = observed.row
-    samples = _finite(row.get(SAMPLES_PER_S))
+    samples = _finite(row[SAMPLES_PER_S]) if SAMPLES_PER_S in row else current.samples_per_second
+    episode_return = (
+        _finite(row[EPISODE_RETURN_MEAN])
+        if EPISODE_RETURN_MEAN in row
+        else current.episode_return_mean
+    )
     return Progress(
         iteration=int(row.get(ITERATION, current.iteration)),
         timesteps=int(row.get(TIMESTEPS_TOTAL, current.timesteps)),
-        episode_return_mean=_finite(row.get(EPISODE_RETURN_MEAN)),
+        episode_return_mean=episode_return,
         last_checkpoint=observed.last_checkpoint or current.last_checkpoint,
         last_update_time=observed.time,
         samples_per_second=samples if samples is not None and samples >= 0 else None,
     )
-
-
-def _start_time(
-    previous: RLJobStatus, phase: Phase, decision: Decision, now: datetime
-) -> datetime | None:
-    """When the job started, as Kubernetes Jobs count it for activeDeadlineSeconds: when it first
-    left Pending (its first cluster requested), and again when it is resumed from suspension."""
-    if decision.event == PhaseEvent.UNSUSPEND and applies(previous.phase, decision.event):
-        return now
-    if previous.start_time is not None:
-        return previous.start_time
-    return now if phase in ACTIVE - {Phase.PENDING} else None
 
 
 def _head_pod_uid(previous: RLJobStatus, decision: Decision, observed: Observed) -> str | None:
@@ -78,8 +72,9 @@ def compute_status(spec: RLJobSpec | None, observed: Observed) -> StatusUpdate:
     current = previous.phase or Phase.PENDING
     decision = decide(spec, observed, current)
     phase = next_phase(current, decision.event)
-    conditions, changed = merge_conditions(wanted_conditions(phase, decision, observed), observed)
-    finished = phase in TERMINAL
+    wanted = wanted_conditions(phase, decision, observed)
+    conditions, changed = merge_conditions(wanted, previous, observed.now, observed.generation)
+    resumed = decision.event == PhaseEvent.UNSUSPEND and applies(previous.phase, decision.event)
     status = RLJobStatus(
         phase=phase,
         conditions=conditions,
@@ -89,9 +84,9 @@ def compute_status(spec: RLJobSpec | None, observed: Observed) -> StatusUpdate:
         preemptions=decision.preemptions,
         preempted_pods=list(decision.preempted_pods),
         ray_cluster=observed.cluster.name if observed.cluster else None,
-        start_time=_start_time(previous, phase, decision, observed.now),
+        start_time=started_at(previous, phase, resumed, observed.now),
         head_pod_uid=_head_pod_uid(previous, decision, observed),
-        completion_time=previous.completion_time or (observed.now if finished else None),
+        completion_time=finished_at(previous, phase, observed.now),
         observed_generation=observed.generation,
     )
     return StatusUpdate(
