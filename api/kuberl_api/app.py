@@ -42,7 +42,7 @@ async def lifespan(app: FastAPI) -> AsyncIterator[None]:
 def create_app(backend: Backend, authorizer: Authorizer, loopback_hosts_only: bool) -> FastAPI:
     """The API over `backend`; starting and closing the backend follow the app's lifespan.
     `loopback_hosts_only`: serve only requests to a loopback Host (when nobody is authenticated)."""
-    metrics = ApiMetrics()
+    metrics = ApiMetrics(counts_jobs=backend.counts_jobs)
     app = FastAPI(
         title="kuberl API",
         version="v1",

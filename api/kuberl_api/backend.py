@@ -128,6 +128,10 @@ class Backend(Protocol):
     history_source: str
     """Where GET .../progress gets its rows, in words (shown in the OpenAPI description)."""
 
+    counts_jobs: bool
+    """Whether the API exports the count of jobs by phase (kuberl_jobs): where it runs them
+    itself; on a cluster the operator counts them, once."""
+
     no_history_reason: str | None
     """Why the backend keeps no progress history to draw (GET .../plot answers 501 with it), or
     None when it keeps one."""

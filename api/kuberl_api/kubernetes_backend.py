@@ -104,6 +104,7 @@ class KubernetesAuthorizer:
 
 class KubernetesBackend:
     name = "kubernetes"
+    counts_jobs = False  # the operator counts them
     history_source = (
         "the RLJob's .status.progress (the newest iteration only: Kubernetes keeps no history; "
         "the per-iteration series are in Prometheus)"

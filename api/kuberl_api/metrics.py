@@ -1,10 +1,14 @@
 """Prometheus metrics of the API: requests and their latency, and the jobs it serves.
 
 Names follow the project's conventions (`kuberl_` prefix, `_total` and `_seconds` suffixes) under
-`kuberl_api_` so they never collide with the trainer's or the operator's series. Labels are bounded:
-requests by method, route template (never the raw path) and status code; jobs by namespace, job,
-algorithm and phase. Job gauges are rebuilt from the backend at each scrape, so a deleted job's
-series disappear with it.
+`kuberl_api_` so they never collide with the trainer's or the operator's series; each is a constant
+below, which the dashboards import. The one exception is the count of jobs by namespace and phase,
+`kuberl_jobs` (kuberl_operator.constants.METRIC_JOBS): one fact, one metric, exported by whoever
+runs the jobs. The local backend runs them, so the API counts them; on the kubernetes backend the
+operator runs and counts them, and the API does not export the count a second time. Labels are
+bounded: requests by method, route template (never the raw path) and status code; jobs by
+namespace, job, algorithm and phase. Job gauges are rebuilt from the backend at each scrape, so a
+deleted job's series disappear with it.
 
 Request series are public; job series name jobs, so each scrape shows only the namespaces whose
 rljobs the caller may list (`listable`): on the kubernetes backend that is what RBAC gives the
@@ -20,9 +24,16 @@ from typing import Any
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 
 from kuberl_api.backend import Action, ApiError, Authorizer, JobSummary
+from kuberl_operator.constants import METRIC_JOBS
 
 METRIC_REQUESTS = "kuberl_api_requests_total"
+"""Counter: HTTP requests answered, by method, route template and status code."""
 METRIC_REQUEST_DURATION = "kuberl_api_request_duration_seconds"
+"""Histogram: time to answer an HTTP request, by method and route template."""
+METRIC_JOB_RETURN = "kuberl_api_job_episode_return_mean"
+"""Gauge: latest mean episode return of each job."""
+METRIC_JOB_TIMESTEPS = "kuberl_api_job_timesteps"
+"""Gauge: env steps each job has sampled."""
 JOB_LABELS = ("namespace", "job", "algorithm", "phase")
 # Latency buckets for an API answering from memory and SQLite: sub-millisecond to seconds.
 METHODS = frozenset({"GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS"})
@@ -30,7 +41,8 @@ LATENCY_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0,
 
 
 class ApiMetrics:
-    def __init__(self) -> None:
+    def __init__(self, counts_jobs: bool) -> None:
+        """`counts_jobs`: export the count of jobs (the backend runs them; Backend.counts_jobs)."""
         self.registry = CollectorRegistry()
         r = self.registry
         self.requests = Counter(
@@ -46,18 +58,21 @@ class ApiMetrics:
             buckets=LATENCY_BUCKETS,
             registry=r,
         )
-        self.jobs = Gauge(
-            "kuberl_api_jobs", "Jobs by namespace and phase.", ("namespace", "phase"), registry=r
-        )
         self.job_return = Gauge(
-            "kuberl_api_job_episode_return_mean",
-            "Latest mean episode return of each job.",
-            JOB_LABELS,
-            registry=r,
+            METRIC_JOB_RETURN, "Latest mean episode return of each job.", JOB_LABELS, registry=r
         )
         self.job_timesteps = Gauge(
-            "kuberl_api_job_timesteps", "Env steps each job has sampled.", JOB_LABELS, registry=r
+            METRIC_JOB_TIMESTEPS, "Env steps each job has sampled.", JOB_LABELS, registry=r
         )
+        # Only where the API runs the jobs itself: on a cluster the operator counts them under
+        # the same name (Backend.counts_jobs).
+        self.jobs = Gauge(
+            METRIC_JOBS,
+            "RLJobs by namespace and phase.",
+            ("namespace", "phase"),
+            registry=r if counts_jobs else None,
+        )
+        self.counts_jobs = counts_jobs
 
     def observe_request(self, method: str, route: str, code: int, seconds: float) -> None:
         method = method if method in METHODS else "other"
@@ -75,8 +90,9 @@ class ApiMetrics:
             self.job_timesteps.labels(*labels).set(job.timesteps)
             if job.episode_return_mean is not None:
                 self.job_return.labels(*labels).set(job.episode_return_mean)
-        for (namespace, phase), count in counts.items():
-            self.jobs.labels(namespace, phase).set(count)
+        if self.counts_jobs:
+            for (namespace, phase), count in counts.items():
+                self.jobs.labels(namespace, phase).set(count)
         return generate_latest(self.registry)
 
 

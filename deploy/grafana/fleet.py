@@ -42,7 +42,7 @@ def fleet() -> dict[str, Any]:
             "Jobs running",
             f'sum({METRIC_JOBS}{{{ns}, phase="{Phase.RUNNING}"}}) or vector(0)',
             "short",
-            "RLJobs the operator sees in phase Running.",
+            "RLJobs in phase Running.",
         ),
         stat(
             "Jobs preempted or resuming",
@@ -78,7 +78,8 @@ def fleet() -> dict[str, Any]:
             "Jobs by phase",
             [target(f"sum by (phase) ({METRIC_JOBS}{{{ns}}})", "{{phase}}")],
             "short",
-            "RLJobs in each phase, as the operator counts them.",
+            "RLJobs in each phase, as whoever runs them counts them: the operator on a cluster, "
+            "the API's local backend on one machine.",
             custom={"stacking": {"mode": "normal"}, "fillOpacity": 30},
         ),
         panel(

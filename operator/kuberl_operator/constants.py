@@ -117,8 +117,10 @@ SPOT_RAY_RESOURCE = "spot"
 # --- The operator's Prometheus metrics (metrics.py serves them; the dashboards and alert rules in
 # deploy/ import these names) --------------------------------------------------------------------
 
-METRIC_JOBS = "kuberl_operator_jobs"
-"""Gauge: RLJobs by namespace and phase."""
+METRIC_JOBS = "kuberl_jobs"
+"""Gauge: RLJobs by namespace and phase. One metric, exported by whoever runs the jobs: the operator
+on a cluster, the API's local backend on one machine (the API on the kubernetes backend leaves it to
+the operator)."""
 METRIC_JOB_PHASE = "kuberl_operator_job_phase"
 """Gauge: 1 for each RLJob's current phase."""
 METRIC_JOB_PHASE_SECONDS = "kuberl_operator_job_phase_seconds_total"

@@ -16,7 +16,7 @@ pytestmark = pytest.mark.timeout(120)
 
 EVIL = "https://evil.example"
 JOB_SERIES = (
-    "kuberl_api_jobs{",
+    "kuberl_jobs{",
     "kuberl_api_job_episode_return_mean{",
     "kuberl_api_job_timesteps{",
 )
@@ -180,7 +180,7 @@ def test_metrics_name_jobs_only_to_a_token_holder(queue_client, queue_api):
         assert "metered" not in response.text
 
     text = queue_client.request("GET", "/metrics").text
-    assert 'kuberl_api_jobs{namespace="metered",phase="Pending"} 1.0' in text
+    assert 'kuberl_jobs{namespace="metered",phase="Pending"} 1.0' in text
     assert (
         'kuberl_api_job_timesteps{algorithm="PPO",job="metered",namespace="metered",'
         'phase="Pending"} 0.0'

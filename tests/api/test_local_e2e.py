@@ -55,7 +55,7 @@ def test_submit_trains_to_success_with_progress_history(client, local_api):
         'kuberl_api_job_timesteps{algorithm="PPO",job="cartpole",namespace="default",'
         f'phase="Succeeded"}} {float(status.progress.timesteps)}'
     ) in metrics
-    assert 'kuberl_api_jobs{namespace="default",phase="Succeeded"}' in metrics
+    assert 'kuberl_jobs{namespace="default",phase="Succeeded"}' in metrics
     assert (
         'kuberl_api_requests_total{code="201",method="POST",route="/v1/namespaces/{namespace}/jobs"}'
         in metrics

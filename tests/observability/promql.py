@@ -14,6 +14,7 @@ from typing import Any
 
 import yaml
 
+from kuberl_api.metrics import ApiMetrics
 from testkit import ROOT
 
 GRAFANA = ROOT / "deploy" / "grafana"
@@ -95,15 +96,14 @@ COMPONENTS = ("trainer", "operator", "api")
 def exported_metric_names(*components: str) -> set[str]:
     """Every series name the trainer, the operator and the API (or the `components` named) export,
     as Prometheus stores them (counters with _total, histograms with _bucket/_count/_sum, infos
-    with _info)."""
-    from kuberl_api.metrics import ApiMetrics
+    with _info). The API's are those it exports on the local backend, the count of jobs included."""
     from kuberl_operator.metrics import OperatorMetrics
     from kuberl_trainer.metrics import TrainerMetrics
 
     registries = {
         "trainer": lambda: TrainerMetrics("ns", "job", "PPO").registry,
         "operator": lambda: OperatorMetrics().registry,
-        "api": lambda: ApiMetrics().registry,
+        "api": lambda: ApiMetrics(counts_jobs=True).registry,
     }
     suffixes = {
         "counter": ("_total",),

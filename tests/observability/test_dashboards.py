@@ -118,12 +118,12 @@ def test_dashboards_and_rules_read_only_metrics_that_exist():
 
 
 def test_the_generator_imports_the_metric_names_it_reads():
-    """The trainer's and the operator's metric names are defined once (kuberl_trainer.progress_row,
-    kuberl_operator.constants): the generator imports them rather than spelling them out, so a
-    renamed metric cannot leave a panel reading nothing. (The API's metrics have no such names.)
-    Every module of the generator is read: generate.py, and the dashboards' and panels' modules
-    beside it."""
-    names = exported_metric_names("trainer", "operator")
+    """The trainer's, the operator's and the API's metric names are defined once
+    (kuberl_trainer.progress_row, kuberl_operator.constants, kuberl_api.metrics): the generator
+    imports them rather than spelling them out, so a renamed metric cannot leave a panel reading
+    nothing. Every module of the generator is read: generate.py, and the dashboards' and panels'
+    modules beside it."""
+    names = exported_metric_names()
     modules = sorted(GRAFANA.glob("*.py"))
     assert GRAFANA / "generate.py" in modules
     for path in modules:

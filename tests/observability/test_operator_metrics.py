@@ -3,6 +3,15 @@ workers by capacity and worker-time, preemptions and restarts from the first rec
 
 from __future__ import annotations
 
+from kuberl_operator.constants import (
+    METRIC_JOB_PHASE,
+    METRIC_JOB_PHASE_SECONDS,
+    METRIC_JOBS,
+    METRIC_PREEMPTIONS,
+    METRIC_RESTARTS,
+    METRIC_ROLLOUT_WORKER_SECONDS,
+    METRIC_ROLLOUT_WORKERS,
+)
 from kuberl_operator.metrics import ON_DEMAND, SPOT, OperatorMetrics, rollout_workers
 from kuberl_operator.spec import Phase, RLJobStatus
 
@@ -56,30 +65,29 @@ def test_time_goes_to_the_phase_and_the_workers_a_job_had():
     metrics.observed("team", "cartpole", pending, running, {SPOT: 2, ON_DEMAND: 0})
     # from the first reconcile on, every series reads 0 rather than being absent
     for phase in Phase:
-        assert sample(metrics, "kuberl_operator_job_phase_seconds_total", **job, phase=phase) == 0
-    assert sample(metrics, "kuberl_operator_preemptions_total", **job) == 0
-    assert sample(metrics, "kuberl_operator_restarts_total", **job) == 0
-    assert sample(metrics, "kuberl_operator_job_phase", **job, phase="Running") == 1
+        assert sample(metrics, METRIC_JOB_PHASE_SECONDS, **job, phase=phase) == 0
+    assert sample(metrics, METRIC_PREEMPTIONS, **job) == 0
+    assert sample(metrics, METRIC_RESTARTS, **job) == 0
+    assert sample(metrics, METRIC_JOB_PHASE, **job, phase="Running") == 1
 
     clock.now += 10
     metrics.observed("team", "cartpole", running, preempted, {SPOT: 1, ON_DEMAND: 1})
     clock.now += 4
     metrics.observed("team", "cartpole", preempted, running, {SPOT: 2, ON_DEMAND: 0})
 
-    seconds = "kuberl_operator_job_phase_seconds_total"
+    seconds, worker_seconds = METRIC_JOB_PHASE_SECONDS, METRIC_ROLLOUT_WORKER_SECONDS
     assert sample(metrics, seconds, **job, phase="Running") == 10
     assert sample(metrics, seconds, **job, phase="Preempted") == 4
-    worker_seconds = "kuberl_operator_rollout_worker_seconds_total"
     assert sample(metrics, worker_seconds, **job, capacity=SPOT) == 2 * 10 + 1 * 4
     assert sample(metrics, worker_seconds, **job, capacity=ON_DEMAND) == 1 * 4
-    assert sample(metrics, "kuberl_operator_rollout_workers", **job, capacity=SPOT) == 2
-    assert sample(metrics, "kuberl_operator_preemptions_total", **job) == 1
+    assert sample(metrics, METRIC_ROLLOUT_WORKERS, **job, capacity=SPOT) == 2
+    assert sample(metrics, METRIC_PREEMPTIONS, **job) == 1
     # one phase series per job: the old phase's is gone
-    assert sample(metrics, "kuberl_operator_job_phase", **job, phase="Preempted") is None
-    assert sample(metrics, "kuberl_operator_jobs", namespace="team", phase="Running") == 1
+    assert sample(metrics, METRIC_JOB_PHASE, **job, phase="Preempted") is None
+    assert sample(metrics, METRIC_JOBS, namespace="team", phase="Running") == 1
 
     metrics.forget("team", "cartpole")
-    assert sample(metrics, "kuberl_operator_job_phase", **job, phase="Running") is None
-    assert sample(metrics, "kuberl_operator_rollout_workers", **job, capacity=SPOT) is None
-    assert sample(metrics, "kuberl_operator_jobs", namespace="team", phase="Running") == 0
+    assert sample(metrics, METRIC_JOB_PHASE, **job, phase="Running") is None
+    assert sample(metrics, METRIC_ROLLOUT_WORKERS, **job, capacity=SPOT) is None
+    assert sample(metrics, METRIC_JOBS, namespace="team", phase="Running") == 0
     assert sample(metrics, worker_seconds, **job, capacity=SPOT) == 24  # counters stay

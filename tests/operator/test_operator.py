@@ -288,7 +288,7 @@ def test_a_job_trains_on_its_ray_cluster_to_success(cluster: Cluster):
             assert ("Normal", reason) in events, events
 
         port = cluster.settings.metrics_port
-        assert metric(port, "kuberl_operator_jobs", phase="Succeeded") == 1
+        assert metric(port, "kuberl_jobs", phase="Succeeded") == 1
         assert metric(port, "kuberl_operator_reconcile_duration_seconds_count") > 0
 
         cluster.kube_api.delete(cluster.kube_api.rljobs(name="solo"))
