@@ -4,7 +4,7 @@ from pathlib import Path
 
 from pydantic.alias_generators import to_camel
 
-from kuberl_trainer.config import ALGORITHMS, OPTIMIZER_SETTINGS, OptimizerConfig
+from kuberl_trainer.config import ALGORITHMS, OptimizerConfig, optimizers_using
 
 README = Path(__file__).parents[1] / "README.md"
 
@@ -44,7 +44,7 @@ def test_the_optimizer_config_table_matches_the_settings():
         [
             to_camel(name),
             "null" if field.default is None else f"{field.default:g}",
-            ", ".join(sorted(optimizer.value for optimizer in OPTIMIZER_SETTINGS[name])),
+            ", ".join(sorted(optimizer.value for optimizer in optimizers_using(name))),
         ]
         for name, field in OptimizerConfig.model_fields.items()
     ]

@@ -8,23 +8,9 @@ from __future__ import annotations
 
 import importlib
 
-from kuberl_trainer.config import ALGORITHMS, AnyTrainerConfig, OptimizerName
+from kuberl_trainer.config import ALGORITHMS, OPTIMIZERS, AnyTrainerConfig
 from kuberl_trainer.optimizers.base import PolicyOptimizer
 from kuberl_trainer.policy.base import Policy
-
-OPTIMIZERS: dict[OptimizerName, str] = {
-    OptimizerName.SYNC_SAMPLES: "kuberl_trainer.optimizers.sync_samples:SyncSamplesOptimizer",
-    OptimizerName.SYNC_REPLAY: "kuberl_trainer.optimizers.sync_replay:SyncReplayOptimizer",
-    OptimizerName.ASYNC_GRADIENTS: (
-        "kuberl_trainer.optimizers.async_gradients:AsyncGradientsOptimizer"
-    ),
-    OptimizerName.ASYNC_REPLAY: "kuberl_trainer.optimizers.async_replay:AsyncReplayOptimizer",
-    OptimizerName.ASYNC_SAMPLES: "kuberl_trainer.optimizers.async_samples:AsyncSamplesOptimizer",
-    OptimizerName.LOCAL_MULTI_GPU: (
-        "kuberl_trainer.optimizers.local_multi_gpu:LocalMultiGPUOptimizer"
-    ),
-    OptimizerName.PERTURBATIONS: "kuberl_trainer.optimizers.perturbations:PerturbationsOptimizer",
-}
 
 
 def policy_class(config: AnyTrainerConfig) -> type[Policy]:
@@ -32,7 +18,7 @@ def policy_class(config: AnyTrainerConfig) -> type[Policy]:
 
 
 def optimizer_class(config: AnyTrainerConfig) -> type[PolicyOptimizer]:
-    return _load(OPTIMIZERS[config.optimizer_name])
+    return _load(OPTIMIZERS[config.optimizer_name].implementation)
 
 
 def _load(path: str):

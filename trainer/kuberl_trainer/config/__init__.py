@@ -13,8 +13,8 @@ names RL practitioners know from RLlib, Stable-Baselines3 and CleanRL.
   the sections below), the checks of how they pair, and each algorithm's config class
   (TRAINER_CONFIGS, AlgorithmConfig, AnyTrainerConfig), with_hyperparameters.
 - `algorithms`: the table of algorithms (ALGORITHMS, AlgorithmRow).
-- `optimizer`: the policy optimizers (OptimizerName), optimizerConfig (OptimizerConfig) and which
-  optimizers read each of its settings (OPTIMIZER_SETTINGS).
+- `optimizer`: the policy optimizers (OptimizerName) and their one table (OPTIMIZERS: what each
+  feeds the policy, the settings it reads, its class), and optimizerConfig (OptimizerConfig).
 - `stop`: stop (StopConditions).
 - `checkpoint`: checkpoint (CheckpointConfig), its object stores and the Secret name pattern.
 - `evaluation`: evaluation (EvaluationConfig).
@@ -37,10 +37,10 @@ from kuberl_trainer.config.checkpoint import (
 from kuberl_trainer.config.evaluation import EvaluationConfig
 from kuberl_trainer.config.optimizer import (
     LEARNER_GPUS_NEEDED,
-    OPTIMIZER_FEEDS,
-    OPTIMIZER_SETTINGS,
+    OPTIMIZERS,
     OptimizerConfig,
     OptimizerName,
+    optimizers_using,
 )
 from kuberl_trainer.config.pbt import PBT, PBTConfig
 from kuberl_trainer.config.rollout import RolloutConfig
@@ -58,8 +58,7 @@ __all__ = [
     "CHECKPOINT_SCHEMES",
     "DNS_SUBDOMAIN_PATTERN",
     "LEARNER_GPUS_NEEDED",
-    "OPTIMIZER_FEEDS",
-    "OPTIMIZER_SETTINGS",
+    "OPTIMIZERS",
     "PBT",
     "TRAINER_CONFIGS",
     "AlgorithmConfig",
@@ -76,6 +75,7 @@ __all__ = [
     "Spec",
     "StopConditions",
     "TrainerConfig",
+    "optimizers_using",
     "with_hyperparameters",
 ]
 

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from enum import StrEnum
 
 from pydantic import Field
@@ -22,23 +23,89 @@ class OptimizerName(StrEnum):
     PERTURBATIONS = "Perturbations"
 
 
+# Short names for the tables.
 SYNC_SAMPLES, SYNC_REPLAY = OptimizerName.SYNC_SAMPLES, OptimizerName.SYNC_REPLAY
 ASYNC_SAMPLES, ASYNC_REPLAY = OptimizerName.ASYNC_SAMPLES, OptimizerName.ASYNC_REPLAY
 ASYNC_GRADIENTS, LOCAL_MULTI_GPU = OptimizerName.ASYNC_GRADIENTS, OptimizerName.LOCAL_MULTI_GPU
 PERTURBATIONS = OptimizerName.PERTURBATIONS
 
-# What each optimizer hands the policy, for the message that rejects a pair that cannot work.
-OPTIMIZER_FEEDS: dict[OptimizerName, str] = {
-    OptimizerName.SYNC_SAMPLES: "learns on a fresh batch from every worker",
-    OptimizerName.ASYNC_SAMPLES: "learns on batches of slightly older policies",
-    OptimizerName.ASYNC_GRADIENTS: "applies one gradient per worker batch, computed on the worker",
-    OptimizerName.SYNC_REPLAY: "learns on transitions replayed from a buffer",
-    OptimizerName.ASYNC_REPLAY: "learns on transitions replayed from sharded buffers",
-    OptimizerName.LOCAL_MULTI_GPU: (
-        "splits every SGD minibatch of a fresh batch across the learner's devices"
+
+@dataclass(frozen=True)
+class OptimizerRow:
+    """One optimizer: what it hands the policy, which settings it reads, and its class. Adding an
+    optimizer is its OptimizerName, its row here and its file."""
+
+    feeds: str
+    """What it hands the policy, for the message that rejects a pairing that cannot work."""
+    settings: frozenset[str]
+    """The OptimizerConfig fields it reads; each field's description starts with the names of
+    the optimizers that read it (tests hold the two together)."""
+    implementation: str
+    """Its class as "module:Class", imported only when a job runs it (kuberl_trainer.algorithms),
+    so that the config stays free of torch."""
+
+
+_PACKAGE = "kuberl_trainer.optimizers"
+
+OPTIMIZERS: dict[OptimizerName, OptimizerRow] = {
+    SYNC_SAMPLES: OptimizerRow(
+        "learns on a fresh batch from every worker",
+        frozenset({"sample_timeout_seconds"}),
+        f"{_PACKAGE}.sync_samples:SyncSamplesOptimizer",
     ),
-    OptimizerName.PERTURBATIONS: "steps the parameters by the returns of perturbed copies of them",
+    SYNC_REPLAY: OptimizerRow(
+        "learns on transitions replayed from a buffer",
+        frozenset({"sample_timeout_seconds"}),
+        f"{_PACKAGE}.sync_replay:SyncReplayOptimizer",
+    ),
+    ASYNC_GRADIENTS: OptimizerRow(
+        "applies one gradient per worker batch, computed on the worker",
+        frozenset({"requests_in_flight_per_worker"}),
+        f"{_PACKAGE}.async_gradients:AsyncGradientsOptimizer",
+    ),
+    ASYNC_REPLAY: OptimizerRow(
+        "learns on transitions replayed from sharded buffers",
+        frozenset(
+            {
+                "requests_in_flight_per_worker",
+                "learner_queue_size",
+                "broadcast_interval",
+                "replay_shards",
+                "cpus_per_replay_shard",
+            }
+        ),
+        f"{_PACKAGE}.async_replay:AsyncReplayOptimizer",
+    ),
+    ASYNC_SAMPLES: OptimizerRow(
+        "learns on batches of slightly older policies",
+        frozenset(
+            {
+                "requests_in_flight_per_worker",
+                "learner_queue_size",
+                "broadcast_interval",
+                "max_policy_lag",
+            }
+        ),
+        f"{_PACKAGE}.async_samples:AsyncSamplesOptimizer",
+    ),
+    LOCAL_MULTI_GPU: OptimizerRow(
+        "splits every SGD minibatch of a fresh batch across the learner's devices",
+        frozenset({"sample_timeout_seconds"}),
+        f"{_PACKAGE}.local_multi_gpu:LocalMultiGPUOptimizer",
+    ),
+    PERTURBATIONS: OptimizerRow(
+        "steps the parameters by the returns of perturbed copies of them",
+        frozenset({"requests_in_flight_per_worker"}),
+        f"{_PACKAGE}.perturbations:PerturbationsOptimizer",
+    ),
 }
+"""The one optimizer table: every other view of the optimizers is derived from it."""
+
+
+def optimizers_using(setting: str) -> frozenset[OptimizerName]:
+    """The optimizers that read an OptimizerConfig field."""
+    return frozenset(name for name, row in OPTIMIZERS.items() if setting in row.settings)
+
 
 # Said by the RLJob's validation and, for a driver started without one, by the optimizer.
 LEARNER_GPUS_NEEDED = (
@@ -97,17 +164,3 @@ class OptimizerConfig(Spec):
     cpus_per_replay_shard: float = Field(0.0, ge=0.0)
     """AsyncReplay: CPUs reserved for each replay shard. 0 as in RLlib: shards mostly wait on the
     learner, and they are placed beside the driver, off the preemptible rollout nodes."""
-
-
-# Which optimizers read each OptimizerConfig field.
-OPTIMIZER_SETTINGS: dict[str, frozenset[OptimizerName]] = {
-    "sample_timeout_seconds": frozenset({SYNC_SAMPLES, SYNC_REPLAY, LOCAL_MULTI_GPU}),
-    "requests_in_flight_per_worker": frozenset(
-        {ASYNC_SAMPLES, ASYNC_GRADIENTS, ASYNC_REPLAY, PERTURBATIONS}
-    ),
-    "learner_queue_size": frozenset({OptimizerName.ASYNC_SAMPLES, OptimizerName.ASYNC_REPLAY}),
-    "broadcast_interval": frozenset({OptimizerName.ASYNC_SAMPLES, OptimizerName.ASYNC_REPLAY}),
-    "max_policy_lag": frozenset({OptimizerName.ASYNC_SAMPLES}),
-    "replay_shards": frozenset({OptimizerName.ASYNC_REPLAY}),
-    "cpus_per_replay_shard": frozenset({OptimizerName.ASYNC_REPLAY}),
-}

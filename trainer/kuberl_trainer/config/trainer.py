@@ -14,10 +14,10 @@ from kuberl_trainer.config.base import Spec
 from kuberl_trainer.config.checkpoint import CheckpointConfig
 from kuberl_trainer.config.evaluation import EvaluationConfig
 from kuberl_trainer.config.optimizer import (
-    OPTIMIZER_FEEDS,
-    OPTIMIZER_SETTINGS,
+    OPTIMIZERS,
     OptimizerConfig,
     OptimizerName,
+    optimizers_using,
 )
 from kuberl_trainer.config.stop import StopConditions
 from kuberl_trainer.hyperparameters import Hyperparameters
@@ -65,12 +65,12 @@ class _TrainerBase(Spec):
             names = ", ".join(o.value for o in row.optimizers)
             raise ValueError(
                 f"optimizer: {self.optimizer.value} cannot drive {self.algorithm}: it "
-                f"{OPTIMIZER_FEEDS[self.optimizer]}, but {self.algorithm} {row.learns}; "
+                f"{OPTIMIZERS[self.optimizer].feeds}, but {self.algorithm} {row.learns}; "
                 f"compatible: {names}"
             )
         # A setting the optimizer ignores is a mistake; left at its default, it is no setting.
         for name, field in OptimizerConfig.model_fields.items():
-            users = OPTIMIZER_SETTINGS[name]
+            users = optimizers_using(name)
             if getattr(self.optimizer_config, name) != field.default and (
                 self.optimizer_name not in users
             ):
