@@ -17,17 +17,14 @@ import kuberl_api.local
 from kuberl_api.local import LocalBackend
 from kuberl_api.processes import Started, TrainerFiles
 from kuberl_operator.spec import ConditionType, Phase, RLJob, RLJobSpec, RLJobStatus
-from kuberl_operator.status import (
-    DriverState,
-    HeadFate,
-    Observed,
+from kuberl_operator.status import DriverState, HeadFate, Observed, compute_status
+from kuberl_operator.status.lifecycle import LIFECYCLE_CONDITIONS
+from kuberl_operator.status.observed import (
     ObservedCluster,
     ObservedDriver,
     ObservedHead,
     ObservedProgress,
-    compute_status,
 )
-from kuberl_operator.status.lifecycle import LIFECYCLE_CONDITIONS
 from kuberl_trainer.progress_row import (
     CHECKPOINT,
     EPISODE_RETURN_MEAN,
