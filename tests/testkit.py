@@ -73,22 +73,42 @@ def wait_until(condition, timeout: float = 10, what: str = "", interval: float =
     return result
 
 
-def rljob(name: str, **spec) -> dict:
-    """A small valid RLJob: PPO on CartPole, 20k steps, no rollout workers; `spec` adds or
-    replaces top-level spec fields."""
-    trainer = {
-        "algorithm": "PPO",
-        "env": "CartPole-v1",
-        "seed": 0,
-        "stop": {"timesteps": 20_000},
-        "hyperparameters": {"rollout_length": 64, "num_epochs": 4},
-        "checkpoint": {"everyIterations": 5},
-    }
+def rljob(
+    name: str,
+    *,
+    namespace: str | None = None,
+    labels: dict[str, str] | None = None,
+    minimal: bool = False,
+    **spec,
+) -> dict:
+    """An RLJob manifest of PPO on CartPole. By default a small valid job that trains: 20k steps,
+    short rollouts, a checkpoint every 5 iterations, no rollout workers. `minimal` gives only the
+    required fields (a 1000-step stop), everything else left to the defaults. `spec` adds or
+    replaces top-level spec fields; `namespace` and `labels` (when any) go to the metadata."""
+    if minimal:
+        defaults = {
+            "trainer": {"algorithm": "PPO", "env": "CartPole-v1", "stop": {"timesteps": 1000}}
+        }
+    else:
+        trainer = {
+            "algorithm": "PPO",
+            "env": "CartPole-v1",
+            "seed": 0,
+            "stop": {"timesteps": 20_000},
+            "hyperparameters": {"rollout_length": 64, "num_epochs": 4},
+            "checkpoint": {"everyIterations": 5},
+        }
+        defaults = {"trainer": trainer, "rolloutWorkers": {"replicas": 0}}
+    metadata = {"name": name}
+    if namespace is not None:
+        metadata["namespace"] = namespace
+    if labels:
+        metadata["labels"] = labels
     return {
         "apiVersion": "kuberl.io/v1alpha1",
         "kind": "RLJob",
-        "metadata": {"name": name},
-        "spec": {"trainer": trainer, "rolloutWorkers": {"replicas": 0}, **spec},
+        "metadata": metadata,
+        "spec": defaults | spec,
     }
 
 

@@ -17,7 +17,7 @@ import psutil
 import requests
 import yaml
 
-from testkit import ROOT, free_port, wait_until
+from testkit import ROOT, free_port, rljob, wait_until
 
 EXAMPLE = ROOT / "deploy" / "examples" / "cartpole-ppo.yaml"
 TOKEN = "test-token-0123456789"
@@ -28,8 +28,7 @@ def small_job(
 ) -> dict[str, Any]:
     """The CartPole example, cut down to train in about a second (4 envs x 32 steps = 128 env
     steps per iteration), without Ray. `iterations` stops it after that many instead."""
-    job = yaml.safe_load(EXAMPLE.read_text())
-    job["metadata"] = {"name": name, **({"labels": labels} if labels else {})}
+    job = rljob(name, labels=labels, **yaml.safe_load(EXAMPLE.read_text())["spec"])
     trainer = job["spec"]["trainer"]
     trainer["stop"] = {"iterations": iterations} if iterations else {"timesteps": timesteps}
     trainer["hyperparameters"] |= {"num_epochs": 4, "minibatch_size": 128}

@@ -16,7 +16,7 @@ import yaml
 
 from kuberl_operator.observe import progress_from_metrics
 from kuberl_trainer.progress_row import EXIT_INVALID_JOB, Outcome, read_final_record
-from testkit import free_port
+from testkit import free_port, rljob
 
 KUBERL = Path(sys.executable).with_name("kuberl")
 
@@ -37,8 +37,7 @@ def manifest(tmp_path: Path, **overrides) -> Path:
     for key, value in overrides.items():
         spec[key] = {**spec[key], **value}
     path = tmp_path / "job.yaml"
-    document = {"apiVersion": "kuberl.io/v1alpha1", "kind": "RLJob", "metadata": {"name": "job"}}
-    path.write_text(yaml.safe_dump({**document, "spec": spec}))
+    path.write_text(yaml.safe_dump(rljob("job", **spec)))
     return path
 
 

@@ -49,7 +49,7 @@ from kuberl_operator.settings import InvalidSettings, OperatorSettings
 from kuberl_operator.spec import RLJob
 from kuberl_operator.validation import InvalidManifest, load_rljob, validate_rljob
 from kuberl_trainer.capacity import RAY_CAPACITY_ENV, Capacity
-from testkit import as_strict_json_schema, edited
+from testkit import as_strict_json_schema, edited, rljob
 
 ROOT = Path(__file__).resolve().parents[2]
 EXAMPLES = sorted((ROOT / "deploy" / "examples").glob("*.yaml"))
@@ -58,12 +58,7 @@ KUBERNETES_VERSION = "1.37"
 SETTINGS = OperatorSettings()
 TOKEN = "s3cr3t-token"
 
-MINIMAL: dict[str, Any] = {
-    "apiVersion": "kuberl.io/v1alpha1",
-    "kind": "RLJob",
-    "metadata": {"name": "walker"},
-    "spec": {"trainer": {"algorithm": "PPO", "env": "CartPole-v1", "stop": {"timesteps": 1000}}},
-}
+MINIMAL: dict[str, Any] = rljob("walker", minimal=True)
 
 
 def job_with(**changes: Any) -> RLJob:

@@ -15,6 +15,7 @@ import yaml
 from kuberl_operator.constants import CRD_NAME, GROUP, KIND, PLURAL, SHORT_NAMES
 from kuberl_operator.crd import crd_yaml, rljob_crd
 from kuberl_operator.validation import load_rljob
+from testkit import as_strict_json_schema
 
 ROOT = Path(__file__).resolve().parents[2]
 COMMITTED_CRD = ROOT / "deploy" / "crds" / "kuberl.io_rljobs.yaml"
@@ -150,25 +151,6 @@ def test_conditions_are_a_map_list_keyed_by_type(schema):
     assert conditions["x-kubernetes-list-type"] == "map"
     assert conditions["x-kubernetes-list-map-keys"] == ["type"]
     assert "type" in conditions["items"]["required"]
-
-
-def as_strict_json_schema(node: dict[str, Any]) -> dict[str, Any]:
-    """The schema as jsonschema's Draft 4 reads it (OpenAPI 3.0's boolean bounds), with
-    `nullable` spelt as a null type and unknown fields rejected as `kubectl --validate=strict`
-    does, except where Kubernetes preserves them."""
-    node = copy.deepcopy(node)
-    for key in ("properties",):
-        if key in node:
-            node[key] = {name: as_strict_json_schema(child) for name, child in node[key].items()}
-    if "items" in node:
-        node["items"] = as_strict_json_schema(node["items"])
-    if isinstance(node.get("additionalProperties"), dict):
-        node["additionalProperties"] = as_strict_json_schema(node["additionalProperties"])
-    if "properties" in node and not node.get("x-kubernetes-preserve-unknown-fields"):
-        node["additionalProperties"] = False
-    if node.pop("nullable", False):
-        node = {"anyOf": [{"type": "null"}, node]}
-    return node
 
 
 @pytest.mark.parametrize("example", EXAMPLES, ids=lambda path: path.name)

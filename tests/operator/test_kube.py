@@ -26,7 +26,7 @@ from kuberl_operator.kube import (
     load_kube_config,
     path,
 )
-from testkit import free_port
+from testkit import free_port, rljob
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -319,9 +319,6 @@ def test_a_file_that_is_not_a_kubeconfig(tmp_path):
 # --- Requests and their errors --------------------------------------------------------------------
 
 
-RLJOB = {"apiVersion": "kuberl.io/v1alpha1", "kind": "RLJob", "metadata": {"name": "job"}}
-
-
 def test_verbs_and_kubernetes_errors_against_the_emulated_api(kube_api, tmp_path):
     jobs = path("kuberl.io/v1alpha1", "rljobs", "default")
     job = path("kuberl.io/v1alpha1", "rljobs", "default", "job")
@@ -335,12 +332,10 @@ def test_verbs_and_kubernetes_errors_against_the_emulated_api(kube_api, tmp_path
             assert await kube.serves("kuberl.io/v1alpha1", "rljobs")
             assert not await kube.serves("kuberl.io/v1alpha1", "rljobz")
 
-            created = await kube.create(
-                jobs, {**RLJOB, "metadata": {"name": "job", "labels": {"team": "rl"}}}
-            )
+            created = await kube.create(jobs, rljob("job", labels={"team": "rl"}))
             assert created is not None and created["metadata"]["uid"]
-            assert await kube.create(jobs, RLJOB) is None  # 409: it exists
-            other = {**RLJOB, "metadata": {"name": "other"}}
+            assert await kube.create(jobs, rljob("job")) is None  # 409: it exists
+            other = rljob("other")
             assert await kube.create(jobs, other) is not None
             assert [j["metadata"]["name"] for j in await kube.list(jobs, {"team": "rl"})] == ["job"]
             assert len(await kube.list(jobs)) == 2

@@ -6,14 +6,10 @@ import threading
 import pytest
 import requests
 
-from testkit import wait_until
+from testkit import rljob, wait_until
 
-RLJOB = {
-    "apiVersion": "kuberl.io/v1alpha1",
-    "kind": "RLJob",
-    "metadata": {"name": "job"},
-    "spec": {"algorithm": "ppo"},
-}
+# The emulator validates no spec: a one-field one, which the kopf field handler below watches.
+RLJOB = rljob("job") | {"spec": {"algorithm": "ppo"}}
 
 
 @pytest.fixture

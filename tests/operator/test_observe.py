@@ -21,7 +21,7 @@ from kuberl_operator.settings import OperatorSettings
 from kuberl_operator.status import HEAD_GROUP, HeadFate, UnschedulablePods
 from kuberl_operator.validation import validate_rljob
 from kuberl_trainer.progress_row import FinalRecord, Outcome
-from testkit import edited
+from testkit import edited, rljob
 
 NOW = datetime(2026, 3, 1, 12, 0, tzinfo=UTC)
 
@@ -84,18 +84,15 @@ def test_a_deleted_head_is_lost():
 
 
 JOB = validate_rljob(
-    {
-        "apiVersion": "kuberl.io/v1alpha1",
-        "kind": "RLJob",
-        "metadata": {"name": "walker", "namespace": "default"},
-        "spec": {
-            "trainer": {"algorithm": "PPO", "env": "CartPole-v1", "stop": {"timesteps": 1000}},
-            "rolloutWorkers": {
-                "replicas": 3,
-                "spot": {"enabled": True, "provider": "gke", "fallbackToOnDemand": True},
-            },
+    rljob(
+        "walker",
+        namespace="default",
+        minimal=True,
+        rolloutWorkers={
+            "replicas": 3,
+            "spot": {"enabled": True, "provider": "gke", "fallbackToOnDemand": True},
         },
-    }
+    )
 )
 CLUSTER = build_ray_cluster(JOB, OperatorSettings(), 2)
 

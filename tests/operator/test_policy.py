@@ -15,14 +15,9 @@ from kuberl_operator.settings import OperatorSettings, image_repository
 from kuberl_operator.spec import ConditionType, Phase, Reason, RLJob, RLJobStatus
 from kuberl_operator.status import Observed, compute_status
 from kuberl_operator.validation import validate_rljob
-from testkit import edited
+from testkit import edited, rljob
 
-MINIMAL: dict[str, Any] = {
-    "apiVersion": "kuberl.io/v1alpha1",
-    "kind": "RLJob",
-    "metadata": {"name": "walker", "namespace": "team-rl"},
-    "spec": {"trainer": {"algorithm": "PPO", "env": "CartPole-v1", "stop": {"timesteps": 1000}}},
-}
+MINIMAL: dict[str, Any] = rljob("walker", namespace="team-rl", minimal=True)
 DEFAULTS = OperatorSettings()
 
 

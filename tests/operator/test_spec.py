@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 import yaml
 
-from kuberl_operator.constants import API_VERSION, DEFAULT_RAY_VERSION, KUEUE_QUEUE_LABEL
+from kuberl_operator.constants import DEFAULT_RAY_VERSION, KUEUE_QUEUE_LABEL
 from kuberl_operator.spec import Phase, PreemptionPolicy, RLJob, RLJobStatus, SpotProvider
 from kuberl_operator.validation import (
     InvalidManifest,
@@ -21,14 +21,9 @@ from kuberl_operator.validation import (
     validate_rljob,
 )
 from kuberl_trainer.config import ALGORITHMS, TRAINER_CONFIGS, RolloutConfig
-from testkit import edited
+from testkit import edited, rljob
 
-MINIMAL: dict[str, Any] = {
-    "apiVersion": API_VERSION,
-    "kind": "RLJob",
-    "metadata": {"name": "cartpole"},
-    "spec": {"trainer": {"algorithm": "PPO", "env": "CartPole-v1", "stop": {"timesteps": 1000}}},
-}
+MINIMAL: dict[str, Any] = rljob("cartpole", minimal=True)
 
 
 def manifest(**changes: Any) -> dict[str, Any]:

@@ -18,7 +18,7 @@ import yaml
 from multinode import loopback_ray, ray_cluster  # noqa: F401 (fixtures)
 
 from kuberl_trainer.progress_row import Outcome, read_final_record
-from testkit import wait_until
+from testkit import rljob, wait_until
 
 pytestmark = pytest.mark.slow
 
@@ -55,8 +55,7 @@ def write_job(path: Path, stop: dict, grace_s: int = 20) -> Path:
             "rayResources": {"spot": 1},
         },
     }
-    document = {"apiVersion": "kuberl.io/v1alpha1", "kind": "RLJob", "metadata": {"name": "job"}}
-    path.write_text(yaml.safe_dump({**document, "spec": spec}))
+    path.write_text(yaml.safe_dump(rljob("job", **spec)))
     return path
 
 
