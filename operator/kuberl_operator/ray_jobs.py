@@ -1,10 +1,12 @@
-"""The Ray Jobs API over HTTP: how the operator submits a job's driver to its Ray head.
+"""The operator's HTTP to the Ray heads: the Ray Jobs API, through which it submits a job's driver,
+and the driver's metrics, from which it reads the job's progress. No other module of the operator
+talks to a Ray head.
 
 The operator never imports ray, so it speaks the Jobs API's REST endpoints (the same ones
 `ray job submit` uses) with aiohttp, kopf's own HTTP client. Every request carries the cluster's
 token (`Authorization: Bearer`), as Ray's token authentication requires. The clients of all jobs
-share the operator's one `aiohttp.ClientSession` (its connection pool), which the operator closes
-at cleanup; a client holds only a head's address and token.
+share the operator's one `aiohttp.ClientSession` (its connection pool), which `RayHeads` opens and
+the operator closes at cleanup; a client holds only a head's address and token.
 
 Exactly once per attempt: the submission id is fixed per attempt (`builders.submission_id`), a
 submission first looks the id up and only submits when it is unknown, and the Jobs API's refusal
@@ -116,3 +118,35 @@ class RayJobsClient:
                 return response.status, await response.text()
         except (aiohttp.ClientError, TimeoutError) as exc:
             raise RayJobsError(f"the Ray Jobs API at {self.address} is unreachable: {exc}") from exc
+
+
+class RayHeads:
+    """Every Ray head the operator talks to, over one HTTP session: opened in the event loop that
+    first needs it, closed by `close`."""
+
+    def __init__(self, metrics_timeout_s: float = 5.0):
+        self._session: aiohttp.ClientSession | None = None
+        self._metrics_timeout = aiohttp.ClientTimeout(total=metrics_timeout_s)
+
+    @property
+    def session(self) -> aiohttp.ClientSession:
+        if self._session is None:
+            self._session = aiohttp.ClientSession()
+        return self._session
+
+    def jobs(self, address: str, token: str | None) -> RayJobsClient:
+        """The Jobs API of the head at `address`, over the shared session."""
+        return RayJobsClient(address, token, self.session)
+
+    async def driver_metrics(self, url: str) -> str:
+        """The running driver's metrics (Prometheus text), served on its head at `url`; none ("")
+        when `url` answers with anything but 200 (the driver does not serve them yet)."""
+        try:
+            async with self.session.get(url, timeout=self._metrics_timeout) as response:
+                return await response.text() if response.status == 200 else ""
+        except (aiohttp.ClientError, TimeoutError) as exc:
+            raise RayJobsError(f"the driver's metrics are unreachable: {exc}") from exc
+
+    async def close(self) -> None:
+        if self._session is not None:
+            await self._session.close()

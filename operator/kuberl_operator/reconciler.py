@@ -10,8 +10,7 @@ and cache them. (It also caches whether KubeRay is installed, re-read when missi
 installed is looked for again whenever a job's RayCluster is missing, so an uninstalled KubeRay is
 reported as such rather than as errors.)
 
-One HTTP session serves every request to the Ray heads (Jobs API and driver metrics), closed with
-the reconciler.
+Every request to a Ray head (Jobs API, driver metrics) goes over ray_jobs.RayHeads' one session.
 
 A job is checked once per version: its spec (validation.py), then what it may reach against the
 operator's settings (policy.py); either's problems fail it with reason InvalidSpec.
@@ -32,7 +31,6 @@ from dataclasses import replace
 from datetime import UTC, datetime
 from typing import Any
 
-import aiohttp
 import kopf
 
 from kuberl_operator import builders
@@ -62,7 +60,7 @@ from kuberl_operator.observe import (
     workers,
 )
 from kuberl_operator.policy import reach_problems
-from kuberl_operator.ray_jobs import RayJobsClient, RayJobsError
+from kuberl_operator.ray_jobs import RayHeads, RayJobsClient, RayJobsError
 from kuberl_operator.settings import OperatorSettings
 from kuberl_operator.spec import Phase, RLJob, RLJobStatus
 from kuberl_operator.status import (
@@ -87,7 +85,6 @@ from kuberl_trainer.progress_row import FinalRecord, read_final_record
 RAY_CLUSTERS = (RAY_API_VERSION, "rayclusters")
 # The driver states after which it serves no metrics and its log ends with its final record.
 ENDED = frozenset({DriverState.SUCCEEDED, DriverState.FAILED, DriverState.STOPPED})
-METRICS_TIMEOUT = aiohttp.ClientTimeout(total=5)
 # A job that waits for nothing but an edit (suspended) is still looked at now and then.
 IDLE_SECONDS = 300.0
 
@@ -135,18 +132,11 @@ class Reconciler:
         # them, most of the time) need not validate its spec again.
         self._jobs: dict[tuple[str, str], tuple[tuple[Any, Any], RLJob | None, tuple[str, ...]]]
         self._jobs = {}
-        self._http: aiohttp.ClientSession | None = None
+        self.heads = RayHeads()
 
     async def close(self) -> None:
-        if self._http is not None:
-            await self._http.close()
+        await self.heads.close()
         await self.kube.close()
-
-    def _session(self) -> aiohttp.ClientSession:
-        """The one HTTP session for every Ray head (opened in the loop that first needs it)."""
-        if self._http is None:
-            self._http = aiohttp.ClientSession()
-        return self._http
 
     async def reconcile(self, body: Mapping[str, Any]) -> float | None:
         """Reconcile once; the seconds until the job should be looked at again, or None when
@@ -270,11 +260,10 @@ class Reconciler:
         return found
 
     async def _jobs_client(self, job: RLJob, uid: str) -> RayJobsClient | None:
-        token = await self._token(job, uid)
-        if token is None:
+        if (token := await self._token(job, uid)) is None:
             return None
         url = self.settings.dashboard_url(job.name, job.metadata.namespace or "default")
-        return RayJobsClient(url, token, self._session())
+        return self.heads.jobs(url, token)
 
     async def _driver(
         self, client: RayJobsClient, job: RLJob, submission: str
@@ -292,12 +281,9 @@ class Reconciler:
         """The running driver's progress and how long it has waited for its workers' nodes."""
         url = self.settings.metrics_url(job.name, job.metadata.namespace or "default")
         try:
-            async with self._session().get(url, timeout=METRICS_TIMEOUT) as response:
-                if response.status != 200:
-                    return None, 0.0
-                text = await response.text()
+            text = await self.heads.driver_metrics(url)
             return progress_from_metrics(text), waiting_from_metrics(text)
-        except (aiohttp.ClientError, TimeoutError, ValueError) as exc:
+        except (RayJobsError, ValueError) as exc:
             logger.info("%s: no progress from %s: %s", job.name, url, exc)
             return None, 0.0
 

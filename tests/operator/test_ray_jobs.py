@@ -1,5 +1,5 @@
 """The operator's Ray Jobs client against a real Ray head started on loopback, with token
-authentication on, as KubeRay runs it."""
+authentication on, as KubeRay runs it; and its reading of the driver's metrics."""
 
 import asyncio
 import time
@@ -7,9 +7,10 @@ from collections.abc import Awaitable, Callable
 
 import aiohttp
 import pytest
+from aiohttp import test_utils, web
 from rayhead import running_ray_head
 
-from kuberl_operator.ray_jobs import RayJobsClient, RayJobsError
+from kuberl_operator.ray_jobs import RayHeads, RayJobsClient, RayJobsError
 from testkit import free_port
 
 
@@ -122,9 +123,31 @@ def test_the_reconciler_opens_one_session_and_closes_it_at_cleanup():
             OperatorSettings(),
             OperatorMetrics(),
         )
-        session = reconciler._session()
-        assert reconciler._session() is session  # every head, every job, every request
+        session = reconciler.heads.session
+        assert reconciler.heads.session is session  # every head, every job, every request
+        assert reconciler.heads.jobs("http://head:8265", "token").session is session
         await reconciler.close()
         return session
 
     assert asyncio.run(scenario()).closed
+
+
+def test_the_drivers_metrics_as_it_serves_them_none_before_and_an_error_when_unreachable():
+    exposition = "# TYPE kuberl_iteration gauge\nkuberl_iteration 3.0\n"  # observe reads it
+
+    async def serve(request: web.Request) -> web.Response:
+        return web.Response(text=exposition, content_type="text/plain")
+
+    async def scenario():
+        app = web.Application()
+        app.router.add_get("/metrics", serve)
+        heads = RayHeads(metrics_timeout_s=2)
+        async with test_utils.TestServer(app) as driver:
+            served = await heads.driver_metrics(str(driver.make_url("/metrics")))
+            not_yet = await heads.driver_metrics(str(driver.make_url("/not-served")))
+        with pytest.raises(RayJobsError, match="unreachable"):
+            await heads.driver_metrics(f"http://127.0.0.1:{free_port()}/metrics")
+        await heads.close()
+        return served, not_yet
+
+    assert asyncio.run(scenario()) == (exposition, "")
