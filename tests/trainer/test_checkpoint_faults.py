@@ -71,8 +71,12 @@ def test_a_preempted_driver_resumes_from_the_bucket_with_no_iteration_lost(s3, t
     first_pod, second_pod = tmp_path / "first", tmp_path / "second"  # nothing shared but S3
     first = Driver(small_pg(uri, 3, every=2, keep=2), ROLLOUT, first_pod, "job").run()
     assert first.checkpoint == f"{uri}/checkpoint-00000003"
-    # Each row names the newest complete checkpoint when it was written.
-    assert [r["checkpoint"] for r in rows(first_pod)] == [None, None, f"{uri}/checkpoint-00000002"]
+    # Each row names the newest complete checkpoint, its own iteration's when one was saved.
+    assert [r["checkpoint"] for r in rows(first_pod)] == [
+        None,
+        f"{uri}/checkpoint-00000002",
+        f"{uri}/checkpoint-00000003",
+    ]
 
     second = Driver(small_pg(uri, 5, every=2, keep=2), ROLLOUT, second_pod, "job").run()
     assert second.resumed_from == first.checkpoint
@@ -80,8 +84,11 @@ def test_a_preempted_driver_resumes_from_the_bucket_with_no_iteration_lost(s3, t
     assert [r["iteration"] for r in rows(second_pod)] == [4, 5]
     this_iter = [r["timesteps_this_iter"] for r in rows(second_pod)]
     assert second.timesteps == first.timesteps + sum(this_iter)
-    assert rows(second_pod)[0]["checkpoint"] == first.checkpoint
     assert second.checkpoint == f"{uri}/checkpoint-00000005"
+    assert [r["checkpoint"] for r in rows(second_pod)] == [
+        f"{uri}/checkpoint-00000004",
+        second.checkpoint,
+    ]
     assert s3.keys("jobs/preempted/") == [
         f"jobs/preempted/checkpoint-{i:08d}/{file}"
         for i in (4, 5)
@@ -106,8 +113,8 @@ def test_an_unreachable_store_costs_no_training_and_the_next_save_retries(s3, tm
     assert seen_during_outage == [f"{uri}/checkpoint-00000001"]  # intact all along
     assert "checkpoint failed, training goes on: could not save iteration 2" in caplog.text
     assert [r["iteration"] for r in rows(tmp_path)] == [1, 2, 3, 4, 5, 6]
-    assert [r["checkpoint"] for r in rows(tmp_path)] == [None] + [
-        f"{uri}/checkpoint-{i:08d}" for i in (1, 1, 1, 4, 5)
+    assert [r["checkpoint"] for r in rows(tmp_path)] == [  # the failed saves: the one before
+        f"{uri}/checkpoint-{i:08d}" for i in (1, 1, 1, 4, 5, 6)
     ]
     assert s3.keys("jobs/outage/") == [
         "jobs/outage/checkpoint-00000006/manifest.json",

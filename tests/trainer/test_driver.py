@@ -4,6 +4,7 @@ workers."""
 import itertools
 import json
 import math
+import pathlib
 import subprocess
 import sys
 import textwrap
@@ -11,6 +12,7 @@ import textwrap
 import pytest
 
 from kuberl_trainer import trainer as trainer_module
+from kuberl_trainer.checkpoint import CheckpointSaveError, CheckpointStore
 from kuberl_trainer.config import RolloutConfig, StopConditions
 from kuberl_trainer.driver import Driver, stop_reason
 from kuberl_trainer.rollout_worker import RolloutWorker
@@ -101,6 +103,91 @@ def test_a_row_cut_short_by_a_crash_is_dropped_when_the_run_resumes(tmp_path):
         1,
         2,
         3,
+    ]
+
+
+def small_pg(iterations, every):
+    return trainer_config(
+        algorithm="PG",
+        stop={"iterations": iterations},
+        hyperparameters={"rollout_length": 16},
+        checkpoint={"everyIterations": every, "keep": 2},
+    )
+
+
+def run_pg(run_dir, iterations, every):
+    return Driver(
+        small_pg(iterations, every), RolloutConfig(envs_per_worker=2), run_dir, "job"
+    ).run()
+
+
+def progress_rows(run_dir):
+    return [json.loads(line) for line in (run_dir / "progress.jsonl").read_text().splitlines()]
+
+
+def saved(run_dir, iteration):
+    return str(run_dir / "checkpoints" / f"checkpoint-{iteration:08d}")
+
+
+def test_the_row_of_an_iteration_checkpointed_names_its_checkpoint(tmp_path):
+    result = run_pg(tmp_path, 3, every=2)  # saves at iteration 2 and at the stop
+    assert result.checkpoint == saved(tmp_path, 3)
+    assert [r["checkpoint"] for r in progress_rows(tmp_path)] == [
+        None,
+        saved(tmp_path, 2),
+        saved(tmp_path, 3),
+    ]
+
+
+@pytest.mark.parametrize("cut_short", [False, True], ids=["before-the-row", "writing-the-row"])
+def test_a_crash_between_the_checkpoint_and_its_row_is_repaired_on_resuming(tmp_path, cut_short):
+    run_pg(tmp_path, 2, every=2)
+    progress = tmp_path / "progress.jsonl"
+    *before, last = progress.read_text().splitlines(keepends=True)
+    written = json.loads(last)
+    assert written["checkpoint"] == saved(tmp_path, 2)
+    # As if the process died after saving checkpoint 2, before or while writing its row.
+    progress.write_text("".join(before) + (last[:25] if cut_short else ""))
+
+    resumed = run_pg(tmp_path, 3, every=2)
+    assert resumed.resumed_from == saved(tmp_path, 2)
+    rows = progress_rows(tmp_path)
+    assert [r["iteration"] for r in rows] == [1, 2, 3]
+    assert rows[1] == written  # put back from the checkpoint, naming it
+    assert rows[2]["checkpoint"] == saved(tmp_path, 3)
+
+
+def test_a_checkpoint_saved_without_its_row_still_resumes(tmp_path):
+    """As one saved after its row was written, or by an older kuberl: the rows are kept as they
+    are."""
+    run_pg(tmp_path, 2, every=2)
+    manifest = pathlib.Path(saved(tmp_path, 2)) / "manifest.json"
+    contents = json.loads(manifest.read_text())
+    del contents["meta"]["row"]
+    manifest.write_text(json.dumps(contents))
+    progress = tmp_path / "progress.jsonl"
+    progress.write_text(progress.read_text().splitlines(keepends=True)[0])
+
+    resumed = run_pg(tmp_path, 3, every=2)
+    assert resumed.resumed_from == saved(tmp_path, 2)
+    assert [r["iteration"] for r in progress_rows(tmp_path)] == [1, 3]
+
+
+def test_a_failed_save_leaves_the_row_naming_the_previous_checkpoint(tmp_path, monkeypatch):
+    save = CheckpointStore.save
+
+    def failing_at_iteration_2(store, iteration, state, meta):
+        if iteration == 2:
+            raise CheckpointSaveError("could not save iteration 2: the store is full")
+        return save(store, iteration, state, meta)
+
+    monkeypatch.setattr(CheckpointStore, "save", failing_at_iteration_2)
+    result = run_pg(tmp_path, 3, every=1)
+    assert result.checkpoint == saved(tmp_path, 3)
+    assert [r["checkpoint"] for r in progress_rows(tmp_path)] == [
+        saved(tmp_path, 1),
+        saved(tmp_path, 1),
+        saved(tmp_path, 3),
     ]
 
 

@@ -97,10 +97,10 @@ def signalling_again_while_saving(monkeypatch, after_s: float = 0.0) -> None:
     writing (a slow store)."""
     save = Driver._save
 
-    def save_signalled_again(driver):
+    def save_signalled_again(driver, *args):
         time.sleep(after_s)
         os.kill(os.getpid(), signal.SIGTERM)  # handled here, before this thread goes on
-        return save(driver)
+        return save(driver, *args)
 
     monkeypatch.setattr(Driver, "_save", save_signalled_again)
 

@@ -18,6 +18,7 @@ from kuberl_trainer.progress_row import (
     RowGroup,
     parse_rows,
     read_final_record,
+    read_progress_file,
     read_rows,
     row_group,
 )
@@ -81,6 +82,19 @@ def test_rows_read_back_whole_and_a_row_being_written_is_left_for_later(tmp_path
     assert read_rows(path) == [*ROWS, {"iteration": 3}]
 
 
+def test_reading_a_progress_file_once_tells_whether_it_ends_within_a_line(tmp_path):
+    path = tmp_path / PROGRESS_FILE
+    assert read_progress_file(path) is None  # not started yet
+    path.write_text("")
+    assert read_progress_file(path) == ([], True)
+    path.write_text(TEXT)
+    assert read_progress_file(path) == (ROWS, True)
+    path.write_text(TEXT + '{"iteration": 3, "timest')  # cut short: left out
+    assert read_progress_file(path) == (ROWS, False)
+    path.write_text(TEXT + '{"iteration": 3}')  # whole, but appending would join its line
+    assert read_progress_file(path) == ([*ROWS, {"iteration": 3}], False)
+
+
 @pytest.mark.parametrize("line", ["garbage", '{"timesteps_total": 1}', "[1, 2]"])
 def test_a_line_that_is_not_a_row_before_the_last_is_reported_with_its_number(line):
     with pytest.raises(ProgressFileError, match=r"^run/progress.jsonl:2: not a progress row"):
@@ -96,4 +110,5 @@ def test_every_key_the_driver_writes_has_its_group_and_the_rest_are_the_policys(
     for key in ("policy_lag", "policy_lag_max", "learner_queue_depth", "learner_utilisation"):
         assert row_group(key) is RowGroup.LEARNER, key
     assert row_group("policy_loss") is RowGroup.LOSSES
-    assert {row_group(key) for key in ROW_GROUPS} == set(RowGroup) - {RowGroup.LOSSES}
+    assert row_group("a_new_statistic") is RowGroup.LOSSES
+    assert {row_group(key) for key in ROW_GROUPS} == set(RowGroup)

@@ -17,6 +17,13 @@ import math
 from collections.abc import Mapping
 from dataclasses import dataclass
 
+RAY_CPU = "CPU"
+"""Ray's own resource name for CPUs (what `ray start --num-cpus` advertises)."""
+RAY_GPU = "GPU"
+"""Ray's own resource name for GPUs (what `ray start --num-gpus` advertises)."""
+RAY_OWN_RESOURCES = frozenset({RAY_CPU, RAY_GPU, "memory", "object_store_memory"})
+"""Resources every Ray node advertises by itself: never a custom resource's name."""
+
 RAY_CAPACITY_ENV = "KUBERL_RAY_CAPACITY"
 """The head container's environment variable holding the cluster's `Capacity` as JSON."""
 

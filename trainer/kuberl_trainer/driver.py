@@ -36,13 +36,16 @@ from kuberl_trainer.progress_row import (
     PROGRESS_FILE,
     TIME_TOTAL_S,
     TIMESTEPS_TOTAL,
-    read_rows,
+    read_progress_file,
 )
 from kuberl_trainer.resource_wait import await_resources, job_requests
 from kuberl_trainer.tensorboard import TensorBoardLog
 from kuberl_trainer.trainer import Trainer
 
 log = logging.getLogger(__name__)
+
+META_ROW = "row"
+"""The checkpoint meta's key for the progress row of the checkpoint's iteration."""
 
 
 @dataclass(frozen=True)
@@ -202,9 +205,11 @@ class Driver:
         self, progress: ProgressLog, resumed_from: str | None
     ) -> tuple[str | None, int | None, str | None]:
         """Iterate until a stop condition is met, a signal comes or the iteration in progress is
-        abandoned, checkpointing every `everyIterations` and at the stop. Returns the newest
-        complete checkpoint, the iteration it holds, and the stop condition met (None when
-        none was)."""
+        abandoned, checkpointing every `everyIterations`, at the stop and after a signal. An
+        iteration's checkpoint is saved before its progress row is written, so that the row
+        names it (or, when the save failed, the previous one); the checkpoint carries the row,
+        which resuming restores if the process died in between. Returns the newest complete
+        checkpoint, the iteration it holds, and the stop condition met (None when none was)."""
         checkpoint, stopped_by = resumed_from, None
         saved = self.iteration if resumed_from is not None else None  # newest checkpoint's
         if resumed_from is not None:  # a finished job run again has nothing left to do
@@ -220,23 +225,19 @@ class Driver:
                     f"iteration {self.iteration}"
                 )
                 break
-            self._record(progress, row, timer_deltas, restarts)
+            self._record(row, timer_deltas, restarts)
             stopped_by = stop_reason(self.config.stop, row)
-            if stopped_by or self.iteration % self.config.checkpoint.every_iterations == 0:
-                checkpoint, saved = self._checkpoint(saved)
+            due = self.iteration % self.config.checkpoint.every_iterations == 0
+            if stopped_by or due or self._signal is not None:
+                checkpoint, saved = self._checkpoint(saved, row)
+            row[CHECKPOINT] = self.checkpoint
+            progress.write(row)
         return checkpoint, saved, stopped_by
 
-    def _record(
-        self,
-        progress: ProgressLog,
-        row: dict[str, Any],
-        timer_deltas: dict[str, float],
-        restarts: int,
-    ) -> None:
-        """Write an iteration's row to the progress file, TensorBoard, the console and the
-        metrics."""
-        row[CHECKPOINT] = self.checkpoint
-        progress.write(row)
+    def _record(self, row: dict[str, Any], timer_deltas: dict[str, float], restarts: int) -> None:
+        """Write an iteration's row to TensorBoard (before its checkpoint, which flushes the
+        events), the console and the metrics; the progress file gets it once its checkpoint is
+        known."""
         if self._tensorboard is not None:
             self._tensorboard.write(row)
         self.report.update(row)
@@ -306,21 +307,26 @@ class Driver:
 
     # -- checkpoints --------------------------------------------------------------------------
 
-    def _meta(self) -> dict[str, Any]:
-        return {
+    def _meta(self, row: dict[str, Any] | None) -> dict[str, Any]:
+        """The checkpoint's meta; with the iteration's progress row when it is not written yet
+        (strict JSON, without its checkpoint: resuming restores it naming the checkpoint)."""
+        meta = {
             **checkpoint_identity(self.config),
             "iteration": self.iteration,
             "timesteps": self.trainer.timesteps,
             "created": time.time(),
             "config": self.config.model_dump(mode="json", by_alias=True),
         }
+        if row is not None:
+            meta[META_ROW] = json.loads(json.dumps(row), parse_constant=lambda _: None)  # NaN: null
+        return meta
 
-    def _save(self) -> str | None:
+    def _save(self, row: dict[str, Any] | None) -> str | None:
         """Checkpoint; returns the newest complete checkpoint. When the store fails (full,
         unreachable, denied) training goes on: the failure is logged and counted, the previous
         checkpoints stay as they were, and the next save tries again."""
         try:
-            self.checkpoint = self.store.save(self.iteration, self.trainer.state(), self._meta())
+            self.checkpoint = self.store.save(self.iteration, self.trainer.state(), self._meta(row))
         except CheckpointError as exc:
             self.metrics.checkpoint_failed()
             log.error("checkpoint failed, training goes on: %s", exc)
@@ -335,7 +341,7 @@ class Driver:
         self.checkpoint = found.uri
         self.metrics.checkpointed(found.meta["created"], found.uri)
         self.metrics.position(self.iteration, self.trainer.timesteps)
-        _truncate_progress(self.run_dir / PROGRESS_FILE, self.iteration)
+        _truncate_progress(self.run_dir / PROGRESS_FILE, self.iteration, _saved_row(found))
         self.report.message(
             f"Resuming from {found.uri} (iteration {self.iteration}, "
             f"{self.trainer.timesteps:,} timesteps)"
@@ -373,14 +379,16 @@ class Driver:
             return
         raise KeyboardInterrupt
 
-    def _checkpoint(self, saved: int | None) -> tuple[str | None, int | None]:
-        """`_save`, marked as in progress for the signal handler. Returns the newest complete
-        checkpoint and the iteration it holds (`saved`, the previous one's, when the save
-        failed)."""
+    def _checkpoint(
+        self, saved: int | None, row: dict[str, Any] | None = None
+    ) -> tuple[str | None, int | None]:
+        """`_save`, marked as in progress for the signal handler; `row` is the iteration's
+        progress row when it is not written yet. Returns the newest complete checkpoint and the
+        iteration it holds (`saved`, the previous one's, when the save failed)."""
         before = self.checkpoint
         self._saving = True
         try:
-            location = self._save()
+            location = self._save(row)
         finally:
             self._saving = False
         return location, (self.iteration if location is not None and location != before else saved)
@@ -411,14 +419,28 @@ class Driver:
             signal.signal(signum, handler)
 
 
-def _truncate_progress(path: Path, iteration: int) -> None:
-    """Drop rows of iterations after the checkpoint: that training was lost and is redone."""
-    if not path.exists():
+def _saved_row(found: Checkpoint) -> dict[str, Any] | None:
+    """The progress row saved with a checkpoint, naming it; None when it has none (a checkpoint
+    saved after its row was written, or by an older kuberl)."""
+    row = found.meta.get(META_ROW)
+    if not isinstance(row, dict) or row.get(ITERATION) != found.meta["iteration"]:
+        return None
+    return {**row, CHECKPOINT: found.uri}
+
+
+def _truncate_progress(path: Path, iteration: int, saved_row: dict[str, Any] | None) -> None:
+    """Drop rows of iterations after the checkpoint: that training was lost and is redone. When
+    the checkpoint's own row is missing as well (the process died after saving the checkpoint,
+    before writing its row), the row saved with the checkpoint is put back."""
+    found = read_progress_file(path)
+    if found is None:  # a run directory of its own (a new pod): its rows start after the resume
         return
-    rows = read_rows(path)
+    rows, whole = found
     kept = [row for row in rows if row[ITERATION] <= iteration]
+    if saved_row is not None and (not kept or kept[-1][ITERATION] < iteration):
+        kept.append(saved_row)
     # A row cut short by a crash is not in `rows`: rewriting drops it too.
-    if len(kept) != len(rows) or not path.read_bytes().endswith(b"\n"):
+    if kept != rows or not whole:
         tmp = path.with_suffix(".tmp")
         tmp.write_text("".join(json.dumps(row) + "\n" for row in kept))
         os.replace(tmp, path)

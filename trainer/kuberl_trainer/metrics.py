@@ -9,13 +9,23 @@ import time
 from prometheus_client import CollectorRegistry, Counter, Gauge, Info, start_http_server
 
 from kuberl_trainer.progress_row import (
+    ALPHA,
+    ALPHA_LOSS,
     CHECKPOINT_LABEL,
+    CLIP_FRACTION,
+    ENTROPY,
     EPISODE_LEN_MEAN,
     EPISODE_RETURN_MEAN,
     EPISODES_THIS_ITER,
+    EPSILON,
+    ES_GRADIENT_NORM,
+    ES_UPDATE_RATIO,
+    ES_WEIGHTS_NORM,
     EVALUATION_RETURN_MEAN,
     EXPLOITS,
+    GRAD_NORM,
     ITERATION,
+    KL,
     LEARNER_QUEUE_DEPTH,
     LEARNER_UTILISATION,
     METRIC_CHECKPOINT,
@@ -58,13 +68,19 @@ from kuberl_trainer.progress_row import (
     POLICY_LAG,
     POLICY_LAG_MAX,
     POLICY_LAG_P90,
+    POLICY_LOSS,
+    Q_MEAN,
     SAMPLES_PER_S,
+    SGD_STEPS,
     STALE_BATCHES_DROPPED,
     STRAGGLERS_DROPPED,
+    TD_ERROR_MEAN,
+    TD_LOSS,
     TIMESTEPS_THIS_ITER,
     TIMESTEPS_TOTAL,
     TIMESTEPS_TRAINED_THIS_ITER,
     TRIALS,
+    VF_LOSS,
     WORKER_DOWNTIME_S,
     WORKERS_READY,
 )
@@ -74,14 +90,14 @@ TRIAL_LABELS = (*LABELS, "trial")  # a population's trials: at most hyperparamet
 
 # learner statistic → (metric name, help); only these leave the process, so cardinality is fixed
 LEARNER_GAUGES = {
-    "policy_loss": (METRIC_POLICY_LOSS, "Policy loss of the last iteration."),
-    "vf_loss": (METRIC_VALUE_LOSS, "Value-function loss of the last iteration."),
-    "loss": (
+    POLICY_LOSS: (METRIC_POLICY_LOSS, "Policy loss of the last iteration."),
+    VF_LOSS: (METRIC_VALUE_LOSS, "Value-function loss of the last iteration."),
+    TD_LOSS: (
         METRIC_TD_LOSS,
         "TD loss of the last iteration (DQN's Huber loss, SAC's squared error).",
     ),
-    "entropy": (METRIC_POLICY_ENTROPY, "Mean policy entropy of the last iteration."),
-    "kl": (METRIC_POLICY_KL, "Approximate KL between old and new policy."),
+    ENTROPY: (METRIC_POLICY_ENTROPY, "Mean policy entropy of the last iteration."),
+    KL: (METRIC_POLICY_KL, "Approximate KL between old and new policy."),
     # The asynchronous optimizers' learner thread (NaN for the synchronous ones, which have none).
     POLICY_LAG: (
         METRIC_POLICY_LAG,
@@ -95,6 +111,24 @@ LEARNER_GAUGES = {
         "Share (0..1) of the last iteration the learner thread spent learning.",
     ),
 }
+
+UNGAUGED_POLICY_STATS = frozenset(
+    {
+        ALPHA,
+        ALPHA_LOSS,
+        CLIP_FRACTION,
+        EPSILON,
+        ES_GRADIENT_NORM,
+        ES_UPDATE_RATIO,
+        ES_WEIGHTS_NORM,
+        GRAD_NORM,
+        Q_MEAN,
+        SGD_STEPS,
+        TD_ERROR_MEAN,
+    }
+)
+"""The policies' statistics (progress_row.POLICY_STATS) that stay in the progress row and
+TensorBoard; every other one has its gauge in LEARNER_GAUGES."""
 
 
 class TrainerMetrics:

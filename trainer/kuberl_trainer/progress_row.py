@@ -46,8 +46,8 @@ WORKER_RESTARTS = "worker_restarts"
 """Remote rollout workers lost and replaced in this run."""
 CHECKPOINT = "checkpoint"
 """Full location (an absolute path, or a URI such as s3://bucket/prefix/checkpoint-00000020) of the
-newest complete checkpoint when the row was written, or null before the first. A checkpoint saved
-at the end of an iteration shows in the next row and in the final record."""
+newest complete checkpoint when the row was written (the iteration's own when one was saved at
+its end), or null before the first."""
 STRAGGLERS_DROPPED = "stragglers_dropped"
 """Batches of rollout workers dropped as stragglers in this run (a SyncSamples or SyncReplay step
 past optimizerConfig.sampleTimeoutSeconds learns without them)."""
@@ -79,6 +79,61 @@ LEARNER_UTILISATION = "learner_utilisation"
 
 REPLAY_SHARDS_LOST = "replay_shards_lost"
 """Replay-buffer actors lost and replaced in this run (AsyncReplay)."""
+
+# The policies' learner statistics: what a policy's learn step returns (each policy class names
+# its own in STAT_KEYS, and the exploration rate it reports in EXPLORATION_KEYS).
+POLICY_LOSS = "policy_loss"
+"""The policy's (actor's) loss."""
+VF_LOSS = "vf_loss"
+"""The value function's loss (A2C, PPO, IMPALA, APPO)."""
+TD_LOSS = "loss"
+"""The TD loss: DQN's Huber loss, SAC's squared error of its critics."""
+ENTROPY = "entropy"
+"""The mean entropy of the policy's action distribution."""
+KL = "kl"
+"""Approximate KL divergence between the policy before and after learning (PPO, APPO)."""
+CLIP_FRACTION = "clip_fraction"
+"""Share of the rows whose probability ratio the surrogate clipped (PPO, APPO)."""
+GRAD_NORM = "grad_norm"
+"""Global norm of the gradient before clipping, when max_grad_norm clips it."""
+SGD_STEPS = "sgd_steps"
+"""SGD steps the learn call took (PPO, IMPALA, APPO)."""
+Q_MEAN = "q_mean"
+"""Mean Q-value of the actions taken (DQN, SAC)."""
+TD_ERROR_MEAN = "td_error_mean"
+"""Mean absolute TD error (DQN, SAC)."""
+ALPHA_LOSS = "alpha_loss"
+"""The loss of SAC's entropy coefficient."""
+ALPHA = "alpha"
+"""SAC's entropy coefficient."""
+EPSILON = "epsilon"
+"""DQN's (Ape-X's) exploration rate."""
+ES_GRADIENT_NORM = "gradient_norm"
+"""Norm of the gradient ES estimated from the perturbations' returns."""
+ES_WEIGHTS_NORM = "weights_norm"
+"""Norm of ES's parameters before the update."""
+ES_UPDATE_RATIO = "update_ratio"
+"""Norm of ES's update relative to the norm of its parameters."""
+
+POLICY_STATS = (
+    POLICY_LOSS,
+    VF_LOSS,
+    TD_LOSS,
+    ENTROPY,
+    KL,
+    CLIP_FRACTION,
+    GRAD_NORM,
+    SGD_STEPS,
+    Q_MEAN,
+    TD_ERROR_MEAN,
+    ALPHA_LOSS,
+    ALPHA,
+    EPSILON,
+    ES_GRADIENT_NORM,
+    ES_WEIGHTS_NORM,
+    ES_UPDATE_RATIO,
+)
+"""Every statistic a policy reports (RowGroup.LOSSES)."""
 
 # Population-based training's row (an iteration is a round; its return is the best trial's).
 BEST_TRIAL = "best_trial"
@@ -143,15 +198,15 @@ ROW_GROUPS: dict[str, RowGroup] = {
         ),
         RowGroup.LEARNER,
     ),
+    **dict.fromkeys(POLICY_STATS, RowGroup.LOSSES),
 }
-"""The group of every key the driver and its optimizers write; the rest of a row is the
-policy's learner statistics (RowGroup.LOSSES)."""
+"""The group of every key the driver, its optimizers and the policies write."""
 
 
 def row_group(key: str) -> RowGroup:
-    """The group of a progress-row key: `ROW_GROUPS`' entry, or LOSSES for a policy's statistic
-    and for the optimizers' timers (`<name>_time_s`, seconds spent per kind of work), which
-    are PERF."""
+    """The group of a progress-row key: `ROW_GROUPS`' entry, or PERF for the optimizers' timers
+    (`<name>_time_s`, seconds spent per kind of work), or LOSSES for any other key (a
+    statistic of a policy)."""
     if key in ROW_GROUPS:
         return ROW_GROUPS[key]
     return RowGroup.PERF if key.endswith("_time_s") else RowGroup.LOSSES
@@ -183,11 +238,19 @@ def parse_rows(text: str, source: str) -> list[dict[str, Any]]:
 def read_rows(path: Path) -> list[dict[str, Any]]:
     """Every progress row of a run's progress file (`parse_rows`); none when it does not exist
     yet."""
+    found = read_progress_file(path)
+    return [] if found is None else found[0]
+
+
+def read_progress_file(path: Path) -> tuple[list[dict[str, Any]], bool] | None:
+    """A run's progress file read once: its progress rows (`parse_rows`), and whether it ends with
+    a whole line. False when its last line is unterminated: a row cut short, left out of the rows,
+    or a whole row whose newline was never written. None when the file does not exist yet."""
     try:
         text = path.read_text(encoding="utf-8", errors="replace")
     except FileNotFoundError:
-        return []
-    return parse_rows(text, str(path))
+        return None
+    return parse_rows(text, str(path)), text == "" or text.endswith("\n")
 
 
 def _row(line: str) -> dict[str, Any]:

@@ -16,7 +16,7 @@ import time
 from collections.abc import Callable
 from dataclasses import replace
 
-from kuberl_trainer.capacity import Capacity
+from kuberl_trainer.capacity import RAY_CPU, Capacity
 from kuberl_trainer.config import PBT, JobTrainerConfig, OptimizerName, RolloutConfig
 from kuberl_trainer.errors import InvalidJobError, TrainingError
 from kuberl_trainer.worker_set import (
@@ -51,8 +51,8 @@ def job_requests(config: JobTrainerConfig, rollout: RolloutConfig) -> list[Resou
             "trainer.hyperparameters",
             "population",
             hp.population,
-            {"CPU": hp.cpus_per_trial},
-            {"CPU": "cpus_per_trial"},
+            {RAY_CPU: hp.cpus_per_trial},
+            {RAY_CPU: "cpus_per_trial"},
         )
         inner = job_requests(config.trainer, rollout)
         return [trials, *(replace(r, count=r.count * hp.population) for r in inner)]

@@ -29,6 +29,7 @@ from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from kuberl_trainer.capacity import RAY_CPU, RAY_GPU
 from kuberl_trainer.errors import TrainingError
 from kuberl_trainer.interrupt import WAIT_SLICE_S, StopRequest
 from kuberl_trainer.sample_batch import SampleBatch
@@ -404,8 +405,8 @@ def rollout_workers_request(
     replicas: int, cpus_per_worker: float, ray_resources: Mapping[str, float]
 ) -> ResourceRequest:
     """What `rolloutWorkers` asks of the Ray cluster."""
-    fields = {"CPU": "cpusPerWorker"} | {name: f"rayResources.{name}" for name in ray_resources}
-    amounts = {"CPU": cpus_per_worker, **ray_resources}
+    fields = {RAY_CPU: "cpusPerWorker"} | {name: f"rayResources.{name}" for name in ray_resources}
+    amounts = {RAY_CPU: cpus_per_worker, **ray_resources}
     return ResourceRequest(
         "rollout worker", "rolloutWorkers", "replicas", replicas, amounts, fields
     )
@@ -418,13 +419,13 @@ def replay_shards_request(replay_shards: int, cpus_per_replay_shard: float) -> R
         "trainer.optimizerConfig",
         "replayShards",
         replay_shards,
-        {"CPU": cpus_per_replay_shard},
-        {"CPU": "cpusPerReplayShard"},
+        {RAY_CPU: cpus_per_replay_shard},
+        {RAY_CPU: "cpusPerReplayShard"},
     )
 
 
 # Resources every Ray node has or that Ray derives itself: not a user's custom resources.
-_RAY_OWN = frozenset({"CPU", "GPU", "memory", "object_store_memory"})
+_RAY_OWN = frozenset({RAY_CPU, RAY_GPU, "memory", "object_store_memory"})
 
 
 def check_resources(
@@ -458,7 +459,7 @@ def check_resources(
                 for r in asking
             )
             knobs = [f"{r.section}.{f}" for r in asking for f in (r.count_field, _field(r, name))]
-            fractions = " (fractions such as 0.5 are allowed)" if name == "CPU" else ""
+            fractions = " (fractions such as 0.5 are allowed)" if name == RAY_CPU else ""
             raise ResourceError(
                 f"{terms} = {wanted:g} {_unit(name)} requested but the Ray cluster has "
                 f"{have:g}; lower {', '.join(knobs[:-1])} or {knobs[-1]}{fractions}"
@@ -501,4 +502,4 @@ def _field(request: ResourceRequest, name: str) -> str:
 
 
 def _unit(name: str) -> str:
-    return f"{name}s" if name in ("CPU", "GPU") else name
+    return f"{name}s" if name in (RAY_CPU, RAY_GPU) else name

@@ -18,14 +18,14 @@ import math
 from kuberl_operator.constants import SPOT_RAY_RESOURCE
 from kuberl_operator.settings import OperatorSettings
 from kuberl_operator.spec import RLJob, RolloutWorkers
-from kuberl_trainer.capacity import Capacity, NodeGroup
+from kuberl_trainer.capacity import RAY_CPU, RAY_GPU, Capacity, NodeGroup
 from kuberl_trainer.config import PBT
 
 
 def rollout_node_resources(workers: RolloutWorkers, spot: bool) -> dict[str, int]:
     """The Ray resources a rollout pod advertises: whole CPUs (`ray start --num-cpus` counts
     whole ones), and on the spot group's pods one unit of `spot`."""
-    return {"CPU": math.ceil(workers.cpus_per_worker)} | ({SPOT_RAY_RESOURCE: 1} if spot else {})
+    return {RAY_CPU: math.ceil(workers.cpus_per_worker)} | ({SPOT_RAY_RESOURCE: 1} if spot else {})
 
 
 def rollout_pods(job: RLJob) -> int:
@@ -50,7 +50,7 @@ def ray_capacity(job: RLJob, settings: OperatorSettings) -> Capacity:
     head (no CPUs: they are the learner's; its GPUs) and every rollout group at its maxReplicas,
     the spot group and the on-demand fallback group together, as the builders make them."""
     learner, workers, pods = job.spec.learner, job.spec.rollout_workers, rollout_pods(job)
-    groups = [NodeGroup({"CPU": float(head_cpus(job)), "GPU": float(learner.gpus)}, 1)]
+    groups = [NodeGroup({RAY_CPU: float(head_cpus(job)), RAY_GPU: float(learner.gpus)}, 1)]
     if pods:
         spot = workers.spot.enabled
         groups.append(NodeGroup(_floats(rollout_node_resources(workers, spot)), pods))

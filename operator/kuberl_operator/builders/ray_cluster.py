@@ -52,6 +52,7 @@ from kuberl_operator.constants import (
 )
 from kuberl_operator.settings import OperatorSettings
 from kuberl_operator.spec import RLJob
+from kuberl_trainer.capacity import RAY_CPU
 
 
 def _head_group(job: RLJob, settings: OperatorSettings, labels: dict[str, str]) -> Object:
@@ -96,7 +97,7 @@ def _rollout_group(
     workers = job.spec.rollout_workers
     container = ray_container(job, settings, "ray-worker", rollout_resources(workers, settings))
     advertised = rollout_node_resources(workers, group.spot)
-    start_params = {"num-cpus": str(advertised.pop("CPU"))}
+    start_params = {"num-cpus": str(advertised.pop(RAY_CPU))}
     if advertised:
         start_params["resources"] = _ray_resources_param(advertised)
     return {

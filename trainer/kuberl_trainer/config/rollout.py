@@ -7,6 +7,7 @@ from typing import Annotated
 
 from pydantic import Field, model_validator
 
+from kuberl_trainer.capacity import RAY_OWN_RESOURCES
 from kuberl_trainer.config.base import Spec
 
 
@@ -34,7 +35,7 @@ class RolloutConfig(Spec):
     @model_validator(mode="after")
     def _custom_ray_resources(self) -> RolloutConfig:
         for name in self.ray_resources:
-            if name in ("CPU", "GPU", "memory", "object_store_memory"):
+            if name in RAY_OWN_RESOURCES:
                 raise ValueError(
                     f"rayResources: {name!r} is one of Ray's own resources, not a custom one "
                     "(the workers' CPUs are set by cpusPerWorker)"

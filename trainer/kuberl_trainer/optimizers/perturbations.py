@@ -109,15 +109,8 @@ class PerturbationsOptimizer(PolicyOptimizer):
         weights = ranks[:, 0] - ranks[:, 1]
         gradient = weighted_noise(self.noise, indices, weights, self.policy.num_params)
         gradient /= returns.size  # as RLlib's ES: the mean over the episodes
-        theta = self.policy.flat_parameters()
         self.policy.set_global_timesteps(self.counters.steps_sampled)
-        self.policy.apply_flat_gradient(-gradient)  # a loss gradient: ascend the returns
-        step = self.policy.flat_parameters() - theta
-        return {
-            "gradient_norm": float(np.linalg.norm(gradient)),
-            "weights_norm": float(np.linalg.norm(theta)),
-            "update_ratio": float(np.linalg.norm(step) / max(np.linalg.norm(theta), 1e-12)),
-        }
+        return self.policy.apply_flat_gradient(-gradient)  # a loss gradient: ascend the returns
 
 
 def centered_ranks(values: np.ndarray) -> np.ndarray:

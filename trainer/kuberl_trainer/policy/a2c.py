@@ -5,9 +5,12 @@ from __future__ import annotations
 import torch
 
 from kuberl_trainer.policy.actor_critic import ActorCriticPolicy
+from kuberl_trainer.progress_row import ENTROPY, GRAD_NORM, POLICY_LOSS, VF_LOSS
 
 
 class A2CPolicy(ActorCriticPolicy):
+    STAT_KEYS = (POLICY_LOSS, VF_LOSS, ENTROPY, GRAD_NORM)
+
     def loss(self, batch: dict[str, torch.Tensor]):
         logp, entropy = self.model.logp_entropy(batch["obs"], batch["actions"])
         advantages = batch["advantages"]
@@ -18,7 +21,7 @@ class A2CPolicy(ActorCriticPolicy):
         entropy = entropy.mean()
         total = policy_loss + self.hp.vf_coeff * vf_loss - self.hp.entropy_coeff * entropy
         return total, {
-            "policy_loss": policy_loss.detach(),
-            "vf_loss": vf_loss.detach(),
-            "entropy": entropy.detach(),
+            POLICY_LOSS: policy_loss.detach(),
+            VF_LOSS: vf_loss.detach(),
+            ENTROPY: entropy.detach(),
         }

@@ -27,6 +27,7 @@ from kuberl_trainer.config import AnyTrainerConfig
 from kuberl_trainer.envs import SpaceInfo
 from kuberl_trainer.policy.base import Stats, numpy_weights
 from kuberl_trainer.policy.impala import IMPALAPolicy
+from kuberl_trainer.progress_row import CLIP_FRACTION, ENTROPY, KL, POLICY_LOSS, VF_LOSS
 from kuberl_trainer.sample_batch import SampleBatch
 
 # RLlib's APPO: importance ratios from the behaviour policy to the target network are capped here.
@@ -34,6 +35,7 @@ _MAX_BEHAVIOUR_RATIO = 2.0
 
 
 class APPOPolicy(IMPALAPolicy):
+    STAT_KEYS = (*IMPALAPolicy.STAT_KEYS, KL, CLIP_FRACTION)
     one_forward = False
 
     def __init__(self, spaces: SpaceInfo, config: AnyTrainerConfig, seed: int):
@@ -82,11 +84,11 @@ class APPOPolicy(IMPALAPolicy):
             kl = ((log_ratio.exp() - 1.0) - log_ratio).mean()
             clip_fraction = ((ratio - 1.0).abs() > clip).float().mean()
         return total, {
-            "policy_loss": policy_loss.detach(),
-            "vf_loss": vf_loss.detach(),
-            "entropy": entropy.detach(),
-            "kl": kl,
-            "clip_fraction": clip_fraction,
+            POLICY_LOSS: policy_loss.detach(),
+            VF_LOSS: vf_loss.detach(),
+            ENTROPY: entropy.detach(),
+            KL: kl,
+            CLIP_FRACTION: clip_fraction,
         }
 
     def get_state(self) -> dict[str, Any]:

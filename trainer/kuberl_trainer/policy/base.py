@@ -5,7 +5,7 @@ from __future__ import annotations
 import copy
 from abc import ABC, abstractmethod
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, ClassVar
 
 import numpy as np
 import torch
@@ -15,6 +15,7 @@ from kuberl_trainer.config import AnyTrainerConfig
 from kuberl_trainer.envs import SpaceInfo
 from kuberl_trainer.policy.adam import Adam
 from kuberl_trainer.policy.towers import Towers
+from kuberl_trainer.progress_row import GRAD_NORM
 from kuberl_trainer.sample_batch import SampleBatch
 
 Weights = dict[str, np.ndarray]
@@ -25,6 +26,10 @@ TensorStats = dict[str, torch.Tensor]  # statistics not yet read from the learne
 class Policy(ABC):
     """What the RLlib paper calls a policy graph: a model, how to act, how to postprocess a
     trajectory and how to learn. Optimizers and workers only ever talk to this interface."""
+
+    STAT_KEYS: ClassVar[tuple[str, ...]] = ()
+    """The statistics its learn step returns (progress_row.POLICY_STATS); GRAD_NORM only where
+    max_grad_norm clips."""
 
     # Set by the rollout worker that holds the policy: 0 for the driver's local worker, 1..N for
     # the remote ones (Ape-X explores at a rate per worker).
@@ -161,7 +166,7 @@ class TorchPolicy(Policy):
         if self.towers is not None:
             self.towers.gather_gradients()
         if self.hp.max_grad_norm is not None:
-            stats["grad_norm"] = nn.utils.clip_grad_norm_(
+            stats[GRAD_NORM] = nn.utils.clip_grad_norm_(
                 self.model.parameters(), self.hp.max_grad_norm
             )
         return stats

@@ -16,6 +16,7 @@ from kuberl_trainer.envs import EnvError, SpaceInfo
 from kuberl_trainer.models import ACTIVATIONS, mlp
 from kuberl_trainer.policy.base import Stats
 from kuberl_trainer.policy.replay import ReplayPolicy
+from kuberl_trainer.progress_row import EPSILON, GRAD_NORM, Q_MEAN, TD_ERROR_MEAN, TD_LOSS
 
 
 class QNetwork(nn.Module):
@@ -55,6 +56,9 @@ class DQNPolicy(ReplayPolicy):
     """An online Q-network that acts epsilon-greedily and learns from replayed transitions
     against a periodically copied target network."""
 
+    STAT_KEYS = (TD_LOSS, Q_MEAN, TD_ERROR_MEAN, GRAD_NORM)
+    EXPLORATION_KEYS = (EPSILON,)
+
     def __init__(self, spaces: SpaceInfo, config: AnyTrainerConfig, seed: int):
         if not spaces.discrete_actions:
             raise EnvError("DQN needs a Discrete action space; use PPO for continuous actions")
@@ -76,7 +80,7 @@ class DQNPolicy(ReplayPolicy):
         )
 
     def exploration_stats(self) -> Stats:
-        return {"epsilon": self.epsilon}
+        return {EPSILON: self.epsilon}
 
     def compute_actions(
         self, obs: np.ndarray, explore: bool = True
@@ -117,8 +121,8 @@ class DQNPolicy(ReplayPolicy):
         loss = per_transition.mean()
         td_errors = (q_taken - targets).detach()
         stats = {
-            "loss": loss.detach(),
-            "q_mean": q_taken.detach().mean(),
-            "td_error_mean": td_errors.abs().mean(),
+            TD_LOSS: loss.detach(),
+            Q_MEAN: q_taken.detach().mean(),
+            TD_ERROR_MEAN: td_errors.abs().mean(),
         }
         return loss, stats, td_errors

@@ -15,7 +15,8 @@ from torch import nn
 from kuberl_trainer.config import AnyTrainerConfig
 from kuberl_trainer.envs import SpaceInfo
 from kuberl_trainer.models import ACTIVATIONS, mlp
-from kuberl_trainer.policy.base import TorchPolicy
+from kuberl_trainer.policy.base import Stats, TorchPolicy
+from kuberl_trainer.progress_row import ES_GRADIENT_NORM, ES_UPDATE_RATIO, ES_WEIGHTS_NORM
 
 # The same table in every process and every run: only where a perturbation starts travels.
 NOISE_SEED = 123
@@ -73,6 +74,8 @@ class ESNetwork(nn.Module):
 
 
 class ESPolicy(TorchPolicy):
+    STAT_KEYS = (ES_GRADIENT_NORM, ES_WEIGHTS_NORM, ES_UPDATE_RATIO)  # apply_flat_gradient's
+
     def __init__(self, spaces: SpaceInfo, config: AnyTrainerConfig, seed: int):
         torch.manual_seed(seed)  # network initialisation is part of what a seed fixes
         hp = config.hyperparameters
@@ -151,14 +154,21 @@ class ESPolicy(TorchPolicy):
         theta = self.flat_parameters()
         return np.stack([theta + eps, theta - eps], axis=1).reshape(-1, self.num_params)
 
-    def apply_flat_gradient(self, gradient: np.ndarray) -> None:
+    def apply_flat_gradient(self, gradient: np.ndarray) -> Stats:
         """One Adam step on a loss gradient given as one vector in flat_parameters' order, with
-        l2_coeff weight decay."""
+        l2_coeff weight decay; returns the step's statistics."""
+        theta = self.flat_parameters()
         params = list(self.model.parameters())
         pieces = np.split(gradient.astype(np.float32), np.cumsum([p.numel() for p in params])[:-1])
         self.apply_gradients(
             [piece.reshape(p.shape) for piece, p in zip(pieces, params, strict=True)]
         )
+        step = self.flat_parameters() - theta
+        return {
+            ES_GRADIENT_NORM: float(np.linalg.norm(gradient)),
+            ES_WEIGHTS_NORM: float(np.linalg.norm(theta)),
+            ES_UPDATE_RATIO: float(np.linalg.norm(step) / max(np.linalg.norm(theta), 1e-12)),
+        }
 
     # -- what ES does not do ------------------------------------------------------------------
 

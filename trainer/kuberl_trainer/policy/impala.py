@@ -18,6 +18,7 @@ from torch import nn
 
 from kuberl_trainer.policy.actor_critic import ActorCriticPolicy
 from kuberl_trainer.policy.base import Stats, TensorStats, mean_stats
+from kuberl_trainer.progress_row import ENTROPY, GRAD_NORM, POLICY_LOSS, SGD_STEPS, VF_LOSS
 from kuberl_trainer.sample_batch import VALID, SampleBatch
 
 # The columns the learner needs; next_obs for every step (not only where an episode was cut or
@@ -113,6 +114,7 @@ LEARNABLE_ROWS = "learnable_rows"  # batch_tensors' indices of the rows that are
 
 
 class IMPALAPolicy(ActorCriticPolicy):
+    STAT_KEYS = (POLICY_LOSS, VF_LOSS, ENTROPY, GRAD_NORM, SGD_STEPS)
     # A learn call of one whole-batch SGD step shares its forward pass with V-trace (APPO's
     # V-trace takes the target network's log-probabilities: it cannot).
     one_forward = True
@@ -154,7 +156,7 @@ class IMPALAPolicy(ActorCriticPolicy):
         then take any rows)."""
         epochs = getattr(self.hp, "num_epochs", 1)
         if self.one_forward and splits == 1 and epochs == 1 and self.towers is None:
-            return mean_stats([self.whole_batch_step(tensors)]) | {"sgd_steps": 1.0}
+            return mean_stats([self.whole_batch_step(tensors)]) | {SGD_STEPS: 1.0}
         steps: list[TensorStats] = []
         for _ in range(epochs):
             epoch = self.learnable_rows(tensors)
@@ -167,7 +169,7 @@ class IMPALAPolicy(ActorCriticPolicy):
                     for rows in torch.tensor_split(order, splits)
                 ]
             steps += [self.sgd_step(minibatch) for minibatch in minibatches]
-        return mean_stats(steps) | {"sgd_steps": float(len(steps))}
+        return mean_stats(steps) | {SGD_STEPS: float(len(steps))}
 
     def whole_batch_step(self, batch: dict[str, torch.Tensor]) -> TensorStats:
         """One SGD step on the whole batch, whose forward pass also gives V-trace its inputs:
@@ -273,7 +275,7 @@ class IMPALAPolicy(ActorCriticPolicy):
         entropy = entropy.mean()
         total = policy_loss + self.hp.vf_coeff * vf_loss - self.hp.entropy_coeff * entropy
         return total, {
-            "policy_loss": policy_loss.detach(),
-            "vf_loss": vf_loss.detach(),
-            "entropy": entropy.detach(),
+            POLICY_LOSS: policy_loss.detach(),
+            VF_LOSS: vf_loss.detach(),
+            ENTROPY: entropy.detach(),
         }

@@ -8,10 +8,12 @@ import torch
 from kuberl_trainer.policy.actor_critic import ActorCriticPolicy
 from kuberl_trainer.policy.base import flatten_time_major
 from kuberl_trainer.postprocessing import discounted_returns
+from kuberl_trainer.progress_row import ENTROPY, GRAD_NORM, POLICY_LOSS
 from kuberl_trainer.sample_batch import VALID
 
 
 class PGPolicy(ActorCriticPolicy):
+    STAT_KEYS = (POLICY_LOSS, ENTROPY, GRAD_NORM)
     with_critic = False
 
     def postprocess_trajectory(self, rollout: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
@@ -32,4 +34,4 @@ class PGPolicy(ActorCriticPolicy):
         policy_loss = -(logp * batch["advantages"]).mean()
         entropy = entropy.mean()
         total = policy_loss - self.hp.entropy_coeff * entropy
-        return total, {"policy_loss": policy_loss.detach(), "entropy": entropy.detach()}
+        return total, {POLICY_LOSS: policy_loss.detach(), ENTROPY: entropy.detach()}

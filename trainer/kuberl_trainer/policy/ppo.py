@@ -6,10 +6,21 @@ import torch
 
 from kuberl_trainer.policy.actor_critic import ActorCriticPolicy
 from kuberl_trainer.policy.base import Stats, TensorStats, mean_stats
+from kuberl_trainer.progress_row import (
+    CLIP_FRACTION,
+    ENTROPY,
+    GRAD_NORM,
+    KL,
+    POLICY_LOSS,
+    SGD_STEPS,
+    VF_LOSS,
+)
 from kuberl_trainer.sample_batch import SampleBatch
 
 
 class PPOPolicy(ActorCriticPolicy):
+    STAT_KEYS = (POLICY_LOSS, VF_LOSS, ENTROPY, KL, CLIP_FRACTION, GRAD_NORM, SGD_STEPS)
+
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
         self.clip_range = self.hp.clip_range
@@ -35,9 +46,9 @@ class PPOPolicy(ActorCriticPolicy):
             ]
             steps += epoch
             # the one wait for the device per epoch, and only with a target_kl
-            if self.hp.target_kl is not None and mean_stats(epoch)["kl"] > self.hp.target_kl:
+            if self.hp.target_kl is not None and mean_stats(epoch)[KL] > self.hp.target_kl:
                 break  # the policy moved far enough for this batch
-        return mean_stats(steps) | {"sgd_steps": float(len(steps))}
+        return mean_stats(steps) | {SGD_STEPS: float(len(steps))}
 
     def standardized(self, minibatch: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
         """The minibatch with its advantages standardized if normalize_advantages: over the whole
@@ -67,9 +78,9 @@ class PPOPolicy(ActorCriticPolicy):
             kl = ((ratio - 1.0) - log_ratio).mean()  # the low-variance k3 estimator
             clip_fraction = ((ratio - 1.0).abs() > self.clip_range).float().mean()
         return total, {
-            "policy_loss": policy_loss.detach(),
-            "vf_loss": vf_loss.detach(),
-            "entropy": entropy.detach(),
-            "kl": kl,
-            "clip_fraction": clip_fraction,
+            POLICY_LOSS: policy_loss.detach(),
+            VF_LOSS: vf_loss.detach(),
+            ENTROPY: entropy.detach(),
+            KL: kl,
+            CLIP_FRACTION: clip_fraction,
         }

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import copy
 from abc import abstractmethod
-from typing import Any
+from typing import Any, ClassVar
 
 import numpy as np
 import torch
@@ -29,6 +29,9 @@ class ReplayPolicy(TorchPolicy):
     """A TorchPolicy whose `target_model` starts as a copy of `target_source` (the part of the
     model that bootstraps TD targets) and is updated every target_update_interval gradient
     steps by `update_target`."""
+
+    EXPLORATION_KEYS: ClassVar[tuple[str, ...]] = ()
+    """The statistics `exploration_stats` returns."""
 
     def __init__(
         self,

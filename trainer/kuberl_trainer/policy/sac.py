@@ -21,6 +21,16 @@ from kuberl_trainer.envs import EnvError, SpaceInfo
 from kuberl_trainer.models import NoiseSource, gaussian_logp, mlp
 from kuberl_trainer.policy.base import Stats
 from kuberl_trainer.policy.replay import ReplayPolicy
+from kuberl_trainer.progress_row import (
+    ALPHA,
+    ALPHA_LOSS,
+    ENTROPY,
+    GRAD_NORM,
+    POLICY_LOSS,
+    Q_MEAN,
+    TD_ERROR_MEAN,
+    TD_LOSS,
+)
 
 LOG_STD_MIN, LOG_STD_MAX = -20.0, 2.0  # the clamp of Stable-Baselines3 and RLlib
 
@@ -92,6 +102,9 @@ class SACModel(nn.Module):
 class SACPolicy(ReplayPolicy):
     """Acts with samples of the squashed Gaussian (its mean when greedy) and learns the critics,
     the actor and alpha in one gradient step per replayed minibatch."""
+
+    STAT_KEYS = (TD_LOSS, POLICY_LOSS, ALPHA_LOSS, ALPHA, ENTROPY, Q_MEAN, TD_ERROR_MEAN, GRAD_NORM)
+    EXPLORATION_KEYS = (ALPHA,)
 
     def __init__(self, spaces: SpaceInfo, config: AnyTrainerConfig, seed: int):
         if spaces.discrete_actions:
@@ -172,13 +185,13 @@ class SACPolicy(ReplayPolicy):
 
         td_errors = td_errors.detach()
         stats = {
-            "loss": critic_loss.detach(),
-            "policy_loss": policy_loss.detach(),
-            "alpha_loss": alpha_loss.detach(),
-            "alpha": self.alpha,
-            "entropy": -logp.detach().mean(),
-            "q_mean": q_values.detach().mean(),
-            "td_error_mean": td_errors.abs().mean(),
+            TD_LOSS: critic_loss.detach(),
+            POLICY_LOSS: policy_loss.detach(),
+            ALPHA_LOSS: alpha_loss.detach(),
+            ALPHA: self.alpha,
+            ENTROPY: -logp.detach().mean(),
+            Q_MEAN: q_values.detach().mean(),
+            TD_ERROR_MEAN: td_errors.abs().mean(),
         }
         # A transition's TD error for prioritized replay: the mean over the two critics.
         return critic_loss + policy_loss + alpha_loss, stats, td_errors.abs().mean(dim=-1)
@@ -191,7 +204,7 @@ class SACPolicy(ReplayPolicy):
                 target.lerp_(source, self.hp.tau)
 
     def exploration_stats(self) -> Stats:
-        return {"alpha": float(self.alpha)}
+        return {ALPHA: float(self.alpha)}
 
     def _noise(self, rows: int) -> torch.Tensor:
         """Standard normal draws for `rows` reparameterised samples, from the policy's seeded
