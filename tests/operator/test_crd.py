@@ -15,6 +15,7 @@ import yaml
 from kuberl_operator.constants import CRD_NAME, GROUP, KIND, PLURAL, SHORT_NAMES
 from kuberl_operator.crd import crd_yaml, rljob_crd
 from kuberl_operator.validation import load_rljob
+from kuberl_trainer.config import ALGORITHMS, PBT
 from testkit import as_strict_json_schema
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -113,7 +114,7 @@ def test_schema_keeps_the_models_constraints_and_docs(schema):
     assert trainer["properties"]["algorithm"] == {
         "type": "string",
         "description": "The RL algorithm.",
-        "enum": ["PG", "A2C", "A3C", "PPO", "APPO", "IMPALA", "DQN", "APEX", "SAC", "ES", "PBT"],
+        "enum": [*ALGORITHMS, PBT],  # the table's order: how the CRD documents them
     }
     assert set(trainer["required"]) == {"algorithm", "env", "stop"}
     assert workers["replicas"]["minimum"] == 0 and workers["replicas"]["maximum"] == 10_000

@@ -14,19 +14,7 @@ from kuberl_trainer.config.optimizer import (
     SYNC_SAMPLES,
     OptimizerName,
 )
-from kuberl_trainer.hyperparameters import (
-    A2CHyperparameters,
-    A3CHyperparameters,
-    APEXHyperparameters,
-    APPOHyperparameters,
-    DQNHyperparameters,
-    ESHyperparameters,
-    Hyperparameters,
-    IMPALAHyperparameters,
-    PGHyperparameters,
-    PPOHyperparameters,
-    SACHyperparameters,
-)
+from kuberl_trainer.hyperparameters import Hyperparameters, evolution, off_policy, on_policy
 
 
 @dataclass(frozen=True)
@@ -57,63 +45,66 @@ _PERTURBED = "learns from the returns of perturbed copies of its parameters"
 
 ALGORITHMS: dict[str, AlgorithmRow] = {
     "PG": AlgorithmRow(
-        PGHyperparameters,
+        on_policy.PGHyperparameters,
         "kuberl_trainer.policy.pg:PGPolicy",
         (SYNC_SAMPLES, ASYNC_GRADIENTS),
         _ON_POLICY,
     ),
     "A2C": AlgorithmRow(
-        A2CHyperparameters,
+        on_policy.A2CHyperparameters,
         "kuberl_trainer.policy.a2c:A2CPolicy",
         (SYNC_SAMPLES, ASYNC_GRADIENTS),
         _ON_POLICY,
     ),
     "A3C": AlgorithmRow(
-        A3CHyperparameters,
+        on_policy.A3CHyperparameters,
         "kuberl_trainer.policy.a2c:A2CPolicy",
         (ASYNC_GRADIENTS, SYNC_SAMPLES),
         _ON_POLICY,
     ),
     "PPO": AlgorithmRow(
-        PPOHyperparameters,
+        on_policy.PPOHyperparameters,
         "kuberl_trainer.policy.ppo:PPOPolicy",
         (SYNC_SAMPLES, ASYNC_SAMPLES, LOCAL_MULTI_GPU),
         _SGD_EPOCHS,
     ),
     "APPO": AlgorithmRow(
-        APPOHyperparameters,
+        on_policy.APPOHyperparameters,
         "kuberl_trainer.policy.appo:APPOPolicy",
         (ASYNC_SAMPLES, SYNC_SAMPLES),
         _VTRACE,
     ),
     "IMPALA": AlgorithmRow(
-        IMPALAHyperparameters,
+        on_policy.IMPALAHyperparameters,
         "kuberl_trainer.policy.impala:IMPALAPolicy",
         (ASYNC_SAMPLES, SYNC_SAMPLES),
         _VTRACE,
     ),
     "DQN": AlgorithmRow(
-        DQNHyperparameters,
+        off_policy.DQNHyperparameters,
         "kuberl_trainer.policy.dqn:DQNPolicy",
         (SYNC_REPLAY, ASYNC_REPLAY),
         _REPLAY,
         discrete_actions_only=True,
     ),
     "APEX": AlgorithmRow(
-        APEXHyperparameters,
+        off_policy.APEXHyperparameters,
         "kuberl_trainer.policy.apex:APEXPolicy",
         (ASYNC_REPLAY, SYNC_REPLAY),
         _REPLAY,
         discrete_actions_only=True,
     ),
     "SAC": AlgorithmRow(
-        SACHyperparameters,
+        off_policy.SACHyperparameters,
         "kuberl_trainer.policy.sac:SACPolicy",
         (SYNC_REPLAY,),
         _SOFT_REPLAY,
         continuous_actions_only=True,
     ),
     "ES": AlgorithmRow(
-        ESHyperparameters, "kuberl_trainer.policy.es:ESPolicy", (PERTURBATIONS,), _PERTURBED
+        evolution.ESHyperparameters,
+        "kuberl_trainer.policy.es:ESPolicy",
+        (PERTURBATIONS,),
+        _PERTURBED,
     ),
 }
