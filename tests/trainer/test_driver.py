@@ -15,6 +15,7 @@ from kuberl_trainer import trainer as trainer_module
 from kuberl_trainer.checkpoint import CheckpointSaveError, CheckpointStore
 from kuberl_trainer.config import RolloutConfig, StopConditions
 from kuberl_trainer.driver import Driver, stop_reason
+from kuberl_trainer.resume import META_ROW
 from kuberl_trainer.rollout_worker import RolloutWorker
 from kuberl_trainer.trainer import worker_seed
 from testkit import trainer_config
@@ -163,7 +164,7 @@ def test_a_checkpoint_saved_without_its_row_still_resumes(tmp_path):
     run_pg(tmp_path, 2, every=2)
     manifest = pathlib.Path(saved(tmp_path, 2)) / "manifest.json"
     contents = json.loads(manifest.read_text())
-    del contents["meta"]["row"]
+    del contents["meta"][META_ROW]
     manifest.write_text(json.dumps(contents))
     progress = tmp_path / "progress.jsonl"
     progress.write_text(progress.read_text().splitlines(keepends=True)[0])

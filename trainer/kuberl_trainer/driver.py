@@ -5,7 +5,6 @@ checkpoints within the grace period and stops."""
 
 from __future__ import annotations
 
-import json
 import logging
 import math
 import os
@@ -36,16 +35,13 @@ from kuberl_trainer.progress_row import (
     PROGRESS_FILE,
     TIME_TOTAL_S,
     TIMESTEPS_TOTAL,
-    read_progress_file,
 )
 from kuberl_trainer.resource_wait import await_resources, job_requests
+from kuberl_trainer.resume import checkpoint_identity, checkpoint_meta, restore_progress, saved_row
 from kuberl_trainer.tensorboard import TensorBoardLog
 from kuberl_trainer.trainer import Trainer
 
 log = logging.getLogger(__name__)
-
-META_ROW = "row"
-"""The checkpoint meta's key for the progress row of the checkpoint's iteration."""
 
 
 @dataclass(frozen=True)
@@ -70,18 +66,6 @@ def trainer_class(config: JobTrainerConfig) -> type:
 
         return Population
     return Trainer
-
-
-def checkpoint_identity(config: JobTrainerConfig) -> dict[str, Any]:
-    """What a checkpoint must have been written for to be resumed by this job: its algorithm and
-    env, and for PBT the trials' algorithm and how many there are."""
-    identity = {"algorithm": config.algorithm, "env": config.env}
-    if config.algorithm == PBT:
-        identity |= {
-            "trials": config.trainer.algorithm,
-            "population": config.hyperparameters.population,
-        }
-    return identity
 
 
 def stop_reason(stop: StopConditions, row: dict[str, Any]) -> str | None:
@@ -307,26 +291,13 @@ class Driver:
 
     # -- checkpoints --------------------------------------------------------------------------
 
-    def _meta(self, row: dict[str, Any] | None) -> dict[str, Any]:
-        """The checkpoint's meta; with the iteration's progress row when it is not written yet
-        (strict JSON, without its checkpoint: resuming restores it naming the checkpoint)."""
-        meta = {
-            **checkpoint_identity(self.config),
-            "iteration": self.iteration,
-            "timesteps": self.trainer.timesteps,
-            "created": time.time(),
-            "config": self.config.model_dump(mode="json", by_alias=True),
-        }
-        if row is not None:
-            meta[META_ROW] = json.loads(json.dumps(row), parse_constant=lambda _: None)  # NaN: null
-        return meta
-
     def _save(self, row: dict[str, Any] | None) -> str | None:
         """Checkpoint; returns the newest complete checkpoint. When the store fails (full,
         unreachable, denied) training goes on: the failure is logged and counted, the previous
         checkpoints stay as they were, and the next save tries again."""
         try:
-            self.checkpoint = self.store.save(self.iteration, self.trainer.state(), self._meta(row))
+            meta = checkpoint_meta(self.config, self.iteration, self.trainer.timesteps, row)
+            self.checkpoint = self.store.save(self.iteration, self.trainer.state(), meta)
         except CheckpointError as exc:
             self.metrics.checkpoint_failed()
             log.error("checkpoint failed, training goes on: %s", exc)
@@ -341,7 +312,7 @@ class Driver:
         self.checkpoint = found.uri
         self.metrics.checkpointed(found.meta["created"], found.uri)
         self.metrics.position(self.iteration, self.trainer.timesteps)
-        _truncate_progress(self.run_dir / PROGRESS_FILE, self.iteration, _saved_row(found))
+        restore_progress(self.run_dir / PROGRESS_FILE, self.iteration, saved_row(found))
         self.report.message(
             f"Resuming from {found.uri} (iteration {self.iteration}, "
             f"{self.trainer.timesteps:,} timesteps)"
@@ -417,30 +388,3 @@ class Driver:
     def _restore_signal_handlers(previous: dict[int, Any]) -> None:
         for signum, handler in previous.items():
             signal.signal(signum, handler)
-
-
-def _saved_row(found: Checkpoint) -> dict[str, Any] | None:
-    """The progress row saved with a checkpoint, naming it; None when it has none (a checkpoint
-    saved after its row was written, or by an older kuberl)."""
-    row = found.meta.get(META_ROW)
-    if not isinstance(row, dict) or row.get(ITERATION) != found.meta["iteration"]:
-        return None
-    return {**row, CHECKPOINT: found.uri}
-
-
-def _truncate_progress(path: Path, iteration: int, saved_row: dict[str, Any] | None) -> None:
-    """Drop rows of iterations after the checkpoint: that training was lost and is redone. When
-    the checkpoint's own row is missing as well (the process died after saving the checkpoint,
-    before writing its row), the row saved with the checkpoint is put back."""
-    found = read_progress_file(path)
-    if found is None:  # a run directory of its own (a new pod): its rows start after the resume
-        return
-    rows, whole = found
-    kept = [row for row in rows if row[ITERATION] <= iteration]
-    if saved_row is not None and (not kept or kept[-1][ITERATION] < iteration):
-        kept.append(saved_row)
-    # A row cut short by a crash is not in `rows`: rewriting drops it too.
-    if kept != rows or not whole:
-        tmp = path.with_suffix(".tmp")
-        tmp.write_text("".join(json.dumps(row) + "\n" for row in kept))
-        os.replace(tmp, path)

@@ -1,0 +1,75 @@
+"""What a run resumes from: whose checkpoints a job may resume (`checkpoint_identity`), what a
+checkpoint records beside the state (`checkpoint_meta`, with the progress row of its iteration),
+and the progress file cut back to the checkpoint (`restore_progress`)."""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from pathlib import Path
+from typing import Any
+
+from kuberl_trainer.checkpoint import Checkpoint
+from kuberl_trainer.config import PBT, JobTrainerConfig
+from kuberl_trainer.progress_row import CHECKPOINT, ITERATION, read_progress_file
+
+META_ROW = "row"
+"""The checkpoint meta's key for the progress row of the checkpoint's iteration."""
+
+
+def checkpoint_identity(config: JobTrainerConfig) -> dict[str, Any]:
+    """What a checkpoint must have been written for to be resumed by this job: its algorithm and
+    env, and for PBT the trials' algorithm and how many there are."""
+    identity = {"algorithm": config.algorithm, "env": config.env}
+    if config.algorithm == PBT:
+        identity |= {
+            "trials": config.trainer.algorithm,
+            "population": config.hyperparameters.population,
+        }
+    return identity
+
+
+def checkpoint_meta(
+    config: JobTrainerConfig, iteration: int, timesteps: int, row: dict[str, Any] | None
+) -> dict[str, Any]:
+    """A checkpoint's meta: the job's identity, where training stood and its config; with the
+    iteration's progress row when it is not written yet (strict JSON, without its checkpoint:
+    resuming restores it naming the checkpoint)."""
+    meta = {
+        **checkpoint_identity(config),
+        "iteration": iteration,
+        "timesteps": timesteps,
+        "created": time.time(),
+        "config": config.model_dump(mode="json", by_alias=True),
+    }
+    if row is not None:
+        meta[META_ROW] = json.loads(json.dumps(row), parse_constant=lambda _: None)  # NaN: null
+    return meta
+
+
+def saved_row(found: Checkpoint) -> dict[str, Any] | None:
+    """The progress row saved with a checkpoint, naming it; None when it has none (a checkpoint
+    saved after its row was written, or by an older kuberl)."""
+    row = found.meta.get(META_ROW)
+    if not isinstance(row, dict) or row.get(ITERATION) != found.meta["iteration"]:
+        return None
+    return {**row, CHECKPOINT: found.uri}
+
+
+def restore_progress(path: Path, iteration: int, saved_row: dict[str, Any] | None) -> None:
+    """Drop rows of iterations after the checkpoint: that training was lost and is redone. When
+    the checkpoint's own row is missing as well (the process died after saving the checkpoint,
+    before writing its row), the row saved with the checkpoint is put back."""
+    found = read_progress_file(path)
+    if found is None:  # a run directory of its own (a new pod): its rows start after the resume
+        return
+    rows, whole = found
+    kept = [row for row in rows if row[ITERATION] <= iteration]
+    if saved_row is not None and (not kept or kept[-1][ITERATION] < iteration):
+        kept.append(saved_row)
+    # A row cut short by a crash is not in `rows`: rewriting drops it too.
+    if kept != rows or not whole:
+        tmp = path.with_suffix(".tmp")
+        tmp.write_text("".join(json.dumps(row) + "\n" for row in kept))
+        os.replace(tmp, path)
