@@ -13,7 +13,8 @@ import torch
 from pydantic import ValidationError
 from torch import nn
 
-from kuberl_trainer.checkpoint import CheckpointStore, load_state
+from kuberl_trainer.checkpoint import CheckpointStore
+from kuberl_trainer.checkpoint_format import load_state
 from kuberl_trainer.config import RolloutConfig
 from kuberl_trainer.driver import Driver
 from kuberl_trainer.envs import EnvError, env_problem, space_info

@@ -1,11 +1,11 @@
-"""Checkpoints on a local path or an object store (s3://, gs://, az:// through fsspec), each one
-complete before it counts, never replacing another, and loaded as data only.
+"""Where checkpoints are kept, pruned and found: a local path or an object store (s3://, gs://,
+az:// through fsspec), each checkpoint complete before it counts and never replacing another.
+What a checkpoint folder holds, how it is written, and the checks that make it usable (loaded as
+data only) are in checkpoint_format.
 
 Under the location (checkpoint.uri; by default checkpoints/ in the run directory):
 
-    checkpoint-00000020/      a save of iteration 20
-        state.pt              weights, optimizer state, counters, RNG states (torch.save)
-        manifest.json         written last: each file's size and sha256, and the meta
+    checkpoint-00000020/      a save of iteration 20: state.pt, then manifest.json
     checkpoint-00000020-1/    iteration 20 saved again (say, on SIGTERM after a periodic save)
 
 - **Complete before it counts.** Only a checkpoint whose manifest exists and whose files match it
@@ -21,8 +21,6 @@ Under the location (checkpoint.uri; by default checkpoints/ in the run directory
   planted link can neither be resumed from nor make pruning delete what it points to. Such an
   entry stays until someone removes it. Object stores have no links, and names come only from
   listings that must match `checkpoint-<iteration>`: no `..` can leave the prefix.
-- **Data only.** state.pt is loaded with `torch.load(weights_only=True)` plus numpy arrays: tensors,
-  arrays and plain containers. A tampered checkpoint that carries code is refused and runs nothing.
 
 Object stores take their credentials and endpoint from the environment, as their SDKs do
 (AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY, AWS_ENDPOINT_URL for MinIO and other S3-compatible
@@ -31,9 +29,6 @@ servers, ...).
 
 from __future__ import annotations
 
-import hashlib
-import io
-import json
 import logging
 import os
 import re
@@ -44,56 +39,40 @@ from pathlib import Path
 from typing import Any
 
 import fsspec
-import numpy as np
-import torch
 from fsspec import AbstractFileSystem
 from fsspec.implementations.local import LocalFileSystem
 
-from kuberl_trainer.errors import InvalidJobError, TrainingError
+# CheckpointError and CheckpointRefused are imported from here as well, with the store's own errors.
+from kuberl_trainer.checkpoint_format import (
+    MANIFEST,
+    STATE,
+    CheckpointError,
+    CheckpointRefused,
+    Unusable,
+    check_meta,
+    describe,
+    encode_manifest,
+    fsync_dir,
+    parse_manifest,
+    verified_state,
+    write_state,
+    write_synced,
+)
 
 log = logging.getLogger(__name__)
 
-FORMAT_VERSION = 2
-"""Version of the layout above; 1 (meta.json, no manifest) is never resumed from."""
 PREFIX = "checkpoint-"
-STATE = "state.pt"
-MANIFEST = "manifest.json"
 
 # checkpoint-<iteration>, or checkpoint-<iteration>-<n> for the n-th re-save of that iteration
 _NAME = re.compile(r"checkpoint-([0-9]+)(?:-([0-9]+))?")
-_SHA256 = re.compile(r"^[0-9a-f]{64}$")
 
 # The Python packages behind the object stores that kuberl[trainer] does not install.
 _STORE_PACKAGES = {"gs": "gcsfs", "az": "adlfs"}
-
-# What state.pt may hold besides tensors and plain containers: numpy arrays and scalars of bool and
-# numeric dtypes (weights, replay buffers, numpy's RNG state). Rebuilding these calls no code of
-# the file's choosing; object arrays are not among them.
-_NUMPY_GLOBALS = [
-    np._core.multiarray._reconstruct,
-    np._core.multiarray.scalar,
-    np.ndarray,
-    np.dtype,
-    *(type(np.dtype(code)) for code in "?bBhHiIlLqQefdgFDG"),
-]
-
-
-class CheckpointError(TrainingError):
-    """The checkpoint location is unusable, or its newest checkpoint belongs to another job."""
-
-
-class CheckpointRefused(CheckpointError, InvalidJobError):
-    """The job's checkpoint location can never be used as it is (another job's checkpoint, a newer
-    format, a store kuberl cannot reach without another package): retrying changes nothing."""
 
 
 class CheckpointSaveError(CheckpointError):
     """A save failed (store full, unreachable, access denied); the previous checkpoints are
     intact."""
-
-
-class _Unusable(Exception):
-    """This checkpoint cannot be resumed from (incomplete, damaged, or unsafe): try an older one."""
 
 
 @dataclass(frozen=True)
@@ -160,12 +139,12 @@ class CheckpointStore:
                 self._save_remote(name, state, meta)
         except Exception as exc:
             raise CheckpointSaveError(
-                f"could not save iteration {iteration} to {self.location}: {_describe(exc)}"
+                f"could not save iteration {iteration} to {self.location}: {describe(exc)}"
             ) from exc
         try:
             self._prune(name)
         except Exception as exc:  # the new checkpoint is complete: stale ones wait for next time
-            log.warning("could not prune old checkpoints in %s: %s", self.location, _describe(exc))
+            log.warning("could not prune old checkpoints in %s: %s", self.location, describe(exc))
         return self.uri(name)
 
     def _save_local(self, name: str, state: dict[str, Any], meta: dict[str, Any]) -> None:
@@ -175,10 +154,10 @@ class CheckpointStore:
         shutil.rmtree(tmp, ignore_errors=True)
         try:
             tmp.mkdir()
-            manifest = _manifest({STATE: _write_state(tmp / STATE, state)}, meta)
-            _write_synced(tmp / MANIFEST, manifest)
+            manifest = encode_manifest({STATE: write_state(tmp / STATE, state)}, meta)
+            write_synced(tmp / MANIFEST, manifest)
             os.rename(tmp, directory / name)  # a new name: nothing is ever replaced
-            _fsync_dir(directory)
+            fsync_dir(directory)
         except BaseException:
             shutil.rmtree(tmp, ignore_errors=True)
             raise
@@ -187,7 +166,7 @@ class CheckpointStore:
         target = f"{self.root}/{name}"
         with tempfile.TemporaryDirectory(prefix="kuberl-checkpoint-") as scratch:
             local_state = Path(scratch) / STATE
-            manifest = _manifest({STATE: _write_state(local_state, state)}, meta)
+            manifest = encode_manifest({STATE: write_state(local_state, state)}, meta)
             try:
                 self.fs.put_file(str(local_state), f"{target}/{STATE}")
                 self.fs.pipe_file(f"{target}/{MANIFEST}", manifest)  # from here on, it counts
@@ -257,21 +236,21 @@ class CheckpointStore:
             raise
         except Exception as exc:
             raise CheckpointError(
-                f"cannot list the checkpoints in {self.location}: {_describe(exc)}"
+                f"cannot list the checkpoints in {self.location}: {describe(exc)}"
             ) from exc
         for name, _ in reversed(listing):
             uri = self.uri(name)
             try:
                 manifest = self._manifest(name)
-                _check_meta(uri, manifest["meta"], expect)
+                check_meta(uri, manifest["meta"], expect)
                 state = self._state(name, manifest["files"][STATE])
-            except _Unusable as reason:
+            except Unusable as reason:
                 log.warning("skipping corrupt checkpoint %s: %s", uri, reason)
                 continue
             except CheckpointError:
                 raise
             except Exception as exc:
-                raise CheckpointError(f"cannot read checkpoint {uri}: {_describe(exc)}") from exc
+                raise CheckpointError(f"cannot read checkpoint {uri}: {describe(exc)}") from exc
             return Checkpoint(uri, manifest["meta"], state)
         return None
 
@@ -279,17 +258,15 @@ class CheckpointStore:
         try:
             raw = self.fs.cat_file(f"{self.root}/{name}/{MANIFEST}")
         except FileNotFoundError:
-            raise _Unusable(f"no {MANIFEST}: its save never finished") from None
+            raise Unusable(f"no {MANIFEST}: its save never finished") from None
         return parse_manifest(raw)
 
     def _state(self, name: str, expected: dict[str, Any]) -> dict[str, Any]:
         try:
             data = self.fs.cat_file(f"{self.root}/{name}/{STATE}")
         except FileNotFoundError:
-            raise _Unusable(f"{STATE} is missing") from None
-        if len(data) != expected["size"] or hashlib.sha256(data).hexdigest() != expected["sha256"]:
-            raise _Unusable(f"{STATE} differs from its manifest (truncated or altered)")
-        return load_state(data)
+            raise Unusable(f"{STATE} is missing") from None
+        return verified_state(data, expected)
 
     def _listing(self) -> list[tuple[str, tuple[int, int]]]:
         """(name, sort key) of every checkpoint folder, oldest first; on local disk, only those
@@ -339,97 +316,6 @@ class CheckpointStore:
         return [child.rstrip("/").rsplit("/", 1)[-1] for child in children]
 
 
-def load_state(data: bytes) -> dict[str, Any]:
-    """A state.pt's contents, unpickled as tensors, numpy arrays and plain data only."""
-    try:
-        with torch.serialization.safe_globals(_NUMPY_GLOBALS):
-            state = torch.load(io.BytesIO(data), weights_only=True, map_location="cpu")
-    except Exception as exc:
-        if "Weights only load failed" in str(exc):
-            raise _Unusable(
-                "refused to load: it holds objects other than tensors, arrays and plain data "
-                f"({_unsupported_global(str(exc))}), which could run code; it was not loaded"
-            ) from None
-        raise _Unusable(f"{STATE} is unreadable: {_describe(exc)}") from None
-    if not isinstance(state, dict):
-        raise _Unusable(f"{STATE} holds a {type(state).__name__}, not a checkpoint's state")
-    return state
-
-
-def parse_manifest(raw: bytes) -> dict[str, Any]:
-    """A manifest's contents, checked: the format, one entry (size, sha256) for state.pt, the
-    meta. Raises _Unusable, or CheckpointError for a newer format than this kuberl reads."""
-    try:
-        manifest = json.loads(raw)
-    except ValueError as exc:
-        raise _Unusable(f"{MANIFEST} is not JSON: {exc}") from None
-    if not isinstance(manifest, dict):
-        raise _Unusable(f"{MANIFEST} is not an object")
-    version = manifest.get("format")
-    if isinstance(version, int) and version > FORMAT_VERSION:
-        raise CheckpointRefused(
-            f"a checkpoint has format {version}, newer than this kuberl reads ({FORMAT_VERSION}): "
-            "upgrade the trainer image, or point checkpoint.uri elsewhere"
-        )
-    if version != FORMAT_VERSION:
-        raise _Unusable(f"{MANIFEST} has format {version!r}, expected {FORMAT_VERSION}")
-    files, meta = manifest.get("files"), manifest.get("meta")
-    if not isinstance(meta, dict):
-        raise _Unusable(f"{MANIFEST} has no meta")
-    if not isinstance(files, dict) or set(files) != {STATE}:
-        raise _Unusable(f"{MANIFEST} must list exactly {STATE}")
-    entry = files[STATE]
-    if not (
-        isinstance(entry, dict)
-        and isinstance(entry.get("size"), int)
-        and isinstance(entry.get("sha256"), str)
-        and _SHA256.match(entry["sha256"])
-    ):
-        raise _Unusable(f"{MANIFEST} lacks the size or sha256 of {STATE}")
-    return manifest
-
-
-def _check_meta(uri: str, meta: dict[str, Any], expect: dict[str, Any]) -> None:
-    for key, wanted in expect.items():
-        if meta.get(key) != wanted:
-            raise CheckpointRefused(
-                f"checkpoint {uri} was written for {key}={meta.get(key)!r}, this job "
-                f"has {key}={wanted!r}; point checkpoint.uri elsewhere or remove it"
-            )
-
-
-def _manifest(files: dict[str, dict[str, Any]], meta: dict[str, Any]) -> bytes:
-    return json.dumps({"format": FORMAT_VERSION, "files": files, "meta": meta}).encode()
-
-
-def _write_state(path: Path, state: dict[str, Any]) -> dict[str, Any]:
-    """Writes state.pt, synced to disk; returns its manifest entry."""
-    with open(path, "wb") as f:
-        torch.save(state, f)
-        f.flush()
-        os.fsync(f.fileno())
-    digest = hashlib.sha256()
-    with open(path, "rb") as f:
-        while chunk := f.read(1 << 20):
-            digest.update(chunk)
-    return {"size": path.stat().st_size, "sha256": digest.hexdigest()}
-
-
-def _write_synced(path: Path, data: bytes) -> None:
-    with open(path, "wb") as f:
-        f.write(data)
-        f.flush()
-        os.fsync(f.fileno())
-
-
-def _fsync_dir(directory: Path) -> None:
-    fd = os.open(directory, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-
-
 def _filesystem(location: str) -> tuple[AbstractFileSystem, str]:
     scheme = location.split("://", 1)[0] if "://" in location else "file"
     try:
@@ -443,21 +329,3 @@ def _filesystem(location: str) -> tuple[AbstractFileSystem, str]:
         ) from exc
     except ValueError as exc:
         raise CheckpointRefused(f"spec.trainer.checkpoint.uri: {location}: {exc}") from exc
-
-
-def _describe(exc: BaseException) -> str:
-    text = str(exc).strip().splitlines()
-    return f"{type(exc).__name__}: {text[0]}" if text else type(exc).__name__
-
-
-def _unsupported_global(message: str) -> str:
-    """The object torch refused, from its long message (whose advice to load with
-    weights_only=False is exactly what must not be done with an untrusted file)."""
-    found = re.search(r"Unsupported global: GLOBAL (\S+)", message)
-    if found:
-        return f"the global {found[1]}"
-    found = re.search(r"but got <class '([^']+)'>", message)
-    if found:
-        return f"a {found[1]}"
-    found = re.search(r"Unsupported operand \S+|Unsupported class \S+", message)
-    return found[0] if found else "an object the safe loader does not allow"
