@@ -8,13 +8,13 @@ from test_sync_samples import MockWorker
 
 from kuberl_trainer.config import RolloutConfig
 from kuberl_trainer.driver import Driver
-from kuberl_trainer.worker_set import (
+from kuberl_trainer.resources import (
     ResourceError,
-    WorkerSet,
     check_resources,
     replay_shards_request,
     rollout_workers_request,
 )
+from kuberl_trainer.worker_set import WorkerSet
 from testkit import trainer_config, wait_until
 
 SPOT = 2  # units of `spot` the node advertises

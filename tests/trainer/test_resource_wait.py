@@ -10,7 +10,7 @@ from kuberl_trainer.capacity import RAY_CAPACITY_ENV, Capacity, NodeGroup, capac
 from kuberl_trainer.config import RolloutConfig
 from kuberl_trainer.errors import InvalidJobError, TrainingError
 from kuberl_trainer.resource_wait import await_resources, job_requests
-from kuberl_trainer.worker_set import ResourceError, rollout_workers_request
+from kuberl_trainer.resources import ResourceError, rollout_workers_request
 from testkit import trainer_config
 
 HEAD = NodeGroup({"CPU": 0.0, "GPU": 0.0}, 1)

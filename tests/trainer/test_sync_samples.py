@@ -101,7 +101,7 @@ def test_remote_workers_get_one_broadcast_and_one_sample_call_per_step(ray_local
     "replicas, cpus, needle", [(3, 1.0, "3 replicas x 1 CPUs"), (1, 4.0, "largest")]
 )
 def test_unsatisfiable_worker_requests_fail_fast(ray_local, replicas, cpus, needle):
-    from kuberl_trainer.worker_set import ResourceError
+    from kuberl_trainer.resources import ResourceError
 
     with pytest.raises(ResourceError, match=needle):
         WorkerSet(MockWorker, lambda index: {}, num_remote=replicas, cpus_per_worker=cpus)

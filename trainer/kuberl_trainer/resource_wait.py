@@ -7,6 +7,8 @@ nodes to join (rollout worker pods still Pending): bounded by the capacity's wai
 reported as the gauge kuberl_resource_wait_seconds, which the operator shows in the job's status.
 Without a capacity the live nodes are all there is to judge by: in a private local Ray nothing
 else will ever join (invalid), and in a Ray cluster of unknown shape the request fails as before.
+Here are the job's requests (`job_requests`) and the wait (`await_resources`); what a request is,
+and whether given nodes can hold it, come from kuberl_trainer.resources.
 """
 
 from __future__ import annotations
@@ -19,7 +21,7 @@ from dataclasses import replace
 from kuberl_trainer.capacity import RAY_CPU, Capacity
 from kuberl_trainer.config import PBT, JobTrainerConfig, OptimizerName, RolloutConfig
 from kuberl_trainer.errors import InvalidJobError, TrainingError
-from kuberl_trainer.worker_set import (
+from kuberl_trainer.resources import (
     ResourceError,
     ResourceRequest,
     check_resources,
