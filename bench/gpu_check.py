@@ -46,12 +46,8 @@ from pathlib import Path
 
 import yaml
 
-from kuberl_trainer.progress_row import (
-    POLICY_LAG,
-    PROGRESS_FILE,
-    FinalRecord,
-    read_final_record,
-)
+from kuberl_trainer.final_record import FinalRecord, read_final_record
+from kuberl_trainer.progress_row import POLICY_LAG, PROGRESS_FILE
 
 ROOT = Path(__file__).resolve().parents[1]
 EXAMPLES = ROOT / "deploy" / "examples"

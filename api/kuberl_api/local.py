@@ -50,7 +50,8 @@ from kuberl_api.selectors import decode_continue, encode_continue, matches, pars
 from kuberl_api.store import DuplicateJob, JobRow, JobStore
 from kuberl_operator.spec import Phase, Reason, RLJob, RLJobStatus
 from kuberl_operator.status.lifecycle import Entered
-from kuberl_trainer.progress_row import PROGRESS_FILE, read_final_record
+from kuberl_trainer.final_record import read_final_record
+from kuberl_trainer.progress_row import PROGRESS_FILE
 
 log = logging.getLogger(__name__)
 

@@ -24,7 +24,7 @@ from kuberl_operator.status.lifecycle import (
     merge_conditions,
     started_at,
 )
-from kuberl_trainer.progress_row import EXIT_INVALID_JOB, FinalRecord
+from kuberl_trainer.final_record import EXIT_INVALID_JOB, FinalRecord
 
 QUEUED = Entered(Reason.QUEUED, "waiting for a free trainer slot")
 RESUMED = Entered(Reason.RESUMING, "unsuspended: resuming from the newest checkpoint")

@@ -9,17 +9,16 @@ from typing import Any
 
 from kuberl_api.backend import ApiError, ProgressRow
 from kuberl_operator.spec import Progress
+from kuberl_trainer.final_record import FINAL_RECORD_PREFIX, FinalRecord
 from kuberl_trainer.progress_row import (
     CHECKPOINT,
     EPISODE_RETURN_MEAN,
     EVALUATION_RETURN_MEAN,
-    FINAL_RECORD_PREFIX,
     ITERATION,
     PROGRESS_FILE,
     SAMPLES_PER_S,
     TIME_TOTAL_S,
     TIMESTEPS_TOTAL,
-    FinalRecord,
     ProgressFileError,
     parse_rows,
     read_rows,

@@ -1,7 +1,7 @@
 """`kuberl train FILE`: the same RLJob manifest that goes to a cluster, trained on this machine.
 
 Once the manifest is read, whatever happens, the last line on stdout is the final record
-(kuberl_trainer.progress_row.FinalRecord): how the run ended and where training stood, for the
+(kuberl_trainer.final_record.FinalRecord): how the run ended and where training stood, for the
 operator and the API to read. The summary above it is for people only.
 """
 
@@ -14,22 +14,21 @@ import time
 from pathlib import Path
 
 from kuberl_cli.validate import EXIT_INVALID, describe_job, job_problems
-from kuberl_trainer.progress_row import (
+from kuberl_trainer.final_record import (
     EXIT_FAILED,
     EXIT_INVALID_JOB,
     EXIT_SIGNAL_BASE,
     EXIT_SUCCEEDED,
-    PROGRESS_FILE,
     FinalRecord,
     Outcome,
-    format_return,
 )
+from kuberl_trainer.progress_row import PROGRESS_FILE, format_return
 
 
 def train_command(
     file: Path, run_dir: Path | None, metrics_port: int | None, tensorboard: bool = False
 ) -> int:
-    """The exit status (progress_row's EXIT_*): 0 when a stop condition was met, 128+N when
+    """The exit status (final_record's EXIT_*): 0 when a stop condition was met, 128+N when
     interrupted by signal N (after checkpointing), 65 when the job is invalid (its manifest, or
     what only the driver finds: an unknown env, an unsupported space, a resource request the Ray
     cluster never offers), 1 when training failed, 2 when the file is missing.

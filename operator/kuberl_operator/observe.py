@@ -27,6 +27,7 @@ from kuberl_operator.status import (
     ObservedProgress,
     UnschedulablePods,
 )
+from kuberl_trainer.final_record import FinalRecord
 from kuberl_trainer.progress_row import (
     CHECKPOINT_LABEL,
     EPISODE_RETURN_MEAN,
@@ -40,7 +41,6 @@ from kuberl_trainer.progress_row import (
     METRIC_TIMESTEPS,
     SAMPLES_PER_S,
     TIMESTEPS_TOTAL,
-    FinalRecord,
 )
 
 Object = dict[str, Any]

@@ -25,16 +25,14 @@ from kuberl_operator.status.observed import (
     ObservedHead,
     ObservedProgress,
 )
+from kuberl_trainer.final_record import EXIT_INVALID_JOB, FinalRecord, Outcome
 from kuberl_trainer.progress_row import (
     CHECKPOINT,
     EPISODE_RETURN_MEAN,
-    EXIT_INVALID_JOB,
     ITERATION,
     PROGRESS_FILE,
     SAMPLES_PER_S,
     TIMESTEPS_TOTAL,
-    FinalRecord,
-    Outcome,
 )
 from testkit import rljob
 

@@ -19,7 +19,7 @@ from kuberl_api.selectors import (
     parse_label_selector,
 )
 from kuberl_operator.spec import Phase
-from kuberl_trainer.progress_row import EXIT_INVALID_JOB, FinalRecord, Outcome
+from kuberl_trainer.final_record import EXIT_INVALID_JOB, FinalRecord, Outcome
 from testkit import free_port, run_kuberl
 
 LABELS = {"team": "rl", "tier": "gold"}

@@ -20,7 +20,7 @@ from kuberl_operator.observe import (
 from kuberl_operator.settings import OperatorSettings
 from kuberl_operator.status import HEAD_GROUP, HeadFate, UnschedulablePods
 from kuberl_operator.validation import validate_rljob
-from kuberl_trainer.progress_row import FinalRecord, Outcome
+from kuberl_trainer.final_record import FinalRecord, Outcome
 from testkit import edited, rljob
 
 NOW = datetime(2026, 3, 1, 12, 0, tzinfo=UTC)

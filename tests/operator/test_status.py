@@ -54,7 +54,7 @@ from kuberl_operator.status import (
     compute_status,
     next_phase,
 )
-from kuberl_trainer.progress_row import EXIT_FAILED, EXIT_INVALID_JOB, Outcome
+from kuberl_trainer.final_record import EXIT_FAILED, EXIT_INVALID_JOB, Outcome
 
 NOW = datetime(2026, 3, 1, 12, 0, tzinfo=UTC)
 NAME = "walker"

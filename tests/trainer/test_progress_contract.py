@@ -7,17 +7,19 @@ import math
 
 import pytest
 
-from kuberl_trainer.progress_row import (
+from kuberl_trainer.final_record import (
     EXIT_INVALID_JOB,
     FINAL_RECORD_PREFIX,
-    PROGRESS_FILE,
-    ROW_GROUPS,
     FinalRecord,
     Outcome,
+    read_final_record,
+)
+from kuberl_trainer.progress_row import (
+    PROGRESS_FILE,
+    ROW_GROUPS,
     ProgressFileError,
     RowGroup,
     parse_rows,
-    read_final_record,
     read_progress_file,
     read_rows,
     row_group,

@@ -12,7 +12,7 @@ from enum import StrEnum
 from typing import Any
 
 from kuberl_operator.spec import Condition, RLJobStatus
-from kuberl_trainer.progress_row import EXIT_INVALID_JOB, Outcome
+from kuberl_trainer.final_record import EXIT_INVALID_JOB, Outcome
 
 
 class HeadFate(StrEnum):
