@@ -24,13 +24,13 @@ from kuberl_operator.status.lifecycle import (
     merge_conditions,
     started_at,
 )
-from kuberl_trainer.final_record import EXIT_INVALID_JOB, FinalRecord
+from kuberl_trainer.final_record import EXIT_INVALID_JOB, EXIT_SIGNAL_BASE, FinalRecord
 
 QUEUED = Entered(Reason.QUEUED, "waiting for a free trainer slot")
 RESUMED = Entered(Reason.RESUMING, "unsuspended: resuming from the newest checkpoint")
 WAITING = (Phase.PENDING, Phase.RESUMING)  # the queue, in submission order
 
-EXIT_SIGTERM, EXIT_SIGINT = 128 + signal.SIGTERM, 128 + signal.SIGINT
+EXIT_SIGTERM, EXIT_SIGINT = EXIT_SIGNAL_BASE + signal.SIGTERM, EXIT_SIGNAL_BASE + signal.SIGINT
 
 
 def now() -> datetime:
