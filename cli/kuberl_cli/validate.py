@@ -1,9 +1,10 @@
 """`kuberl validate FILE`: the whole RLJob contract checked before anything runs.
 
 The spec and hyperparameters are checked by the operator's models; the env is then made once here
-(this command has gymnasium, the operator does not) so an unknown id or an unsupported space shows
-up now, not mid-run on a cluster. Making the env runs code: a `module:Class` env imports its module
-and calls the class. So it is made only for a document that is an RLJob of the served apiVersion
+(this command has gymnasium, the operator does not) and put inside its wrappers, so an unknown id,
+wrapper or wrapper keyword argument, or an unsupported space shows up now, not mid-run on a
+cluster. Making the env runs code: a `module:Class` env or wrapper imports its module and calls
+the class. So it is made only for a document that is an RLJob of the served apiVersion
 within the parser's bounds, and never with `check_env=False` (`--no-env`, for files nobody vouches
 for).
 """
@@ -13,7 +14,7 @@ from __future__ import annotations
 import sys
 import warnings
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from kuberl_operator.bounded import document_problems
 from kuberl_operator.spec import RLJob
@@ -25,6 +26,9 @@ from kuberl_operator.validation import (
     type_meta_problems,
     validate_rljob,
 )
+
+if TYPE_CHECKING:
+    from kuberl_trainer.envs import EnvProblem
 
 EXIT_OK, EXIT_INVALID, EXIT_NO_FILE = 0, 1, 2
 
@@ -83,7 +87,7 @@ def check_manifest(text: str, check_env: bool = True) -> tuple[RLJob | None, lis
         return job, problems
     # Even when other fields are wrong, the env can be checked: report everything in one run.
     if problem := _env_problem(_trainer_of(document)):
-        problems = [*problems, Problem("spec.trainer.env", problem)]
+        problems = [*problems, Problem(f"spec.trainer.{problem.field}", problem.message)]
     return job, problems
 
 
@@ -104,26 +108,55 @@ def _trainer_of(document: Any) -> dict[str, Any]:
     return trainer if isinstance(trainer, dict) else {}
 
 
-def _env_problem(trainer: dict[str, Any]) -> str | None:
+def _env_problem(trainer: dict[str, Any]) -> EnvProblem | None:
+    """What is wrong with the env, as the rollout workers would make and wrap it (the field under
+    spec.trainer and why), or None."""
     env, env_config = trainer.get("env"), trainer.get("envConfig")
     if not isinstance(env, str) or not env:
         return None  # reported by the spec's validation
-    from kuberl_trainer.config import ALGORITHMS, PBT
+    from pydantic import TypeAdapter, ValidationError
+
+    from kuberl_trainer.config import ALGORITHMS, PBT, WrapperConfig
     from kuberl_trainer.envs import env_problem  # gymnasium: only imported when needed
+
+    try:
+        wrappers = TypeAdapter(list[WrapperConfig]).validate_python(trainer.get("wrappers", []))
+    except ValidationError:
+        return None  # reported by the spec's validation; the env is not made without them
 
     algorithm = trainer.get("algorithm")
     if algorithm == PBT and isinstance(trainer.get("trainer"), dict):  # its trials' algorithm
         algorithm = trainer["trainer"].get("algorithm")
     row = ALGORITHMS.get(algorithm)  # an unknown one is the spec's problem
 
+    normalizing = _normalizing_observations(trainer)
     with warnings.catch_warnings():  # env constructors warn freely; the verdict is what counts
         warnings.simplefilter("ignore")
-        return env_problem(
+        problem = env_problem(
             env,
             env_config if isinstance(env_config, dict) else {},
             discrete_actions_only=row is not None and row.discrete_actions_only,
             continuous_actions_only=row is not None and row.continuous_actions_only,
+            wrappers=wrappers,
+            normalize_observations=normalizing is not None,
         )
+    if problem is not None and normalizing and problem.field.startswith("normalization."):
+        return problem._replace(field=normalizing)
+    return problem
+
+
+def _normalizing_observations(trainer: dict[str, Any]) -> str | None:
+    """Where under spec.trainer observation normalization is turned on (in a population, its
+    trainer's), or None where it is not."""
+    from kuberl_trainer.config import NORMALIZED_OBSERVATIONS
+
+    where = ""
+    if isinstance(trainer.get("trainer"), dict):
+        trainer, where = trainer["trainer"], "trainer."
+    normalization = trainer.get("normalization")
+    if isinstance(normalization, dict) and normalization.get("observations") is True:
+        return where + NORMALIZED_OBSERVATIONS
+    return None
 
 
 def describe_job(job: RLJob) -> str:

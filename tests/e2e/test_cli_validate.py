@@ -59,6 +59,39 @@ BROKEN = {
         edited(**{"spec.trainer.env": "Blackjack-v1"}),
         ["spec.trainer.env: observation space Tuple(", "is not supported"],
     ),
+    "unknown-wrapper": (
+        edited(
+            **{
+                "spec.trainer.env": "Blackjack-v1",
+                "spec.trainer.wrappers": [{"name": "FlatenObservation"}],
+            }
+        ),
+        [
+            "spec.trainer.wrappers[0].name: 'FlatenObservation' is not a class of "
+            "gymnasium.wrappers nor a module:Class path; did you mean 'FlattenObservation'?"
+        ],
+    ),
+    "unknown-wrapper-kwarg": (
+        edited(**{"spec.trainer.wrappers": [{"name": "TimeLimit", "kwargs": {"max_steps": 200}}]}),
+        [
+            "spec.trainer.wrappers[0].kwargs.max_steps: TimeLimit takes no keyword argument "
+            "'max_steps'; did you mean 'max_episode_steps'?"
+        ],
+    ),
+    "failing-wrapper": (
+        edited(
+            **{
+                "spec.trainer.wrappers": [
+                    {"name": "ClipReward", "kwargs": {"min_reward": 1, "max_reward": -1}}
+                ]
+            }
+        ),
+        ["spec.trainer.wrappers[0]: cannot wrap the env in ClipReward with kwargs "],
+    ),
+    "wrapper-without-name": (
+        edited(**{"spec.trainer.wrappers": [{"kwargs": {"max_episode_steps": 200}}]}),
+        ["spec.trainer.wrappers[0].name: missing required field"],
+    ),
     "dqn-on-continuous-actions": (
         edited(**{"spec.trainer.algorithm": "DQN", "spec.trainer.env": "Pendulum-v1"}),
         ["spec.trainer.env: action space Box(", "needs Discrete actions; use PPO"],
@@ -193,6 +226,22 @@ def test_broken_manifests_are_reported_by_field(tmp_path, text, expected):
     assert lines and all(line.startswith(f"{path}: ") for line in lines), result.stderr
     for fragment in expected:
         assert fragment in result.stderr, result.stderr
+
+
+def test_a_flattening_wrapper_makes_blackjack_valid(tmp_path):
+    path = tmp_path / "job.yaml"
+    wrappers = [
+        {"name": "FlattenObservation"},
+        {"name": "gymnasium.wrappers:TimeLimit", "kwargs": {"max_episode_steps": 10}},
+    ]
+    path.write_text(
+        edited(**{"spec.trainer.env": "Blackjack-v1", "spec.trainer.wrappers": wrappers})
+    )
+
+    result = kuberl("validate", path)
+
+    assert result.returncode == 0, result.stderr
+    assert "(PPO on Blackjack-v1, " in result.stdout
 
 
 @pytest.mark.parametrize("algorithm", ["A3C", "APEX", "IMPALA", "APPO"])

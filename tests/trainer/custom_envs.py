@@ -46,3 +46,20 @@ class SlowCartPole(gym.Wrapper):
                 open(self.slow_file, "a").close()
             time.sleep(self.step_seconds)
         return self.env.step(action)
+
+
+class ScaledReward(gym.RewardWrapper):
+    """Rewards times `scale`: a wrapper named as `custom_envs:ScaledReward`, with keyword
+    arguments."""
+
+    def __init__(self, env: gym.Env, scale: float = 1.0):
+        super().__init__(env)
+        self.scale = scale
+
+    def reward(self, reward):
+        return self.scale * reward
+
+
+def scaled_reward(env: gym.Env, **kwargs) -> gym.Env:
+    """ScaledReward made by a factory that takes any keyword arguments."""
+    return ScaledReward(env, **kwargs)

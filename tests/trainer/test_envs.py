@@ -28,7 +28,7 @@ def test_module_class_env_gets_env_config():
     ],
 )
 def test_env_problems_are_explained(env, config, needle):
-    assert needle in env_problem(env, config)
+    assert needle in env_problem(env, config).message
 
 
 def test_training_on_a_module_class_env_with_discrete_observations(tmp_path):

@@ -119,7 +119,7 @@ def test_actions_are_rescaled_into_the_box_and_greedy_ones_are_the_squashed_mean
 
 
 def test_sac_rejects_discrete_actions_at_validation_and_in_the_policy():
-    assert env_problem("CartPole-v1", {}, continuous_actions_only=True) == (
+    assert env_problem("CartPole-v1", {}, continuous_actions_only=True).message == (
         "action space Discrete(2) is discrete but the algorithm needs Box (continuous) actions; "
         "use DQN or PPO for Discrete actions"
     )

@@ -1,24 +1,31 @@
-"""Making environments from an RLJob's `env` and `envConfig`.
+"""Making environments from an RLJob's `env`, `envConfig` and `wrappers`.
 
 `env` is a gymnasium id (`CartPole-v1`) or an import path `module:Class` naming a gymnasium.Env
-subclass; `envConfig` goes to the constructor as keyword arguments. Only Box and Discrete spaces are
-supported, and anything else is reported when the job is validated, not mid-run.
+subclass; `envConfig` goes to the constructor as keyword arguments. `wrappers` are put around the
+env in order, each a class of gymnasium.wrappers or a `module:Class` path, made with its `kwargs`.
+Only Box and Discrete spaces are supported (after the wrappers), and anything else is reported
+when the job is validated, not mid-run, as are unknown wrapper names and keyword arguments.
 
 A rollout worker steps its envs as one vector env. An id whose gymnasium spec has a vector entry
-point (CartPole) is made natively vectorized: one numpy computation steps every copy, so a worker
-can step thousands. Other ids and `module:Class` envs are made one by one and stepped in turn.
+point (CartPole) is made natively vectorized when the job names no wrappers: one numpy computation
+steps every copy, so a worker can step thousands. Wrappers wrap single envs, so with any, such an
+id is made one by one like other ids and `module:Class` envs, and stepped in turn.
 """
 
 from __future__ import annotations
 
+import difflib
 import importlib
-from collections.abc import Callable
+import inspect
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any
+from functools import partial
+from typing import Any, NamedTuple
 
 import gymnasium as gym
 import numpy as np
 
+from kuberl_trainer.config import NORMALIZED_OBSERVATIONS, WrapperConfig
 from kuberl_trainer.errors import InvalidJobError
 
 
@@ -39,42 +46,157 @@ class SpaceInfo:
 
 
 class EnvError(InvalidJobError):
-    """The env named in the job cannot be made or has spaces kuberl cannot train on."""
+    """The env named in the job cannot be made or has spaces kuberl cannot train on. `field` says
+    where in spec.trainer: `env`, or a wrapper's (`wrappers[0]`, `wrappers[0].name`,
+    `wrappers[0].kwargs.key`), which the message then starts with."""
+
+    def __init__(self, message: str, field: str = "env") -> None:
+        super().__init__(message, field)
+        self.message = message
+        self.field = field
+
+    def __str__(self) -> str:
+        return self.message if self.field == "env" else f"{self.field}: {self.message}"
+
+
+class EnvProblem(NamedTuple):
+    """Why the job's env cannot be trained on: where in spec.trainer (an EnvError's field) and
+    why."""
+
+    field: str
+    message: str
+
+
+def _did_you_mean(name: str, names: Sequence[str]) -> str:
+    close = difflib.get_close_matches(name, names, n=1)
+    return f"; did you mean {close[0]!r}?" if close else ""
+
+
+def _imported(path: str, field: str) -> Callable[..., Any]:
+    """The callable a `module:attr` path names."""
+    module_name, _, attr = path.partition(":")
+    try:
+        module = importlib.import_module(module_name)
+    except (ImportError, ValueError) as exc:
+        raise EnvError(f"cannot import module {module_name!r}: {exc}", field) from exc
+    try:
+        value = getattr(module, attr)
+    except AttributeError as exc:
+        raise EnvError(f"module {module_name!r} has no attribute {attr!r}", field) from exc
+    if not callable(value):
+        raise EnvError(f"{path} is not a class or factory", field)
+    return value
 
 
 def env_creator(env: str) -> Callable[..., gym.Env]:
     """A callable building the env from keyword arguments."""
     if ":" in env and env.split(":", 1)[0] not in gym.registry:
-        module_name, _, attr = env.partition(":")
-        try:
-            module = importlib.import_module(module_name)
-        except ImportError as exc:
-            raise EnvError(f"cannot import module {module_name!r}: {exc}") from exc
-        try:
-            env_class = getattr(module, attr)
-        except AttributeError as exc:
-            raise EnvError(f"module {module_name!r} has no attribute {attr!r}") from exc
-        if not callable(env_class):
-            raise EnvError(f"{env} is not a class or factory")
-        return env_class
+        return _imported(env, "env")
     if env not in gym.registry:
-        import difflib
-
-        close = difflib.get_close_matches(env, list(gym.registry), n=1)
-        hint = f"; did you mean {close[0]!r}?" if close else ""
-        raise EnvError(f"{env!r} is not a registered gymnasium id nor a module:Class path{hint}")
+        raise EnvError(
+            f"{env!r} is not a registered gymnasium id nor a module:Class path"
+            + _did_you_mean(env, list(gym.registry))
+        )
     return lambda **kwargs: gym.make(env, **kwargs)
 
 
-def make_env(env: str, env_config: dict[str, Any]) -> gym.Env:
+def gymnasium_wrapper_names() -> list[str]:
+    """The classes of gymnasium.wrappers, by name (its vector wrappers are elsewhere)."""
+    return [name for name in gym.wrappers.__all__ if name[:1].isupper()]
+
+
+def wrapper_creator(wrapper: WrapperConfig, field: str) -> Callable[..., gym.Env]:
+    """The class or callable `wrapper.name` names, once its kwargs are known to be keyword
+    arguments it takes. `field` is the wrapper's place in spec.trainer (`wrappers[0]`)."""
+    if ":" in wrapper.name:
+        wrap = _imported(wrapper.name, f"{field}.name")
+        if (
+            isinstance(wrap, type)
+            and issubclass(wrap, gym.Env)
+            and not issubclass(wrap, gym.Wrapper)
+        ):
+            raise EnvError(
+                f"{wrapper.name} is an env, not a gymnasium.Wrapper: name it in env",
+                f"{field}.name",
+            )
+    elif wrapper.name not in gymnasium_wrapper_names():
+        raise EnvError(
+            f"{wrapper.name!r} is not a class of gymnasium.wrappers nor a module:Class path"
+            + _did_you_mean(wrapper.name, gymnasium_wrapper_names()),
+            f"{field}.name",
+        )
+    else:
+        try:
+            wrap = getattr(gym.wrappers, wrapper.name)
+        except ImportError as exc:  # the data converters need jax or torch's array API
+            raise EnvError(
+                f"gymnasium.wrappers.{wrapper.name} cannot be imported: {exc}", f"{field}.name"
+            ) from exc
+    _check_kwargs(wrap, wrapper, field)
+    return wrap
+
+
+def _check_kwargs(wrap: Callable[..., Any], wrapper: WrapperConfig, field: str) -> None:
+    """Every key of `wrapper.kwargs` is a keyword parameter of `wrap` after the env (any is, when
+    it takes **kwargs)."""
     try:
-        instance = env_creator(env)(**env_config)
+        parameters = list(inspect.signature(wrap).parameters.values())
+    except (TypeError, ValueError):  # no signature to read: making the wrapper will tell
+        return
+    if any(parameter.kind is parameter.VAR_KEYWORD for parameter in parameters):
+        return
+    positional = (inspect.Parameter.POSITIONAL_ONLY, inspect.Parameter.POSITIONAL_OR_KEYWORD)
+    env_parameter = next((p for p in parameters if p.kind in positional), None)
+    names = [
+        parameter.name
+        for parameter in parameters
+        if parameter is not env_parameter
+        and parameter.kind in (parameter.POSITIONAL_OR_KEYWORD, parameter.KEYWORD_ONLY)
+    ]
+    for key in wrapper.kwargs:
+        if key not in names:
+            takes = f"it takes {', '.join(names)}" if names else "it takes none"
+            hint = _did_you_mean(key, names) or f"; {takes}"
+            raise EnvError(
+                f"{wrapper.name} takes no keyword argument {key!r}{hint}", f"{field}.kwargs.{key}"
+            )
+
+
+def wrapped(instance: gym.Env, wrappers: Sequence[WrapperConfig]) -> gym.Env:
+    """`instance` inside `wrappers`, the first innermost."""
+    for index, wrapper in enumerate(wrappers):
+        field = f"wrappers[{index}]"
+        instance = _made(
+            partial(wrapper_creator(wrapper, field), instance, **wrapper.kwargs),
+            f"cannot wrap the env in {wrapper.name} with kwargs {wrapper.kwargs}",
+            wrapper.name,
+            field,
+        )
+    return instance
+
+
+def make_env(
+    env: str, env_config: dict[str, Any], wrappers: Sequence[WrapperConfig] = ()
+) -> gym.Env:
+    """The env, made with `env_config` and put inside `wrappers` in order."""
+    instance = _made(
+        lambda: env_creator(env)(**env_config),
+        f"cannot make {env!r} with envConfig {env_config}",
+        repr(env),
+    )
+    return wrapped(instance, wrappers)
+
+
+def _made(make: Callable[[], Any], failing: str, name: str, field: str = "env") -> gym.Env:
+    """The env `make()` returns; a failure is reported as `failing: why`, naming `field`."""
+    try:
+        instance = make()
     except EnvError:
         raise
     except Exception as exc:  # any constructor failure is the job's problem to report
-        raise EnvError(f"cannot make {env!r} with envConfig {env_config}: {exc}") from exc
+        raise EnvError(f"{failing}: {exc}", field) from exc
     if not isinstance(instance, gym.Env):
-        raise EnvError(f"{env!r} made a {type(instance).__name__}, not a gymnasium.Env")
+        raise EnvError(f"{name} made a {type(instance).__name__}, not a gymnasium.Env", field)
     return instance
 
 
@@ -87,7 +209,7 @@ def space_info(obs_space: gym.Space, act_space: gym.Space) -> SpaceInfo:
     else:
         raise EnvError(
             f"observation space {obs_space} is not supported: use Box or Discrete "
-            "(wrap the env to flatten Dict or Tuple spaces)"
+            "(wrappers: [{name: FlattenObservation}] flattens Dict and Tuple spaces into a Box)"
         )
     if isinstance(act_space, gym.spaces.Discrete):
         return SpaceInfo(obs_dim, obs_n, int(act_space.n), 1, None, None)
@@ -110,29 +232,47 @@ def env_problem(
     env_config: dict[str, Any],
     discrete_actions_only: bool = False,
     continuous_actions_only: bool = False,
-) -> str | None:
-    """Why this env cannot be trained on, or None when it can (used by validation). The env is
-    made as the rollout workers make it, so an envConfig that only the native vector env rejects
-    is caught here too."""
+    wrappers: Sequence[WrapperConfig] = (),
+    normalize_observations: bool = False,
+) -> EnvProblem | None:
+    """Why this env cannot be trained on, or None when it can (used by validation). The wrappers'
+    names and keyword arguments are checked first, then the env is made and wrapped as the rollout
+    workers make it, so an envConfig that only the native vector env rejects is caught here too."""
     try:
-        envs = make_vector_env(env, env_config, 1)
+        for index, wrapper in enumerate(wrappers):
+            wrapper_creator(wrapper, f"wrappers[{index}]")
+        envs = make_vector_env(env, env_config, 1, wrappers)
         try:
             info = space_info(envs.single_observation_space, envs.single_action_space)
         finally:
             envs.close()
     except EnvError as exc:
-        return str(exc)
+        return EnvProblem(exc.field, exc.message)
     if discrete_actions_only and not info.discrete_actions:
-        return (
+        return EnvProblem(
+            "env",
             f"action space {envs.single_action_space} is continuous but the algorithm needs "
-            "Discrete actions; use PPO, A2C or PG for continuous control"
+            "Discrete actions; use PPO, A2C or PG for continuous control",
         )
     if continuous_actions_only and info.discrete_actions:
-        return (
+        return EnvProblem(
+            "env",
             f"action space {envs.single_action_space} is discrete but the algorithm needs "
-            "Box (continuous) actions; use DQN or PPO for Discrete actions"
+            "Box (continuous) actions; use DQN or PPO for Discrete actions",
         )
+    if normalize_observations and (problem := observation_normalization_problem(info)):
+        return EnvProblem(NORMALIZED_OBSERVATIONS, problem)
     return None
+
+
+def observation_normalization_problem(info: SpaceInfo) -> str | None:
+    """Why these observations cannot be normalized (only Box ones are), or None."""
+    if info.obs_discrete_n is None:
+        return None
+    return (
+        f"the observation space is Discrete({info.obs_discrete_n}), and only Box observations "
+        "are normalized; set it to false"
+    )
 
 
 def has_vector_entry_point(env: str) -> bool:
@@ -141,16 +281,19 @@ def has_vector_entry_point(env: str) -> bool:
     return spec is not None and spec.vector_entry_point is not None
 
 
-def make_vector_env(env: str, env_config: dict[str, Any], num_envs: int) -> gym.vector.VectorEnv:
+def make_vector_env(
+    env: str, env_config: dict[str, Any], num_envs: int, wrappers: Sequence[WrapperConfig] = ()
+) -> gym.vector.VectorEnv:
     """`num_envs` copies of the env stepped together in this process, natively vectorized where
-    gymnasium can, else one by one.
+    gymnasium can and no wrappers are asked for, else one by one, each inside `wrappers`
+    (gymnasium's native vector envs take no wrappers of single envs).
 
     Either way an env whose episode ended resets on its next step (NEXT_STEP autoreset): that step
     ignores the env's action, returns the new episode's first observation with reward 0, and is no
     transition (rollout workers leave it out). gymnasium's native vector envs reset no other way,
     and resetting the envs made one by one the same way keeps one sampler for both: the episode's
     final observation is simply the observation the done step returns."""
-    if has_vector_entry_point(env):
+    if not wrappers and has_vector_entry_point(env):
         try:
             envs = gym.make_vec(
                 env, num_envs, vectorization_mode=gym.VectorizeMode.VECTOR_ENTRY_POINT, **env_config
@@ -160,15 +303,16 @@ def make_vector_env(env: str, env_config: dict[str, Any], num_envs: int) -> gym.
         if envs.metadata.get("autoreset_mode") == gym.vector.AutoresetMode.NEXT_STEP:
             return envs
         envs.close()  # a native env resetting some other way: the one-by-one path is always right
-    return one_by_one_vector_env(env, env_config, num_envs)
+    return one_by_one_vector_env(env, env_config, num_envs, wrappers)
 
 
 def one_by_one_vector_env(
-    env: str, env_config: dict[str, Any], num_envs: int
+    env: str, env_config: dict[str, Any], num_envs: int, wrappers: Sequence[WrapperConfig] = ()
 ) -> gym.vector.SyncVectorEnv:
-    """The envs made one by one and stepped in turn, resetting as `make_vector_env` says."""
+    """The envs made one by one, each inside `wrappers`, and stepped in turn, resetting as
+    `make_vector_env` says."""
     return gym.vector.SyncVectorEnv(
-        [lambda: make_env(env, env_config) for _ in range(num_envs)],
+        [lambda: make_env(env, env_config, wrappers) for _ in range(num_envs)],
         autoreset_mode=gym.vector.AutoresetMode.NEXT_STEP,
     )
 

@@ -75,11 +75,13 @@ class Trial:
 
     def donation(self) -> dict[str, Any]:
         """What a trial that exploits this one takes: the policy (weights, the learner's optimizer
-        moments) and the recent episodes it is ranked by."""
+        moments), the normalization statistics its weights learned with (where normalization is
+        on) and the recent episodes it is ranked by."""
         state = self.trainer.state()
         driver = state["driver"]
         return {
             "policy": state["policy"],
+            **{key: state[key] for key in ("normalization",) if key in state},
             "recent_returns": driver["recent_returns"],
             "recent_lengths": driver["recent_lengths"],
         }
@@ -95,7 +97,8 @@ class Trial:
                 "recent_returns": donation["recent_returns"],
                 "recent_lengths": donation["recent_lengths"],
             }
-            state = state | {"policy": donation["policy"], "driver": driver}
+            taken = {key: donation[key] for key in ("policy", "normalization") if key in donation}
+            state = state | taken | {"driver": driver}
         self.trainer.stop()
         self.trainer = self._build(config, resumed_iteration=max(1, state["driver"]["iteration"]))
         self.trainer.load_state(state)

@@ -16,6 +16,7 @@ import torch
 
 from kuberl_trainer.config import AnyTrainerConfig
 from kuberl_trainer.envs import encode_obs, make_vector_env, space_info
+from kuberl_trainer.normalization import Normalizer, make_normalizer
 from kuberl_trainer.policy.base import Policy, Stats, Weights
 from kuberl_trainer.sample_batch import VALID, SampleBatch
 
@@ -30,6 +31,7 @@ class Gradients:
     steps: int
     episode_returns: np.ndarray
     episode_lengths: np.ndarray
+    normalization: dict | None = None  # the batch's, as SampleBatch.normalization
 
 
 @dataclass
@@ -65,7 +67,7 @@ class RolloutWorker:
         if torch_threads is not None:
             torch.set_num_threads(torch_threads)
         self.config = config
-        self.envs = make_vector_env(config.env, config.env_config, num_envs)
+        self.envs = make_vector_env(config.env, config.env_config, num_envs, config.wrappers)
         self.spaces = space_info(self.envs.single_observation_space, self.envs.single_action_space)
         self.policy = policy_class(self.spaces, config, seed)
         # Where this copy of the policy acts: Ape-X's exploration rate depends on it.
@@ -73,7 +75,7 @@ class RolloutWorker:
         self.policy.num_workers = num_workers
         self.acting_policy = self.policy
         obs, _ = self.envs.reset(seed=seed)
-        self.obs = encode_obs(obs, self.spaces)
+        self.obs = encode_obs(obs, self.spaces)  # as the envs return it: not normalized
         self.num_envs = num_envs
         self.seed = seed
         self.worker_index = worker_index
@@ -82,6 +84,9 @@ class RolloutWorker:
         self.episode_lengths = np.zeros(num_envs, dtype=np.int64)
         # Envs whose episode ended on the last step: their next step only resets them.
         self.resetting = np.zeros(num_envs, dtype=bool)
+        # Its filter (spec.trainer.normalization; passes everything through when off); the
+        # driver's local worker's holds the global statistics (see WorkerSet).
+        self.normalizer: Normalizer = make_normalizer(config, self.spaces, num_envs)
         self._eval_envs = None
         self._evaluations = 0
 
@@ -123,13 +128,13 @@ class RolloutWorker:
         marked invalid, so the policy learns nothing from it and it counts as no env step."""
         if self.resetting.all():  # a window opening with every env's reset step could be empty
             raw_obs, *_ = self.envs.step(self.envs.action_space.sample())  # actions are ignored
-            self.obs = encode_obs(raw_obs, self.spaces)
+            self.obs = self._observed(raw_obs)
             self.resetting[:] = False
         horizon, n = self.config.hyperparameters.rollout_length, self.num_envs
         # obs[t] is what the envs act on at step t and obs[t + 1] what that step returned: the
         # next observation, also at an episode's end, since the reset comes a step later.
         obs = np.empty((horizon + 1, n, self.obs.shape[1]), dtype=np.float32)
-        obs[0] = self.obs
+        obs[0] = self.normalizer.normalize_obs(self.obs)
         rewards = np.empty((horizon, n), dtype=np.float32)
         terminateds = np.empty((horizon, n), dtype=bool)
         truncateds = np.empty((horizon, n), dtype=bool)
@@ -141,7 +146,8 @@ class RolloutWorker:
             env_actions, step_columns = self.acting_policy.compute_actions(obs[t])
             recorded.append(step_columns)
             raw_obs, rewards[t], terminateds[t], truncateds[t], _ = self.envs.step(env_actions)
-            obs[t + 1] = encode_obs(raw_obs, self.spaces)
+            self.obs = self._observed(raw_obs)
+            obs[t + 1] = self.normalizer.normalize_obs(self.obs)
             np.logical_not(self.resetting, out=valid[t])
             self.episode_returns += rewards[t]  # 0 on a reset step
             self.episode_lengths += valid[t]
@@ -153,11 +159,11 @@ class RolloutWorker:
                 self.episode_returns[ended] = 0.0
                 self.episode_lengths[ended] = 0
 
-        self.obs = obs[horizon].copy()  # where the next window starts (the batch may keep obs)
         rollout = {
             "obs": obs[:horizon],
             "next_obs": obs[1:],
-            "rewards": rewards,
+            # the episode returns above are the env's own rewards', the learner's are scaled
+            "rewards": self.normalizer.scale_rewards(rewards, terminateds | truncateds, valid),
             "terminateds": terminateds,
             "truncateds": truncateds,
             VALID: valid,
@@ -167,14 +173,26 @@ class RolloutWorker:
             self.acting_policy.postprocess_trajectory(rollout),
             np.concatenate([np.zeros(0), *finished_returns]).astype(np.float32),
             np.concatenate([np.zeros(0, np.int64), *finished_lengths]),
+            normalization=self.normalizer.hand_over(),
         )
+
+    def _observed(self, raw_obs) -> np.ndarray:
+        """Observations the envs returned, encoded, and counted in the normalizer's statistics."""
+        obs = encode_obs(raw_obs, self.spaces)
+        self.normalizer.observe(obs)
+        return obs
 
     def compute_gradients(self) -> Gradients:
         """Sample, then the policy's gradients on that batch (A3C: the driver applies them)."""
         batch = self.sample()
         gradients, stats = self.policy.compute_gradients(batch)
         return Gradients(
-            gradients, stats, batch.env_steps, batch.episode_returns, batch.episode_lengths
+            gradients,
+            stats,
+            batch.env_steps,
+            batch.episode_returns,
+            batch.episode_lengths,
+            batch.normalization,
         )
 
     def evaluate_perturbations(self, noise: np.ndarray, pairs: int) -> Perturbations:
@@ -203,13 +221,18 @@ class RolloutWorker:
     def evaluate(self, episodes: int) -> float:
         """Mean return of `episodes` greedy episodes on envs of their own (one episode each)."""
         if self._eval_envs is None or self._eval_envs.num_envs != episodes:
-            self._eval_envs = make_vector_env(self.config.env, self.config.env_config, episodes)
+            self._eval_envs = make_vector_env(
+                self.config.env, self.config.env_config, episodes, self.config.wrappers
+            )
         # Fresh start states each time (seeded, so a run's evaluations are reproducible).
         self._evaluations += 1
         returns, _ = self._run_episodes(
             self._eval_envs,
             episodes,
-            lambda obs, _: self.acting_policy.compute_actions(obs, explore=False)[0],
+            # normalized with the statistics as they are, which evaluation never updates
+            lambda obs, _: self.acting_policy.compute_actions(
+                self.normalizer.normalize_obs(obs), explore=False
+            )[0],
             seed=self.seed + 1_000_003 * self._evaluations,
         )
         return float(returns.mean())
@@ -243,9 +266,15 @@ class RolloutWorker:
             current[ended] = current.max() + 1 + np.arange(len(ended))
         return returns, lengths
 
-    def set_weights(self, weights: Weights, global_timesteps: int) -> None:
+    def set_weights(
+        self, weights: Weights, global_timesteps: int, normalization: dict | None = None
+    ) -> None:
+        """The learner's weights and, with normalization on, the global statistics sent with
+        them, which this worker normalizes with until the next ones come."""
         self.policy.set_weights(weights)
         self.policy.set_global_timesteps(global_timesteps)
+        if normalization is not None:
+            self.normalizer.set_stats(normalization)
 
     def get_weights(self) -> Weights:
         return self.policy.get_weights()

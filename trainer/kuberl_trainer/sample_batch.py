@@ -40,6 +40,11 @@ class SampleBatch:
     """Learner steps between the weights that sampled the rows and the learner's, as the
     optimizer that hands the batch to its learner measured it (their mean over the sample calls
     in it); 0 where sampling and learning take turns. IMPALA splits a batch by it."""
+    normalization: dict | None = None
+    """With spec.trainer.normalization on, the statistics of what the remote worker that sampled
+    the batch saw since its previous one (a NormalizationStats state), which the driver's
+    WorkerSet merges into the global statistics when the batch arrives; None otherwise. A
+    concatenation carries none: its parts' were merged on arrival."""
 
     def __len__(self) -> int:
         return len(next(iter(self.columns.values()))) if self.columns else 0

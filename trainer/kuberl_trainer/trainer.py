@@ -211,14 +211,17 @@ class Trainer:
 
     def state(self) -> dict[str, Any]:
         """Everything a copy needs to go on where this one is: the policy (weights and the
-        learner's optimizer state), the optimizer's counters, this trainer's counters and the
-        process's random generators. Tensors and plain data only (a checkpoint's contents)."""
+        learner's optimizer state), the optimizer's counters, this trainer's counters, the
+        process's random generators and, with normalization on, the global normalization
+        statistics. Tensors and plain data only (a checkpoint's contents)."""
         optimizer = self.optimizer
         with optimizer.policy_lock:
             policy_state, optimizer_state = optimizer.policy.get_state(), optimizer.save()
+        normalization = optimizer.workers.normalization.state()
         return {
             "policy": policy_state,
             "optimizer": optimizer_state,
+            **({} if normalization is None else {"normalization": normalization}),
             "driver": {
                 "iteration": self.iteration,
                 "episodes_total": self.episodes_total,
@@ -236,10 +239,13 @@ class Trainer:
         }
 
     def load_state(self, state: dict[str, Any]) -> None:
-        """Go on from `state` (see `state`); the workers get the weights before their next
-        call."""
+        """Go on from `state` (see `state`); the workers get the weights (and the normalization
+        statistics) before their next call. A state without normalization statistics (saved
+        with normalization off) leaves them empty."""
         self.optimizer.policy.set_state(state["policy"])
         self.optimizer.restore(state["optimizer"])
+        if "normalization" in state:
+            self.optimizer.workers.normalization.load(state["normalization"])
         driver = state["driver"]
         self.iteration = driver["iteration"]
         self.episodes_total = driver["episodes_total"]

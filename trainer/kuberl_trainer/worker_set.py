@@ -7,6 +7,12 @@ cannot be placed yet (its node is gone and no other node has room for it) waits 
 without holding anything up: it joins once its first call returns, when a node has rejoined. The
 time each worker slot went without a working worker is measured (`downtime_s`).
 
+Observation and reward normalization (spec.trainer.normalization, `GlobalNormalization`): each
+remote worker's batch carries the statistics of what it sampled since its previous one, merged as
+the batch arrives (`completed`, which every remote call's result passes), and the global
+statistics travel with the weights: each `put_weights` puts a copy beside them, and every weight
+call (`send_weights`, a replacement's first) hands both to the worker.
+
 Calls on remote workers go through one task pool (`call`, `completed`): the synchronous
 `sample()` and the asynchronous optimizers alike, so a dead worker's calls are dropped, the worker
 replaced and the loss counted in one place.
@@ -30,6 +36,7 @@ from contextlib import AbstractContextManager
 from typing import TYPE_CHECKING, Any
 
 from kuberl_trainer.interrupt import WAIT_SLICE_S, StopRequest
+from kuberl_trainer.normalization import GlobalNormalization
 from kuberl_trainer.resources import ResourceRequest, check_resources, rollout_workers_request
 from kuberl_trainer.sample_batch import SampleBatch
 
@@ -53,6 +60,7 @@ class WorkerSet:
         are custom Ray resources each remote worker requires (`{"spot": 1}` pins them to the
         nodes that advertise `spot`)."""
         self.local_worker = worker_class(**worker_kwargs(0))
+        self.normalization = GlobalNormalization(self.local_worker)
         self.local_copy = False  # the local worker acts with a CPU copy of the learner's policy
         self.restarts = 0
         self._worker_kwargs = worker_kwargs
@@ -161,11 +169,18 @@ class WorkerSet:
 
         self._global_timesteps = global_timesteps
         self._weights_ref = ray.put(weights)
+        self.normalization.put()
         return self._weights_ref
 
     def send_weights(self, index: int, weights_ref) -> None:
-        """Weights to one worker; queued behind its calls in flight, so its next call uses them."""
-        self._healthy[index].set_weights.remote(weights_ref, self._global_timesteps)
+        """Weights to one worker (with the normalization statistics put with the newest ones);
+        queued behind its calls in flight, so its next call uses them."""
+        self._set_weights(self._healthy[index], weights_ref)
+
+    def _set_weights(self, handle, weights_ref):
+        """A worker's set_weights call, with the statistics put last when normalization is on."""
+        extra = self.normalization.with_weights()
+        return handle.set_weights.remote(weights_ref, self._global_timesteps, *extra)
 
     # -- the task pool ------------------------------------------------------------------------
 
@@ -201,7 +216,9 @@ class WorkerSet:
             if index is None:  # dropped with its worker, which died earlier in this loop
                 continue
             try:
-                results.append((index, ray.get(ref)))
+                result = ray.get(ref)
+                self.normalization.merge_from(result)
+                results.append((index, result))
                 self._last_heard[index] = time.monotonic()
             except _worker_lost() as exc:
                 log.warning("rollout worker %d died (%s); starting a replacement", index, exc)
@@ -285,9 +302,10 @@ class WorkerSet:
             self._abandoned.discard(ref)
             index = self._forget(ref)
             try:
-                # Fetched only to learn whether the worker died on the way (a late batch costs
-                # one transfer; an error left unread would be logged by Ray as unhandled).
-                ray.get(ref)
+                # Fetched to learn whether the worker died on the way (a late batch costs one
+                # transfer; an error left unread would be logged by Ray as unhandled), and for
+                # the normalization statistics of what it sampled, which count all the same.
+                self.normalization.merge_from(ray.get(ref))
                 if index in self._healthy:
                     self._last_heard[index] = time.monotonic()
             except _worker_lost() as exc:
@@ -316,11 +334,10 @@ class WorkerSet:
     def _start_replacement(self, index: int) -> None:
         """A new actor for slot `index`; it joins the healthy ones once its first call (the
         weight sync) has returned, so sampling never waits for it."""
-        import ray
-
         handle = self._start_remote(index)
-        weights = self._weights_ref or ray.put(self.local_worker.get_weights())
-        self._starting[index] = (handle, handle.set_weights.remote(weights, self._global_timesteps))
+        if self._weights_ref is None:
+            self.put_weights(self.local_worker.get_weights(), self._global_timesteps)
+        self._starting[index] = (handle, self._set_weights(handle, self._weights_ref))
 
     def _start_remote(self, index: int):
         return self._remote_class.remote(
@@ -346,7 +363,7 @@ class WorkerSet:
                 self._start_replacement(index)
                 continue
             # Weights may have moved on while it started.
-            handle.set_weights.remote(self._weights_ref, self._global_timesteps)
+            self._set_weights(handle, self._weights_ref)
             self._healthy[index] = handle
             now = time.monotonic()
             self._downtime_ended_s += now - self._down_since.pop(index, now)

@@ -18,6 +18,8 @@ names RL practitioners know from RLlib, Stable-Baselines3 and CleanRL.
 - `stop`: stop (StopConditions).
 - `checkpoint`: checkpoint (CheckpointConfig), its object stores and the Secret name pattern.
 - `evaluation`: evaluation (EvaluationConfig).
+- `normalization`: normalization (NormalizationConfig): observations and rewards.
+- `wrappers`: wrappers (WrapperConfig), the gymnasium wrappers put around every env.
 - `rollout`: the rollout workers (RolloutConfig), which the operator's spec builds on.
 - `pbt`: population-based training (PBTConfig).
 - here: TrainerConfig, the whole of `spec.trainer`, and JobTrainerConfig.
@@ -35,6 +37,7 @@ from kuberl_trainer.config.checkpoint import (
     CheckpointConfig,
 )
 from kuberl_trainer.config.evaluation import EvaluationConfig
+from kuberl_trainer.config.normalization import NORMALIZED_OBSERVATIONS, NormalizationConfig
 from kuberl_trainer.config.optimizer import (
     LEARNER_GPUS_NEEDED,
     OPTIMIZERS,
@@ -52,12 +55,14 @@ from kuberl_trainer.config.trainer import (
     AnyTrainerConfig,
     with_hyperparameters,
 )
+from kuberl_trainer.config.wrappers import WrapperConfig
 
 __all__ = [
     "ALGORITHMS",
     "CHECKPOINT_SCHEMES",
     "DNS_SUBDOMAIN_PATTERN",
     "LEARNER_GPUS_NEEDED",
+    "NORMALIZED_OBSERVATIONS",
     "OPTIMIZERS",
     "PBT",
     "TRAINER_CONFIGS",
@@ -68,6 +73,7 @@ __all__ = [
     "CheckpointConfig",
     "EvaluationConfig",
     "JobTrainerConfig",
+    "NormalizationConfig",
     "OptimizerConfig",
     "OptimizerName",
     "PBTConfig",
@@ -75,6 +81,7 @@ __all__ = [
     "Spec",
     "StopConditions",
     "TrainerConfig",
+    "WrapperConfig",
     "optimizers_using",
     "with_hyperparameters",
 ]

@@ -24,8 +24,8 @@ class PBTConfig(_TrainerBase):
     hyperparameters: PBTHyperparameters = Field(default_factory=PBTHyperparameters)
     """The population and how it exploits and explores."""
     trainer: AlgorithmConfig
-    """The trainer every trial runs: an ordinary spec.trainer of any other algorithm (env, envConfig
-    and stop default to this spec's)."""
+    """The trainer every trial runs: an ordinary spec.trainer of any other algorithm (env,
+    envConfig, wrappers and stop default to this spec's)."""
 
     @model_validator(mode="before")
     @classmethod
@@ -33,7 +33,7 @@ class PBTConfig(_TrainerBase):
         if not isinstance(data, dict) or not isinstance(data.get("trainer"), dict):
             return data
         inner = dict(data["trainer"])
-        for names in (("env",), ("envConfig", "env_config"), ("stop",)):
+        for names in (("env",), ("envConfig", "env_config"), ("wrappers",), ("stop",)):
             given = [name for name in names if name in data]
             if given and not any(name in inner for name in names):
                 inner[names[0]] = data[given[0]]
@@ -51,6 +51,11 @@ class PBTConfig(_TrainerBase):
             raise ValueError(
                 f"trainer.env: every trial trains on the population's env ({self.env}, its "
                 "envConfig alike); leave the inner env out or give the same"
+            )
+        if self.trainer.wrappers != self.wrappers:
+            raise ValueError(
+                "trainer.wrappers: every trial wraps its envs as the population does; leave the "
+                "inner wrappers out or give the same"
             )
         inner = self.trainer.hyperparameters
         for name, mutation in self.hyperparameters.mutations.items():

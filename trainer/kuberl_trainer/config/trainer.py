@@ -1,6 +1,6 @@
-"""The fields every `spec.trainer` has (env, envConfig, optimizer, stop, checkpoint, evaluation,
-seed, metricsWindow, tensorboard) and the pairings they are checked for, and each algorithm's
-config class (`TRAINER_CONFIGS`), made from its row of the table."""
+"""The fields every `spec.trainer` has (env, envConfig, wrappers, optimizer, stop, checkpoint,
+evaluation, normalization, seed, metricsWindow, tensorboard) and the pairings they are checked
+for, and each algorithm's config class (`TRAINER_CONFIGS`), made from its row of the table."""
 
 from __future__ import annotations
 
@@ -13,13 +13,16 @@ from kuberl_trainer.config.algorithms import ALGORITHMS, AlgorithmRow
 from kuberl_trainer.config.base import Spec
 from kuberl_trainer.config.checkpoint import CheckpointConfig
 from kuberl_trainer.config.evaluation import EvaluationConfig
+from kuberl_trainer.config.normalization import NormalizationConfig
 from kuberl_trainer.config.optimizer import (
     OPTIMIZERS,
+    PERTURBATIONS,
     OptimizerConfig,
     OptimizerName,
     optimizers_using,
 )
 from kuberl_trainer.config.stop import StopConditions
+from kuberl_trainer.config.wrappers import WrapperConfig
 from kuberl_trainer.hyperparameters import Hyperparameters
 
 
@@ -29,6 +32,12 @@ class _TrainerBase(Spec):
 
     env_config: dict[str, Any] = Field(default_factory=dict)
     """Keyword arguments passed to the env's constructor."""
+
+    wrappers: list[WrapperConfig] = Field(default_factory=list, max_length=64)
+    """gymnasium wrappers put around every env in this order (the first wraps the env itself), the
+    same on every rollout worker and in evaluation: [{name: FlattenObservation}] makes Tuple or
+    Dict observations a Box. An env with a native vector entry point (CartPole) is then made one
+    by one, as the wrappers wrap single envs."""
 
     optimizer: OptimizerName | None = None
     """Override of the algorithm's default policy optimizer (the execution strategy)."""
@@ -44,6 +53,10 @@ class _TrainerBase(Spec):
 
     evaluation: EvaluationConfig = Field(default_factory=EvaluationConfig)
     """Greedy evaluation cadence."""
+
+    normalization: NormalizationConfig = Field(default_factory=NormalizationConfig)
+    """Observation normalization and reward scaling by running statistics of the samples (as
+    Stable-Baselines3's VecNormalize); off by default."""
 
     seed: int | None = Field(None, ge=0, le=2**32 - 1)
     """Seed for envs, networks and exploration, below 2^32 as numpy's seeds are; null picks one at
@@ -84,6 +97,25 @@ class _TrainerBase(Spec):
             raise ValueError(
                 "hyperparameters.schedule: linear decays to zero at stop.timesteps, "
                 "so stop.timesteps must be set"
+            )
+        return self
+
+    @model_validator(mode="after")
+    def _check_normalization(self) -> _TrainerBase:
+        """Normalization is for the algorithms that learn from sampled env steps, set on the
+        trainer that samples."""
+        if not self.normalization.enabled:
+            return self
+        if self.algorithm not in ALGORITHMS:  # a population: each trial keeps its statistics
+            raise ValueError(
+                f"normalization: {self.algorithm} normalizes nothing itself; set normalization "
+                "in trainer, and each trial keeps statistics of its own samples"
+            )
+        if self.optimizer_name == PERTURBATIONS:
+            raise ValueError(
+                f"normalization: {self.algorithm} learns from the returns of whole episodes, not "
+                "from samples; it standardizes observations itself "
+                "(hyperparameters.normalize_observations)"
             )
         return self
 
