@@ -116,20 +116,20 @@ def _env_problem(trainer: dict[str, Any]) -> EnvProblem | None:
         return None  # reported by the spec's validation
     from pydantic import TypeAdapter, ValidationError
 
-    from kuberl_trainer.config import ALGORITHMS, PBT, WrapperConfig
+    from kuberl_trainer.config import ALGORITHMS, PBT, ModelConfig, WrapperConfig
     from kuberl_trainer.envs import env_problem  # gymnasium: only imported when needed
 
+    algorithm, where = trainer.get("algorithm"), ""
+    if algorithm == PBT and isinstance(trainer.get("trainer"), dict):  # its trials' algorithm
+        algorithm, where = trainer["trainer"].get("algorithm"), "trainer."
+    row = ALGORITHMS.get(algorithm)  # an unknown one is the spec's problem
+    inner = trainer["trainer"] if where else trainer
     try:
         wrappers = TypeAdapter(list[WrapperConfig]).validate_python(trainer.get("wrappers", []))
+        model = ModelConfig.model_validate(inner.get("model", trainer.get("model", {})))
     except ValidationError:
         return None  # reported by the spec's validation; the env is not made without them
 
-    algorithm = trainer.get("algorithm")
-    if algorithm == PBT and isinstance(trainer.get("trainer"), dict):  # its trials' algorithm
-        algorithm = trainer["trainer"].get("algorithm")
-    row = ALGORITHMS.get(algorithm)  # an unknown one is the spec's problem
-
-    normalizing = _normalizing_observations(trainer)
     with warnings.catch_warnings():  # env constructors warn freely; the verdict is what counts
         warnings.simplefilter("ignore")
         problem = env_problem(
@@ -138,25 +138,20 @@ def _env_problem(trainer: dict[str, Any]) -> EnvProblem | None:
             discrete_actions_only=row is not None and row.discrete_actions_only,
             continuous_actions_only=row is not None and row.continuous_actions_only,
             wrappers=wrappers,
-            normalize_observations=normalizing is not None,
+            normalize_observations=_normalizes_observations(inner),
+            model=model,
+            images=row is None or row.image_observations,
         )
-    if problem is not None and normalizing and problem.field.startswith("normalization."):
-        return problem._replace(field=normalizing)
+    if problem is not None and problem.field.startswith(("normalization.", "model.")):
+        return problem._replace(field=where + problem.field)
     return problem
 
 
-def _normalizing_observations(trainer: dict[str, Any]) -> str | None:
-    """Where under spec.trainer observation normalization is turned on (in a population, its
-    trainer's), or None where it is not."""
-    from kuberl_trainer.config import NORMALIZED_OBSERVATIONS
-
-    where = ""
-    if isinstance(trainer.get("trainer"), dict):
-        trainer, where = trainer["trainer"], "trainer."
+def _normalizes_observations(trainer: dict[str, Any]) -> bool:
+    """Whether `trainer` (a population's inner trainer where that is meant) turns observation
+    normalization on."""
     normalization = trainer.get("normalization")
-    if isinstance(normalization, dict) and normalization.get("observations") is True:
-        return where + NORMALIZED_OBSERVATIONS
-    return None
+    return isinstance(normalization, dict) and normalization.get("observations") is True
 
 
 def describe_job(job: RLJob) -> str:

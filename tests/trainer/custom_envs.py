@@ -63,3 +63,35 @@ class ScaledReward(gym.RewardWrapper):
 def scaled_reward(env: gym.Env, **kwargs) -> gym.Env:
     """ScaledReward made by a factory that takes any keyword arguments."""
     return ScaledReward(env, **kwargs)
+
+
+class Catch(gym.Env):
+    """DeepMind's bsuite Catch from pixels: a ball falls one row a step from a random column of
+    the top row; the agent moves a paddle along the bottom row (0: left, 1: stay, 2: right) and
+    gets +1 for catching the ball, -1 for missing it, at the episode's end (size - 1 steps). The
+    optimal return is 1. Observations are uint8 (1, size, size) frames, 255 where the ball and the
+    paddle are: the smallest image task a CNN must learn to solve."""
+
+    def __init__(self, size: int = 10):
+        self.size = size
+        self.observation_space = gym.spaces.Box(0, 255, (1, size, size), np.uint8)
+        self.action_space = gym.spaces.Discrete(3)
+
+    def reset(self, *, seed=None, options=None):
+        super().reset(seed=seed)
+        self.ball_row, self.ball_column = 0, int(self.np_random.integers(self.size))
+        self.paddle = self.size // 2
+        return self._frame(), {}
+
+    def step(self, action):
+        self.paddle = int(np.clip(self.paddle + int(action) - 1, 0, self.size - 1))
+        self.ball_row += 1
+        done = self.ball_row == self.size - 1
+        reward = (1.0 if self.ball_column == self.paddle else -1.0) if done else 0.0
+        return self._frame(), reward, done, False, {}
+
+    def _frame(self) -> np.ndarray:
+        frame = np.zeros((1, self.size, self.size), np.uint8)
+        frame[0, self.ball_row, self.ball_column] = 255
+        frame[0, self.size - 1, self.paddle] = 255
+        return frame

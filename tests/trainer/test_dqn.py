@@ -45,12 +45,14 @@ def same_parameters(a: nn.Module, b: nn.Module) -> bool:
 
 @pytest.mark.parametrize("dueling", [False, True])
 def test_q_network_gives_one_value_per_action(dueling):
-    network = QNetwork(4, 3, [32, 16], "relu", dueling)
+    spaces = space_info(gym.spaces.Box(-np.inf, np.inf, (4,)), gym.spaces.Discrete(3))
+    network = QNetwork(spaces, [32, 16], "relu", dueling)
     assert network(torch.zeros(5, 4)).shape == (5, 3)
 
 
 def test_dueling_q_values_average_to_the_state_value():
-    network = QNetwork(4, 3, [32, 16], "tanh", dueling=True)
+    spaces = space_info(gym.spaces.Box(-np.inf, np.inf, (4,)), gym.spaces.Discrete(3))
+    network = QNetwork(spaces, [32, 16], "tanh", dueling=True)
     obs = torch.randn(7, 4)
     with torch.no_grad():
         q_values = network(obs)

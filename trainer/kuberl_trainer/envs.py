@@ -25,8 +25,31 @@ from typing import Any, NamedTuple
 import gymnasium as gym
 import numpy as np
 
-from kuberl_trainer.config import NORMALIZED_OBSERVATIONS, WrapperConfig
+from kuberl_trainer import atari
+from kuberl_trainer.config import ALGORITHMS, NORMALIZED_OBSERVATIONS, ModelConfig, WrapperConfig
 from kuberl_trainer.errors import InvalidJobError
+
+
+@dataclass(frozen=True)
+class ImageLayout:
+    """How one image observation is laid out, for the CNN: the env's own shape, (C, H, W),
+    (H, W, C) or (H, W), and whether its pixels are uint8 (scaled to [0, 1] in the first layer)."""
+
+    shape: tuple[int, ...]
+    channels_last: bool
+    uint8: bool
+
+    @property
+    def channels(self) -> int:
+        if len(self.shape) == 2:
+            return 1
+        return self.shape[-1] if self.channels_last else self.shape[0]
+
+    @property
+    def height_width(self) -> tuple[int, int]:
+        if len(self.shape) == 2:
+            return self.shape[0], self.shape[1]
+        return (self.shape[0], self.shape[1]) if self.channels_last else self.shape[1:]
 
 
 @dataclass(frozen=True)
@@ -39,10 +62,22 @@ class SpaceInfo:
     action_dim: int  # 1 for Discrete, the flat size for Box
     action_low: np.ndarray | None
     action_high: np.ndarray | None
+    image: ImageLayout | None = None  # set when a CNN encodes the observations
 
     @property
     def discrete_actions(self) -> bool:
         return self.action_discrete_n is not None
+
+    @property
+    def obs_shape(self) -> tuple[int, ...]:
+        """One observation as the model takes it: flat for the MLP, the env's image for the
+        CNN."""
+        return (self.obs_dim,) if self.image is None else self.image.shape
+
+    @property
+    def obs_dtype(self) -> np.dtype:
+        """uint8 for uint8 images, which stay uint8 up to the CNN; float32 otherwise."""
+        return np.dtype(np.uint8 if self.image is not None and self.image.uint8 else np.float32)
 
 
 class EnvError(InvalidJobError):
@@ -90,6 +125,7 @@ def _imported(path: str, field: str) -> Callable[..., Any]:
 
 def env_creator(env: str) -> Callable[..., gym.Env]:
     """A callable building the env from keyword arguments."""
+    atari.register(env)
     if ":" in env and env.split(":", 1)[0] not in gym.registry:
         return _imported(env, "env")
     if env not in gym.registry:
@@ -200,19 +236,31 @@ def _made(make: Callable[[], Any], failing: str, name: str, field: str = "env") 
     return instance
 
 
-def space_info(obs_space: gym.Space, act_space: gym.Space) -> SpaceInfo:
-    """Checks the spaces are supported and describes them."""
+def space_info(
+    obs_space: gym.Space,
+    act_space: gym.Space,
+    model: ModelConfig | None = None,
+    images: bool = True,
+) -> SpaceInfo:
+    """Checks the spaces are supported by the model (`spec.trainer.model`, its defaults when
+    None) and describes them; `images` is False for an algorithm whose networks take flat
+    observations only."""
+    model = model or ModelConfig()
+    image = None
     if isinstance(obs_space, gym.spaces.Box):
         obs_dim, obs_n = int(np.prod(obs_space.shape)), None
+        image = image_layout(obs_space, model, images)
     elif isinstance(obs_space, gym.spaces.Discrete):
         obs_dim, obs_n = int(obs_space.n), int(obs_space.n)
+        if model.encoder == "cnn":
+            raise EnvError(f"the observation space {obs_space} is no image", MODEL_ENCODER)
     else:
         raise EnvError(
             f"observation space {obs_space} is not supported: use Box or Discrete "
             "(wrappers: [{name: FlattenObservation}] flattens Dict and Tuple spaces into a Box)"
         )
     if isinstance(act_space, gym.spaces.Discrete):
-        return SpaceInfo(obs_dim, obs_n, int(act_space.n), 1, None, None)
+        return SpaceInfo(obs_dim, obs_n, int(act_space.n), 1, None, None, image)
     if isinstance(act_space, gym.spaces.Box):
         if not (np.all(np.isfinite(act_space.low)) and np.all(np.isfinite(act_space.high))):
             raise EnvError(f"action space {act_space} must have finite bounds")
@@ -223,8 +271,72 @@ def space_info(obs_space: gym.Space, act_space: gym.Space) -> SpaceInfo:
             int(np.prod(act_space.shape)),
             act_space.low.astype(np.float32).ravel(),
             act_space.high.astype(np.float32).ravel(),
+            image,
         )
     raise EnvError(f"action space {act_space} is not supported: use Box or Discrete")
+
+
+def job_space_info(envs: gym.vector.VectorEnv, config: Any) -> SpaceInfo:
+    """The spaces of a job's envs as its networks take them (`config` is a trainer's config)."""
+    row = ALGORITHMS.get(config.algorithm)
+    return space_info(
+        envs.single_observation_space,
+        envs.single_action_space,
+        config.model,
+        row is None or row.image_observations,
+    )
+
+
+MODEL_ENCODER = "model.encoder"
+"""The field under spec.trainer that picks the encoder."""
+
+
+def image_layout(obs_space: gym.spaces.Box, model: ModelConfig, images: bool) -> ImageLayout | None:
+    """The layout of the Box's images when the model encodes them with the CNN, None for the
+    MLP; an encoder that does not fit the space, or convolutions that shrink its images to
+    nothing, are refused naming the field."""
+    shape, uint8 = tuple(obs_space.shape), obs_space.dtype == np.uint8
+    rank_fits = len(shape) == 3 or (len(shape) == 2 and (uint8 or model.encoder == "cnn"))
+    if model.encoder == "mlp" or (model.encoder == "auto" and not (uint8 and rank_fits)):
+        return None
+    if not rank_fits:
+        raise EnvError(
+            f"the observation space {obs_space} is no image: the CNN takes (C, H, W), (H, W, C) "
+            "or (H, W) observations; use encoder: mlp",
+            MODEL_ENCODER,
+        )
+    if not images:
+        raise EnvError(
+            f"the observations are images {shape}, and this algorithm's networks take flat "
+            "observations only; set encoder: mlp to flatten them",
+            MODEL_ENCODER,
+        )
+    # (H, W, C) when the last axis is the smallest, as a raw frame's colour channels are
+    layout = ImageLayout(shape, len(shape) == 3 and shape[-1] < shape[0], uint8)
+    height, width = layout.height_width
+    for index, (_, kernel, stride) in enumerate(model.conv_filters):
+        if kernel > min(height, width):  # the convolution would leave less than 1x1
+            raise EnvError(
+                f"its {kernel}x{kernel} kernel does not fit the {height}x{width} image "
+                f"{'observations' if index == 0 else 'that the convolutions before it leave'} "
+                f"(observations {shape}); use smaller kernels or strides",
+                f"model.convFilters[{index}]",
+            )
+        height, width = _convolved(height, kernel, stride), _convolved(width, kernel, stride)
+    return layout
+
+
+def conv_output_size(layout: ImageLayout, conv_filters: Sequence[Sequence[int]]) -> int:
+    """Values per image the convolutions leave (channels x height x width)."""
+    height, width = layout.height_width
+    for _, kernel, stride in conv_filters:
+        height, width = _convolved(height, kernel, stride), _convolved(width, kernel, stride)
+    return conv_filters[-1][0] * height * width
+
+
+def _convolved(size: int, kernel: int, stride: int) -> int:
+    """A side of an image after a convolution without padding."""
+    return (size - kernel) // stride + 1
 
 
 def env_problem(
@@ -234,16 +346,21 @@ def env_problem(
     continuous_actions_only: bool = False,
     wrappers: Sequence[WrapperConfig] = (),
     normalize_observations: bool = False,
+    model: ModelConfig | None = None,
+    images: bool = True,
 ) -> EnvProblem | None:
     """Why this env cannot be trained on, or None when it can (used by validation). The wrappers'
     names and keyword arguments are checked first, then the env is made and wrapped as the rollout
-    workers make it, so an envConfig that only the native vector env rejects is caught here too."""
+    workers make it, so an envConfig that only the native vector env rejects is caught here too;
+    `model` and `images` are checked against its spaces as `space_info` checks them."""
     try:
         for index, wrapper in enumerate(wrappers):
             wrapper_creator(wrapper, f"wrappers[{index}]")
         envs = make_vector_env(env, env_config, 1, wrappers)
         try:
-            info = space_info(envs.single_observation_space, envs.single_action_space)
+            info = space_info(
+                envs.single_observation_space, envs.single_action_space, model, images
+            )
         finally:
             envs.close()
     except EnvError as exc:
@@ -266,7 +383,13 @@ def env_problem(
 
 
 def observation_normalization_problem(info: SpaceInfo) -> str | None:
-    """Why these observations cannot be normalized (only Box ones are), or None."""
+    """Why these observations cannot be normalized (only Box ones the MLP encodes are), or
+    None."""
+    if info.image is not None:
+        return (
+            f"the observations are images {info.image.shape} that the CNN scales itself; set it "
+            "to false (or model.encoder to mlp)"
+        )
     if info.obs_discrete_n is None:
         return None
     return (
@@ -277,6 +400,7 @@ def observation_normalization_problem(info: SpaceInfo) -> str | None:
 
 def has_vector_entry_point(env: str) -> bool:
     """Whether gymnasium can make `env` natively vectorized (`module:Class` envs cannot)."""
+    atari.register(env)
     spec = gym.registry.get(env)
     return spec is not None and spec.vector_entry_point is not None
 
@@ -292,9 +416,15 @@ def make_vector_env(
     ignores the env's action, returns the new episode's first observation with reward 0, and is no
     transition (rollout workers leave it out). gymnasium's native vector envs reset no other way,
     and resetting the envs made one by one the same way keeps one sampler for both: the episode's
-    final observation is simply the observation the done step returns."""
+    final observation is simply the observation the done step returns.
+
+    An env may say more in a step's info (ale-py's, see atari.py): the game's own rewards where the
+    learner's are clipped, and the terminations at a lost life, after which the game goes on
+    without a reset step; `episode_steps` reads them."""
     if not wrappers and has_vector_entry_point(env):
         try:
+            if atari.is_atari_vector(env):
+                return atari.make_atari_vector_env(env, env_config, num_envs)
             envs = gym.make_vec(
                 env, num_envs, vectorization_mode=gym.VectorizeMode.VECTOR_ENTRY_POINT, **env_config
             )
@@ -317,8 +447,24 @@ def one_by_one_vector_env(
     )
 
 
+def episode_steps(
+    rewards: np.ndarray, terminated: np.ndarray, truncated: np.ndarray, info: dict[str, Any]
+) -> tuple[np.ndarray, np.ndarray]:
+    """What a vector env's step means for its episodes' statistics: each env's reward to add to
+    its episode's return (the game's own, before any clipping), and which envs' episodes ended
+    (and reset on their next step): every termination and truncation but those at a lost life
+    of a game that goes on."""
+    ended = terminated | truncated
+    if atari.LIFE_LOST in info:
+        ended = ended & ~info[atari.LIFE_LOST]
+    return info.get(atari.RAW_REWARD, rewards), ended
+
+
 def encode_obs(obs: np.ndarray, info: SpaceInfo) -> np.ndarray:
-    """A float32 (batch, obs_dim) array: Box observations flattened, Discrete ones one-hot."""
+    """A (batch, *info.obs_shape) array: images as the envs return them (uint8 ones without a
+    copy), other Box observations flattened to float32, Discrete ones one-hot."""
+    if info.image is not None:
+        return np.asarray(obs, dtype=info.obs_dtype)
     if info.obs_discrete_n is not None:
         return np.eye(info.obs_discrete_n, dtype=np.float32)[np.asarray(obs, dtype=np.int64)]
     return np.asarray(obs, dtype=np.float32).reshape(len(obs), -1)

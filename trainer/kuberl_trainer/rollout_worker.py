@@ -15,7 +15,7 @@ import numpy as np
 import torch
 
 from kuberl_trainer.config import AnyTrainerConfig
-from kuberl_trainer.envs import encode_obs, make_vector_env, space_info
+from kuberl_trainer.envs import encode_obs, episode_steps, job_space_info, make_vector_env
 from kuberl_trainer.normalization import Normalizer, make_normalizer
 from kuberl_trainer.policy.base import Policy, Stats, Weights
 from kuberl_trainer.sample_batch import VALID, SampleBatch
@@ -68,7 +68,7 @@ class RolloutWorker:
             torch.set_num_threads(torch_threads)
         self.config = config
         self.envs = make_vector_env(config.env, config.env_config, num_envs, config.wrappers)
-        self.spaces = space_info(self.envs.single_observation_space, self.envs.single_action_space)
+        self.spaces = job_space_info(self.envs, config)
         self.policy = policy_class(self.spaces, config, seed)
         # Where this copy of the policy acts: Ape-X's exploration rate depends on it.
         self.policy.worker_index = worker_index
@@ -133,7 +133,8 @@ class RolloutWorker:
         horizon, n = self.config.hyperparameters.rollout_length, self.num_envs
         # obs[t] is what the envs act on at step t and obs[t + 1] what that step returned: the
         # next observation, also at an episode's end, since the reset comes a step later.
-        obs = np.empty((horizon + 1, n, self.obs.shape[1]), dtype=np.float32)
+        # uint8 images stay uint8 (see encode_obs): 4x less memory and bandwidth than float32
+        obs = np.empty((horizon + 1, n, *self.spaces.obs_shape), dtype=self.spaces.obs_dtype)
         obs[0] = self.normalizer.normalize_obs(self.obs)
         rewards = np.empty((horizon, n), dtype=np.float32)
         terminateds = np.empty((horizon, n), dtype=bool)
@@ -145,13 +146,15 @@ class RolloutWorker:
         for t in range(horizon):
             env_actions, step_columns = self.acting_policy.compute_actions(obs[t])
             recorded.append(step_columns)
-            raw_obs, rewards[t], terminateds[t], truncateds[t], _ = self.envs.step(env_actions)
+            raw_obs, rewards[t], terminateds[t], truncateds[t], info = self.envs.step(env_actions)
             self.obs = self._observed(raw_obs)
             obs[t + 1] = self.normalizer.normalize_obs(self.obs)
             np.logical_not(self.resetting, out=valid[t])
-            self.episode_returns += rewards[t]  # 0 on a reset step
+            game_rewards, self.resetting = episode_steps(
+                rewards[t], terminateds[t], truncateds[t], info
+            )
+            self.episode_returns += game_rewards  # 0 on a reset step
             self.episode_lengths += valid[t]
-            np.logical_or(terminateds[t], truncateds[t], out=self.resetting)
             if self.resetting.any():
                 ended = np.flatnonzero(self.resetting)
                 finished_returns.append(self.episode_returns[ended])
@@ -257,11 +260,12 @@ class RolloutWorker:
         resetting = np.zeros(envs.num_envs, dtype=bool)
         while (running := current < count).any():
             actions = act(encode_obs(obs, self.spaces), np.minimum(current, count - 1))
-            obs, reward, terminated, truncated, _ = envs.step(actions)
+            obs, reward, terminated, truncated, info = envs.step(actions)
+            reward, episode_ended = episode_steps(reward, terminated, truncated, info)
             counted = running & ~resetting
             returns[current[counted]] += reward[counted]
             lengths[current[counted]] += 1
-            resetting = terminated | truncated
+            resetting = episode_ended
             ended = np.flatnonzero(counted & resetting)
             current[ended] = current.max() + 1 + np.arange(len(ended))
         return returns, lengths

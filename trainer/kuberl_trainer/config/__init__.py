@@ -20,6 +20,7 @@ names RL practitioners know from RLlib, Stable-Baselines3 and CleanRL.
 - `evaluation`: evaluation (EvaluationConfig).
 - `normalization`: normalization (NormalizationConfig): observations and rewards.
 - `wrappers`: wrappers (WrapperConfig), the gymnasium wrappers put around every env.
+- `model`: model (ModelConfig), the encoder of observations (MLP or CNN).
 - `rollout`: the rollout workers (RolloutConfig), which the operator's spec builds on.
 - `pbt`: population-based training (PBTConfig).
 - here: TrainerConfig, the whole of `spec.trainer`, and JobTrainerConfig.
@@ -37,6 +38,7 @@ from kuberl_trainer.config.checkpoint import (
     CheckpointConfig,
 )
 from kuberl_trainer.config.evaluation import EvaluationConfig
+from kuberl_trainer.config.model import NATURE_CNN, ModelConfig
 from kuberl_trainer.config.normalization import NORMALIZED_OBSERVATIONS, NormalizationConfig
 from kuberl_trainer.config.optimizer import (
     LEARNER_GPUS_NEEDED,
@@ -62,6 +64,7 @@ __all__ = [
     "CHECKPOINT_SCHEMES",
     "DNS_SUBDOMAIN_PATTERN",
     "LEARNER_GPUS_NEEDED",
+    "NATURE_CNN",
     "NORMALIZED_OBSERVATIONS",
     "OPTIMIZERS",
     "PBT",
@@ -73,6 +76,7 @@ __all__ = [
     "CheckpointConfig",
     "EvaluationConfig",
     "JobTrainerConfig",
+    "ModelConfig",
     "NormalizationConfig",
     "OptimizerConfig",
     "OptimizerName",

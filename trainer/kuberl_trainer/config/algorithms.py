@@ -34,6 +34,8 @@ class AlgorithmRow:
     """Its policy handles Discrete action spaces only (checked when a job is validated)."""
     continuous_actions_only: bool = False
     """Its policy handles Box action spaces only (checked when a job is validated)."""
+    image_observations: bool = True
+    """Its networks take the CNN encoder (model.encoder), not only flat observations."""
 
 
 _ON_POLICY = "learns on fresh samples of its current policy"
@@ -100,11 +102,13 @@ ALGORITHMS: dict[str, AlgorithmRow] = {
         (SYNC_REPLAY,),
         _SOFT_REPLAY,
         continuous_actions_only=True,
+        image_observations=False,
     ),
     "ES": AlgorithmRow(
         evolution.ESHyperparameters,
         "kuberl_trainer.policy.es:ESPolicy",
         (PERTURBATIONS,),
         _PERTURBED,
+        image_observations=False,
     ),
 }

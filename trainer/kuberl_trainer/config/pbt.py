@@ -25,7 +25,7 @@ class PBTConfig(_TrainerBase):
     """The population and how it exploits and explores."""
     trainer: AlgorithmConfig
     """The trainer every trial runs: an ordinary spec.trainer of any other algorithm (env,
-    envConfig, wrappers and stop default to this spec's)."""
+    envConfig, wrappers, model and stop default to this spec's)."""
 
     @model_validator(mode="before")
     @classmethod
@@ -33,7 +33,7 @@ class PBTConfig(_TrainerBase):
         if not isinstance(data, dict) or not isinstance(data.get("trainer"), dict):
             return data
         inner = dict(data["trainer"])
-        for names in (("env",), ("envConfig", "env_config"), ("wrappers",), ("stop",)):
+        for names in (("env",), ("envConfig", "env_config"), ("wrappers",), ("model",), ("stop",)):
             given = [name for name in names if name in data]
             if given and not any(name in inner for name in names):
                 inner[names[0]] = data[given[0]]
@@ -56,6 +56,11 @@ class PBTConfig(_TrainerBase):
             raise ValueError(
                 "trainer.wrappers: every trial wraps its envs as the population does; leave the "
                 "inner wrappers out or give the same"
+            )
+        if self.trainer.model != self.model:
+            raise ValueError(
+                "trainer.model: every trial's networks take the population's model; leave the "
+                "inner model out or give the same"
             )
         inner = self.trainer.hyperparameters
         for name, mutation in self.hyperparameters.mutations.items():

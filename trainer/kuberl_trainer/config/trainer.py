@@ -1,6 +1,7 @@
-"""The fields every `spec.trainer` has (env, envConfig, wrappers, optimizer, stop, checkpoint,
-evaluation, normalization, seed, metricsWindow, tensorboard) and the pairings they are checked
-for, and each algorithm's config class (`TRAINER_CONFIGS`), made from its row of the table."""
+"""The fields every `spec.trainer` has (env, envConfig, wrappers, model, optimizer, stop,
+checkpoint, evaluation, normalization, seed, metricsWindow, tensorboard) and the pairings they are
+checked for, and each algorithm's config class (`TRAINER_CONFIGS`), made from its row of the
+table."""
 
 from __future__ import annotations
 
@@ -13,6 +14,7 @@ from kuberl_trainer.config.algorithms import ALGORITHMS, AlgorithmRow
 from kuberl_trainer.config.base import Spec
 from kuberl_trainer.config.checkpoint import CheckpointConfig
 from kuberl_trainer.config.evaluation import EvaluationConfig
+from kuberl_trainer.config.model import ModelConfig
 from kuberl_trainer.config.normalization import NormalizationConfig
 from kuberl_trainer.config.optimizer import (
     OPTIMIZERS,
@@ -38,6 +40,10 @@ class _TrainerBase(Spec):
     same on every rollout worker and in evaluation: [{name: FlattenObservation}] makes Tuple or
     Dict observations a Box. An env with a native vector entry point (CartPole) is then made one
     by one, as the wrappers wrap single envs."""
+
+    model: ModelConfig = Field(default_factory=ModelConfig)
+    """The networks' encoder of observations: the Nature CNN for images (uint8 frames), the MLP
+    of hyperparameters.hidden_sizes for everything else, unless set here."""
 
     optimizer: OptimizerName | None = None
     """Override of the algorithm's default policy optimizer (the execution strategy)."""

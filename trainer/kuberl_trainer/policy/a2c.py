@@ -12,12 +12,12 @@ class A2CPolicy(ActorCriticPolicy):
     STAT_KEYS = (POLICY_LOSS, VF_LOSS, ENTROPY, GRAD_NORM)
 
     def loss(self, batch: dict[str, torch.Tensor]):
-        logp, entropy = self.model.logp_entropy(batch["obs"], batch["actions"])
+        logp, entropy, values = self.model.logp_entropy_value(batch["obs"], batch["actions"])
         advantages = batch["advantages"]
         if self.hp.normalize_advantages:
             advantages = (advantages - advantages.mean()) / (advantages.std() + 1e-8)
         policy_loss = -(logp * advantages).mean()
-        vf_loss = (self.model.value(batch["obs"]) - batch["value_targets"]).pow(2).mean()
+        vf_loss = (values - batch["value_targets"]).pow(2).mean()
         entropy = entropy.mean()
         total = policy_loss + self.hp.vf_coeff * vf_loss - self.hp.entropy_coeff * entropy
         return total, {

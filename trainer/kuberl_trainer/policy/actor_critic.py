@@ -27,6 +27,7 @@ class ActorCriticPolicy(TorchPolicy):
             hp.activation,
             self.with_critic,
             getattr(hp, "initial_log_std", 0.0),
+            config.model,
         )
         super().__init__(spaces, config, seed, model)
         self.model: ActorCritic
@@ -95,10 +96,13 @@ class ActorCriticPolicy(TorchPolicy):
         return np.concatenate([values[1:], self._values(rollout["next_obs"][-1:])])
 
     def _values(self, obs: np.ndarray) -> np.ndarray:
-        """V for (T, N, obs_dim) observations, in forward passes of a few thousand rows: a pass
-        over a whole window of a thousand envs would spill its activations out of the cache and
-        take half as long again."""
+        """V for (T, N, *obs_shape) observations, in forward passes of a few thousand rows (of a
+        few hundred images): a pass over a whole window of a thousand envs would spill its
+        activations out of the cache and take half as long again."""
+        rows_per_pass = 4096 if self.spaces.image is None else 256
         with torch.inference_mode():
-            flat = self.as_tensor(obs.reshape(-1, obs.shape[-1]))
-            values = torch.cat([self.model.predict_value(rows) for rows in flat.split(4096)])
+            flat = self.as_tensor(obs.reshape(-1, *obs.shape[2:]))
+            values = torch.cat(
+                [self.model.predict_value(rows) for rows in flat.split(rows_per_pass)]
+            )
             return values.numpy(force=True).reshape(obs.shape[:2])

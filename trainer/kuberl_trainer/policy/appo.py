@@ -63,7 +63,7 @@ class APPOPolicy(IMPALAPolicy):
         return stats
 
     def loss(self, batch: dict[str, torch.Tensor]):
-        logp, entropy = self.model.logp_entropy(batch["obs"], batch["actions"])
+        logp, entropy, values = self.model.logp_entropy_value(batch["obs"], batch["actions"])
         advantages = self.advantages(batch)
         ratio = (logp - batch["logp"]).exp()  # pi/mu
         if self.target_model is not None:
@@ -74,7 +74,7 @@ class APPOPolicy(IMPALAPolicy):
         clip = self.hp.clip_range
         clipped = ratio.clamp(1.0 - clip, 1.0 + clip)
         policy_loss = -torch.min(ratio * advantages, clipped * advantages).mean()
-        vf_loss = 0.5 * (batch["value_targets"] - self.model.value(batch["obs"])).pow(2).mean()
+        vf_loss = 0.5 * (batch["value_targets"] - values).pow(2).mean()
         entropy = entropy.mean()
         total = policy_loss + self.hp.vf_coeff * vf_loss - self.hp.entropy_coeff * entropy
         with torch.no_grad():

@@ -11,42 +11,56 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from kuberl_trainer.config import AnyTrainerConfig
+from kuberl_trainer.config import AnyTrainerConfig, ModelConfig
 from kuberl_trainer.envs import EnvError, SpaceInfo
-from kuberl_trainer.models import ACTIVATIONS, mlp
+from kuberl_trainer.models import ACTIVATIONS, ConvEncoder, mlp
 from kuberl_trainer.policy.base import Stats
 from kuberl_trainer.policy.replay import ReplayPolicy
 from kuberl_trainer.progress_row import EPSILON, GRAD_NORM, Q_MEAN, TD_ERROR_MEAN, TD_LOSS
 
 
 class QNetwork(nn.Module):
-    """Q-values of every action for a batch of observations: (B, obs_dim) → (B, num_actions)."""
+    """Q-values of every action for a batch of observations: (B, *obs_shape) → (B, num_actions).
+    An MLP of hidden_sizes, or for images the CNN (`model`) and a linear head; dueling, the last
+    hidden layer (the CNN's features) feeds a value head and an advantage head."""
 
     def __init__(
         self,
-        obs_dim: int,
-        num_actions: int,
+        spaces: SpaceInfo,
         hidden_sizes: list[int],
         activation: str,
         dueling: bool,
+        model: ModelConfig | None = None,
     ):
         super().__init__()
         self.dueling = dueling
-        if not dueling:
-            self.q = mlp(obs_dim, hidden_sizes, num_actions, activation)
+        num_actions = spaces.action_discrete_n
+        assert num_actions is not None
+        self.body: nn.Module | None = None
+        if spaces.image is not None:
+            self.body = ConvEncoder(spaces.image, model or ModelConfig())
+            features = self.body.features
+            if not dueling:
+                self.q = mlp(features, [], num_actions, activation)
+                return
+        elif not dueling:
+            self.q = mlp(spaces.obs_dim, hidden_sizes, num_actions, activation)
             return
-        *body_sizes, features = hidden_sizes
-        self.body = nn.Sequential(
-            mlp(obs_dim, body_sizes, features, activation, out_gain=math.sqrt(2)),
-            ACTIVATIONS[activation](),
-        )
+        else:
+            *body_sizes, features = hidden_sizes
+            self.body = nn.Sequential(
+                mlp(spaces.obs_dim, body_sizes, features, activation, out_gain=math.sqrt(2)),
+                ACTIVATIONS[activation](),
+            )
         self.value = mlp(features, [], 1, activation)
         self.advantage = mlp(features, [], num_actions, activation)
 
     def forward(self, obs: torch.Tensor) -> torch.Tensor:
-        if not self.dueling:
+        if self.body is None:
             return self.q(obs)
         features = self.body(obs)
+        if not self.dueling:
+            return self.q(features)
         advantages = self.advantage(features)
         # Subtracting the mean advantage makes V and A identifiable (Wang et al., eq. 9).
         return self.value(features) + advantages - advantages.mean(dim=-1, keepdim=True)
@@ -64,9 +78,7 @@ class DQNPolicy(ReplayPolicy):
             raise EnvError("DQN needs a Discrete action space; use PPO for continuous actions")
         torch.manual_seed(seed)  # network initialisation is part of what a seed fixes
         hp = config.hyperparameters
-        model = QNetwork(
-            spaces.obs_dim, spaces.action_discrete_n, hp.hidden_sizes, hp.activation, hp.dueling
-        )
+        model = QNetwork(spaces, hp.hidden_sizes, hp.activation, hp.dueling, config.model)
         super().__init__(spaces, config, seed, model, target_source=model)
         self.model: QNetwork
 

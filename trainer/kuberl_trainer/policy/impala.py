@@ -175,8 +175,7 @@ class IMPALAPolicy(ActorCriticPolicy):
         """One SGD step on the whole batch, whose forward pass also gives V-trace its inputs:
         the targets come from the networks before the step either way, so this saves the
         separate pass without gradients, two of a learn call's three forward passes."""
-        logp, entropy = self.model.logp_entropy(batch["obs"], batch["actions"])
-        values = self.model.value(batch["obs"])
+        logp, entropy, values = self.model.logp_entropy_value(batch["obs"], batch["actions"])
         with torch.no_grad():
             learnable = self.learnable_rows(batch, self.vtrace_from(batch, logp, values))
         rows = batch[LEARNABLE_ROWS]
@@ -259,8 +258,8 @@ class IMPALAPolicy(ActorCriticPolicy):
         return batch["pg_weights"] * advantages
 
     def loss(self, batch: dict[str, torch.Tensor]):
-        logp, entropy = self.model.logp_entropy(batch["obs"], batch["actions"])
-        return self.loss_of(batch, logp, entropy, self.model.value(batch["obs"]))
+        logp, entropy, values = self.model.logp_entropy_value(batch["obs"], batch["actions"])
+        return self.loss_of(batch, logp, entropy, values)
 
     def loss_of(
         self,

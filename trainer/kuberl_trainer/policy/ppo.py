@@ -60,14 +60,13 @@ class PPOPolicy(ActorCriticPolicy):
         return minibatch | {"advantages": normalized}
 
     def loss(self, batch: dict[str, torch.Tensor]):
-        logp, entropy = self.model.logp_entropy(batch["obs"], batch["actions"])
+        logp, entropy, values = self.model.logp_entropy_value(batch["obs"], batch["actions"])
         advantages = batch["advantages"]
         log_ratio = logp - batch["logp"]
         ratio = log_ratio.exp()
         clipped = ratio.clamp(1.0 - self.clip_range, 1.0 + self.clip_range)
         policy_loss = -torch.min(ratio * advantages, clipped * advantages).mean()
 
-        values = self.model.value(batch["obs"])
         if self.hp.vf_clip_range is not None:
             old = batch["values"]
             values = old + (values - old).clamp(-self.hp.vf_clip_range, self.hp.vf_clip_range)

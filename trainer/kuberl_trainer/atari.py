@@ -1,0 +1,90 @@
+"""Atari through ale-py: its `ALE/*` ids registered on first use, and its native vector env
+(`ale_py.vector_env:AtariVectorEnv`: C++ stepping on threads of its own, with the standard
+preprocessing, returning uint8 (N, stack, 84, 84) frame stacks) made so that the episode
+statistics are the full game's, as RLlib and Stable-Baselines3 report them:
+
+- rewards: the env is made without ale-py's reward clipping, which is done here instead
+  (`reward_clipping`, true by default as in ale-py), so the learner sees clipped rewards and the
+  statistics the game's score (`RAW_REWARD` in the step's info);
+- lives: with `life_loss_info: true`, ale-py ends an episode at every lost life and goes on with
+  the same game; those ends are marked (`LIFE_LOST`), so the learner bootstraps nothing across a
+  lost life (the DQN paper's setting) while the statistics and the envs go on to the game's end.
+  (`episodic_life: true` instead resets the game at the first lost life: each life is then an
+  episode of its own, statistics included.)
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import gymnasium as gym
+import numpy as np
+
+NAMESPACE = "ALE/"
+
+RAW_REWARD = "raw_reward"
+"""Info key of a vector env's step: each env's reward before clipping, which the episode
+statistics sum."""
+
+LIFE_LOST = "life_lost"
+"""Info key of a vector env's step: envs whose episode ended (terminated) at a lost life while
+their game goes on: the next step is no reset, and the statistics' episode has not ended."""
+
+
+def register(env: str) -> None:
+    """Make ale-py's ids known to gymnasium when `env` is one (ale-py registers them when
+    imported; without ale-py installed, the id stays unknown and is reported as such)."""
+    if not env.startswith(NAMESPACE) or env in gym.registry:
+        return
+    try:
+        import ale_py
+    except ImportError:
+        return
+    gym.register_envs(ale_py)
+
+
+def is_atari_vector(env: str) -> bool:
+    """Whether gymnasium makes `env` natively vectorized with ale-py's vector env."""
+    spec = gym.registry.get(env)
+    return spec is not None and str(spec.vector_entry_point or "").startswith("ale_py")
+
+
+def make_atari_vector_env(
+    env: str, env_config: dict[str, Any], num_envs: int
+) -> gym.vector.VectorEnv:
+    """ale-py's vector env for `env` with `env_config`, its rewards clipped here (see above)."""
+    config = dict(env_config)
+    clipping = bool(config.pop("reward_clipping", True))
+    envs = gym.make_vec(
+        env,
+        num_envs,
+        vectorization_mode=gym.VectorizeMode.VECTOR_ENTRY_POINT,
+        reward_clipping=False,
+        **config,
+    )
+    return FullGameStatistics(envs, clipping, bool(config.get("life_loss_info", False)))
+
+
+class FullGameStatistics(gym.vector.VectorWrapper):
+    """Rewards clipped to their sign when `clipping`, the game's own in info[RAW_REWARD]; with
+    `life_loss`, info[LIFE_LOST] marks the terminations at a lost life. (Also any seed taken.)"""
+
+    def __init__(self, env: gym.vector.VectorEnv, clipping: bool, life_loss: bool):
+        super().__init__(env)
+        self.clipping = clipping
+        self.life_loss = life_loss
+
+    def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None):
+        """As the env's, with `seed` brought below 2^31: ale-py seeds env k with seed + k as a
+        C int, and kuberl's seeds go up to 2^32 (a resumed run's workers draw new ones)."""
+        if isinstance(seed, int | np.integer):
+            seed = int(seed) % (2**31 - self.num_envs)
+        return self.env.reset(seed=seed, options=options)
+
+    def step(self, actions: np.ndarray):
+        obs, rewards, terminated, truncated, info = self.env.step(actions)
+        raw = np.asarray(rewards, dtype=np.float32)
+        info = {**info, RAW_REWARD: raw}
+        if self.life_loss:
+            info[LIFE_LOST] = terminated & (np.asarray(info["lives"]) > 0)
+        return obs, np.sign(raw) if self.clipping else raw, terminated, truncated, info
