@@ -10,15 +10,30 @@ from kuberl_trainer.rollout_worker import RolloutWorker
 from testkit import trainer_config
 
 
-@pytest.mark.parametrize("env", ["CartPole-v1", "Pendulum-v1"])
-def test_recorded_logp_and_values_match_the_policy(env):
-    config = trainer_config(algorithm="PPO", env=env, hyperparameters={"rollout_length": 40})
+CATCH_CNN = {"convFilters": [[8, 3, 1]], "features": 16}
+
+
+@pytest.mark.parametrize(
+    "env, model",
+    [
+        ("CartPole-v1", {}),
+        ("Pendulum-v1", {}),
+        # one encoder under both heads: the values are recorded while acting
+        ("CartPole-v1", {"vfShareLayers": True}),
+        ("custom_envs:Catch", CATCH_CNN),
+    ],
+)
+def test_recorded_logp_and_values_match_the_policy(env, model):
+    config = trainer_config(
+        algorithm="PPO", env=env, model=model, hyperparameters={"rollout_length": 40}
+    )
     worker = RolloutWorker(PPOPolicy, config, num_envs=3, seed=0)
+    assert worker.policy.records_values == bool(model)
     batch = worker.sample()
     # 3 envs x 40 steps, less each env's reset step after an episode's end: one row per step of
     # the episodes that ended and of those still going
     assert len(batch) == batch.episode_lengths.sum() + worker.episode_lengths.sum()
-    assert len(batch) < 120 if env == "CartPole-v1" else len(batch) == 120
+    assert len(batch) < 120 if env != "Pendulum-v1" else len(batch) == 120
     obs = torch.from_numpy(batch["obs"])
     with torch.no_grad():
         logp, _ = worker.policy.model.logp_entropy(obs, torch.from_numpy(batch["actions"]))

@@ -62,6 +62,9 @@ def make_atari_vector_env(
         reward_clipping=False,
         **config,
     )
+    if envs.metadata.get("autoreset_mode") != gym.vector.AutoresetMode.NEXT_STEP:
+        envs.close()  # rollout workers step every vector env with next-step autoreset
+        raise ValueError(f"autoreset_mode must be NextStep, not {config['autoreset_mode']!r}")
     return FullGameStatistics(envs, clipping, bool(config.get("life_loss_info", False)))
 
 

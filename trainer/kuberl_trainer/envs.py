@@ -25,7 +25,7 @@ from typing import Any, NamedTuple
 import gymnasium as gym
 import numpy as np
 
-from kuberl_trainer import atari
+from kuberl_trainer import atari, mujoco_logging
 from kuberl_trainer.config import ALGORITHMS, NORMALIZED_OBSERVATIONS, ModelConfig, WrapperConfig
 from kuberl_trainer.errors import InvalidJobError
 
@@ -133,6 +133,7 @@ def env_creator(env: str) -> Callable[..., gym.Env]:
             f"{env!r} is not a registered gymnasium id nor a module:Class path"
             + _did_you_mean(env, list(gym.registry))
         )
+    mujoco_logging.route_warnings(env)
     return lambda **kwargs: gym.make(env, **kwargs)
 
 

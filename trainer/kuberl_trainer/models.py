@@ -167,11 +167,24 @@ class ActorCritic(nn.Module):
         distribution's inputs (logits, or the Gaussian's mean). Log-probabilities are left to
         one batched `logp_of` call after the rollout, so a step costs one forward pass."""
         out = self._forward(self._actor_layers, obs) if self._fast else self.dist_inputs(obs)
+        return self._act(out, noise), out
+
+    def sample_and_value(
+        self, obs: torch.Tensor, noise: NoiseSource | None
+    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """`sample` and the values of the same observations, from one pass of the encoder."""
+        features = self._features(obs)
+        out = self.actor(features)
+        assert self.critic is not None
+        return self._act(out, noise), out, self.critic(features).squeeze(-1)
+
+    def _act(self, out: torch.Tensor, noise: NoiseSource | None) -> torch.Tensor:
+        """Actions from the distribution's inputs: sampled with `noise`, greedy without."""
         if noise is None:
-            return (torch.argmax(out, dim=-1) if self.discrete else out), out
+            return torch.argmax(out, dim=-1) if self.discrete else out
         if self.discrete:  # Gumbel-max: argmax(logits + Gumbel noise) ~ Categorical(logits)
-            return torch.argmax(out + noise.gumbel(out.shape), dim=-1), out
-        return out + noise.normal(out.shape) * self.log_std.exp(), out
+            return torch.argmax(out + noise.gumbel(out.shape), dim=-1)
+        return out + noise.normal(out.shape) * self.log_std.exp()
 
     def logp_of(self, dist_inputs: torch.Tensor, actions: torch.Tensor) -> torch.Tensor:
         """Log-probabilities of actions under distributions given by `sample`'s inputs."""

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import ClassVar
+
 import numpy as np
 import torch
 
@@ -17,6 +19,11 @@ class ActorCriticPolicy(TorchPolicy):
     """A stochastic policy network plus (optionally) a value network, with GAE advantages."""
 
     with_critic = True
+    values_while_acting: ClassVar[bool] = True
+    """Whether acting also records V of the observations for postprocessing, where one encoder is
+    under both heads (the CNN's default): the value head on the features the acting pass computed
+    costs one small layer, and saves postprocessing a second pass over every observation (a
+    third of a PPO worker's sampling time on Atari frames)."""
 
     def __init__(self, spaces: SpaceInfo, config: AnyTrainerConfig, seed: int):
         torch.manual_seed(seed)  # network initialisation is part of what a seed fixes
@@ -32,6 +39,9 @@ class ActorCriticPolicy(TorchPolicy):
         super().__init__(spaces, config, seed, model)
         self.model: ActorCritic
         self.noise = NoiseSource(self.generator)
+        self.records_values = (
+            self.values_while_acting and self.with_critic and self.model.encoder is not None
+        )
 
     def to(self, device: str | torch.device) -> ActorCriticPolicy:
         super().to(device)
@@ -41,14 +51,21 @@ class ActorCriticPolicy(TorchPolicy):
     def compute_actions(
         self, obs: np.ndarray, explore: bool = True
     ) -> tuple[np.ndarray, dict[str, np.ndarray]]:
+        noise = self.noise if explore else None
+        values = None
         with torch.inference_mode():
-            actions, dist_inputs = self.model.sample(
-                self.as_tensor(obs), self.noise if explore else None
-            )
+            if self.records_values:
+                actions, dist_inputs, values = self.model.sample_and_value(
+                    self.as_tensor(obs), noise
+                )
+            else:
+                actions, dist_inputs = self.model.sample(self.as_tensor(obs), noise)
         columns = {
             "actions": actions.numpy(force=True),
             "dist_inputs": dist_inputs.numpy(force=True),
         }
+        if values is not None:
+            columns["values"] = values.numpy(force=True)
         if self.spaces.discrete_actions:
             return columns["actions"], columns
         # The loss needs the unclipped sample; the env gets it inside its bounds.
@@ -56,7 +73,7 @@ class ActorCriticPolicy(TorchPolicy):
         return env_actions, columns
 
     def postprocess_trajectory(self, rollout: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
-        values = self._values(rollout["obs"])
+        values = rollout["values"] if "values" in rollout else self._values(rollout["obs"])
         next_values = self._next_values(values, rollout)
         logp = self._logp(rollout["dist_inputs"], rollout["actions"])
         advantages, targets = compute_gae(

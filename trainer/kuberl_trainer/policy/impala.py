@@ -115,6 +115,7 @@ LEARNABLE_ROWS = "learnable_rows"  # batch_tensors' indices of the rows that are
 
 class IMPALAPolicy(ActorCriticPolicy):
     STAT_KEYS = (POLICY_LOSS, VF_LOSS, ENTROPY, GRAD_NORM, SGD_STEPS)
+    values_while_acting = False  # V-trace takes the learner's values, never the behaviour's
     # A learn call of one whole-batch SGD step shares its forward pass with V-trace (APPO's
     # V-trace takes the target network's log-probabilities: it cannot).
     one_forward = True

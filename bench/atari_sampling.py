@@ -1,0 +1,314 @@
+"""Atari sampling throughput per worker: kuberl's RolloutWorker against RLlib's env runner.
+
+Env steps per second of ONE worker's sampling of ALE/Pong-v5 (frame skip 4 with max-pooling,
+84x84 grey frames, a stack of 4, the v5 defaults otherwise: sticky actions 0.25, minimal action
+set, 30 no-ops and FIRE at reset), choosing every step's actions with one batched forward pass of
+the Nature CNN (conv [32,8,4], [64,4,2], [64,3,1], a 512-unit dense layer, policy/value heads),
+1 torch thread, in this one process, for each number of envs of --envs:
+
+- kuberl:         RolloutWorker.sample() of a PPO job: ale-py's native vector env (C++ stepping
+                  and preprocessing, uint8 stacks) with --ale-threads stepping threads (1 by
+                  default: a worker with 1 CPU), actions, episode bookkeeping, and the GAE
+                  postprocessing of the batch, which needs the critic's value of every observation.
+- rllib:          RLlib 2.60's SingleAgentEnvRunner (new API stack) from a PPOConfig with
+                  num_env_runners=0, built and sampled here without Ray actors: RLlib's Atari
+                  recipe (`wrap_atari_for_new_api_stack(gym.make(id, frameskip=1), dim=84,
+                  framestack=4)`, as its tuned Atari examples make the env, so that its
+                  MaxAndSkipEnv skips the frames) in gymnasium's SyncVectorEnv (RLlib's default
+                  `gym_env_vectorize_mode`), the Nature CNN as RLlib's default CNN encoder:
+                  valid-padded convolutions ending in a [512, 7, 1] one, the dense layer as a 7x7
+                  convolution of the 7x7 maps, and linear heads on the shared 512 features.
+
+Beside them, the parts of a step, so that one can say where the time goes:
+
+- kuberl envs:    `worker.envs.step` with random actions (the worker's env, no network at all).
+- kuberl forward: `worker.acting_policy.compute_actions` of the worker's current observations
+                  (the acting forward pass and the action sampling, no env).
+- kuberl postprocess: the policy's `postprocess_trajectory` of a rollout the worker sampled
+                  (the critic's forward pass over every observation, log-probabilities, GAE).
+- rllib random:   the RLlib runner's `sample(random_actions=True)`: its envs and its episode
+                  bookkeeping and connectors, without the module's forward pass.
+- rllib forward:  the RLlib module's `forward_exploration` of N observations (no env).
+
+The machine is shared, so each round times every sampler once, in a rotating order, for at least
+--seconds of whole calls, and the table shows medians over rounds; ratios are medians of per-round
+ratios. Two untimed calls warm every sampler up. Rates are per second of wall time and per second
+of this process's CPU time (ale-py's stepping threads included).
+
+    python bench/atari_sampling.py [--envs 8 32 64] [--rounds 3] [--seconds 3]
+        [--steps-per-call 1024] [--ale-threads 1]
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import statistics
+import time
+import warnings
+
+import torch
+
+torch.set_num_threads(1)  # before anything builds a model: every sampler gets one core
+
+os.environ.setdefault("RAY_AUTH_MODE", "disabled")  # nothing here starts Ray; in case it does
+
+import ale_py  # noqa: E402
+import gymnasium as gym  # noqa: E402
+import numpy as np  # noqa: E402
+from driver_clock import save_results  # noqa: E402
+from pydantic import TypeAdapter  # noqa: E402
+
+gym.register_envs(ale_py)
+
+ENV = "ALE/Pong-v5"
+# The Nature CNN in RLlib 2.60's default encoder: its conv stack pads "same" unless told
+# otherwise, and a [512, 7, 1] valid convolution of the 7x7x64 maps is the 3136 -> 512 dense
+# layer, followed by the stack's ReLU; the heads (no hidden layers) then read the 512 features.
+RLLIB_CONV_FILTERS = [
+    [32, 8, 4, "valid"],
+    [64, 4, 2, "valid"],
+    [64, 3, 1, "valid"],
+    [512, 7, 1, "valid"],
+]
+
+
+def kuberl_samplers(num_envs: int, steps_per_call: int, seed: int, ale_threads: int):
+    """kuberl's sample() and its parts, on one RolloutWorker."""
+    from kuberl_trainer.algorithms import policy_class
+    from kuberl_trainer.config import TrainerConfig
+    from kuberl_trainer.envs import encode_obs, episode_steps
+    from kuberl_trainer.rollout_worker import RolloutWorker
+
+    rollout_length = max(1, steps_per_call // num_envs)
+    config = TypeAdapter(TrainerConfig).validate_python(
+        {
+            "algorithm": "PPO",
+            "env": ENV,
+            "envConfig": {"num_threads": ale_threads},
+            "stop": {"timesteps": 10**9},
+            "seed": seed,
+            "hyperparameters": {"rollout_length": rollout_length},
+        }
+    )
+    worker = RolloutWorker(policy_class(config), config, num_envs, seed, torch_threads=1)
+    policy = worker.acting_policy
+    # One rollout as sample() hands it to the policy, kept for the postprocess sampler.
+    rollouts: list[dict[str, np.ndarray]] = []
+    postprocess = policy.postprocess_trajectory
+
+    def keep_rollout(rollout):
+        if not rollouts:
+            rollouts.append(rollout)
+        return postprocess(rollout)
+
+    policy.postprocess_trajectory = keep_rollout
+    worker.sample()
+    del policy.postprocess_trajectory  # the class's method again
+
+    envs = worker.envs
+    random_actions = np.random.default_rng(seed).integers
+
+    def env_steps() -> int:
+        for _ in range(rollout_length):
+            obs, rewards, terminated, truncated, info = envs.step(
+                random_actions(envs.single_action_space.n, size=num_envs)
+            )
+        # The worker's next sample() goes on from where its envs are: tell it where that is.
+        worker.obs = encode_obs(obs, worker.spaces)
+        worker.resetting = episode_steps(rewards, terminated, truncated, info)[1]
+        return rollout_length * num_envs
+
+    def forward() -> int:
+        for _ in range(rollout_length):
+            policy.compute_actions(worker.obs)
+        return rollout_length * num_envs
+
+    def postprocessing() -> int:
+        postprocess(rollouts[0])
+        return rollout_length * num_envs
+
+    return {
+        "kuberl": lambda: worker.sample().env_steps,
+        "kuberl envs": env_steps,
+        "kuberl forward": forward,
+        "kuberl postprocess": postprocessing,
+    }
+
+
+def rllib_samplers(num_envs: int, steps_per_call: int, seed: int):
+    """RLlib's SingleAgentEnvRunner.sample() and its parts, on one runner."""
+    from ray import tune
+    from ray.rllib.algorithms.ppo import PPOConfig
+    from ray.rllib.core.columns import Columns
+    from ray.rllib.core.rl_module.default_model_config import DefaultModelConfig
+    from ray.rllib.env.single_agent_env_runner import SingleAgentEnvRunner
+    from ray.rllib.env.wrappers.atari_wrappers import wrap_atari_for_new_api_stack
+
+    logging.getLogger("ray.rllib").setLevel(logging.ERROR)  # a deprecation warning per runner
+    # Every runner registers its env creator under the same gymnasium id, and says so.
+    warnings.filterwarnings("ignore", message=".*Overriding environment rllib-single-agent-env")
+
+    # RLlib's tuned Atari examples: frameskip=1 on the ALE env, the wrapper's MaxAndSkipEnv
+    # skipping 4; here its FrameStack stacks 4 (they stack in a connector instead, the same work).
+    tune.register_env(
+        "atari-sampling-pong",
+        lambda cfg: wrap_atari_for_new_api_stack(gym.make(ENV, **cfg), dim=84, framestack=4),
+    )
+    config = (
+        PPOConfig()
+        .environment("atari-sampling-pong", env_config={"frameskip": 1}, clip_rewards=True)
+        # num_env_runners=0: the runner built here is the local one and owns the envs.
+        .env_runners(num_env_runners=0, num_envs_per_env_runner=num_envs, num_cpus_per_env_runner=1)
+        .rl_module(
+            model_config=DefaultModelConfig(
+                conv_filters=RLLIB_CONV_FILTERS,
+                conv_activation="relu",
+                head_fcnet_hiddens=[],
+                vf_share_layers=True,
+            )
+        )
+        .debugging(seed=seed)
+    )
+    runner = SingleAgentEnvRunner(config=config)
+    # Its own runner: an episode that mixes steps with and without the module's outputs fails
+    # RLlib's validation.
+    random_runner = SingleAgentEnvRunner(config=config)
+    torch.set_num_threads(1)  # whatever building the runners did
+
+    def sample(on: SingleAgentEnvRunner, random_actions: bool) -> int:
+        episodes = on.sample(num_timesteps=steps_per_call, random_actions=random_actions)
+        # Episode chunks; their lengths add up to the env steps taken (>= steps_per_call).
+        return sum(len(episode) for episode in episodes)
+
+    space = runner.env.single_observation_space
+    obs = torch.from_numpy(
+        np.random.default_rng(seed)
+        .uniform(space.low, space.high, (num_envs, *space.shape))
+        .astype(np.float32)
+    )
+    rollout_length = max(1, steps_per_call // num_envs)
+
+    def forward() -> int:
+        with torch.inference_mode():
+            for _ in range(rollout_length):
+                runner.module.forward_exploration({Columns.OBS: obs})
+        return rollout_length * num_envs
+
+    return {
+        "rllib": lambda: sample(runner, False),
+        "rllib random": lambda: sample(random_runner, True),
+        "rllib forward": forward,
+    }
+
+
+def measure(sample, seconds: float) -> dict[str, float]:
+    """Env steps per second of wall time and per second of this process's CPU time, over whole
+    calls lasting at least `seconds`. Other jobs on the machine slow the wall clock; CPU time
+    counts only what the sampler spent (ale-py's threads included), so it is the steadier."""
+    steps, wall, cpu = 0, time.perf_counter(), time.process_time()
+    while time.perf_counter() - wall < seconds:
+        steps += sample()
+    return {
+        "wall": steps / (time.perf_counter() - wall),
+        "cpu": steps / (time.process_time() - cpu),
+    }
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--envs", type=int, nargs="+", default=[8, 32, 64], help="per worker")
+    parser.add_argument("--rounds", type=int, default=3, help="interleaved rounds (median)")
+    parser.add_argument("--seconds", type=float, default=3.0, help="timed per sampler per round")
+    parser.add_argument(
+        "--steps-per-call",
+        type=int,
+        default=1024,
+        help="env steps per sample() call: each env takes this / ENVS steps (kuberl's "
+        "rollout_length)",
+    )
+    parser.add_argument(
+        "--ale-threads", type=int, default=1, help="kuberl's ale-py stepping threads per worker"
+    )
+    args = parser.parse_args()
+
+    load_before = os.getloadavg()
+    runs: dict[int, dict[str, list[dict[str, float]]]] = {}
+    for num_envs in args.envs:
+        samplers = kuberl_samplers(num_envs, args.steps_per_call, 0, args.ale_threads)
+        samplers |= rllib_samplers(num_envs, args.steps_per_call, 0)
+        for sample in samplers.values():  # warm-up: first calls allocate and fill caches
+            sample(), sample()
+        names = list(samplers)
+        runs[num_envs] = {name: [] for name in names}
+        for r in range(args.rounds):
+            order = names[r % len(names) :] + names[: r % len(names)]  # rotate who goes first
+            for name in order:
+                runs[num_envs][name].append(measure(samplers[name], args.seconds))
+            print(
+                f"{num_envs} envs, round {r + 1}/{args.rounds} (wall/cpu steps/s): "
+                + "  ".join(
+                    f"{n} {runs[num_envs][n][-1]['wall']:,.0f}/{runs[num_envs][n][-1]['cpu']:,.0f}"
+                    for n in names
+                ),
+                flush=True,
+            )
+        del samplers  # the envs of both sides, before the next case makes more
+
+    # Ratios are medians of per-round ratios: a round's samplers ran seconds apart, under about
+    # the same load, so the ratio drifts less than the rates do.
+    def ratio(a: list[dict], b: list[dict], clock: str) -> float:
+        return statistics.median(x[clock] / y[clock] for x, y in zip(a, b, strict=True))
+
+    rows = []
+    for num_envs, by_name in runs.items():
+        for name, mine in by_name.items():
+            wall = [m["wall"] for m in mine]
+            whole = "kuberl" if name.startswith("kuberl") else "rllib"
+            row = {"sampler": name, "num_envs": num_envs, "runs": mine}
+            row |= {"wall_median": statistics.median(wall), "wall_min": min(wall)}
+            row |= {"wall_max": max(wall), "cpu_median": statistics.median(m["cpu"] for m in mine)}
+            for clock in ("wall", "cpu"):
+                row[f"{clock}_vs_rllib"] = ratio(mine, by_name["rllib"], clock)
+                # A part's share of its system's sample() time per env step (CPU clock).
+                row[f"{clock}_share"] = ratio(by_name[whole], mine, clock)
+            rows.append(row)
+
+    print(
+        f"\n{ENV}, 1 torch thread, kuberl's ale-py on {args.ale_threads} thread(s), "
+        f"{args.steps_per_call:,} env steps per call, median of {args.rounds} interleaved rounds "
+        f"of {args.seconds:g} s; load average {load_before[0]:.1f} -> {os.getloadavg()[0]:.1f} "
+        f"on {os.cpu_count()} CPUs\n"
+    )
+    print(
+        "| sampler | envs | steps/s wall (min-max) | steps/CPU-s | / RLlib wall (CPU) "
+        "| share of its sample() wall (CPU) |"
+    )
+    print("|---|---:|---:|---:|---:|---:|")
+    for r in rows:
+        print(
+            f"| {r['sampler']} | {r['num_envs']} | {r['wall_median']:,.0f} "
+            f"({r['wall_min']:,.0f}-{r['wall_max']:,.0f}) | {r['cpu_median']:,.0f} | "
+            f"{r['wall_vs_rllib']:.2f}x ({r['cpu_vs_rllib']:.2f}x) | "
+            f"{r['wall_share']:.0%} ({r['cpu_share']:.0%}) |"
+        )
+
+    meta = {
+        "env": ENV,
+        "envs": args.envs,
+        "steps_per_call": args.steps_per_call,
+        "ale_threads": args.ale_threads,
+        "rounds": args.rounds,
+        "seconds": args.seconds,
+        "rllib_conv_filters": RLLIB_CONV_FILTERS,
+        "loadavg_before": load_before,
+        "gymnasium": gym.__version__,
+        "ale_py": ale_py.__version__,
+    }
+    path = save_results("atari-sampling", meta, {"rows": rows})
+    print(f"\nwrote {path}")
+
+
+if __name__ == "__main__":
+    main()
