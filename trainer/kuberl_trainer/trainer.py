@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import logging
 import math
+import os
 import random
 import time
 from collections import Counter, deque
@@ -20,6 +21,7 @@ import torch
 
 from kuberl_trainer import algorithms
 from kuberl_trainer.config import AnyTrainerConfig, RolloutConfig
+from kuberl_trainer.envs import SpaceInfo
 from kuberl_trainer.interrupt import StopRequest
 from kuberl_trainer.progress_row import (
     EPISODE_LEN_MEAN,
@@ -47,8 +49,17 @@ from kuberl_trainer.worker_set import WorkerSet
 log = logging.getLogger(__name__)
 
 # Small MLPs train fastest on one thread; more threads only add synchronisation overhead, and on
-# a shared node they steal cores from the rollout workers.
+# a shared node they steal cores from the rollout workers. A CNN's convolutions are another
+# matter (see `learner_torch_threads`).
 LEARNER_TORCH_THREADS = 1
+
+
+def learner_torch_threads(spaces: SpaceInfo) -> int:
+    """Threads of the learner's torch: one for an MLP, every CPU this process may run on for a
+    CNN, whose forward and backward passes parallelize and are most of the job's time."""
+    if spaces.image is None:
+        return LEARNER_TORCH_THREADS
+    return len(os.sched_getaffinity(0))
 
 
 class Trainer:
@@ -108,6 +119,7 @@ class Trainer:
             self.workers.act_locally_with_a_cpu_copy()
         self.optimizer = algorithms.optimizer_class(self.config)(self.workers, self.config)
         self.optimizer.place(devices)  # the local worker's policy is the learner
+        torch.set_num_threads(learner_torch_threads(self.workers.local_worker.spaces))
         self.placement = placement(devices, local_copy, self.rollout.replicas)
         log.info(self.placement)
 
