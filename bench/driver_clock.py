@@ -26,6 +26,7 @@ from rich.console import Console
 from kuberl_trainer.config import AnyTrainerConfig, RolloutConfig, TrainerConfig
 from kuberl_trainer.driver import Driver, TrainResult
 from kuberl_trainer.progress import ConsoleReport
+from kuberl_trainer.progress_row import EVALUATION_RETURN_MEAN
 
 NEVER = 10**9  # a checkpoint cadence no benchmark reaches: saving is not what is measured
 RESULTS = Path(__file__).resolve().parent / "results"
@@ -43,6 +44,7 @@ class Tick:
     process_cpu: float  # the driver process: main thread, learner thread, Ray's threads
     main_cpu: float  # the main thread alone: the driver's loop and the optimizer's step()
     machine_cpu: float  # every process on the machine, other people's included
+    evaluation_return_mean: float | None = None  # the latest greedy evaluation's, if any yet
 
 
 def machine_busy_seconds() -> float:
@@ -74,6 +76,7 @@ class IterationClock(ConsoleReport):
                 time.process_time(),
                 time.thread_time(),
                 machine_busy_seconds(),
+                row.get(EVALUATION_RETURN_MEAN),
             )
         )
         if self._on_tick is not None:

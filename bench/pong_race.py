@@ -223,10 +223,13 @@ def reached(ticks: list[dict], start: float, at: float, key: str = "return") -> 
 
 def table(runs: dict, marks: list[float], columns: list[tuple[str, str, str]]) -> None:
     """Print what each column, (header, system, tick key), had reached at each mark (seconds)."""
-    print(f"{'minutes':>8}" + "".join(f"{header:>12}" for header, _, _ in columns))
+    lines = [["minutes", *(header for header, _, _ in columns)]]
     for at in marks:
         row = [reached(runs[s]["ticks"], runs[s]["start"], at, key) for _, s, key in columns]
-        print(f"{at / 60:>8.0f}" + "".join(f"{'-' if r is None else f'{r:.2f}':>12}" for r in row))
+        lines.append([f"{at / 60:.0f}", *("-" if r is None else f"{r:.2f}" for r in row)])
+    widths = [8] + [max(12, len(header) + 2) for header, _, _ in columns]
+    for line in lines:
+        print("".join(cell.rjust(width) for cell, width in zip(line, widths, strict=True)))
 
 
 def plot(
