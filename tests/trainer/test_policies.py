@@ -9,7 +9,6 @@ from kuberl_trainer.policy.ppo import PPOPolicy
 from kuberl_trainer.rollout_worker import RolloutWorker
 from testkit import trainer_config
 
-
 CATCH_CNN = {"convFilters": [[8, 3, 1]], "features": 16}
 
 
