@@ -116,7 +116,9 @@ def test_training_goes_on_through_a_lost_spot_node_and_its_workers_return(
     tmp_path,
 ):
     run_dir = tmp_path / "run"
-    job = write_job(tmp_path / "job.yaml", {"timesteps": BUDGET})
+    # Work enough to still be running when the replacement node's worker returns, however long
+    # a loaded machine takes to start it (the learning budget is checked below); SIGTERM ends it.
+    job = write_job(tmp_path / "job.yaml", {"timesteps": 20 * BUDGET})
     driver = start(job, run_dir, ray_cluster.client_env())
     try:
         wait_for_row(run_dir, driver, "both workers", lambda r: r["workers_ready"] == 2)
