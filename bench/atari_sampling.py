@@ -45,7 +45,6 @@ import argparse
 import logging
 import os
 import statistics
-import time
 import warnings
 
 import torch
@@ -59,6 +58,7 @@ import gymnasium as gym  # noqa: E402
 import numpy as np  # noqa: E402
 from driver_clock import save_results  # noqa: E402
 from pydantic import TypeAdapter  # noqa: E402
+from sampling import interleaved_rounds  # noqa: E402
 
 gym.register_envs(ale_py)
 
@@ -203,19 +203,6 @@ def rllib_samplers(num_envs: int, steps_per_call: int, seed: int):
     }
 
 
-def measure(sample, seconds: float) -> dict[str, float]:
-    """Env steps per second of wall time and per second of this process's CPU time, over whole
-    calls lasting at least `seconds`. Other jobs on the machine slow the wall clock; CPU time
-    counts only what the sampler spent (ale-py's threads included), so it is the steadier."""
-    steps, wall, cpu = 0, time.perf_counter(), time.process_time()
-    while time.perf_counter() - wall < seconds:
-        steps += sample()
-    return {
-        "wall": steps / (time.perf_counter() - wall),
-        "cpu": steps / (time.process_time() - cpu),
-    }
-
-
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--envs", type=int, nargs="+", default=[8, 32, 64], help="per worker")
@@ -238,22 +225,9 @@ def main() -> None:
     for num_envs in args.envs:
         samplers = kuberl_samplers(num_envs, args.steps_per_call, 0, args.ale_threads)
         samplers |= rllib_samplers(num_envs, args.steps_per_call, 0)
-        for sample in samplers.values():  # warm-up: first calls allocate and fill caches
-            sample(), sample()
-        names = list(samplers)
-        runs[num_envs] = {name: [] for name in names}
-        for r in range(args.rounds):
-            order = names[r % len(names) :] + names[: r % len(names)]  # rotate who goes first
-            for name in order:
-                runs[num_envs][name].append(measure(samplers[name], args.seconds))
-            print(
-                f"{num_envs} envs, round {r + 1}/{args.rounds} (wall/cpu steps/s): "
-                + "  ".join(
-                    f"{n} {runs[num_envs][n][-1]['wall']:,.0f}/{runs[num_envs][n][-1]['cpu']:,.0f}"
-                    for n in names
-                ),
-                flush=True,
-            )
+        runs[num_envs] = interleaved_rounds(
+            samplers, args.rounds, args.seconds, f"{num_envs} envs,"
+        )
         del samplers  # the envs of both sides, before the next case makes more
 
     # Ratios are medians of per-round ratios: a round's samplers ran seconds apart, under about

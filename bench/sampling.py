@@ -134,6 +134,27 @@ def measure(sample, seconds: float) -> dict[str, float]:
     }
 
 
+def interleaved_rounds(
+    samplers: dict, rounds: int, seconds: float, label: str
+) -> dict[str, list[dict[str, float]]]:
+    """Each sampler warmed up with two calls, then `measure`d once a round for `rounds` rounds,
+    the order rotating so that none always goes first; each round's rates printed after `label`."""
+    for sample in samplers.values():  # warm-up: first calls allocate and fill caches
+        sample(), sample()
+    names = list(samplers)
+    runs: dict[str, list[dict[str, float]]] = {name: [] for name in names}
+    for r in range(rounds):
+        order = names[r % len(names) :] + names[: r % len(names)]  # rotate who goes first
+        for name in order:
+            runs[name].append(measure(samplers[name], seconds))
+        print(
+            f"{label} round {r + 1}/{rounds} (wall/cpu steps/s): "
+            + "  ".join(f"{n} {runs[n][-1]['wall']:,.0f}/{runs[n][-1]['cpu']:,.0f}" for n in names),
+            flush=True,
+        )
+    return runs
+
+
 def parse_case(case: str) -> tuple[str, int]:
     """'CartPole-v1:1024' -> ('CartPole-v1', 1024)."""
     env_id, _, num_envs = case.rpartition(":")
@@ -161,22 +182,7 @@ def main() -> None:
         samplers = {
             name: make(env_id, num_envs, rollout_length, seed=0) for name, make in SAMPLERS.items()
         }
-        for sample in samplers.values():  # warm-up: first calls allocate and fill caches
-            sample(), sample()
-        names = list(samplers)
-        runs[case] = {name: [] for name in names}
-        for r in range(args.rounds):
-            order = names[r % len(names) :] + names[: r % len(names)]  # rotate who goes first
-            for name in order:
-                runs[case][name].append(measure(samplers[name], args.seconds))
-            print(
-                f"{case} round {r + 1}/{args.rounds} (wall/cpu steps/s): "
-                + "  ".join(
-                    f"{n} {runs[case][n][-1]['wall']:,.0f}/{runs[case][n][-1]['cpu']:,.0f}"
-                    for n in names
-                ),
-                flush=True,
-            )
+        runs[case] = interleaved_rounds(samplers, args.rounds, args.seconds, case)
 
     # Ratios are medians of per-round ratios: a round's samplers ran seconds apart, under about
     # the same load, so the ratio drifts less than the rates do.
