@@ -297,7 +297,7 @@ def image_layout(obs_space: gym.spaces.Box, model: ModelConfig, images: bool) ->
     MLP; an encoder that does not fit the space, or convolutions that shrink its images to
     nothing, are refused naming the field."""
     shape, uint8 = tuple(obs_space.shape), obs_space.dtype == np.uint8
-    rank_fits = len(shape) == 3 or (len(shape) == 2 and (uint8 or model.encoder == "cnn"))
+    rank_fits = len(shape) in (2, 3)
     if model.encoder == "mlp" or (model.encoder == "auto" and not (uint8 and rank_fits)):
         return None
     if not rank_fits:
