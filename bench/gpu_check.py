@@ -1,27 +1,32 @@
 """One GPU check anyone can run: kuberl's GPU tests, the examples with the learner on the CPU and
 on the GPU, the IMPALA learner bench on both, and IMPALA/APPO throughput with more rollout
-workers, in one run of a few minutes that ends with one table.
+workers, in one run of under 10 minutes that ends with one table.
 
 Steps, each a child process under its own timeout (a failed or timed-out step is reported in the
 table and the script goes on):
 
 1. tests: `pytest tests/trainer/test_device.py tests/trainer/test_local_multi_gpu.py`.
-2. examples: every deploy/examples/*.yaml that trains locally, with `kuberl train` twice: as is
+2. learner: `bench/learner.py` on cpu and cuda at hidden 64,64 and 256,256.
+3. cnn: `bench/cnn_learner.py` on cpu (every CPU's thread, as the trainer gives a CNN learner) and
+   cuda: PPO's learn call on Pong frames, on one worker's batch and on 12 workers'.
+4. scaling: cartpole-impala.yaml and an APPO copy of it with 1, 4 and 12 rollout workers (1 and 2
+   with --quick), stopped by wall time only, learning on the GPU where there is one: env steps/s,
+   the final return and the last progress row's policy_lag.
+5. pong: pong-ppo.yaml the same way with 1 and 12 rollout workers (1 with --quick).
+6. examples: every deploy/examples/*.yaml that trains locally, with `kuberl train` twice: as is
    (learner.gpus 0) and with `spec.learner.gpus: 1`, both with `stop.wallTimeSeconds` added so
    that each run fits its slot. Reported: wall time, the final record's outcome and return, and
    cuda/cpu of the training seconds per env step (wall time alone compares runs cut at the same
    cap; per env step compares the work done in it).
-3. learner: `bench/learner.py` on cpu and cuda at hidden 64,64 and 256,256.
-4. scaling: cartpole-impala.yaml and an APPO copy of it with 1, 4 and 12 rollout workers (1 and 2
-   with --quick), stopped by wall time only, learning on the GPU where there is one: env steps/s,
-   the final return and the last progress row's policy_lag.
+
+The table is written after every step, so that a check cut short keeps what it measured.
 
 Without CUDA (or with --device cpu) it is a dry run: the cuda columns say "no CUDA", and the
 examples' learner.gpus 1 copies still run (the trainer falls back to the CPU), so that everything
 but the GPU itself is checked before GPU time is spent. --quick shortens it for such a check.
 
     python bench/gpu_check.py [--device auto|cpu|cuda] [--quick] [--out gpu-check.md] [--logs DIR]
-        [--only tests,learner,examples,scaling]
+        [--only tests,learner,examples,scaling,cnn,pong]
 
 Children get RAY_AUTH_MODE=disabled; every `kuberl train` starts and ends its own local Ray.
 """
@@ -52,6 +57,7 @@ from kuberl_trainer.progress_row import POLICY_LAG, PROGRESS_FILE
 ROOT = Path(__file__).resolve().parents[1]
 EXAMPLES = ROOT / "deploy" / "examples"
 SCALING_EXAMPLE = "cartpole-impala.yaml"
+PONG_EXAMPLE = "pong-ppo.yaml"
 TESTS = ["tests/trainer/test_device.py", "tests/trainer/test_local_multi_gpu.py"]
 LEARNER_HIDDEN = ["64,64", "256,256"]
 NO_CUDA = "no CUDA"
@@ -82,6 +88,11 @@ class Plan:
     ray_example: int  # per run with remote rollout workers: Ray and its actors start first
     scaling_cap: int  # stop.wallTimeSeconds of each throughput run
     scaling: dict[int, int]  # rollout workers -> timeout: more workers take longer to start
+    cnn: int  # per run of bench/cnn_learner.py (both devices)
+    cnn_batches: list[int]  # sample calls in the CNN learner's batch (1: one worker's)
+    cnn_calls: int
+    pong_cap: int  # stop.wallTimeSeconds of each Pong run
+    pong: dict[int, int]  # rollout workers -> timeout
 
 
 # On a GPU machine (16 cores) the whole check is one call of a few minutes: with the six
@@ -99,6 +110,11 @@ FULL = Plan(
     ray_example=30,
     scaling_cap=10,
     scaling={1: 30, 4: 32, 12: 40},
+    cnn=60,
+    cnn_batches=[1, 12],
+    cnn_calls=3,
+    pong_cap=20,
+    pong={1: 50, 12: 70},
 )
 # A dry run on a small CPU machine, where everything is slower and other jobs may run.
 QUICK = Plan(
@@ -112,6 +128,11 @@ QUICK = Plan(
     ray_example=80,
     scaling_cap=20,
     scaling={1: 60, 2: 60},
+    cnn=150,
+    cnn_batches=[1],
+    cnn_calls=1,
+    pong_cap=20,
+    pong={1: 90},
 )
 
 
@@ -123,7 +144,17 @@ def planned_seconds(plan: Plan, examples: list[Path], cuda: bool) -> int:
         for e in examples
     )
     scaling_runs = 2 * sum(GRACE + timeout for timeout in plan.scaling.values())
-    return plan.probe + plan.tests + learner_runs * plan.learner + example_runs + scaling_runs
+    cnn_runs = len(plan.cnn_batches) * plan.cnn
+    pong_runs = sum(GRACE + timeout for timeout in plan.pong.values())
+    return (
+        plan.probe
+        + plan.tests
+        + learner_runs * plan.learner
+        + example_runs
+        + scaling_runs
+        + cnn_runs
+        + pong_runs
+    )
 
 
 @dataclass
@@ -225,17 +256,22 @@ def cpus_per_worker(workers: int) -> float:
     return min(1.0, math.floor(100 * spare / workers) / 100)
 
 
-def scaling_copy(algorithm: str, workers: int, gpus: int, cap: int, directory: Path) -> Path:
-    """cartpole-impala.yaml with another algorithm on the same optimizer (AsyncSamples, as the
-    async learning tests run APPO: its defaults otherwise), stopped by wall time only so that
-    every run samples for as long."""
-    manifest = load(EXAMPLES / SCALING_EXAMPLE)
+def scaling_copy(
+    example: str, algorithm: str, workers: int, gpus: int, cap: int, directory: Path
+) -> Path:
+    """`example` with `workers` rollout workers and `algorithm` (cartpole-impala.yaml's APPO copy
+    keeps the optimizer, AsyncSamples, as the async learning tests run APPO: its defaults
+    otherwise), stopped by wall time only so that every run samples for as long."""
+    manifest = load(EXAMPLES / example)
     spec = manifest["spec"]
     spec["trainer"]["algorithm"] = algorithm
     spec["trainer"]["stop"] = {"wallTimeSeconds": cap}
+    spec.setdefault("rolloutWorkers", {})
     spec["rolloutWorkers"] |= {"replicas": workers, "cpusPerWorker": cpus_per_worker(workers)}
     spec.setdefault("learner", {})["gpus"] = gpus
-    return write_manifest(manifest, directory, f"{algorithm.lower()}-{workers}w")
+    return write_manifest(
+        manifest, directory, f"{algorithm.lower()}-{Path(example).stem.split('-')[0]}-{workers}w"
+    )
 
 
 def last_value(run_dir: Path, key: str) -> float | None:
@@ -380,39 +416,96 @@ def learner(runner: Runner, plan: Plan, cuda: bool) -> list[Row]:
     return rows
 
 
-def scaling(runner: Runner, plan: Plan, cuda: bool, tmp: Path) -> list[Row]:
-    rows = []
-    for algorithm in ("IMPALA", "APPO"):
-        one_worker_rate = None
-        for workers, timeout in plan.scaling.items():
-            manifest = scaling_copy(algorithm, workers, int(cuda), plan.scaling_cap, tmp)
-            run, record, run_dir = train(runner, "scaling", manifest, timeout, tmp)
-            step = seconds_per_step(record)
-            rate = 1 / step if step else None
-            if workers == 1:
-                one_worker_rate = rate
-            lag = last_value(run_dir, POLICY_LAG)
-            if rate is None:
-                cell = train_cell(run, record)
-            else:
-                cell = (
-                    f"{rate:,.0f} steps/s, return {fmt(record.episode_return_mean)}, "
-                    f"policy_lag {fmt(lag, 2)}"
-                )
-                cell = cell if run.ok else f"{run.status}: {cell}"
-            ratio = ""
-            if rate and one_worker_rate and workers > 1:
-                ratio = f"{rate / one_worker_rate:.2f}x 1 worker"
-            rows.append(
-                row(
-                    "scaling",
-                    f"{algorithm}, {workers} worker(s) x {cpus_per_worker(workers):g} CPU",
-                    "-" if cuda else cell,
-                    cell if cuda else NO_CUDA,
-                    ratio,
-                    notes=f"learner on {'cuda' if cuda else 'the CPU'}, {plan.scaling_cap} s cap",
-                )
+def throughput(
+    runner: Runner,
+    section: str,
+    example: str,
+    algorithm: str,
+    runs: dict[int, int],
+    cap: int,
+    cuda: bool,
+    tmp: Path,
+) -> list[Row]:
+    """`example` with each number of rollout workers of `runs` (-> its timeout), learning on the
+    GPU where there is one: env steps/s over the training time, the return, the policy lag."""
+    rows, one_worker_rate = [], None
+    for workers, timeout in runs.items():
+        manifest = scaling_copy(example, algorithm, workers, int(cuda), cap, tmp)
+        run, record, run_dir = train(runner, section, manifest, timeout, tmp)
+        step = seconds_per_step(record)
+        rate = 1 / step if step else None
+        if workers == 1:
+            one_worker_rate = rate
+        lag = last_value(run_dir, POLICY_LAG)
+        if rate is None:
+            cell = train_cell(run, record)
+        else:
+            cell = f"{rate:,.0f} steps/s, return {fmt(record.episode_return_mean)}"
+            cell += f", policy_lag {fmt(lag, 2)}" if lag is not None else ""
+            cell = cell if run.ok else f"{run.status}: {cell}"
+        ratio = ""
+        if rate and one_worker_rate and workers > 1:
+            ratio = f"{rate / one_worker_rate:.2f}x 1 worker"
+        rows.append(
+            row(
+                section,
+                f"{algorithm} {example}, {workers} worker(s) x {cpus_per_worker(workers):g} CPU",
+                "-" if cuda else cell,
+                cell if cuda else NO_CUDA,
+                ratio,
+                notes=f"learner on {'cuda' if cuda else 'the CPU'}, {cap} s cap",
             )
+        )
+    return rows
+
+
+def scaling(runner: Runner, plan: Plan, cuda: bool, tmp: Path) -> list[Row]:
+    return [
+        r
+        for algorithm in ("IMPALA", "APPO")
+        for r in throughput(
+            runner, "scaling", SCALING_EXAMPLE, algorithm, plan.scaling, plan.scaling_cap, cuda, tmp
+        )
+    ]
+
+
+def pong(runner: Runner, plan: Plan, cuda: bool, tmp: Path) -> list[Row]:
+    return throughput(runner, "pong", PONG_EXAMPLE, "PPO", plan.pong, plan.pong_cap, cuda, tmp)
+
+
+CNN_LINE = re.compile(r"^learn_on_batch (cpu|cuda) ([\d.]+) (\d+)$", re.MULTILINE)
+CNN_HEADER = re.compile(r"^PPO learner, .*$", re.MULTILINE)
+
+
+def cnn(runner: Runner, plan: Plan, cuda: bool) -> list[Row]:
+    rows = []
+    devices = ["cpu", "cuda"] if cuda else ["cpu"]
+    for batches in plan.cnn_batches:
+        cmd = [sys.executable, "bench/cnn_learner.py", "--devices", *devices]
+        cmd += ["--batches", str(batches), "--calls", str(plan.cnn_calls)]
+        run = runner.run("cnn", f"PPO learner, {batches} worker batch(es)", cmd, plan.cnn)
+        results = {m[1]: (float(m[2]), int(m[3])) for m in CNN_LINE.finditer(run.output)}
+        cells = {
+            d: f"{results[d][0]:,.0f} ms, {results[d][1]:,} samples/s"
+            if d in results
+            else run.status
+            for d in ("cpu", "cuda")
+        }
+        ratio = NO_CUDA
+        if cuda:
+            both = "cpu" in results and "cuda" in results
+            ratio = f"{results['cpu'][0] / results['cuda'][0]:.1f}x faster on cuda" if both else "-"
+        header = CNN_HEADER.search(run.output)
+        rows.append(
+            row(
+                "cnn",
+                f"PPO learn_on_batch on Pong frames, {batches} x 1,024 rows",
+                cells["cpu"],
+                cells["cuda"] if cuda else NO_CUDA,
+                ratio,
+                notes=header[0] if header else run.status,
+            )
+        )
     return rows
 
 
@@ -443,8 +536,8 @@ def main() -> None:
     parser.add_argument("--logs", type=Path, default=None, help="step logs [a temp dir]")
     parser.add_argument(
         "--only",
-        default="tests,learner,examples,scaling",
-        help="the steps to run, comma-separated [all four]",
+        default="tests,learner,examples,scaling,cnn,pong",
+        help="the steps to run, comma-separated [all six]",
     )
     args = parser.parse_args()
     plan = QUICK if args.quick else FULL
@@ -475,27 +568,41 @@ def main() -> None:
         flush=True,
     )
 
-    steps = set(args.only.split(","))
-    rows = tests(runner, plan, cuda) if "tests" in steps else []
-    rows += learner(runner, plan, cuda) if "learner" in steps else []
-    rows += examples(runner, plan, paths, cuda, tmp) if "examples" in steps else []
-    rows += scaling(runner, plan, cuda, tmp) if "scaling" in steps else []
+    wanted = set(args.only.split(","))
+    steps = {
+        "tests": lambda: tests(runner, plan, cuda),
+        "learner": lambda: learner(runner, plan, cuda),
+        "cnn": lambda: cnn(runner, plan, cuda),
+        "scaling": lambda: scaling(runner, plan, cuda, tmp),
+        "pong": lambda: pong(runner, plan, cuda, tmp),
+        "examples": lambda: examples(runner, plan, paths, cuda, tmp),
+    }
+    rows: list[Row] = []
+    for name, step in steps.items():
+        if name in wanted:
+            rows += step()
+            # Written after every step: a run cut short from outside still leaves what it measured.
+            table = summary(gpu, device, plan, args.quick, started, budget, rows)
+            args.out.write_text(table)
+    shutil.rmtree(tmp, ignore_errors=True)  # the runs' checkpoints: the logs hold the figures
+    print("\n" + table)
+    print(f"wrote {args.out}; logs in {logs}")
 
-    elapsed = time.monotonic() - started
+
+def summary(
+    gpu: dict, device: str, plan: Plan, quick: bool, started: float, budget: int, rows: list[Row]
+) -> str:
     header = (
         f"kuberl GPU check: {device}, torch {gpu['torch']}, {os.cpu_count()} CPUs, "
-        f"{'quick' if args.quick else 'full'} plan, {elapsed:.0f} s "
+        f"{'quick' if quick else 'full'} plan, {time.monotonic() - started:.0f} s "
         f"(step timeouts {budget} s), load average {os.getloadavg()[0]:.1f}.\n"
         "Examples: both runs capped at "
         f"{plan.example_cap} s of training; ratio = cuda/cpu training seconds per env step "
         "(wall time in brackets), target <= 1.0. Learner: ratio = cuda/cpu ms per learn call. "
-        f"Scaling: env steps/s over each run's training time, ratio to 1 worker.\n"
+        "Scaling and pong: env steps/s over each run's training time, ratio to 1 worker. "
+        "CNN: PPO's learn call on Pong frames, cpu/cuda.\n"
     )
-    table = header + "\n" + markdown(rows) + "\n"
-    args.out.write_text(table)
-    shutil.rmtree(tmp, ignore_errors=True)  # the runs' checkpoints: the logs hold the figures
-    print("\n" + table)
-    print(f"wrote {args.out}; logs in {logs}")
+    return header + "\n" + markdown(rows) + "\n"
 
 
 if __name__ == "__main__":
