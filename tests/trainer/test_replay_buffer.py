@@ -6,6 +6,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from kuberl_trainer.checkpoint_format import load_state, write_state
 from kuberl_trainer.replay_buffer import PrioritizedReplayBuffer, ReplayBuffer, SegmentTree
 
 
@@ -205,3 +206,97 @@ def test_a_replay_shard_call_brings_minibatches_each_drawn_over_all_priorities()
         # One draw from each eighth of the buffer, as a single call of 8 would draw, not the
         # thirds of one draw of 24 cut in three.
         np.testing.assert_array_equal(minibatch // 8, np.arange(8))
+
+
+def image_transitions(start: int, count: int, rng: np.random.Generator) -> dict[str, np.ndarray]:
+    """Rows numbered start.. with uint8 frame stacks (kept compressed) whose next stack shares
+    three frames with the stack, as Atari's do, and a float column (kept as an array)."""
+    frames = rng.integers(0, 4, size=(count + 4, 6, 5), dtype=np.uint8)  # mostly background
+    stacks = np.stack([frames[i : i + 4] for i in range(count + 1)])
+    ids = np.arange(start, start + count)
+    return {
+        "obs": stacks[:-1],
+        "next_obs": stacks[1:],
+        "actions": ids,
+        "rewards": ids.astype(np.float32) / 2,
+    }
+
+
+@pytest.mark.parametrize("prioritized", [False, True])
+def test_image_columns_are_kept_compressed_and_come_back_exactly(prioritized):
+    rng = np.random.default_rng(0)
+    buffer = PrioritizedReplayBuffer(10, alpha=0.6, seed=0) if prioritized else ReplayBuffer(10, 0)
+    added = [image_transitions(0, 7, rng), image_transitions(7, 6, rng)]  # wraps around
+    for batch in added:
+        buffer.add(batch)
+    assert set(buffer.packed) == {"obs", "next_obs"}
+    assert set(buffer.columns) == {"actions", "rewards"}
+    by_id = {key: np.concatenate([batch[key] for batch in added]) for key in added[0]}
+
+    sampled = buffer.sample(50, 0.4) if prioritized else buffer.sample(50)
+    assert sampled["obs"].dtype == sampled["next_obs"].dtype == np.uint8
+    assert sorted(set(sampled["actions"])) <= list(range(3, 13))  # the newest 10
+    for key in ("obs", "next_obs", "rewards"):
+        np.testing.assert_array_equal(sampled[key], by_id[key][sampled["actions"]])
+    raw = sum(by_id[key][0].nbytes for key in ("obs", "next_obs")) * len(buffer)
+    assert buffer.nbytes < raw + buffer.columns["actions"].nbytes + buffer.columns["rewards"].nbytes
+
+
+def test_compressed_state_round_trip_continues_identically():
+    rng = np.random.default_rng(1)
+    buffer = ReplayBuffer(capacity=8, seed=3)
+    buffer.add(image_transitions(0, 11, rng))
+    state = buffer.state()
+    assert state["packed"]["blocks"].dtype == np.uint8  # plain arrays: a weights_only checkpoint
+    restored = ReplayBuffer(capacity=8, seed=99)
+    restored.load_state(state)
+
+    expected, got = buffer.sample(20), restored.sample(20)
+    for key in expected:
+        np.testing.assert_array_equal(got[key], expected[key])
+    more = image_transitions(11, 3, rng)
+    buffer.add(more)
+    restored.add(more)
+    np.testing.assert_array_equal(restored.sample(30)["obs"], buffer.sample(30)["obs"])
+
+
+def test_a_state_of_image_arrays_loads_into_compressed_storage():
+    """A checkpoint written when images were stored as arrays resumes: they are compressed then."""
+    batch = image_transitions(0, 5, np.random.default_rng(2))
+    old_state = {
+        "columns": batch,
+        "next_index": 0,
+        "size": 5,
+        "rng": ReplayBuffer(5).rng.bit_generator.state,
+    }
+    buffer = ReplayBuffer(capacity=5, seed=0)
+    buffer.load_state(old_state)
+
+    assert set(buffer.packed) == {"obs", "next_obs"}
+    sampled = buffer.sample(10)
+    np.testing.assert_array_equal(sampled["next_obs"], batch["next_obs"][sampled["actions"]])
+
+
+def test_an_image_of_another_shape_is_refused_naming_the_column():
+    rng = np.random.default_rng(3)
+    buffer = ReplayBuffer(capacity=8, seed=0)
+    buffer.add(image_transitions(0, 2, rng))
+    other = image_transitions(2, 2, rng)
+    other["next_obs"] = other["next_obs"][:, :, :3]
+    with pytest.raises(ValueError, match=r"next_obs of uint8 \(4, 6, 5\), got uint8 \(4, 3, 5\)"):
+        buffer.add(other)
+    assert len(buffer) == 2  # nothing of the refused batch was written
+    np.testing.assert_array_equal(buffer.columns["actions"][:2], [0, 1])
+
+
+def test_a_compressed_buffer_goes_through_a_weights_only_checkpoint(tmp_path):
+    """state.pt is loaded with torch.load(weights_only=True): the blocks must be plain arrays."""
+    buffer = PrioritizedReplayBuffer(capacity=6, alpha=0.6, seed=0)
+    buffer.add(image_transitions(0, 9, np.random.default_rng(4)))
+    write_state(tmp_path / "state.pt", {"replay_buffer": buffer.state()})
+    restored = PrioritizedReplayBuffer(capacity=6, alpha=0.6, seed=0)
+    restored.load_state(load_state((tmp_path / "state.pt").read_bytes())["replay_buffer"])
+
+    expected, got = buffer.sample(12, 0.4), restored.sample(12, 0.4)
+    for key in expected:
+        np.testing.assert_array_equal(got[key], expected[key])
