@@ -94,6 +94,38 @@ def plot(
     raise typer.Exit(plot_command(run_dirs, output))
 
 
+class OutputFormat(StrEnum):
+    text = "text"
+    json = "json"
+
+
+@app.command()
+def evaluate(
+    path: Annotated[
+        str,
+        typer.Argument(
+            metavar="RUN_DIR|CHECKPOINT",
+            help="A run directory (its newest checkpoint), a checkpoint location, or one "
+            "checkpoint: a folder or an object store's URI.",
+            show_default=False,
+        ),
+    ],
+    episodes: Annotated[int, typer.Option(help="Episodes to play.", min=1, max=10_000)] = 10,
+    seed: Annotated[int, typer.Option(help="Episode k's env is reset with seed + k.", min=0)] = 0,
+    stochastic: Annotated[
+        bool, typer.Option("--stochastic", help="Sample actions instead of the greedy ones.")
+    ] = False,
+    output: Annotated[
+        OutputFormat, typer.Option("--output", "-o", help="text, or json: one object.")
+    ] = OutputFormat.text,
+) -> None:
+    """Play a trained policy on seeded episodes of its env: mean ± std of the returns, and each
+    episode's return and length."""
+    from kuberl_cli.evaluate import evaluate_command
+
+    raise typer.Exit(evaluate_command(path, episodes, seed, stochastic, output.value))
+
+
 class BackendName(StrEnum):
     local = "local"
     kubernetes = "kubernetes"

@@ -254,6 +254,21 @@ class CheckpointStore:
             return Checkpoint(uri, manifest["meta"], state)
         return None
 
+    def read(self, name: str) -> Checkpoint:
+        """The checkpoint `name` of this location, whoever wrote it; a CheckpointError saying why
+        when it cannot be used (incomplete, damaged, unsafe, unreadable)."""
+        uri = self.uri(name)
+        try:
+            manifest = self._manifest(name)
+            state = self._state(name, manifest["files"][STATE])
+        except Unusable as reason:
+            raise CheckpointError(f"checkpoint {uri} cannot be used: {reason}") from None
+        except CheckpointError:
+            raise
+        except Exception as exc:
+            raise CheckpointError(f"cannot read checkpoint {uri}: {describe(exc)}") from exc
+        return Checkpoint(uri, manifest["meta"], state)
+
     def _manifest(self, name: str) -> dict[str, Any]:
         try:
             raw = self.fs.cat_file(f"{self.root}/{name}/{MANIFEST}")

@@ -223,22 +223,29 @@ class RolloutWorker:
 
     def evaluate(self, episodes: int) -> float:
         """Mean return of `episodes` greedy episodes on envs of their own (one episode each)."""
+        # Fresh start states each time (seeded, so a run's evaluations are reproducible).
+        self._evaluations += 1
+        returns, _ = self.evaluation_episodes(episodes, self.seed + 1_000_003 * self._evaluations)
+        return float(returns.mean())
+
+    def evaluation_episodes(
+        self, episodes: int, seed: int, explore: bool = False
+    ) -> tuple[np.ndarray, np.ndarray]:
+        """The returns and lengths of `episodes` episodes on envs of their own (one episode each,
+        env k reset with `seed + k`), greedy unless `explore`, normalized with the statistics as
+        they are, which evaluation never updates."""
         if self._eval_envs is None or self._eval_envs.num_envs != episodes:
             self._eval_envs = make_vector_env(
                 self.config.env, self.config.env_config, episodes, self.config.wrappers
             )
-        # Fresh start states each time (seeded, so a run's evaluations are reproducible).
-        self._evaluations += 1
-        returns, _ = self._run_episodes(
+        return self._run_episodes(
             self._eval_envs,
             episodes,
-            # normalized with the statistics as they are, which evaluation never updates
             lambda obs, _: self.acting_policy.compute_actions(
-                self.normalizer.normalize_obs(obs), explore=False
+                self.normalizer.normalize_obs(obs), explore=explore
             )[0],
-            seed=self.seed + 1_000_003 * self._evaluations,
+            seed=seed,
         )
-        return float(returns.mean())
 
     def _run_episodes(
         self,
