@@ -24,6 +24,7 @@ from kuberl_trainer.checkpoint import (
     checkpoint_location,
 )
 from kuberl_trainer.config import PBT, JobTrainerConfig, RolloutConfig, StopConditions
+from kuberl_trainer.errors import IncompatibleCheckpointError
 from kuberl_trainer.interrupt import IterationAbandoned, StopRequest
 from kuberl_trainer.metrics import TrainerMetrics
 from kuberl_trainer.progress import ConsoleReport, ProgressLog
@@ -37,7 +38,13 @@ from kuberl_trainer.progress_row import (
     TIMESTEPS_TOTAL,
 )
 from kuberl_trainer.resource_wait import await_resources, job_requests
-from kuberl_trainer.resume import checkpoint_identity, checkpoint_meta, restore_progress, saved_row
+from kuberl_trainer.resume import (
+    checkpoint_identity,
+    checkpoint_meta,
+    config_changes,
+    restore_progress,
+    saved_row,
+)
 from kuberl_trainer.tensorboard import TensorBoardLog
 from kuberl_trainer.trainer import Trainer
 
@@ -308,7 +315,23 @@ class Driver:
         return self.checkpoint
 
     def _resume(self, found: Checkpoint) -> str:
-        self.trainer.load_state(found.state)
+        current = self.config.model_dump(mode="json", by_alias=True)
+        changes = config_changes(found.meta.get("config", current), current)
+        changed = f"spec.trainer changed since the checkpoint: {', '.join(changes)}"
+        try:
+            self.trainer.load_state(found.state)
+        except IncompatibleCheckpointError as exc:
+            advice = (
+                "train in another run directory (or checkpoint.uri), or set spec.trainer back "
+                "to what the checkpoint was trained with"
+            )
+            raise IncompatibleCheckpointError(
+                f"cannot resume from {found.uri}: {exc}"
+                + (f"; {changed}" if changes else "")
+                + f"; {advice}"
+            ) from None
+        if changes:
+            self.report.message(f"Resuming with {changed}")
         self.checkpoint = found.uri
         self.metrics.checkpointed(found.meta["created"], found.uri)
         self.metrics.position(self.iteration, self.trainer.timesteps)

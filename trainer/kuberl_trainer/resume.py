@@ -48,6 +48,19 @@ def checkpoint_meta(
     return meta
 
 
+def config_changes(saved: dict[str, Any], current: dict[str, Any], prefix: str = "") -> list[str]:
+    """What differs between two `spec.trainer`s as checkpoint metas record them (JSON, by
+    alias): `hyperparameters.learning_rate 0.002 -> 0.001`, one entry per field, sorted."""
+    changes = []
+    for key in sorted(saved.keys() | current.keys()):
+        before, after = saved.get(key), current.get(key)
+        if isinstance(before, dict) and isinstance(after, dict):
+            changes += config_changes(before, after, f"{prefix}{key}.")
+        elif before != after:
+            changes.append(f"{prefix}{key} {json.dumps(before)} -> {json.dumps(after)}")
+    return changes
+
+
 def saved_row(found: Checkpoint) -> dict[str, Any] | None:
     """The progress row saved with a checkpoint, naming it; None when it has none (a checkpoint
     saved after its row was written, or by an older kuberl)."""

@@ -13,6 +13,7 @@ from torch import nn
 
 from kuberl_trainer.config import AnyTrainerConfig
 from kuberl_trainer.envs import SpaceInfo
+from kuberl_trainer.errors import IncompatibleCheckpointError
 from kuberl_trainer.policy.adam import Adam
 from kuberl_trainer.policy.towers import Towers
 from kuberl_trainer.progress_row import GRAD_NORM
@@ -194,6 +195,12 @@ class TorchPolicy(Policy):
         }
 
     def set_state(self, state: dict[str, Any]) -> None:
+        if mismatches := weight_mismatches(self.model, state["weights"]):
+            shown = "; ".join(mismatches[:4])
+            more = f"; and {len(mismatches) - 4} more" if len(mismatches) > 4 else ""
+            raise IncompatibleCheckpointError(
+                f"the checkpoint's network does not fit this job's: {shown}{more}"
+            )
         self.set_weights(state["weights"])
         # The moments come from the state, the settings (step size) from this policy's config:
         # a trial of a population takes a donor's state with hyperparameters of its own.
@@ -204,6 +211,24 @@ class TorchPolicy(Policy):
 
     def set_learning_rate(self, lr: float) -> None:
         self.optimizer.lr = lr
+
+
+def weight_mismatches(module: nn.Module, weights: Weights) -> list[str]:
+    """Where `weights` (a checkpoint's) do not fit `module`: each tensor of another shape, or in
+    one of them only, named as the module names it."""
+    own = module.state_dict()
+    mismatches = []
+    for name in [*own, *(name for name in weights if name not in own)]:
+        if name not in weights:
+            mismatches.append(f"{name} {tuple(own[name].shape)} is not in the checkpoint")
+        elif name not in own:
+            mismatches.append(f"{name} {tuple(weights[name].shape)} is in the checkpoint only")
+        elif tuple(own[name].shape) != tuple(weights[name].shape):
+            mismatches.append(
+                f"{name} is {tuple(weights[name].shape)} in the checkpoint, "
+                f"{tuple(own[name].shape)} in this job"
+            )
+    return mismatches
 
 
 def mean_stats(steps: list[TensorStats], extra: torch.Tensor | None = None) -> Stats:

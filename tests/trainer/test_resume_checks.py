@@ -1,0 +1,36 @@
+"""The checks behind resuming a changed job: which fields changed, which weights do not fit."""
+
+from __future__ import annotations
+
+import numpy as np
+from torch import nn
+
+from kuberl_trainer.policy.base import weight_mismatches
+from kuberl_trainer.resume import config_changes
+
+
+def test_config_changes_name_each_field_by_its_path():
+    saved = {"env": "CartPole-v1", "hyperparameters": {"lr": 0.002, "hidden": [64, 64]}, "x": 1}
+    current = {"env": "CartPole-v1", "hyperparameters": {"lr": 0.001, "hidden": [64, 64]}, "y": 2}
+
+    assert config_changes(saved, current) == [
+        "hyperparameters.lr 0.002 -> 0.001",
+        "x 1 -> null",
+        "y null -> 2",
+    ]
+    assert config_changes(saved, saved) == []
+
+
+def test_weight_mismatches_name_the_layers_and_both_shapes():
+    module = nn.Sequential(nn.Linear(4, 8), nn.Linear(8, 2))
+    weights = {k: v.numpy().copy() for k, v in module.state_dict().items()}
+    assert weight_mismatches(module, weights) == []
+
+    weights["0.weight"] = np.zeros((16, 4), np.float32)
+    weights["extra.bias"] = np.zeros(3, np.float32)
+    del weights["1.bias"]
+    assert weight_mismatches(module, weights) == [
+        "0.weight is (16, 4) in the checkpoint, (8, 4) in this job",
+        "1.bias (2,) is not in the checkpoint",
+        "extra.bias (3,) is in the checkpoint only",
+    ]
