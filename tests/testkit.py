@@ -156,3 +156,14 @@ def killing_optimizer(base: type, after_steps: int) -> type:
             return result
 
     return KillingOptimizer
+
+
+def fast_cartpole_job(path: Path, **trainer) -> Path:
+    """deploy/examples/cartpole-ppo-fast.yaml (seed 1) with `trainer` merged into spec.trainer,
+    written to `path`: a job that solves CartPole in about 15k env steps, a few seconds."""
+    import yaml
+
+    manifest = yaml.safe_load((ROOT / "deploy" / "examples" / "cartpole-ppo-fast.yaml").read_text())
+    manifest["spec"]["trainer"] |= {"seed": 1, **trainer}
+    path.write_text(yaml.safe_dump(manifest))
+    return path

@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import logging
 import sys
+from pathlib import Path
 
 EXIT_OK, EXIT_INVALID, EXIT_NO_FILE = 0, 1, 2
 
@@ -13,6 +14,9 @@ EXIT_OK, EXIT_INVALID, EXIT_NO_FILE = 0, 1, 2
 def evaluate_command(path: str, episodes: int, seed: int, stochastic: bool, output: str) -> int:
     """0 once the episodes are played; 2 when nothing is at `path`, 1 when what is there holds
     no policy kuberl can load (the reason on stderr)."""
+    if "://" not in path and not Path(path).exists():
+        print(f"kuberl evaluate: {path}: no such file or directory", file=sys.stderr)
+        return EXIT_NO_FILE
     from kuberl_trainer.inference import LoadError, load
 
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(message)s")
@@ -20,10 +24,12 @@ def evaluate_command(path: str, episodes: int, seed: int, stochastic: bool, outp
         policy = load(path)
     except LoadError as exc:
         print(f"kuberl evaluate: {exc}", file=sys.stderr)
-        missing = "no such file or directory" in str(exc)
-        return EXIT_NO_FILE if missing else EXIT_INVALID
+        return EXIT_INVALID
     try:
         evaluation = policy.evaluate(episodes, seed, deterministic=not stochastic)
+    except ValueError as exc:  # --stochastic of an exported policy
+        print(f"kuberl evaluate: {exc}", file=sys.stderr)
+        return EXIT_INVALID
     finally:
         policy.close()
     if output == "json":
@@ -31,8 +37,8 @@ def evaluate_command(path: str, episodes: int, seed: int, stochastic: bool, outp
             "checkpoint": policy.uri,
             "algorithm": policy.config.algorithm,
             "env": policy.config.env,
-            "iteration": policy.meta["iteration"],
-            "timesteps": policy.meta["timesteps"],
+            "iteration": policy.iteration,
+            "timesteps": policy.timesteps,
             **evaluation.as_dict(),
         }
         print(json.dumps(record))

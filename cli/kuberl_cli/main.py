@@ -104,9 +104,9 @@ def evaluate(
     path: Annotated[
         str,
         typer.Argument(
-            metavar="RUN_DIR|CHECKPOINT",
-            help="A run directory (its newest checkpoint), a checkpoint location, or one "
-            "checkpoint: a folder or an object store's URI.",
+            metavar="RUN_DIR|CHECKPOINT|EXPORTED_FILE",
+            help="A run directory (its newest checkpoint), a checkpoint location, one "
+            "checkpoint (a folder or an object store's URI), or a file of kuberl export.",
             show_default=False,
         ),
     ],
@@ -124,6 +124,34 @@ def evaluate(
     from kuberl_cli.evaluate import evaluate_command
 
     raise typer.Exit(evaluate_command(path, episodes, seed, stochastic, output.value))
+
+
+@app.command()
+def export(
+    path: Annotated[
+        str,
+        typer.Argument(
+            metavar="RUN_DIR|CHECKPOINT",
+            help="A run directory (its newest checkpoint), a checkpoint location, or one "
+            "checkpoint: a folder or an object store's URI.",
+            show_default=False,
+        ),
+    ],
+    output: Annotated[
+        Path,
+        typer.Option(
+            "--output",
+            "-o",
+            help="The file: .onnx (ONNX, opset 18) or .pt (TorchScript).",
+            show_default=False,
+        ),
+    ],
+) -> None:
+    """Write a trained policy's greedy actions as one file that runs without kuberl: observation
+    in, action out, with the normalization, the network and the action's mode inside."""
+    from kuberl_cli.export import export_command
+
+    raise typer.Exit(export_command(path, output))
 
 
 class BackendName(StrEnum):

@@ -88,7 +88,42 @@ def check_manifest(text: str, check_env: bool = True) -> tuple[RLJob | None, lis
     # Even when other fields are wrong, the env can be checked: report everything in one run.
     if problem := _env_problem(_trainer_of(document)):
         problems = [*problems, Problem(f"spec.trainer.{problem.field}", problem.message)]
+    elif job is not None and (problem := _warm_start_problem(job.spec.trainer)):
+        problems = [*problems, problem]
     return job, problems
+
+
+def _warm_start_problem(trainer: Any) -> Problem | None:
+    """Why the checkpoint of spec.trainer.warmStart cannot start this job, when it is on a local
+    path (an object store is read by the driver, with the job's credentials): it names none, or
+    its networks are of other shapes than a policy built for the job's env."""
+    if trainer.warm_start is None:
+        return None
+    named = trainer.warm_start.checkpoint
+    if "://" in named and not named.startswith("file://"):
+        return None
+    from kuberl_trainer.algorithms import policy_class
+    from kuberl_trainer.checkpoint import CheckpointError
+    from kuberl_trainer.envs import job_space_info, make_vector_env
+    from kuberl_trainer.errors import IncompatibleCheckpointError, InvalidJobError
+    from kuberl_trainer.resume import WARM_START_FIELD, warm_start_misfit, warm_start_source
+
+    try:
+        source = warm_start_source(named)
+    except (InvalidJobError, CheckpointError) as exc:
+        message = str(exc).removeprefix(f"{WARM_START_FIELD}: ")
+        return Problem(WARM_START_FIELD, message)
+    envs = make_vector_env(trainer.env, trainer.env_config, 1, trainer.wrappers)
+    try:
+        policy = policy_class(trainer)(job_space_info(envs, trainer), trainer, 0)
+    finally:
+        envs.close()
+    try:
+        policy.warm_start(source.state["policy"])
+    except IncompatibleCheckpointError as exc:
+        message = warm_start_misfit(source, exc).removeprefix(f"{WARM_START_FIELD}: ")
+        return Problem(WARM_START_FIELD, message)
+    return None
 
 
 def _may_make_env(document: Any) -> bool:

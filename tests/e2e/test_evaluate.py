@@ -8,26 +8,18 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-import yaml
 
 from kuberl_trainer.inference import LoadError, load
-from testkit import run_kuberl
-
-ROOT = Path(__file__).resolve().parents[2]
-FAST_EXAMPLE = ROOT / "deploy" / "examples" / "cartpole-ppo-fast.yaml"
+from testkit import fast_cartpole_job, run_kuberl
 
 
 def solved_manifest(directory: Path, **trainer) -> Path:
     """cartpole-ppo-fast.yaml trained until 20 greedy episodes average 499 (about 15k steps)."""
-    manifest = yaml.safe_load(FAST_EXAMPLE.read_text())
-    spec = manifest["spec"]["trainer"]
-    spec["seed"] = 1
-    spec["evaluation"] = {"everyIterations": 20, "episodes": 20}
-    spec["stop"] = {"evaluationReturnMean": 499, "timesteps": 150_000}
-    spec |= trainer
-    path = directory / "job.yaml"
-    path.write_text(yaml.safe_dump(manifest))
-    return path
+    settings = {
+        "evaluation": {"everyIterations": 20, "episodes": 20},
+        "stop": {"evaluationReturnMean": 499, "timesteps": 150_000},
+    }
+    return fast_cartpole_job(directory / "job.yaml", **(settings | trainer))
 
 
 @pytest.fixture(scope="module")
@@ -57,6 +49,19 @@ def test_evaluate_a_solved_run_from_its_directory_and_its_checkpoint_alike(solve
     assert (from_run["algorithm"], from_run["env"]) == ("PPO", "CartPole-v1")
     assert checkpoint.parent == solved_run / "checkpoints"
     assert from_checkpoint == from_run == from_location
+
+
+def test_evaluate_an_exported_file_as_the_run_it_came_from(solved_run, tmp_path):
+    exported = tmp_path / "policy.onnx"
+    result = run_kuberl("export", solved_run, "-o", exported)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.startswith(f"{exported}: PPO on CartPole-v1, greedy policy, ONNX opset")
+
+    from_run = evaluate(solved_run, "--episodes", "10", "--seed", "7")
+    assert evaluate(exported, "--episodes", "10", "--seed", "7") == from_run
+    stochastic = run_kuberl("evaluate", exported, "--stochastic")
+    assert stochastic.returncode == 1
+    assert "an exported policy is greedy only" in stochastic.stderr
 
 
 def test_evaluate_prints_the_summary_and_every_episode(solved_run):

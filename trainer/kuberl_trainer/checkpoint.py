@@ -331,6 +331,36 @@ class CheckpointStore:
         return [child.rstrip("/").rsplit("/", 1)[-1] for child in children]
 
 
+class CheckpointNotFound(CheckpointError):
+    """Nothing at a path or URI named as a checkpoint: no such path, or no checkpoint there."""
+
+
+def checkpoint_named(path: str) -> Checkpoint:
+    """The checkpoint a user names: in a run directory, the newest intact one in its
+    checkpoints/; in a checkpoint location (a folder of checkpoint folders, or an object store's
+    URI of one), its newest intact one; or one checkpoint's folder, local or by URI. A
+    CheckpointNotFound when there is none, a CheckpointError when it cannot be used."""
+    if "://" not in path:
+        local = Path(path).absolute()
+        if not local.exists():
+            raise CheckpointNotFound(f"{path}: no such file or directory")
+        if (local / MANIFEST).exists():
+            return CheckpointStore(str(local.parent), keep=1).read(local.name)
+        if (local / "checkpoints").is_dir():
+            local = local / "checkpoints"
+        path = str(local)
+    location, _, name = path.rstrip("/").rpartition("/")
+    if sort_key(name) is not None:
+        return CheckpointStore(location, keep=1).read(name)
+    found = CheckpointStore(path.rstrip("/"), keep=1).latest(expect={})
+    if found is None:
+        raise CheckpointNotFound(
+            f"{path}: no checkpoint here (a run directory keeps them in checkpoints/; a job with "
+            "spec.trainer.checkpoint.uri keeps them there: name that URI)"
+        )
+    return found
+
+
 def _filesystem(location: str) -> tuple[AbstractFileSystem, str]:
     scheme = location.split("://", 1)[0] if "://" in location else "file"
     try:

@@ -44,6 +44,8 @@ from kuberl_trainer.resume import (
     config_changes,
     restore_progress,
     saved_row,
+    warm_start_misfit,
+    warm_start_source,
 )
 from kuberl_trainer.tensorboard import TensorBoardLog
 from kuberl_trainer.trainer import Trainer
@@ -183,7 +185,25 @@ class Driver:
         trainer.build(resumed_iteration=found.meta["iteration"] if found else 0)
         if self.learner_gpus and isinstance(trainer, Trainer):  # where the GPUs went
             self.report.message(trainer.placement)
-        return self._resume(found) if found else None
+        if found:
+            return self._resume(found)
+        if self.config.warm_start is not None:
+            self._warm_start(self.config.warm_start.checkpoint)
+        return None
+
+    def _warm_start(self, named: str) -> None:
+        """Load the trained policy of spec.trainer.warmStart into the new run's learner."""
+        source = warm_start_source(named)
+        try:
+            self.trainer.warm_start(source.state)
+        except IncompatibleCheckpointError as exc:
+            raise IncompatibleCheckpointError(warm_start_misfit(source, exc)) from None
+        meta = source.meta
+        self.report.message(
+            f"Warm start from {source.uri} ({meta.get('algorithm')} on {meta.get('env')}, "
+            f"iteration {meta.get('iteration')}, {meta.get('timesteps', 0):,} env steps): its "
+            "weights, optimizer moments and observation statistics; counters start at 0"
+        )
 
     def _open_tensorboard(self, resumed_from: str | None) -> None:
         """Open TensorBoard's event log when the job asks for one; a resumed run purges the

@@ -29,8 +29,8 @@ import numpy as np
 from pydantic import TypeAdapter, ValidationError
 
 from kuberl_trainer.algorithms import policy_class
-from kuberl_trainer.checkpoint import Checkpoint, CheckpointStore, sort_key
-from kuberl_trainer.checkpoint_format import MANIFEST, CheckpointError
+from kuberl_trainer.checkpoint import Checkpoint, checkpoint_named
+from kuberl_trainer.checkpoint_format import CheckpointError
 from kuberl_trainer.config import PBT, TrainerConfig
 from kuberl_trainer.envs import encode_obs
 from kuberl_trainer.errors import InvalidJobError
@@ -80,7 +80,35 @@ class Evaluation:
         )
 
 
-class TrainedPolicy:
+class Provenance:
+    """Where a loaded policy comes from, from its `meta`: the checkpoint's (a TrainedPolicy's),
+    or the metadata an exported file carries, which copies it."""
+
+    meta: dict[str, Any]
+    config: Any
+
+    @property
+    def iteration(self) -> int:
+        return int(self.meta["iteration"])
+
+    @property
+    def timesteps(self) -> int:
+        return int(self.meta["timesteps"])
+
+    @property
+    def uri(self) -> str:
+        """The checkpoint's location."""
+        return self.meta["checkpoint"]
+
+    def describe(self) -> str:
+        """`PPO on CartPole-v1, iteration 60, 15,172 env steps (CHECKPOINT)`."""
+        return (
+            f"{self.config.algorithm} on {self.config.env}, iteration {self.iteration}, "
+            f"{self.timesteps:,} env steps ({self.uri})"
+        )
+
+
+class TrainedPolicy(Provenance):
     """A job's policy as a checkpoint saved it, with an env of the job's to know its spaces."""
 
     def __init__(self, checkpoint: Checkpoint):
@@ -98,13 +126,8 @@ class TrainedPolicy:
 
     @property
     def uri(self) -> str:
+        """The checkpoint's location."""
         return self.checkpoint.uri
-
-    def describe(self) -> str:
-        return (
-            f"{self.config.algorithm} on {self.config.env}, iteration {self.meta['iteration']}, "
-            f"{self.meta['timesteps']:,} env steps ({self.uri})"
-        )
 
     def predict(self, obs: Any, deterministic: bool = True) -> tuple[np.ndarray, None]:
         """Actions for one observation or a batch of them (a leading axis), as Stable-Baselines3's
@@ -154,39 +177,31 @@ def trainer_config(checkpoint: Checkpoint) -> Any:
 
 
 def find_checkpoint(path: str | Path) -> Checkpoint:
-    """The checkpoint that `path` names (see the module's docstring)."""
-    text = str(path)
-    if "://" not in text:
-        local = Path(text).absolute()
-        if not local.exists():
-            raise LoadError(f"{text}: no such file or directory")
-        if (local / MANIFEST).exists():
-            return _read(CheckpointStore(str(local.parent), keep=0), local.name)
-        if (local / "checkpoints").is_dir():
-            local = local / "checkpoints"
-        text = str(local)
-    location, _, name = text.rstrip("/").rpartition("/")
-    if sort_key(name) is not None:  # one checkpoint's folder, by URI
-        return _read(CheckpointStore(location, keep=0), name)
+    """The checkpoint that `path` names (see the module's docstring), or a LoadError."""
     try:
-        found = CheckpointStore(text.rstrip("/"), keep=0).latest(expect={})
-    except CheckpointError as exc:
-        raise LoadError(str(exc)) from None
-    if found is None:
-        raise LoadError(
-            f"{path}: no checkpoint here (a run directory keeps them in checkpoints/; a job with "
-            "spec.trainer.checkpoint.uri keeps them there: name that URI)"
-        )
-    return found
-
-
-def _read(store: CheckpointStore, name: str) -> Checkpoint:
-    try:
-        return store.read(name)
+        return checkpoint_named(str(path))
     except CheckpointError as exc:
         raise LoadError(str(exc)) from None
 
 
-def load(path: str | Path) -> TrainedPolicy:
+EXPORTED_SUFFIXES = (".onnx", ".pt")
+"""Files of `kuberl export`, which `load` loads too."""
+
+
+def load(path: str | Path) -> Any:
+    """The policy of a run directory, a checkpoint location or one checkpoint (a TrainedPolicy),
+    or of a file `kuberl export` wrote (an ExportedPolicy: greedy only, without kuberl's
+    networks)."""
+    if Path(str(path)).suffix in EXPORTED_SUFFIXES and Path(str(path)).is_file():
+        from kuberl_trainer.export import load_exported  # it builds on this module
+
+        try:
+            return load_exported(path)
+        except Exception as exc:  # onnxruntime's and torch.jit's own errors: many kinds
+            raise LoadError(f"{path}: not a policy kuberl export wrote ({exc})") from None
+    return load_checkpoint(path)
+
+
+def load_checkpoint(path: str | Path) -> TrainedPolicy:
     """The policy of a run directory, a checkpoint location or one checkpoint."""
     return TrainedPolicy(find_checkpoint(path))

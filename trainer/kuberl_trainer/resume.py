@@ -10,8 +10,9 @@ import time
 from pathlib import Path
 from typing import Any
 
-from kuberl_trainer.checkpoint import Checkpoint
+from kuberl_trainer.checkpoint import Checkpoint, CheckpointNotFound, checkpoint_named
 from kuberl_trainer.config import PBT, JobTrainerConfig
+from kuberl_trainer.errors import IncompatibleCheckpointError, InvalidJobError
 from kuberl_trainer.progress_row import CHECKPOINT, ITERATION, read_progress_file
 
 META_ROW = "row"
@@ -59,6 +60,32 @@ def config_changes(saved: dict[str, Any], current: dict[str, Any], prefix: str =
         elif before != after:
             changes.append(f"{prefix}{key} {json.dumps(before)} -> {json.dumps(after)}")
     return changes
+
+
+WARM_START_FIELD = "spec.trainer.warmStart.checkpoint"
+
+
+def warm_start_source(named: str) -> Checkpoint:
+    """The checkpoint spec.trainer.warmStart names; an InvalidJobError naming the field when it
+    names none, or a population (a CheckpointError when the store cannot be read now)."""
+    try:
+        source = checkpoint_named(named)
+    except CheckpointNotFound as exc:
+        raise InvalidJobError(f"{WARM_START_FIELD}: {exc}") from None
+    if source.meta.get("algorithm") == PBT:
+        raise InvalidJobError(
+            f"{WARM_START_FIELD}: {source.uri} holds a PBT population, not one policy to start from"
+        )
+    return source
+
+
+def warm_start_misfit(source: Checkpoint, exc: IncompatibleCheckpointError) -> str:
+    """Why the job cannot start from `source`, its networks being of other shapes."""
+    meta = source.meta
+    return (
+        f"{WARM_START_FIELD}: cannot start from {source.uri} ({meta.get('algorithm')} on "
+        f"{meta.get('env')}): {exc}"
+    )
 
 
 def saved_row(found: Checkpoint) -> dict[str, Any] | None:

@@ -254,28 +254,10 @@ class RolloutWorker:
         act: Callable[[np.ndarray, np.ndarray], np.ndarray],
         seed: int | None = None,
     ) -> tuple[np.ndarray, np.ndarray]:
-        """The return and length of `count` whole episodes on `envs`, reset first: env k starts
-        with episode k and, whenever its episode ends, takes the first one not yet started.
-        `act(obs, episodes)` gives the actions for the envs' observations, env k being on episode
-        `episodes[k]` (an env with none left acts as the last episode; its steps count nowhere).
-        An env whose episode ended resets on its next step (see `make_vector_env`): that step
-        belongs to no episode."""
-        obs, _ = envs.reset(seed=seed)
-        returns = np.zeros(count)
-        lengths = np.zeros(count, dtype=np.int64)
-        current = np.arange(envs.num_envs)  # the episode each env is on; count and above: none
-        resetting = np.zeros(envs.num_envs, dtype=bool)
-        while (running := current < count).any():
-            actions = act(encode_obs(obs, self.spaces), np.minimum(current, count - 1))
-            obs, reward, terminated, truncated, info = envs.step(actions)
-            reward, episode_ended = episode_steps(reward, terminated, truncated, info)
-            counted = running & ~resetting
-            returns[current[counted]] += reward[counted]
-            lengths[current[counted]] += 1
-            resetting = episode_ended
-            ended = np.flatnonzero(counted & resetting)
-            current[ended] = current.max() + 1 + np.arange(len(ended))
-        return returns, lengths
+        """`run_episodes`, with `act` given the observations encoded (see `encode_obs`)."""
+        return run_episodes(
+            envs, count, lambda obs, episodes: act(encode_obs(obs, self.spaces), episodes), seed
+        )
 
     def set_weights(
         self, weights: Weights, global_timesteps: int, normalization: dict | None = None
@@ -297,3 +279,33 @@ class RolloutWorker:
         self.envs.close()
         if self._eval_envs is not None:
             self._eval_envs.close()
+
+
+def run_episodes(
+    envs,
+    count: int,
+    act: Callable[[np.ndarray, np.ndarray], np.ndarray],
+    seed: int | None = None,
+) -> tuple[np.ndarray, np.ndarray]:
+    """The return and length of `count` whole episodes on `envs`, reset first: env k starts
+    with episode k and, whenever its episode ends, takes the first one not yet started.
+    `act(obs, episodes)` gives the actions for the envs' observations (as the envs return them),
+    env k being on episode `episodes[k]` (an env with none left acts as the last episode; its
+    steps count nowhere). An env whose episode ended resets on its next step (see
+    `make_vector_env`): that step belongs to no episode."""
+    obs, _ = envs.reset(seed=seed)
+    returns = np.zeros(count)
+    lengths = np.zeros(count, dtype=np.int64)
+    current = np.arange(envs.num_envs)  # the episode each env is on; count and above: none
+    resetting = np.zeros(envs.num_envs, dtype=bool)
+    while (running := current < count).any():
+        actions = act(obs, np.minimum(current, count - 1))
+        obs, reward, terminated, truncated, info = envs.step(actions)
+        reward, episode_ended = episode_steps(reward, terminated, truncated, info)
+        counted = running & ~resetting
+        returns[current[counted]] += reward[counted]
+        lengths[current[counted]] += 1
+        resetting = episode_ended
+        ended = np.flatnonzero(counted & resetting)
+        current[ended] = current.max() + 1 + np.arange(len(ended))
+    return returns, lengths

@@ -250,6 +250,17 @@ class Trainer:
             },
         }
 
+    def warm_start(self, state: dict[str, Any]) -> None:
+        """Start from another run's trained policy (its checkpoint's state): the weights and,
+        where both runs normalize observations, the statistics; this run's counters, optimizer
+        state and random generators stay as they are. The workers get them before their next
+        call."""
+        optimizer = self.optimizer
+        with optimizer.policy_lock:
+            optimizer.policy.warm_start(state["policy"])
+        if "normalization" in state:
+            optimizer.workers.normalization.load(state["normalization"])
+
     def load_state(self, state: dict[str, Any]) -> None:
         """Go on from `state` (see `state`); the workers get the weights (and the normalization
         statistics) before their next call. A state without normalization statistics (saved

@@ -58,14 +58,37 @@ class CheckpointConfig(Spec):
             return None
         if not uri.strip():
             raise ValueError("empty: give a path or URI, or leave uri out for the run directory")
-        if "://" not in uri:
-            return uri
-        scheme, rest = uri.split("://", 1)
-        if scheme not in CHECKPOINT_SCHEMES:
-            raise ValueError(
-                f"{scheme}:// is not a checkpoint store: use a local path or one of "
-                + ", ".join(f"{s}://" for s in CHECKPOINT_SCHEMES)
-            )
-        if scheme != "file" and not rest.split("/", 1)[0]:
-            raise ValueError(f"{uri!r} names no bucket: write {scheme}://BUCKET/PREFIX")
+        return known_location(uri)
+
+
+class WarmStartConfig(Spec):
+    """A trained policy whose weights start a new run."""
+
+    checkpoint: str = Field(min_length=1, max_length=4096)
+    """A run directory, a checkpoint location, or one checkpoint's folder: a local path (a PVC
+    on a cluster), a file:// URI or an object store's URI as checkpoint.uri takes them, read with
+    checkpoint.credentialsSecret's credentials. Its newest intact checkpoint's weights (target
+    networks included), Adam's moments and observation statistics start the job, which keeps its
+    own hyperparameters; counters start at 0, for the stop conditions and schedules. Used for a
+    job's first run only: once the job has checkpoints of its own, it resumes from them.
+    `kuberl validate` checks that the networks fit when the checkpoint is on a local path."""
+
+    @field_validator("checkpoint")
+    @classmethod
+    def _known_location(cls, checkpoint: str) -> str:
+        return known_location(checkpoint)
+
+
+def known_location(uri: str) -> str:
+    """`uri` when it is a local path or an object store kuberl can reach; else a ValueError."""
+    if "://" not in uri:
         return uri
+    scheme, rest = uri.split("://", 1)
+    if scheme not in CHECKPOINT_SCHEMES:
+        raise ValueError(
+            f"{scheme}:// is not a checkpoint store: use a local path or one of "
+            + ", ".join(f"{s}://" for s in CHECKPOINT_SCHEMES)
+        )
+    if scheme != "file" and not rest.split("/", 1)[0]:
+        raise ValueError(f"{uri!r} names no bucket: write {scheme}://BUCKET/PREFIX")
+    return uri

@@ -12,7 +12,7 @@ from pydantic.alias_generators import to_camel
 
 from kuberl_trainer.config.algorithms import ALGORITHMS, AlgorithmRow
 from kuberl_trainer.config.base import Spec
-from kuberl_trainer.config.checkpoint import CheckpointConfig
+from kuberl_trainer.config.checkpoint import CheckpointConfig, WarmStartConfig
 from kuberl_trainer.config.evaluation import EvaluationConfig
 from kuberl_trainer.config.model import ModelConfig
 from kuberl_trainer.config.normalization import NormalizationConfig
@@ -56,6 +56,9 @@ class _TrainerBase(Spec):
 
     checkpoint: CheckpointConfig = Field(default_factory=CheckpointConfig)
     """Checkpoint location and cadence."""
+
+    warm_start: WarmStartConfig | None = None
+    """A trained policy to start from instead of fresh networks (see WarmStartConfig)."""
 
     evaluation: EvaluationConfig = Field(default_factory=EvaluationConfig)
     """Greedy evaluation cadence."""
@@ -122,6 +125,15 @@ class _TrainerBase(Spec):
                 f"normalization: {self.algorithm} learns from the returns of whole episodes, not "
                 "from samples; it standardizes observations itself "
                 "(hyperparameters.normalize_observations)"
+            )
+        return self
+
+    @model_validator(mode="after")
+    def _check_warm_start(self) -> _TrainerBase:
+        if self.warm_start is not None and self.algorithm not in ALGORITHMS:
+            raise ValueError(
+                f"warmStart: {self.algorithm} starts a population of trials from their own "
+                "networks; set warmStart in trainer, and every trial starts from it"
             )
         return self
 

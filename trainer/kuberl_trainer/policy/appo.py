@@ -97,6 +97,11 @@ class APPOPolicy(IMPALAPolicy):
             state["target_weights"] = numpy_weights(self.target_model)
         return state
 
+    def warm_start(self, state: dict[str, Any]) -> None:
+        super().warm_start(state)
+        if self.target_model is not None:  # the reference starts as the policy it starts from
+            self.target_model.load_state_dict(self.model.state_dict())
+
     def set_state(self, state: dict[str, Any]) -> None:
         super().set_state(state)
         self.num_updates = state.get("num_updates", 0)

@@ -195,12 +195,7 @@ class TorchPolicy(Policy):
         }
 
     def set_state(self, state: dict[str, Any]) -> None:
-        if mismatches := weight_mismatches(self.model, state["weights"]):
-            shown = "; ".join(mismatches[:4])
-            more = f"; and {len(mismatches) - 4} more" if len(mismatches) > 4 else ""
-            raise IncompatibleCheckpointError(
-                f"the checkpoint's network does not fit this job's: {shown}{more}"
-            )
+        check_weights_fit(self.model, state["weights"])
         self.set_weights(state["weights"])
         # The moments come from the state, the settings (step size) from this policy's config:
         # a trial of a population takes a donor's state with hyperparameters of its own.
@@ -209,8 +204,28 @@ class TorchPolicy(Policy):
         self.rng.bit_generator.state = state["numpy_rng"]
         self.set_global_timesteps(state["global_timesteps"])
 
+    def warm_start(self, state: dict[str, Any]) -> None:
+        """Start from a trained policy (a checkpoint's `get_state()`): its networks' weights,
+        target networks included, and its optimizer's moments, as Stable-Baselines3's load and
+        RLlib's restore keep them: fresh moments make Adam's first steps as large as the
+        learning rate in every weight, which undoes a converged policy within a few updates.
+        The step size stays this job's, and its random generators and counters its own."""
+        check_weights_fit(self.model, state["weights"])
+        self.set_weights(state["weights"])
+        self.optimizer.load_state_dict(state["optimizer"])
+
     def set_learning_rate(self, lr: float) -> None:
         self.optimizer.lr = lr
+
+
+def check_weights_fit(module: nn.Module, weights: Weights, what: str = "network") -> None:
+    """IncompatibleCheckpointError naming the tensors where `weights` do not fit `module`."""
+    if mismatches := weight_mismatches(module, weights):
+        shown = "; ".join(mismatches[:4])
+        more = f"; and {len(mismatches) - 4} more" if len(mismatches) > 4 else ""
+        raise IncompatibleCheckpointError(
+            f"the checkpoint's {what} does not fit this job's: {shown}{more}"
+        )
 
 
 def weight_mismatches(module: nn.Module, weights: Weights) -> list[str]:

@@ -17,6 +17,7 @@ from kuberl_trainer.envs import SpaceInfo
 from kuberl_trainer.policy.base import (
     Stats,
     TorchPolicy,
+    check_weights_fit,
     flatten_time_major,
     mean_stats,
     numpy_weights,
@@ -121,6 +122,13 @@ class ReplayPolicy(TorchPolicy):
             {k: torch.from_numpy(v) for k, v in state["target_weights"].items()}
         )
         self.num_gradient_steps = state["num_gradient_steps"]
+
+    def warm_start(self, state: dict[str, Any]) -> None:
+        super().warm_start(state)
+        check_weights_fit(self.target_model, state.get("target_weights", {}), "target network")
+        self.target_model.load_state_dict(
+            {k: torch.from_numpy(v) for k, v in state["target_weights"].items()}
+        )
 
     def _count_gradient_step(self) -> None:
         self.num_gradient_steps += 1

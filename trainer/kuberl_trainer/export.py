@@ -1,0 +1,504 @@
+"""Exporting a trained policy's greedy actions as one file that runs without kuberl: an ONNX graph
+(onnxruntime, TensorRT, a browser) or a TorchScript module (libtorch).
+
+    from kuberl_trainer.export import export, load_exported
+    from kuberl_trainer.inference import load
+
+    export(load("runs/cartpole-ppo"), Path("cartpole.onnx"))
+    action, _ = load_exported("cartpole.onnx").predict(obs)
+
+The graph takes a batch of observations as the job's env returns them (after its wrappers):
+float32 for a Box, uint8 for uint8 images, int64 for a Discrete space. It gives the actions
+`TrainedPolicy.predict` gives, the greedy ones: int64 for Discrete actions, float32 within the
+bounds for a Box. Everything between is inside: the one-hot encoding of Discrete observations,
+the observation normalization with its statistics frozen as the checkpoint saved them (ES's
+own too), the networks, and the distribution's mode (a Categorical's argmax, a Gaussian's mean
+clipped to the bounds), DQN's argmax or SAC's squashed mean rescaled to the bounds.
+
+Both files carry kuberl's metadata (algorithm, env, spaces, checkpoint, the job's spec.trainer):
+an ONNX model in its metadata_props, a TorchScript module in its extra file kuberl.json. Every
+export is checked before it is kept: the file, loaded back, must act as the policy does on
+observations drawn from the observation space.
+"""
+
+from __future__ import annotations
+
+import copy
+import importlib.metadata
+import json
+import logging
+import warnings
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import gymnasium as gym
+import numpy as np
+import torch
+from pydantic import TypeAdapter
+from torch import nn
+
+from kuberl_trainer.config import TrainerConfig
+from kuberl_trainer.envs import SpaceInfo, make_vector_env
+from kuberl_trainer.inference import Evaluation, Provenance, TrainedPolicy
+from kuberl_trainer.normalization import Normalizer
+from kuberl_trainer.policy.actor_critic import ActorCriticPolicy
+from kuberl_trainer.policy.base import Policy
+from kuberl_trainer.policy.dqn import DQNPolicy
+from kuberl_trainer.policy.es import ESPolicy, ObservationStats
+from kuberl_trainer.policy.sac import SACPolicy
+from kuberl_trainer.rollout_worker import run_episodes
+
+OPSET = 18
+FORMATS = {".onnx": f"ONNX opset {OPSET}", ".pt": "TorchScript"}
+"""The file suffixes `export` writes, and what each one is."""
+METADATA_FILE = "kuberl.json"
+"""The TorchScript module's extra file that holds the metadata."""
+INPUT, OUTPUT = "obs", "actions"
+CHECK_OBSERVATIONS = 256
+"""Observations an export is checked on before it is kept."""
+
+_TRAINER_CONFIG = TypeAdapter(TrainerConfig)
+GREEDY_ONLY = (
+    "an exported policy is greedy only: it holds the distribution's mode, not the distribution; "
+    "sample with the checkpoint it was exported from instead"
+)
+
+Runner = Callable[[np.ndarray], np.ndarray]
+"""An exported file's actions for a batch of observations."""
+
+
+class ExportError(Exception):
+    """The policy cannot be exported as one graph that acts as it does, and why."""
+
+
+# -- the greedy module --------------------------------------------------------------------------
+
+
+class GreedyPolicy(nn.Module):
+    """Observations as the env returns them in, the policy's greedy env actions out."""
+
+    def __init__(self, encode: nn.Module, normalize: nn.Module, act: nn.Module):
+        super().__init__()
+        self.encode = encode
+        self.normalize = normalize
+        self.act = act
+
+    def forward(self, obs: torch.Tensor) -> torch.Tensor:
+        return self.act(self.normalize(self.encode(obs)))
+
+
+class OneHot(nn.Module):
+    """Discrete observations, (B,) int64, one-hot encoded as float32 (B, n), as encode_obs does:
+    a comparison with 0..n-1, which every ONNX runtime has."""
+
+    def __init__(self, n: int):
+        super().__init__()
+        self.register_buffer("indices", torch.arange(n))
+
+    def forward(self, obs: torch.Tensor) -> torch.Tensor:
+        return (obs.unsqueeze(-1) == self.indices).float()
+
+
+class Standardize(nn.Module):
+    """clip((obs - mean) / std, +-clip), computed in float64 as the numpy normalizer and ES's
+    standardizer compute it (float32 observations promoted), then float32 again: the same
+    arithmetic, so the same normalized observations to the last bit."""
+
+    def __init__(
+        self, mean: np.ndarray | torch.Tensor, std: np.ndarray | torch.Tensor, clip: float
+    ):
+        super().__init__()
+        self.register_buffer("mean", _constant(mean, torch.float64))
+        self.register_buffer("std", _constant(std, torch.float64))
+        self.clip = float(clip)
+
+    def forward(self, obs: torch.Tensor) -> torch.Tensor:
+        normalized = (obs.double() - self.mean) / self.std
+        return normalized.clamp(-self.clip, self.clip).float()
+
+
+class Argmax(nn.Module):
+    """The index of the network's largest output: a Categorical's mode, DQN's greedy action."""
+
+    def __init__(self, net: nn.Module):
+        super().__init__()
+        self.net = net
+
+    def forward(self, obs: torch.Tensor) -> torch.Tensor:
+        return self.net(obs).argmax(dim=-1)
+
+
+class Clipped(nn.Module):
+    """The network's outputs (a Gaussian's mean, ES's actions) clipped to the action bounds, as
+    the env gets them."""
+
+    def __init__(self, net: nn.Module, low: np.ndarray, high: np.ndarray):
+        super().__init__()
+        self.net = net
+        self.register_buffer("low", _constant(low))
+        self.register_buffer("high", _constant(high))
+
+    def forward(self, obs: torch.Tensor) -> torch.Tensor:
+        return torch.clamp(self.net(obs), self.low, self.high)
+
+
+class SquashedMean(nn.Module):
+    """SAC's greedy action: tanh of the Gaussian's mean, rescaled from [-1, 1] to the bounds and
+    clipped to them (rounding may land a hair past a bound), in SACPolicy's order of operations."""
+
+    def __init__(self, actor: nn.Module, policy: SACPolicy):
+        super().__init__()
+        self.actor = actor
+        for name, value in [
+            ("center", policy.action_center),
+            ("scale", policy.action_scale),
+            ("low", policy.spaces.action_low),
+            ("high", policy.spaces.action_high),
+        ]:
+            self.register_buffer(name, _constant(value))
+
+    def forward(self, obs: torch.Tensor) -> torch.Tensor:
+        mean, _ = self.actor(obs)
+        return torch.clamp(self.center + self.scale * torch.tanh(mean), self.low, self.high)
+
+
+def _constant(value: np.ndarray | torch.Tensor, dtype: torch.dtype | None = None) -> torch.Tensor:
+    """A copy of `value` as a tensor: the module keeps no memory of the policy's."""
+    return torch.as_tensor(value, dtype=dtype).clone()
+
+
+def greedy_module(policy: TrainedPolicy) -> nn.Module:
+    """The policy's greedy acting as one module, built from copies of its networks (eval mode,
+    no gradients): what `TrainedPolicy.predict` computes, from the env's raw observations to the
+    env's actions."""
+    worker = policy.worker
+    module = GreedyPolicy(
+        _encoder(worker.spaces),
+        _observation_filter(worker.normalizer),
+        _greedy_actions(worker.acting_policy),
+    )
+    return module.eval().requires_grad_(False)
+
+
+def _encoder(spaces: SpaceInfo) -> nn.Module:
+    """encode_obs: images as they are, Discrete observations one-hot, other Boxes flattened."""
+    if spaces.image is not None:
+        return nn.Identity()  # the CNN casts and scales them itself
+    if spaces.obs_discrete_n is not None:
+        return OneHot(spaces.obs_discrete_n)
+    return nn.Flatten()
+
+
+def _observation_filter(normalizer: Normalizer) -> nn.Module:
+    """spec.trainer.normalization's observation filter, its statistics frozen."""
+    if not normalizer.config.observations:
+        return nn.Identity()
+    stats, settings = normalizer.stats.obs, normalizer.config
+    return Standardize(
+        stats.mean, np.sqrt(stats.var + settings.epsilon), settings.clip_observations
+    )
+
+
+def _greedy_actions(policy: Policy) -> nn.Module:
+    """What the policy's `compute_actions(obs, explore=False)` does to normalized observations."""
+    spaces = policy.spaces
+    if isinstance(policy, ActorCriticPolicy):  # PG, A2C, A3C, PPO, IMPALA, APPO
+        model = policy.model
+        actor = model.actor if model.encoder is None else nn.Sequential(model.encoder, model.actor)
+        return _mode(copy.deepcopy(actor), spaces)
+    if isinstance(policy, DQNPolicy):  # DQN, APEX
+        return Argmax(copy.deepcopy(policy.model))
+    if isinstance(policy, SACPolicy):
+        return SquashedMean(copy.deepcopy(policy.model.actor), policy)
+    if isinstance(policy, ESPolicy):
+        standardize = _es_standardizer(policy.model.obs_stats)
+        return nn.Sequential(standardize, _mode(copy.deepcopy(policy.model.net), spaces))
+    raise ExportError(f"no greedy graph is known for {type(policy).__name__}")
+
+
+def _mode(net: nn.Module, spaces: SpaceInfo) -> nn.Module:
+    """The action a network's outputs stand for when greedy: the argmax of logits, or the output
+    itself (a Gaussian's mean) clipped to the bounds."""
+    if spaces.discrete_actions:
+        return Argmax(net)
+    return Clipped(net, spaces.action_low, spaces.action_high)
+
+
+def _es_standardizer(stats: ObservationStats) -> nn.Module:
+    """ES's observation standardizer (ObservationStats.normalize) with its statistics frozen:
+    none before two observations were counted, as there."""
+    if stats.count < 2:
+        return nn.Identity()
+    mean = stats.sum / stats.count
+    std = (stats.sumsq / stats.count - mean.square()).clamp(min=1e-8).sqrt()
+    return Standardize(mean, std, clip=5.0)
+
+
+# -- what goes in and comes out -----------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class TensorSpec:
+    """One input's or output's item shape (without the batch axis) and dtype."""
+
+    shape: tuple[int, ...]
+    dtype: str
+
+    def __str__(self) -> str:
+        dims = ["batch", *map(str, self.shape)]
+        return f"({', '.join(dims)}{',' if len(dims) == 1 else ''}) {self.dtype}"
+
+
+def input_spec(policy: TrainedPolicy) -> TensorSpec:
+    """Observations as the env returns them: int64 indices of a Discrete space, uint8 images,
+    float32 otherwise (what `predict` casts a Box's observations to)."""
+    space, spaces = policy.observation_space, policy.worker.spaces
+    if isinstance(space, gym.spaces.Discrete):
+        return TensorSpec((), "int64")
+    dtype = spaces.obs_dtype if spaces.image is not None else np.dtype(np.float32)
+    return TensorSpec(tuple(space.shape), str(dtype))
+
+
+def output_spec(policy: TrainedPolicy) -> TensorSpec:
+    """The env's actions as `predict` gives them: int64 indices, or float32 vectors."""
+    spaces = policy.worker.spaces
+    if spaces.discrete_actions:
+        return TensorSpec((), "int64")
+    return TensorSpec((spaces.action_dim,), "float32")
+
+
+def metadata(policy: TrainedPolicy, suffix: str) -> dict[str, str]:
+    """What the file says about itself, as strings (ONNX's metadata_props hold strings only):
+    where it came from, its input and output, and the job's spec.trainer (JSON), which makes
+    the env to evaluate it on."""
+    observations, actions = input_spec(policy), output_spec(policy)
+    meta = {
+        "kuberl_version": _kuberl_version(),
+        "format": FORMATS[suffix],
+        "algorithm": policy.config.algorithm,
+        "env": policy.config.env,
+        "observation_space": str(policy.observation_space),
+        "action_space": str(policy.action_space),
+        "checkpoint": policy.uri,
+        "iteration": str(policy.meta["iteration"]),
+        "timesteps": str(policy.meta["timesteps"]),
+        "obs_shape": json.dumps(observations.shape),
+        "obs_dtype": observations.dtype,
+        "actions_shape": json.dumps(actions.shape),
+        "actions_dtype": actions.dtype,
+        "trainer": json.dumps(policy.config.model_dump(mode="json", by_alias=True)),
+    }
+    if suffix == ".onnx":
+        meta["opset"] = str(OPSET)
+    return meta
+
+
+def _kuberl_version() -> str:
+    try:
+        return importlib.metadata.version("kuberl")
+    except importlib.metadata.PackageNotFoundError:
+        return "unknown"
+
+
+# -- exporting ----------------------------------------------------------------------------------
+
+
+def export(policy: TrainedPolicy, path: Path) -> Path:
+    """Write the policy's greedy module to `path`: an ONNX graph for `.onnx`, a TorchScript module
+    for `.pt`, with the metadata (its folder made if need be). The file is kept only once, loaded
+    back, it acts as the policy does (ExportError otherwise); returns `path`."""
+    path = Path(path)
+    suffix = check_suffix(path)
+    module = greedy_module(policy)
+    spec = input_spec(policy)
+    example = torch.zeros((2, *spec.shape), dtype=getattr(torch, spec.dtype))
+    path.parent.mkdir(parents=True, exist_ok=True)
+    write = _write_onnx if suffix == ".onnx" else _write_torchscript
+    write(module, example, path, metadata(policy, suffix))
+    try:
+        _check(policy, load_exported(path))
+    except Exception:
+        path.unlink(missing_ok=True)
+        raise
+    return path
+
+
+def check_suffix(path: Path) -> str:
+    """The export format's suffix of `path`; ValueError naming the accepted ones otherwise."""
+    if path.suffix not in FORMATS:
+        accepted = ", ".join(f"{suffix} ({name})" for suffix, name in FORMATS.items())
+        raise ValueError(f"{path}: cannot export to {path.suffix or 'no suffix'}; use {accepted}")
+    return path.suffix
+
+
+def _write_onnx(module: nn.Module, example: torch.Tensor, path: Path, meta: dict[str, str]) -> None:
+    """torch.export's graph of the module (the dynamo exporter), any batch size, as one file."""
+    with _notices_hidden():
+        program = torch.onnx.export(
+            module,
+            (example,),
+            input_names=[INPUT],
+            output_names=[OUTPUT],
+            opset_version=OPSET,
+            dynamo=True,
+            dynamic_shapes={INPUT: {0: torch.export.Dim("batch")}},
+            verbose=False,
+        )
+    program.model.metadata_props.update(meta)
+    program.save(path, external_data=False)
+
+
+def _write_torchscript(
+    module: nn.Module, example: torch.Tensor, path: Path, meta: dict[str, str]
+) -> None:
+    """The module traced: every branch of the greedy module is settled when it is built (the
+    layout, the spaces, whether statistics exist), so the trace is the whole computation."""
+    with _notices_hidden():
+        traced = torch.jit.trace(module, example)
+        torch.jit.save(traced, str(path), _extra_files={METADATA_FILE: json.dumps(meta)})
+
+
+@contextmanager
+def _notices_hidden() -> Iterator[None]:
+    """The exporters' warnings that no user can act on hidden, their errors raised as ever: torch
+    2.13 deprecates TorchScript (torch.jit) in favour of torch.export, yet libtorch loads nothing
+    else; the ONNX exporter warns of deprecations inside torch, and logs that torchvision's
+    operators (which no policy uses) are not installed."""
+    logger = logging.getLogger("torch.onnx")
+    level = logger.level
+    logger.setLevel(logging.ERROR)
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", FutureWarning)
+            warnings.filterwarnings("ignore", r"`torch\.jit\.", DeprecationWarning)
+            yield
+    finally:
+        logger.setLevel(level)
+
+
+def _check(policy: TrainedPolicy, exported: ExportedPolicy) -> None:
+    """ExportError unless the exported file acts as the policy does on observations drawn from
+    the observation space: the same discrete actions, continuous ones within 1e-5."""
+    obs = sample_observations(policy.observation_space, CHECK_OBSERVATIONS, seed=0)
+    expected, _ = policy.predict(obs)
+    actual, _ = exported.predict(obs)
+    if policy.worker.spaces.discrete_actions:
+        differ = np.flatnonzero(actual != expected)
+    else:
+        differ = np.flatnonzero(~np.isclose(actual, expected, rtol=1e-5, atol=1e-5).all(axis=-1))
+    if len(differ):
+        raise ExportError(
+            f"the exported {exported.meta['format']} file acts otherwise than the policy on "
+            f"{len(differ)} of {len(obs)} observations (the first: {expected[differ[0]]} expected, "
+            f"{actual[differ[0]]} exported)"
+        )
+
+
+def sample_observations(space: gym.Space, count: int, seed: int) -> np.ndarray:
+    """`count` observations of `space`, seeded: uniform within a Box's bounds, except along axes
+    whose bounds are infinite or beyond +-1000 (CartPole's velocities go to float32's largest
+    value), where they are standard normal: uniform draws there would overflow the networks."""
+    rng = np.random.default_rng(seed)
+    if isinstance(space, gym.spaces.Discrete):
+        return space.start + rng.integers(0, space.n, size=count)
+    if not isinstance(space, gym.spaces.Box):
+        raise ValueError(f"observations of {space} cannot be drawn: Box and Discrete only")
+    low, high = np.broadcast_to(space.low, space.shape), np.broadcast_to(space.high, space.shape)
+    if np.issubdtype(space.dtype, np.integer):
+        pixels = rng.integers(low, high, size=(count, *space.shape), endpoint=True)
+        return pixels.astype(space.dtype)
+    low, high = low.astype(np.float64), high.astype(np.float64)
+    wide = ~(np.isfinite(low) & np.isfinite(high)) | (np.abs(low) > 1e3) | (np.abs(high) > 1e3)
+    uniform = rng.uniform(np.where(wide, 0.0, low), np.where(wide, 1.0, high), (count, *low.shape))
+    normal = np.clip(rng.standard_normal((count, *low.shape)), low, high)
+    return np.where(wide, normal, uniform).astype(space.dtype)
+
+
+# -- an exported policy, loaded back ------------------------------------------------------------
+
+
+class ExportedPolicy(Provenance):
+    """An exported file loaded with its runtime (onnxruntime, or torch.jit), acting as
+    `TrainedPolicy.predict` does, greedy only."""
+
+    def __init__(self, path: str | Path):
+        self.path = Path(path)
+        suffix = check_suffix(self.path)
+        load = _load_onnx if suffix == ".onnx" else _load_torchscript
+        self.meta, self._run = load(self.path)
+        if "obs_shape" not in self.meta:
+            raise ValueError(f"{self.path} holds no kuberl metadata: was it made by kuberl export?")
+        self.obs_shape = tuple(json.loads(self.meta["obs_shape"]))
+        self.obs_dtype = np.dtype(self.meta["obs_dtype"])
+
+    def describe(self) -> str:
+        return f"{super().describe()}, exported as {self.meta['format']} to {self.path}"
+
+    def close(self) -> None:
+        """Nothing to release: for code that closes whatever `load` returned."""
+
+    @property
+    def config(self) -> Any:
+        """The job's spec.trainer, as the checkpoint recorded it."""
+        return _TRAINER_CONFIG.validate_python(json.loads(self.meta["trainer"]))
+
+    def predict(self, obs: Any, deterministic: bool = True) -> tuple[np.ndarray, None]:
+        """Actions for one observation or a batch of them (a leading axis), as
+        `TrainedPolicy.predict`: `(actions, None)`."""
+        if not deterministic:
+            raise ValueError(GREEDY_ONLY)
+        obs = np.asarray(obs)
+        single = obs.shape == self.obs_shape
+        if not single and obs.shape[1:] != self.obs_shape:
+            raise ValueError(
+                f"predict: an observation of {self.meta['env']} has shape {self.obs_shape} (a "
+                f"batch of N: {(-1, *self.obs_shape)} with N for -1), got {obs.shape}"
+            )
+        actions = self._act(obs[None] if single else obs)
+        return (actions[0] if single else actions), None
+
+    def _act(self, batch: np.ndarray) -> np.ndarray:
+        return self._run(np.ascontiguousarray(batch, dtype=self.obs_dtype))
+
+    def evaluate(self, episodes: int = 10, seed: int = 0, deterministic: bool = True) -> Evaluation:
+        """`episodes` greedy episodes on envs of the job's env, env k seeded with `seed + k`, as
+        `TrainedPolicy.evaluate` plays them."""
+        if not deterministic:
+            raise ValueError(GREEDY_ONLY)
+        if episodes < 1:
+            raise ValueError(f"episodes must be at least 1, got {episodes}")
+        config = self.config
+        envs = make_vector_env(config.env, config.env_config, episodes, config.wrappers)
+        try:
+            returns, lengths = run_episodes(envs, episodes, lambda obs, _: self._act(obs), seed)
+        finally:
+            envs.close()
+        return Evaluation(returns, lengths, seed, deterministic=True)
+
+
+def _load_onnx(path: Path) -> tuple[dict[str, str], Runner]:
+    import onnxruntime
+
+    session = onnxruntime.InferenceSession(str(path), providers=["CPUExecutionProvider"])
+    meta = dict(session.get_modelmeta().custom_metadata_map)
+    return meta, lambda obs: session.run([OUTPUT], {INPUT: obs})[0]
+
+
+def _load_torchscript(path: Path) -> tuple[dict[str, str], Runner]:
+    extra_files = {METADATA_FILE: ""}
+    with _notices_hidden():
+        module = torch.jit.load(str(path), map_location="cpu", _extra_files=extra_files)
+
+    def run(obs: np.ndarray) -> np.ndarray:
+        with torch.inference_mode():
+            return module(torch.tensor(obs)).numpy()
+
+    return json.loads(extra_files[METADATA_FILE] or "{}"), run
+
+
+def load_exported(path: str | Path) -> ExportedPolicy:
+    """An exported policy (`.onnx` or `.pt`), ready to act."""
+    return ExportedPolicy(path)
