@@ -81,13 +81,14 @@ class JobPage:
 
 @dataclass(frozen=True)
 class JobSummary:
-    """What /metrics reports about one job (bounded labels and two numbers)."""
+    """What /metrics reports about one job (bounded labels and three numbers)."""
 
     namespace: str
     name: str
     algorithm: str
     phase: str
     episode_return_mean: float | None = None
+    evaluation_return_mean: float | None = None
     timesteps: int = 0
 
     @classmethod
@@ -101,6 +102,7 @@ class JobSummary:
             algorithm=str(document["spec"]["trainer"]["algorithm"]),
             phase=status.get("phase") or "Unknown",
             episode_return_mean=progress.episode_return_mean,
+            evaluation_return_mean=progress.evaluation_return_mean,
             timesteps=progress.timesteps,
         )
 

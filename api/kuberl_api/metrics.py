@@ -32,6 +32,8 @@ METRIC_REQUEST_DURATION = "kuberl_api_request_duration_seconds"
 """Histogram: time to answer an HTTP request, by method and route template."""
 METRIC_JOB_RETURN = "kuberl_api_job_episode_return_mean"
 """Gauge: latest mean episode return of each job."""
+METRIC_JOB_EVALUATION_RETURN = "kuberl_api_job_evaluation_return_mean"
+"""Gauge: latest greedy evaluation's mean return of each job that evaluates."""
 METRIC_JOB_TIMESTEPS = "kuberl_api_job_timesteps"
 """Gauge: env steps each job has sampled."""
 JOB_LABELS = ("namespace", "job", "algorithm", "phase")
@@ -61,6 +63,12 @@ class ApiMetrics:
         self.job_return = Gauge(
             METRIC_JOB_RETURN, "Latest mean episode return of each job.", JOB_LABELS, registry=r
         )
+        self.job_evaluation_return = Gauge(
+            METRIC_JOB_EVALUATION_RETURN,
+            "Latest greedy evaluation's mean return of each job that evaluates.",
+            JOB_LABELS,
+            registry=r,
+        )
         self.job_timesteps = Gauge(
             METRIC_JOB_TIMESTEPS, "Env steps each job has sampled.", JOB_LABELS, registry=r
         )
@@ -81,7 +89,7 @@ class ApiMetrics:
 
     def render(self, jobs: list[JobSummary]) -> bytes:
         """The exposition text, with job series set from `jobs`."""
-        for gauge in (self.jobs, self.job_return, self.job_timesteps):
+        for gauge in (self.jobs, self.job_return, self.job_evaluation_return, self.job_timesteps):
             gauge.clear()
         counts: dict[tuple[str, str], int] = {}
         for job in jobs:
@@ -90,6 +98,8 @@ class ApiMetrics:
             self.job_timesteps.labels(*labels).set(job.timesteps)
             if job.episode_return_mean is not None:
                 self.job_return.labels(*labels).set(job.episode_return_mean)
+            if job.evaluation_return_mean is not None:
+                self.job_evaluation_return.labels(*labels).set(job.evaluation_return_mean)
         if self.counts_jobs:
             for (namespace, phase), count in counts.items():
                 self.jobs.labels(namespace, phase).set(count)

@@ -103,7 +103,16 @@ def jobs_table(namespace: str, documents: Sequence[dict[str, Any]], plot_url: An
     """The page's table; `plot_url(name)` gives each job's plot, or None shows no plots."""
     header = "".join(
         f"<th>{column}</th>"
-        for column in ("Job", "Phase", "Algorithm", "Env", "Iteration", "Timesteps", "Return")
+        for column in (
+            "Job",
+            "Phase",
+            "Algorithm",
+            "Env",
+            "Iteration",
+            "Timesteps",
+            "Return",
+            "Evaluation",
+        )
     )
     header += "<th>Learning curve</th>" if plot_url else ""
     rows = "".join(_job_row(document, plot_url) for document in documents)
@@ -131,7 +140,7 @@ def _job_row(document: dict[str, Any], plot_url: Any) -> str:
     try:
         job = RLJob.model_validate(document)
     except ValidationError:  # written by a newer version: show what is certain
-        return f"<tr><td>{_e(name)}</td>" + '<td colspan="6">-</td></tr>'
+        return f"<tr><td>{_e(name)}</td>" + '<td colspan="7">-</td></tr>'
     phase = job.status.phase.value if job.status.phase else "-"
     why = next(
         (c.message for c in job.status.conditions if c.type == phase and c.status == "True"), ""
@@ -146,6 +155,7 @@ def _job_row(document: dict[str, Any], plot_url: Any) -> str:
     ]
     numbers = [f"{progress.iteration:,}", f"{progress.timesteps:,}"]
     numbers.append(format_return(progress.episode_return_mean))
+    numbers.append(format_return(progress.evaluation_return_mean))
     row = "".join(f"<td>{cell}</td>" for cell in cells)
     row += "".join(f'<td class="number">{_e(number)}</td>' for number in numbers)
     if plot_url:

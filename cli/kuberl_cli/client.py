@@ -20,9 +20,6 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from rich.console import Console
-from rich.table import Table
-
 DEFAULT_SERVER = "http://127.0.0.1:8080"
 SERVER_ENV, TOKEN_ENV = "KUBERL_SERVER", "KUBERL_API_TOKEN"
 EXIT_OK, EXIT_REFUSED, EXIT_NO_FILE, EXIT_UNREACHABLE = 0, 1, 2, 3
@@ -138,22 +135,44 @@ def jobs(client: Client, phase: str | None, selector: str | None) -> None:
     if not items:
         print(f"no jobs in namespace {client.namespace}")
         return
-    table = Table(box=None, pad_edge=False)
-    for column in ("NAME", "PHASE", "ALGORITHM", "ENV", "ITERATION", "TIMESTEPS", "RETURN", "AGE"):
-        table.add_column(column, no_wrap=True)
+    header = (
+        "NAME",
+        "PHASE",
+        "ALGORITHM",
+        "ENV",
+        "ITERATION",
+        "TIMESTEPS",
+        "RETURN",
+        "EVAL",
+        "AGE",
+    )
+    rows = [header]
     for job in items:
         progress = (job.get("status") or {}).get("progress") or {}
-        table.add_row(
-            job["metadata"]["name"],
-            phase_of(job),
-            job["spec"]["trainer"]["algorithm"],
-            job["spec"]["trainer"]["env"],
-            str(progress.get("iteration", 0)),
-            f"{progress.get('timesteps', 0):,}",
-            _number(progress.get("episodeReturnMean")),
-            age(job["metadata"].get("creationTimestamp")),
+        rows.append(
+            (
+                job["metadata"]["name"],
+                phase_of(job),
+                job["spec"]["trainer"]["algorithm"],
+                job["spec"]["trainer"]["env"],
+                str(progress.get("iteration", 0)),
+                f"{progress.get('timesteps', 0):,}",
+                _number(progress.get("episodeReturnMean")),
+                _number(progress.get("evaluationReturnMean")),
+                age(job["metadata"].get("creationTimestamp")),
+            )
         )
-    Console(soft_wrap=True).print(table)
+    print(aligned(rows))
+
+
+def aligned(rows: list[tuple[str, ...]]) -> str:
+    """Rows as kubectl prints them: each column as wide as its widest cell, three spaces apart,
+    nothing cut, whatever the terminal's width or a pipe (names are what grep and xargs need)."""
+    widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
+    return "\n".join(
+        "   ".join(cell.ljust(width) for cell, width in zip(row, widths, strict=True)).rstrip()
+        for row in rows
+    )
 
 
 def status(client: Client, name: str) -> None:
@@ -168,6 +187,8 @@ def status(client: Client, name: str) -> None:
         f"  timesteps          {progress.get('timesteps', 0):,}",
         f"  episode return     {_number(progress.get('episodeReturnMean'))}",
     ]
+    if progress.get("evaluationReturnMean") is not None:
+        lines.append(f"  evaluation return  {_number(progress['evaluationReturnMean'])}")
     if progress.get("samplesPerSecond") is not None:
         lines.append(f"  samples/s          {progress['samplesPerSecond']:,.0f}")
     for key, label in (("lastCheckpoint", "checkpoint"), ("lastUpdateTime", "updated")):

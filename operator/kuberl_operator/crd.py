@@ -53,6 +53,7 @@ PRINTER_COLUMNS = [
     {"name": "Env", "type": "string", "jsonPath": ".spec.trainer.env"},
     {"name": "Iteration", "type": "integer", "jsonPath": ".status.progress.iteration"},
     {"name": "Return", "type": "number", "jsonPath": ".status.progress.episodeReturnMean"},
+    {"name": "Eval", "type": "number", "jsonPath": ".status.progress.evaluationReturnMean"},
     {"name": "Timesteps", "type": "integer", "jsonPath": ".status.progress.timesteps"},
     {"name": "Restarts", "type": "integer", "jsonPath": ".status.restarts"},
     {"name": "Age", "type": "date", "jsonPath": ".metadata.creationTimestamp"},

@@ -31,9 +31,11 @@ from kuberl_trainer.final_record import FinalRecord
 from kuberl_trainer.progress_row import (
     CHECKPOINT_LABEL,
     EPISODE_RETURN_MEAN,
+    EVALUATION_RETURN_MEAN,
     ITERATION,
     METRIC_CHECKPOINT,
     METRIC_EPISODE_RETURN_MEAN,
+    METRIC_EVALUATION_RETURN_MEAN,
     METRIC_ITERATION,
     METRIC_LAST_ITERATION_TIMESTAMP,
     METRIC_RESOURCE_WAIT,
@@ -247,6 +249,7 @@ def progress_from_metrics(text: str) -> ObservedProgress | None:
         ITERATION: int(iteration),
         TIMESTEPS_TOTAL: int(values.get(METRIC_TIMESTEPS, 0)),
         EPISODE_RETURN_MEAN: _finite(values.get(METRIC_EPISODE_RETURN_MEAN)),
+        EVALUATION_RETURN_MEAN: _finite(values.get(METRIC_EVALUATION_RETURN_MEAN)),
         SAMPLES_PER_S: _finite(values.get(METRIC_SAMPLES_PER_SECOND)),
     }
     return ObservedProgress(

@@ -6,7 +6,7 @@ import time
 
 import pytest
 import yaml
-from apiserver import TOKEN, small_job
+from apiserver import TOKEN, ApiClient, small_job
 
 from testkit import free_port, run_kuberl
 
@@ -83,3 +83,40 @@ def test_errors_are_clear(kuberl, tmp_path, local_api):
     assert unreachable.returncode == 3
     assert "cannot reach the kuberl API" in unreachable.stderr
     assert "Connection refused" in unreachable.stderr
+
+
+def test_every_view_shows_the_evaluation_return_beside_the_training_return(
+    kuberl, local_api, tmp_path
+):
+    """A job that evaluates greedily: its evaluation return in the job's status, the CLI's
+    status and list, the page and the API's metrics, over real HTTP."""
+    job = small_job("evaluated", iterations=3, team="eval")
+    job["spec"]["trainer"]["evaluation"] = {"everyIterations": 1, "episodes": 3}
+    manifest = tmp_path / "job.yaml"
+    manifest.write_text(yaml.safe_dump(job))
+    assert kuberl("submit", manifest).returncode == 0
+
+    deadline = time.monotonic() + 90
+    while "Succeeded" not in (status := kuberl("status", "evaluated")).stdout:
+        assert "Failed" not in status.stdout and time.monotonic() < deadline, status.stdout
+        time.sleep(1)
+
+    client = ApiClient(local_api.url, TOKEN)
+    progress = client.request("GET", client.jobs(name="evaluated")).json()["status"]["progress"]
+    history = client.request("GET", client.jobs(name="evaluated", action="progress")).json()
+    evaluation = history["items"][-1]["evaluationReturnMean"]
+    assert evaluation is not None and progress["evaluationReturnMean"] == evaluation
+    shown = f"{evaluation:.1f}"
+    assert re.search(rf"^  evaluation return +{re.escape(shown)}$", status.stdout, re.MULTILINE)
+
+    listed = kuberl("jobs", "-l", "team=eval").stdout.splitlines()
+    assert listed[0].split()[6:8] == ["RETURN", "EVAL"]
+    assert next(line for line in listed if line.startswith("evaluated")).split()[7] == shown
+
+    page = client.request("GET", "/", params={"namespace": "default"}).text
+    assert "<th>Evaluation</th>" in page
+    metrics = client.request("GET", "/metrics").text
+    assert (
+        'kuberl_api_job_evaluation_return_mean{algorithm="PPO",job="evaluated",'
+        f'namespace="default",phase="Succeeded"}} {float(evaluation)}'
+    ) in metrics

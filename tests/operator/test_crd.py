@@ -58,6 +58,7 @@ def test_printer_columns():
         "Env",
         "Iteration",
         "Return",
+        "Eval",
         "Timesteps",
         "Restarts",
         "Age",
@@ -69,6 +70,35 @@ def test_printer_columns():
     }
     assert columns["Age"]["type"] == "date"
     assert columns["Restarts"]["jsonPath"] == ".status.restarts"
+
+
+def test_kubectl_get_shows_the_training_and_the_evaluation_return():
+    """The columns as kubectl renders them for a job: each simple JSONPath followed through the
+    object (absent fields print as blank, as kubectl prints <none>)."""
+    (version,) = rljob_crd()["spec"]["versions"]
+    job = {
+        "metadata": {"name": "dqn", "creationTimestamp": "2026-11-27T10:00:00Z"},
+        "spec": {"trainer": {"algorithm": "DQN", "env": "CartPole-v1"}},
+        "status": {
+            "phase": "Succeeded",
+            "progress": {
+                "iteration": 120,
+                "timesteps": 60_000,
+                "episodeReturnMean": 33.8,
+                "evaluationReturnMean": 500.0,
+            },
+        },
+    }
+
+    def follow(path: str) -> Any:
+        value: Any = job
+        for key in path.lstrip(".").split("."):
+            value = value.get(key) if isinstance(value, dict) else None
+        return value
+
+    shown = {c["name"]: follow(c["jsonPath"]) for c in version["additionalPrinterColumns"]}
+    assert (shown["Return"], shown["Eval"]) == (33.8, 500.0)
+    assert shown["Restarts"] is None
 
 
 def walk(node: dict[str, Any], path: str = "") -> Iterator[tuple[str, dict[str, Any]]]:

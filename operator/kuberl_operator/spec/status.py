@@ -136,7 +136,11 @@ class Progress(Spec):
     """Env steps sampled in total."""
 
     episode_return_mean: float | None = None
-    """Mean return of the recent training episodes."""
+    """Mean return of the recent training episodes (the exploring policy's)."""
+
+    evaluation_return_mean: float | None = None
+    """Mean return of the latest greedy evaluation (spec.trainer.evaluation): what the trained
+    policy scores without exploring; null before the first, or when the job does not evaluate."""
 
     last_checkpoint: str | None = None
     """Location of the newest checkpoint."""

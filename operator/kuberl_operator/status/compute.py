@@ -17,6 +17,7 @@ from kuberl_operator.status.observed import Observed, ObservedProgress
 from kuberl_operator.status.phases import PhaseEvent, applies, next_phase
 from kuberl_trainer.progress_row import (
     EPISODE_RETURN_MEAN,
+    EVALUATION_RETURN_MEAN,
     ITERATION,
     SAMPLES_PER_S,
     TIMESTEPS_TOTAL,
@@ -45,10 +46,16 @@ def merge_progress(current: Progress, observed: ObservedProgress | None) -> Prog
         if EPISODE_RETURN_MEAN in row
         else current.episode_return_mean
     )
+    evaluation_return = (
+        _finite(row[EVALUATION_RETURN_MEAN])
+        if row.get(EVALUATION_RETURN_MEAN) is not None
+        else current.evaluation_return_mean
+    )
     return Progress(
         iteration=int(row.get(ITERATION, current.iteration)),
         timesteps=int(row.get(TIMESTEPS_TOTAL, current.timesteps)),
         episode_return_mean=episode_return,
+        evaluation_return_mean=evaluation_return,
         last_checkpoint=observed.last_checkpoint or current.last_checkpoint,
         last_update_time=observed.time,
         samples_per_second=samples if samples is not None and samples >= 0 else None,
