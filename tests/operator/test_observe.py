@@ -18,7 +18,10 @@ from kuberl_operator.observe import (
     workers,
 )
 from kuberl_operator.settings import OperatorSettings
+from kuberl_operator.spec.status import Progress
 from kuberl_operator.status import HEAD_GROUP, HeadFate, UnschedulablePods
+from kuberl_operator.status.compute import merge_progress
+from kuberl_operator.status.observed import ObservedProgress
 from kuberl_operator.validation import validate_rljob
 from kuberl_trainer.final_record import FinalRecord, Outcome
 from testkit import edited, rljob
@@ -220,9 +223,22 @@ def test_the_drivers_metrics_are_read_as_the_trainer_writes_them():
         "iteration": 3,
         "timesteps_total": 12_000,
         "episode_return_mean": 31.5,
+        "evaluation_return_mean": None,  # not evaluated yet
         "samples_per_s": 1500.0,
     }
     assert progress.last_checkpoint == "s3://bucket/walker/checkpoint-00000002"
+
+    metrics.record(row | {"iteration": 4, "evaluation_return_mean": 488.5}, {}, 0)
+    evaluated = progress_from_metrics(exposition(metrics))
+    assert evaluated.row["evaluation_return_mean"] == 488.5
+    status = merge_progress(Progress(), evaluated)
+    assert (status.episode_return_mean, status.evaluation_return_mean) == (31.5, 488.5)
+    # A later row without a new evaluation keeps the last one.
+    later = ObservedProgress(
+        row={"iteration": 5, "evaluation_return_mean": None},
+        time=evaluated.time + timedelta(seconds=1),
+    )
+    assert merge_progress(status, later).evaluation_return_mean == 488.5
 
 
 def test_the_final_record_gives_the_last_progress():
