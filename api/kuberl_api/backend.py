@@ -163,7 +163,10 @@ class Backend(Protocol):
 
     async def set_suspended(self, namespace: str, name: str, suspend: bool) -> dict[str, Any]: ...
 
-    async def delete(self, namespace: str, name: str) -> dict[str, Any]: ...
+    async def delete(self, namespace: str, name: str, purge: bool = False) -> dict[str, Any]:
+        """Stop the job and remove it; the job as it was. Its trained model is kept unless
+        `purge` (where the backend keeps it: the local one's run directory; a cluster's
+        checkpoints stay on their storage whatever is asked)."""
 
     async def logs(self, namespace: str, name: str, tail_lines: int | None) -> str: ...
 

@@ -196,7 +196,14 @@ class KubernetesBackend:
         except KubeError as exc:
             raise _job_error(exc, namespace, name) from None
 
-    async def delete(self, namespace: str, name: str) -> dict[str, Any]:
+    async def delete(self, namespace: str, name: str, purge: bool = False) -> dict[str, Any]:
+        if purge:
+            raise ApiError(
+                400,
+                "BadRequest",
+                "purge: the kubernetes backend keeps no files of a job; its checkpoints stay "
+                "where spec.trainer.checkpoint.uri or spec.storage put them: delete them there",
+            )
         job = await self.get(namespace, name)
         try:
             await self.kube.request("DELETE", rljobs_path(namespace, name))

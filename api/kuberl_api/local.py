@@ -48,6 +48,7 @@ from kuberl_api.processes import TrainerFiles, TrainerProcesses, read_exit_statu
 from kuberl_api.run_files import last_log_line, log_tail, read_progress, with_progress
 from kuberl_api.selectors import decode_continue, encode_continue, matches, parse_label_selector
 from kuberl_api.store import DuplicateJob, JobRow, JobStore
+from kuberl_operator.constants import KEPT_FILES_ANNOTATION
 from kuberl_operator.spec import Phase, Reason, RLJob, RLJobStatus
 from kuberl_operator.status.lifecycle import Entered
 from kuberl_trainer.final_record import read_final_record
@@ -169,15 +170,27 @@ class LocalBackend:
         self._wake.set()
         return document
 
-    async def delete(self, namespace: str, name: str) -> dict[str, Any]:
+    async def delete(self, namespace: str, name: str, purge: bool = False) -> dict[str, Any]:
+        """Stop the trainer and remove the job. Its run directory (checkpoints, progress, the
+        exported policy) moves to kept/ unless `purge`: a job of the same name made later
+        starts afresh, and the trained model is not lost with the job, as a PVC outlives the
+        RLJob that used it."""
         row = self._row(namespace, name)
         if row.pid is not None:
             await asyncio.to_thread(self.processes.kill, row.pid, row.pid_started)
         self.store.delete(namespace, name)
         self._progress_seen.pop((namespace, name), None)
-        await asyncio.to_thread(shutil.rmtree, self._job_dir(namespace, name), True)
+        job_dir, document = self._job_dir(namespace, name), row.document
+        if purge or not job_dir.exists():
+            await asyncio.to_thread(shutil.rmtree, job_dir, True)
+        else:
+            kept = self.data_dir / "kept" / namespace / f"{name}-{now():%Y%m%d-%H%M%S-%f}"
+            await asyncio.to_thread(_move, job_dir, kept)
+            metadata = document["metadata"]
+            annotations = {**(metadata.get("annotations") or {}), KEPT_FILES_ANNOTATION: str(kept)}
+            document = {**document, "metadata": {**metadata, "annotations": annotations}}
         self._wake.set()
-        return row.document
+        return document
 
     async def logs(self, namespace: str, name: str, tail_lines: int | None) -> str:
         self._row(namespace, name)
@@ -297,3 +310,8 @@ def page(documents: Iterator[dict[str, Any]], limit: int | None) -> JobPage:
             return JobPage(items, encode_continue(items[-1]["metadata"]["name"]))
         items.append(document)
     return JobPage(items)
+
+
+def _move(source: Path, target: Path) -> None:
+    target.parent.mkdir(parents=True, exist_ok=True)
+    shutil.move(source, target)

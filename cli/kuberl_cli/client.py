@@ -20,6 +20,8 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+from kuberl_operator.constants import KEPT_FILES_ANNOTATION
+
 DEFAULT_SERVER = "http://127.0.0.1:8080"
 SERVER_ENV, TOKEN_ENV = "KUBERL_SERVER", "KUBERL_API_TOKEN"
 EXIT_OK, EXIT_REFUSED, EXIT_NO_FILE, EXIT_UNREACHABLE = 0, 1, 2, 3
@@ -214,9 +216,14 @@ def set_suspended(client: Client, name: str, suspend: bool) -> None:
     print(f"{name} {verb} ({phase_of(job)})")
 
 
-def delete(client: Client, name: str) -> None:
-    client.json("DELETE", client.jobs_path(name))
-    print(f"{name} deleted")
+def delete(client: Client, name: str, purge: bool = False) -> None:
+    params = {"purge": "true"} if purge else None
+    job = client.json("DELETE", client.jobs_path(name), params=params)
+    kept = (job.get("metadata", {}).get("annotations") or {}).get(KEPT_FILES_ANNOTATION)
+    if kept:
+        print(f"{name} deleted; its run directory (checkpoints, progress) is kept in {kept}")
+    else:
+        print(f"{name} deleted")
 
 
 # --- formatting ---------------------------------------------------------------------------------

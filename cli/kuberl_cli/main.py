@@ -307,12 +307,23 @@ def resume(
 
 @app.command()
 def delete(
-    name: JobName, server: Server = None, token: Token = None, namespace: Namespace = "default"
+    name: JobName,
+    purge: Annotated[
+        bool,
+        typer.Option(
+            "--purge",
+            help="Also remove its run directory (local backend): checkpoints, progress and "
+            "exported policy. Without it they are kept, and the path is printed.",
+        ),
+    ] = False,
+    server: Server = None,
+    token: Token = None,
+    namespace: Namespace = "default",
 ) -> None:
-    """Delete a job, stopping its trainer."""
+    """Delete a job, stopping its trainer; its trained model is kept unless --purge."""
     from kuberl_cli import client
 
-    raise typer.Exit(client.run(client.delete, _client(server, token, namespace), name))
+    raise typer.Exit(client.run(client.delete, _client(server, token, namespace), name, purge))
 
 
 if __name__ == "__main__":

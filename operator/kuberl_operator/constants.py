@@ -30,6 +30,9 @@ MAX_JOB_NAME_LENGTH = 63
 # detach a child from its job (or the operator's selectors from their objects).
 MANAGED_BY_LABEL = "app.kubernetes.io/managed-by"
 MANAGED_BY = "kuberl"
+KEPT_FILES_ANNOTATION = "kuberl.io/kept-run-directory"
+"""On the job the local API's delete answers: where its run directory (checkpoints, progress,
+exported policy) was kept, for a job deleted without purge."""
 JOB_LABEL = "kuberl.io/job"
 # Which attempt (1, 2, ...) of the job the Ray cluster and its pods belong to.
 ATTEMPT_LABEL = "kuberl.io/attempt"

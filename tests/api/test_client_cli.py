@@ -57,7 +57,9 @@ def test_submit_follow_and_delete(kuberl, tmp_path):
     assert kuberl("suspend", "from-cli").returncode == 0
     resumed = kuberl("resume", "from-cli")
     assert resumed.returncode == 0 and "from-cli resumed (Succeeded)" in resumed.stdout
-    assert kuberl("delete", "from-cli").returncode == 0
+    deleted = kuberl("delete", "from-cli")
+    assert deleted.returncode == 0
+    assert deleted.stdout.startswith("from-cli deleted; its run directory (checkpoints, progress)")
     gone = kuberl("status", "from-cli")
     assert gone.returncode == 1
     assert 'HTTP 404: job "from-cli" not found in namespace "default"' in gone.stderr

@@ -124,6 +124,8 @@ def test_authentication_and_authorization_follow_kubernetes(api, cluster):
     assert ("alice", "patch", "team-a", "shared") in verbs
     assert ("bob", "delete", "team-a", "shared") in verbs
 
+    purge = alice.request("DELETE", alice.jobs("team-a", "shared"), params={"purge": "true"})
+    assert purge.status_code == 400 and "keeps no files of a job" in purge.json()["message"]
     assert alice.request("DELETE", alice.jobs("team-a", "shared")).status_code == 200
     assert cluster.list(cluster.rljobs("team-a")) == []
     assert alice.request("GET", alice.jobs("team-a", "shared")).status_code == 404

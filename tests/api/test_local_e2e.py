@@ -4,11 +4,13 @@ import itertools
 import json
 import os
 import time
+from pathlib import Path
 
 import psutil
 import pytest
 from apiserver import TOKEN, small_job
 
+from kuberl_operator.constants import KEPT_FILES_ANNOTATION
 from kuberl_operator.spec import RLJob
 from testkit import wait_until
 
@@ -120,12 +122,32 @@ def test_delete_stops_the_trainer_and_removes_the_job(client, local_api):
     assert len(pids) == 1
     group = [pids[0], *(c.pid for c in psutil.Process(pids[0]).children(recursive=True))]
 
-    response = client.request("DELETE", client.jobs(name=name))
+    response = client.request("DELETE", client.jobs(name=name), params={"purge": "true"})
     assert response.status_code == 200 and response.json()["metadata"]["name"] == name
+    assert KEPT_FILES_ANNOTATION not in (response.json()["metadata"].get("annotations") or {})
     assert client.request("GET", client.jobs(name=name)).status_code == 404
     wait_until(lambda: not any(psutil.pid_exists(pid) for pid in group), 10, "the trainer to end")
     assert not (local_api.data_dir / "jobs" / "default" / name).exists()
     assert client.request("DELETE", client.jobs(name=name)).status_code == 404
+
+
+def test_delete_keeps_the_trained_model_and_a_new_job_of_the_name_starts_afresh(client, local_api):
+    name = "kept"
+    assert client.submit(small_job(name, iterations=2)).status_code == 201
+    client.wait_phase(name, "Succeeded", "Failed")
+
+    response = client.request("DELETE", client.jobs(name=name))
+
+    assert response.status_code == 200
+    kept = Path(response.json()["metadata"]["annotations"][KEPT_FILES_ANNOTATION])
+    assert kept.parent == local_api.data_dir / "kept" / "default"
+    assert sorted(p.name for p in (kept / "run" / "checkpoints").iterdir())  # the model is there
+    assert not (local_api.data_dir / "jobs" / "default" / name).exists()
+    # The same name again trains from scratch: nothing of the deleted job is resumed.
+    assert client.submit(small_job(name, iterations=1)).status_code == 201
+    client.wait_phase(name, "Succeeded", "Failed")
+    log = client.request("GET", client.jobs(name=name, action="logs")).text
+    assert "Resuming from" not in log
 
 
 def test_deleting_a_job_with_remote_workers_leaves_no_ray_behind(client, local_api):

@@ -122,11 +122,22 @@ async def resume_job(
 
 
 async def delete_job(
-    namespace: Namespace, name: JobName, caller: CurrentCaller, backend: BackendDep
+    namespace: Namespace,
+    name: JobName,
+    caller: CurrentCaller,
+    backend: BackendDep,
+    purge: Annotated[
+        bool,
+        Query(
+            description="Also remove the job's files where the backend keeps them (the local "
+            "backend's run directory: checkpoints, progress, the exported policy). Without it "
+            "they are kept, and the answer's annotation kuberl.io/kept-run-directory says where."
+        ),
+    ] = False,
 ):
     """Stop the job's trainer and remove the job; answers the job as it was."""
     await caller.authorize("delete", namespace, name)
-    return JSONResponse(await backend.delete(namespace, name))
+    return JSONResponse(await backend.delete(namespace, name, purge))
 
 
 async def job_logs(
