@@ -51,7 +51,14 @@ def trainer_config(**fields):
     from kuberl_trainer.config import TrainerConfig
 
     document = {"env": "CartPole-v1", "stop": {"timesteps": 100_000}, "seed": 0, **fields}
+    document["checkpoint"] = without_export(document.get("checkpoint"))
     return TypeAdapter(TrainerConfig).validate_python(document)
+
+
+def without_export(checkpoint: dict | None) -> dict:
+    """`spec.trainer.checkpoint` that exports no policy at the end unless it says so: the export
+    (a few seconds) is tested where it is meant, not paid by every small job of the suite."""
+    return {"exportPolicy": False, **(checkpoint or {})}
 
 
 def free_port() -> int:
@@ -104,12 +111,11 @@ def rljob(
         metadata["namespace"] = namespace
     if labels:
         metadata["labels"] = labels
-    return {
-        "apiVersion": "kuberl.io/v1alpha1",
-        "kind": "RLJob",
-        "metadata": metadata,
-        "spec": defaults | spec,
-    }
+    spec = defaults | spec
+    if not minimal and isinstance(spec.get("trainer"), dict):
+        trainer = spec["trainer"]
+        spec["trainer"] = trainer | {"checkpoint": without_export(trainer.get("checkpoint"))}
+    return {"apiVersion": "kuberl.io/v1alpha1", "kind": "RLJob", "metadata": metadata, "spec": spec}
 
 
 def as_strict_json_schema(node: dict) -> dict:

@@ -34,6 +34,15 @@ class ApiError(Exception):
         self.causes = causes or []
 
 
+def no_policy(namespace: str, name: str) -> ApiError:
+    return ApiError(
+        404,
+        "NotFound",
+        f'job "{name}" in namespace "{namespace}" has no exported policy: one is exported when '
+        "a stop condition ends the job (spec.trainer.checkpoint.exportPolicy, on by default)",
+    )
+
+
 def not_found(namespace: str, name: str) -> ApiError:
     return ApiError(404, "NotFound", f'job "{name}" not found in namespace "{namespace}"')
 
@@ -169,5 +178,10 @@ class Backend(Protocol):
         checkpoints stay on their storage whatever is asked)."""
 
     async def logs(self, namespace: str, name: str, tail_lines: int | None) -> str: ...
+
+    async def policy(self, namespace: str, name: str) -> bytes:
+        """The greedy policy the job exported when it ended (ONNX): 404 before there is one,
+        501 where the backend cannot reach the job's storage."""
+        ...
 
     async def summaries(self) -> list[JobSummary]: ...

@@ -21,6 +21,7 @@ from kuberl_api.backend import (
     ListQuery,
     ProgressRow,
     already_exists,
+    no_policy,
     not_found,
 )
 from kuberl_api.selectors import matches, parse_label_selector
@@ -210,6 +211,18 @@ class KubernetesBackend:
         except KubeError as exc:
             raise _job_error(exc, namespace, name) from None
         return job
+
+    async def policy(self, namespace: str, name: str) -> bytes:
+        job = await self.get(namespace, name)
+        progress = Progress.model_validate((job.get("status") or {}).get("progress") or {})
+        if progress.exported_policy is None:
+            raise no_policy(namespace, name)
+        raise ApiError(
+            501,
+            "NotImplemented",
+            "the kubernetes backend does not reach the jobs' storage: the exported policy is "
+            f"at {progress.exported_policy} (status.progress.exportedPolicy)",
+        )
 
     async def logs(self, namespace: str, name: str, tail_lines: int | None) -> str:
         await self.get(namespace, name)

@@ -26,11 +26,13 @@ from typing import Any
 import yaml
 
 from kuberl_api.backend import (
+    ApiError,
     JobPage,
     JobSummary,
     ListQuery,
     ProgressRow,
     already_exists,
+    no_policy,
     not_found,
 )
 from kuberl_api.local_lifecycle import (
@@ -49,10 +51,10 @@ from kuberl_api.run_files import last_log_line, log_tail, read_progress, with_pr
 from kuberl_api.selectors import decode_continue, encode_continue, matches, parse_label_selector
 from kuberl_api.store import DuplicateJob, JobRow, JobStore
 from kuberl_operator.constants import KEPT_FILES_ANNOTATION
-from kuberl_operator.spec import Phase, Reason, RLJob, RLJobStatus
+from kuberl_operator.spec import Phase, Progress, Reason, RLJob, RLJobStatus
 from kuberl_operator.status.lifecycle import Entered
 from kuberl_trainer.final_record import read_final_record
-from kuberl_trainer.progress_row import PROGRESS_FILE
+from kuberl_trainer.progress_row import POLICY_FILE, PROGRESS_FILE
 
 log = logging.getLogger(__name__)
 
@@ -191,6 +193,28 @@ class LocalBackend:
             document = {**document, "metadata": {**metadata, "annotations": annotations}}
         self._wake.set()
         return document
+
+    async def policy(self, namespace: str, name: str) -> bytes:
+        """The policy file the job's final record names, when it lies in the job's own run
+        directory: a record is the trainer's output, which the job's code can write to, so a
+        path elsewhere is never read (the job's checkpoint.uri elsewhere keeps it there)."""
+        document = self._row(namespace, name).document
+        progress = Progress.model_validate(document["status"].get("progress") or {})
+        if progress.exported_policy is None:
+            raise no_policy(namespace, name)
+        job_dir = self._job_dir(namespace, name).resolve()
+        path = Path(progress.exported_policy).resolve()
+        if not path.is_relative_to(job_dir) or path.name != POLICY_FILE:
+            raise ApiError(
+                501,
+                "NotImplemented",
+                f"the exported policy is at {progress.exported_policy}, outside the job's run "
+                "directory, where this API serves nothing from: read it there",
+            )
+        try:
+            return await asyncio.to_thread(path.read_bytes)
+        except FileNotFoundError:
+            raise no_policy(namespace, name) from None
 
     async def logs(self, namespace: str, name: str, tail_lines: int | None) -> str:
         self._row(namespace, name)

@@ -44,6 +44,7 @@ def with_progress(
         episode_return_mean=row.episode_return_mean,
         evaluation_return_mean=row.evaluation_return_mean,  # every row carries the latest
         last_checkpoint=(final.checkpoint if final else None) or row.checkpoint or known,
+        exported_policy=final.policy if final else None,
         # Kubernetes' timestamps are whole seconds.
         last_update_time=datetime.fromtimestamp(path.stat().st_mtime, UTC).replace(microsecond=0),
         samples_per_second=None

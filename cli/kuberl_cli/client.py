@@ -193,7 +193,11 @@ def status(client: Client, name: str) -> None:
         lines.append(f"  evaluation return  {_number(progress['evaluationReturnMean'])}")
     if progress.get("samplesPerSecond") is not None:
         lines.append(f"  samples/s          {progress['samplesPerSecond']:,.0f}")
-    for key, label in (("lastCheckpoint", "checkpoint"), ("lastUpdateTime", "updated")):
+    for key, label in (
+        ("lastCheckpoint", "checkpoint"),
+        ("exportedPolicy", "policy"),
+        ("lastUpdateTime", "updated"),
+    ):
         if progress.get(key):
             lines.append(f"  {label:<18} {progress[key]}")
     for key, label in (("startTime", "started"), ("completionTime", "finished")):

@@ -80,6 +80,7 @@ def train_command(
     lines += [
         f"  training time      {result.time_total_s:.1f} s",
         f"  checkpoint         {result.checkpoint}",
+        *([f"  policy             {result.policy}"] if result.policy else []),
         f"  progress           {run_dir / PROGRESS_FILE}",
     ]
     if result.interrupted:
@@ -101,6 +102,7 @@ def train_command(
         evaluation_return_mean=result.evaluation_return_mean,
         time_total_s=result.time_total_s,
         checkpoint=None if result.checkpoint is None else str(result.checkpoint),
+        policy=result.policy,
     )
     print(record.line(), flush=True)
     return exit_code

@@ -277,4 +277,5 @@ def progress_from_final_record(record: FinalRecord | None) -> ObservedProgress |
         row=record.row(),
         time=datetime.fromtimestamp(record.time, UTC),
         last_checkpoint=record.checkpoint,
+        exported_policy=record.policy,
     )

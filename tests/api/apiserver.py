@@ -17,7 +17,7 @@ import psutil
 import requests
 import yaml
 
-from testkit import ROOT, free_port, rljob, wait_until
+from testkit import ROOT, free_port, rljob, wait_until, without_export
 
 EXAMPLE = ROOT / "deploy" / "examples" / "cartpole-ppo.yaml"
 TOKEN = "test-token-0123456789"
@@ -34,7 +34,7 @@ def small_job(
     trainer["hyperparameters"] |= {"num_epochs": 4, "minibatch_size": 128}
     if iterations:
         del trainer["hyperparameters"]["schedule"]  # a linear schedule needs stop.timesteps
-    trainer["checkpoint"] = {"everyIterations": 5, "keep": 2}
+    trainer["checkpoint"] = without_export({"everyIterations": 5, "keep": 2})  # rljob's is replaced
     job["spec"]["rolloutWorkers"] = {"replicas": 0, "envsPerWorker": 4}
     return job
 

@@ -6,6 +6,8 @@ import os
 import time
 from pathlib import Path
 
+import numpy as np
+import onnxruntime
 import psutil
 import pytest
 from apiserver import TOKEN, small_job
@@ -243,3 +245,27 @@ def test_health_readiness_and_openapi(queue_client, queue_api):
     )
     assert queue_client.request("GET", "/docs").status_code == 200
     assert os.path.isdir(queue_api.data_dir)
+
+
+def test_a_finished_job_serves_its_exported_policy(client, local_api):
+    exported, plain = "exports", "exports-not"
+    job = small_job(exported, iterations=2)
+    job["spec"]["trainer"]["checkpoint"]["exportPolicy"] = True
+    assert client.submit(job).status_code == 201
+    assert client.submit(small_job(plain, iterations=1)).status_code == 201
+    client.wait_phase(exported, "Succeeded", "Failed")
+    client.wait_phase(plain, "Succeeded", "Failed")
+
+    progress = client.job(exported)["status"]["progress"]
+    assert progress["exportedPolicy"].endswith("/run/checkpoints/policy.onnx")
+    response = client.request("GET", client.jobs(name=exported, action="policy"))
+    assert response.status_code == 200, response.text
+    assert response.headers["content-type"] == "application/octet-stream"
+    assert response.headers["content-disposition"] == f'attachment; filename="{exported}.onnx"'
+    session = onnxruntime.InferenceSession(response.content)
+    actions = session.run(["actions"], {"obs": np.zeros((3, 4), dtype=np.float32)})[0]
+    assert actions.shape == (3,) and set(actions) <= {0, 1}
+
+    missing = client.request("GET", client.jobs(name=plain, action="policy"))
+    assert missing.status_code == 404
+    assert "has no exported policy" in missing.json()["message"]

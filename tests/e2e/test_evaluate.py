@@ -9,6 +9,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from kuberl_trainer.final_record import read_final_record
 from kuberl_trainer.inference import LoadError, load
 from testkit import fast_cartpole_job, run_kuberl
 
@@ -28,6 +29,9 @@ def solved_run(tmp_path_factory) -> Path:
     run_dir = directory / "run"
     result = run_kuberl("train", solved_manifest(directory), "--run-dir", run_dir, timeout=300)
     assert result.returncode == 0, result.stdout[-2000:] + result.stderr[-2000:]
+    policy = str(run_dir.absolute() / "checkpoints" / "policy.onnx")
+    assert f"  policy             {policy}" in result.stdout
+    assert read_final_record(result.stdout).policy == policy
     return run_dir
 
 
@@ -59,6 +63,9 @@ def test_evaluate_an_exported_file_as_the_run_it_came_from(solved_run, tmp_path)
 
     from_run = evaluate(solved_run, "--episodes", "10", "--seed", "7")
     assert evaluate(exported, "--episodes", "10", "--seed", "7") == from_run
+    # The run exported the same policy itself when its stop condition was met.
+    exported_at_end = solved_run / "checkpoints" / "policy.onnx"
+    assert evaluate(exported_at_end, "--episodes", "10", "--seed", "7") == from_run
     stochastic = run_kuberl("evaluate", exported, "--stochastic")
     assert stochastic.returncode == 1
     assert "an exported policy is greedy only" in stochastic.stderr

@@ -13,6 +13,7 @@ from kuberl_api.backend import JobSummary
 from kuberl_api.kubernetes_backend import KubernetesBackend
 from kuberl_api.local import LocalBackend
 from kuberl_api.metrics import (
+    METRIC_JOB_EVALUATION_RETURN,
     METRIC_JOB_RETURN,
     METRIC_JOB_TIMESTEPS,
     METRIC_REQUEST_DURATION,
@@ -46,6 +47,7 @@ def test_every_series_of_the_api_is_a_named_constant():
         METRIC_REQUESTS,
         *histogram,
         METRIC_JOB_RETURN,
+        METRIC_JOB_EVALUATION_RETURN,
         METRIC_JOB_TIMESTEPS,
         METRIC_JOBS,
     }

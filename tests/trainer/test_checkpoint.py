@@ -294,3 +294,20 @@ def test_the_credentials_secret_must_be_a_kubernetes_name():
     assert CheckpointConfig.model_validate({"credentialsSecret": "s3-creds"}).credentials_secret
     with pytest.raises(ValidationError, match="credentialsSecret"):
         CheckpointConfig.model_validate({"credentialsSecret": "S3_Creds"})
+
+
+def test_a_file_beside_the_checkpoints_is_no_checkpoint_and_outlives_pruning(location, tmp_path):
+    """The exported policy lies beside the checkpoints: never listed, resumed or pruned."""
+    store = CheckpointStore(location, keep=1)
+    save(store, 1)
+    policy = tmp_path / "exported.onnx"
+    policy.write_bytes(b"first")
+    assert store.put_file(policy, "policy.onnx") == f"{location}/policy.onnx"
+    policy.write_bytes(b"second")
+    store.put_file(policy, "policy.onnx")  # replaced whole
+    save(store, 2)
+
+    assert store.latest(META).uri == f"{location}/checkpoint-00000002"
+    assert store.fs.cat_file(f"{store.root}/policy.onnx") == b"second"
+    with pytest.raises(ValueError, match="is a checkpoint's name"):
+        store.put_file(policy, "checkpoint-00000003")

@@ -147,6 +147,21 @@ class CheckpointStore:
             log.warning("could not prune old checkpoints in %s: %s", self.location, describe(exc))
         return self.uri(name)
 
+    def put_file(self, local: Path, name: str) -> str:
+        """Copy the file `local` to `name` at this location (replacing one of that name whole:
+        a local copy is renamed into place); returns its URI. Never a checkpoint's name."""
+        if sort_key(name) is not None:
+            raise ValueError(f"{name} is a checkpoint's name")
+        if self.local:
+            directory = Path(self.root)
+            directory.mkdir(parents=True, exist_ok=True)
+            tmp = directory / f".tmp-{name}-{os.getpid()}"
+            shutil.copyfile(local, tmp)
+            os.replace(tmp, directory / name)
+        else:
+            self.fs.put_file(str(local), f"{self.root}/{name}")
+        return self.uri(name)
+
     def _save_local(self, name: str, state: dict[str, Any], meta: dict[str, Any]) -> None:
         directory = Path(self.root)
         directory.mkdir(parents=True, exist_ok=True)

@@ -10,9 +10,10 @@ import math
 import os
 import random
 import signal
+import tempfile
 import threading
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -33,6 +34,7 @@ from kuberl_trainer.progress_row import (
     EPISODE_RETURN_MEAN,
     EVALUATION_RETURN_MEAN,
     ITERATION,
+    POLICY_FILE,
     PROGRESS_FILE,
     TIME_TOTAL_S,
     TIMESTEPS_TOTAL,
@@ -65,6 +67,7 @@ class TrainResult:
     checkpoint: str | None  # the newest complete checkpoint: an absolute path or a URI
     resumed_from: str | None
     run_dir: Path
+    policy: str | None = None  # the greedy policy exported when a stop condition ended the job
 
 
 def trainer_class(config: JobTrainerConfig) -> type:
@@ -157,10 +160,35 @@ class Driver:
                     checkpoint, saved = self._checkpoint(saved)
                 self._report_preemption(saved)
                 stopped_by = signal.Signals(self._signal).name
-            return self._result(stopped_by, interrupted, checkpoint, resumed_from)
+            result = self._result(stopped_by, interrupted, checkpoint, resumed_from)
+            if not interrupted and checkpoint is not None and self.config.checkpoint.export_policy:
+                result = replace(result, policy=self._export_policy(checkpoint))
+            return result
         finally:
             self._close(progress, built)
             self._restore_signal_handlers(previous_handlers)
+
+    def _export_policy(self, checkpoint: str) -> str | None:
+        """The final checkpoint's greedy policy as policy.onnx beside it (see
+        CheckpointConfig.export_policy); None, with a warning, when it cannot be exported."""
+        if self.config.algorithm == PBT:
+            return None  # a population: `kuberl export` of the best trial's run instead
+        from kuberl_trainer.export import export
+        from kuberl_trainer.inference import TrainedPolicy
+
+        try:
+            policy = TrainedPolicy(self.store.read(checkpoint.rsplit("/", 1)[-1]))
+            try:
+                with tempfile.TemporaryDirectory(prefix="kuberl-policy-") as scratch:
+                    written = export(policy, Path(scratch) / POLICY_FILE)
+                    uri = self.store.put_file(written, POLICY_FILE)
+            finally:
+                policy.close()
+        except Exception as exc:  # the job's outcome stands: its checkpoint holds the model
+            log.warning("could not export the final policy of %s: %s", checkpoint, exc)
+            return None
+        self.report.message(f"Exported the greedy policy to {uri} (ONNX)")
+        return uri
 
     def _prepare(self) -> Checkpoint | None:
         """Serve the metrics, find the checkpoint to resume from, and when the trainer needs Ray

@@ -66,6 +66,9 @@ class FinalRecord:
     time_total_s: float | None = None
     checkpoint: str | None = None
     """Full location (path or URI) of the newest complete checkpoint; None when there is none."""
+    policy: str | None = None
+    """Full location of the greedy policy exported when a stop condition ended the job (ONNX,
+    beside the checkpoints); None otherwise."""
 
     def line(self) -> str:
         """The record as printed: the prefix and one line of strict JSON (NaN becomes null)."""
@@ -120,4 +123,5 @@ def _record(values: dict[str, Any]) -> FinalRecord:
         evaluation_return_mean=number("evaluation_return_mean", float),
         time_total_s=number("time_total_s", float),
         checkpoint=values.get("checkpoint") or None,
+        policy=values.get("policy") or None,
     )

@@ -20,6 +20,8 @@ from typing import Any
 
 PROGRESS_FILE = "progress.jsonl"
 """The run directory's file of progress rows, one JSON object per iteration."""
+POLICY_FILE = "policy.onnx"
+"""The greedy policy a job exports beside its checkpoints when a stop condition ends it."""
 
 ITERATION = "iteration"
 TIMESTEPS_TOTAL = "timesteps_total"

@@ -180,6 +180,19 @@ async def job_plot(
     return Response(image, media_type=MEDIA_TYPES[format], headers={"Cache-Control": "no-cache"})
 
 
+async def job_policy(
+    namespace: Namespace, name: JobName, caller: CurrentCaller, backend: BackendDep
+):
+    """The greedy policy the job exported when a stop condition ended it: an ONNX graph,
+    observation in, action out (see `kuberl export`), for onnxruntime or `kuberl evaluate`."""
+    await caller.authorize("get", namespace, name)
+    return Response(
+        await backend.policy(namespace, name),
+        media_type="application/octet-stream",
+        headers={"Content-Disposition": f'attachment; filename="{name}.onnx"'},
+    )
+
+
 _BODY_SCHEMA = {"$ref": "#/components/schemas/RLJob"}
 _SUBMISSION = {
     "requestBody": {
@@ -192,6 +205,13 @@ _SUBMISSION = {
     }
 }
 _LOGS = {**_errors(404, 501), 200: {"content": {"text/plain": {"schema": {"type": "string"}}}}}
+_POLICY = {
+    **_errors(404, 501),
+    200: {
+        "description": "The exported policy (ONNX).",
+        "content": {"application/octet-stream": {"schema": {"type": "string", "format": "binary"}}},
+    },
+}
 _PLOT = {
     **_errors(404, 501),
     200: {
@@ -245,6 +265,13 @@ def router(history_source: str) -> APIRouter:
             dependencies=NoBody,
         )
     jobs.add_api_route("/{name}/logs", job_logs, methods=["GET"], responses=_LOGS)
+    jobs.add_api_route(
+        "/{name}/policy",
+        job_policy,
+        methods=["GET"],
+        response_class=Response,
+        responses=_POLICY,
+    )
     jobs.add_api_route(
         "/{name}/plot",
         job_plot,

@@ -145,6 +145,11 @@ class Progress(Spec):
     last_checkpoint: str | None = None
     """Location of the newest checkpoint."""
 
+    exported_policy: str | None = None
+    """Location of the greedy policy the driver exported when a stop condition ended the job
+    (policy.onnx beside the checkpoints, as `kuberl export` writes it); null before, or with
+    spec.trainer.checkpoint.exportPolicy false."""
+
     last_update_time: datetime | None = None
     """When the driver last reported progress."""
 

@@ -57,6 +57,7 @@ def merge_progress(current: Progress, observed: ObservedProgress | None) -> Prog
         episode_return_mean=episode_return,
         evaluation_return_mean=evaluation_return,
         last_checkpoint=observed.last_checkpoint or current.last_checkpoint,
+        exported_policy=observed.exported_policy or current.exported_policy,
         last_update_time=observed.time,
         samples_per_second=samples if samples is not None and samples >= 0 else None,
     )

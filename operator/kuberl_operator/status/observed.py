@@ -116,6 +116,7 @@ class ObservedProgress:
     episode_return_mean, samples_per_s."""
     time: datetime
     last_checkpoint: str | None = None
+    exported_policy: str | None = None
 
 
 @dataclass(frozen=True)

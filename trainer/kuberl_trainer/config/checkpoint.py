@@ -35,6 +35,12 @@ class CheckpointConfig(Spec):
     """Also save the replay buffer (DQN, APEX, SAC): exact resumption, at the cost of checkpoints
     as large as the buffer. Without it, a resumed run refills learning_starts transitions first."""
 
+    export_policy: bool = True
+    """When a stop condition ends the job, export its greedy policy as policy.onnx beside the
+    checkpoints (as `kuberl export` writes it: observation in, action out, runs without kuberl),
+    and name it in the final record and status.progress.exportedPolicy. An export that fails is
+    logged and leaves the job's outcome as it is: the checkpoint holds the model either way."""
+
     grace_period_seconds: int = Field(20, ge=1)
     """Seconds the driver has from SIGTERM to checkpoint and exit. The iteration in progress
     does not hold the checkpoint up, however long it is: it is dropped at its next wait for
