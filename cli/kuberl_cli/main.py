@@ -118,12 +118,30 @@ def evaluate(
     output: Annotated[
         OutputFormat, typer.Option("--output", "-o", help="text, or json: one object.")
     ] = OutputFormat.text,
+    video: Annotated[
+        str | None,
+        typer.Option(
+            metavar="FILE.mp4|FILE.gif",
+            help="Record the episodes to this video, the env rendering rgb_array frames.",
+            show_default=False,
+        ),
+    ] = None,
+    video_episodes: Annotated[
+        int | None,
+        typer.Option(
+            help="Episodes --video records, the first ones (default: all of them, at most 10).",
+            min=1,
+            show_default=False,
+        ),
+    ] = None,
 ) -> None:
     """Play a trained policy on seeded episodes of its env: mean ± std of the returns, and each
-    episode's return and length."""
+    episode's return and length; with --video, a recording of them."""
     from kuberl_cli.evaluate import evaluate_command
 
-    raise typer.Exit(evaluate_command(path, episodes, seed, stochastic, output.value))
+    raise typer.Exit(
+        evaluate_command(path, episodes, seed, stochastic, output.value, video, video_episodes)
+    )
 
 
 @app.command()

@@ -50,6 +50,7 @@ from kuberl_trainer.policy.dqn import DQNPolicy
 from kuberl_trainer.policy.es import ESPolicy, ObservationStats
 from kuberl_trainer.policy.sac import SACPolicy
 from kuberl_trainer.rollout_worker import run_episodes
+from kuberl_trainer.video import Recording
 
 OPSET = 18
 FORMATS = {".onnx": f"ONNX opset {OPSET}", ".pt": "TorchScript"}
@@ -463,20 +464,37 @@ class ExportedPolicy(Provenance):
     def _act(self, batch: np.ndarray) -> np.ndarray:
         return self._run(np.ascontiguousarray(batch, dtype=self.obs_dtype))
 
-    def evaluate(self, episodes: int = 10, seed: int = 0, deterministic: bool = True) -> Evaluation:
+    def evaluate(
+        self,
+        episodes: int = 10,
+        seed: int = 0,
+        deterministic: bool = True,
+        video: str | Path | None = None,
+        video_episodes: int | None = None,
+    ) -> Evaluation:
         """`episodes` greedy episodes on envs of the job's env, env k seeded with `seed + k`, as
-        `TrainedPolicy.evaluate` plays them."""
+        `TrainedPolicy.evaluate` plays them, recorded to `video` as it records them."""
         if not deterministic:
             raise ValueError(GREEDY_ONLY)
         if episodes < 1:
             raise ValueError(f"episodes must be at least 1, got {episodes}")
         config = self.config
-        envs = make_vector_env(config.env, config.env_config, episodes, config.wrappers)
-        try:
-            returns, lengths = run_episodes(envs, episodes, lambda obs, _: self._act(obs), seed)
-        finally:
-            envs.close()
-        return Evaluation(returns, lengths, seed, deterministic=True)
+
+        def act(obs: np.ndarray, _: np.ndarray) -> np.ndarray:
+            return self._act(obs)
+
+        if video is None:
+            envs = make_vector_env(config.env, config.env_config, episodes, config.wrappers)
+            try:
+                returns, lengths = run_episodes(envs, episodes, act, seed)
+            finally:
+                envs.close()
+            return Evaluation(returns, lengths, seed, deterministic=True)
+        with Recording(video, config, episodes, video_episodes, self.obs_shape) as recording:
+            returns, lengths = run_episodes(
+                recording.envs, episodes, act, seed, observe=recording.record
+            )
+            return Evaluation(returns, lengths, seed, deterministic=True, video=recording.save())
 
 
 def _load_onnx(path: Path) -> tuple[dict[str, str], Runner]:

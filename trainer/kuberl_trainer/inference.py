@@ -6,6 +6,7 @@ Stable-Baselines3's models do), or `evaluate` it on seeded episodes of its env.
     policy = load("runs/cartpole-ppo")            # its newest checkpoint
     action, _ = policy.predict(obs, deterministic=True)
     print(policy.evaluate(episodes=10, seed=0).summary())
+    policy.evaluate(episodes=3, video="cartpole.mp4")  # the episodes recorded too (video.py)
 
 What `load` takes:
 - a run directory (`kuberl train`'s `--run-dir`): the newest intact checkpoint in its
@@ -35,6 +36,7 @@ from kuberl_trainer.config import PBT, TrainerConfig
 from kuberl_trainer.envs import encode_obs
 from kuberl_trainer.errors import InvalidJobError
 from kuberl_trainer.rollout_worker import RolloutWorker
+from kuberl_trainer.video import Recording, Video
 
 _TRAINER_CONFIG = TypeAdapter(TrainerConfig)
 
@@ -51,6 +53,7 @@ class Evaluation:
     lengths: np.ndarray
     seed: int
     deterministic: bool
+    video: Video | None = None  # when the episodes were recorded
 
     @property
     def mean(self) -> float:
@@ -70,6 +73,7 @@ class Evaluation:
             "deterministic": self.deterministic,
             "returns": [float(r) for r in self.returns],
             "lengths": [int(n) for n in self.lengths],
+            **({"video": self.video.as_dict()} if self.video is not None else {}),
         }
 
     def summary(self) -> str:
@@ -149,15 +153,30 @@ class TrainedPolicy(Provenance):
         )
         return (actions[0] if single else actions), None
 
-    def evaluate(self, episodes: int = 10, seed: int = 0, deterministic: bool = True) -> Evaluation:
+    def evaluate(
+        self,
+        episodes: int = 10,
+        seed: int = 0,
+        deterministic: bool = True,
+        video: str | Path | None = None,
+        video_episodes: int | None = None,
+    ) -> Evaluation:
         """`episodes` whole episodes, env k seeded with `seed + k`: the same arguments give the
-        same episodes."""
+        same episodes. With `video` (.mp4 or .gif), the first `video_episodes` (default: all, at
+        most 10) are recorded there, on envs that render (see video.py; a RecordingError where
+        the env cannot render)."""
         if episodes < 1:
             raise ValueError(f"episodes must be at least 1, got {episodes}")
-        returns, lengths = self.worker.evaluation_episodes(
-            episodes, seed, explore=not deterministic
-        )
-        return Evaluation(returns, lengths, seed, deterministic)
+        explore = not deterministic
+        if video is None:
+            returns, lengths = self.worker.evaluation_episodes(episodes, seed, explore=explore)
+            return Evaluation(returns, lengths, seed, deterministic)
+        shape = self.observation_space.shape
+        with Recording(video, self.config, episodes, video_episodes, shape) as recording:
+            returns, lengths = self.worker.evaluation_episodes(
+                episodes, seed, explore, envs=recording.envs, observe=recording.record
+            )
+            return Evaluation(returns, lengths, seed, deterministic, video=recording.save())
 
     def close(self) -> None:
         self.worker.close()

@@ -20,6 +20,9 @@ from kuberl_trainer.normalization import Normalizer, make_normalizer
 from kuberl_trainer.policy.base import Policy, Stats, Weights
 from kuberl_trainer.sample_batch import VALID, SampleBatch
 
+Observer = Callable[[object, np.ndarray], None]
+"""`run_episodes`'s `observe`: the envs, and the episode each one shows (-1: none)."""
+
 
 @dataclass
 class Gradients:
@@ -229,22 +232,32 @@ class RolloutWorker:
         return float(returns.mean())
 
     def evaluation_episodes(
-        self, episodes: int, seed: int, explore: bool = False
+        self,
+        episodes: int,
+        seed: int,
+        explore: bool = False,
+        envs=None,
+        observe: Observer | None = None,
     ) -> tuple[np.ndarray, np.ndarray]:
         """The returns and lengths of `episodes` episodes on envs of their own (one episode each,
         env k reset with `seed + k`), greedy unless `explore`, normalized with the statistics as
-        they are, which evaluation never updates."""
-        if self._eval_envs is None or self._eval_envs.num_envs != episodes:
-            self._eval_envs = make_vector_env(
-                self.config.env, self.config.env_config, episodes, self.config.wrappers
-            )
+        they are, which evaluation never updates. `envs`: the caller's to play on instead of the
+        worker's evaluation envs (a video's, which render), `episodes` of them; `observe`: as
+        `run_episodes`."""
+        if envs is None:
+            if self._eval_envs is None or self._eval_envs.num_envs != episodes:
+                self._eval_envs = make_vector_env(
+                    self.config.env, self.config.env_config, episodes, self.config.wrappers
+                )
+            envs = self._eval_envs
         return self._run_episodes(
-            self._eval_envs,
+            envs,
             episodes,
             lambda obs, _: self.acting_policy.compute_actions(
                 self.normalizer.normalize_obs(obs), explore=explore
             )[0],
             seed=seed,
+            observe=observe,
         )
 
     def _run_episodes(
@@ -253,10 +266,15 @@ class RolloutWorker:
         count: int,
         act: Callable[[np.ndarray, np.ndarray], np.ndarray],
         seed: int | None = None,
+        observe: Observer | None = None,
     ) -> tuple[np.ndarray, np.ndarray]:
         """`run_episodes`, with `act` given the observations encoded (see `encode_obs`)."""
         return run_episodes(
-            envs, count, lambda obs, episodes: act(encode_obs(obs, self.spaces), episodes), seed
+            envs,
+            count,
+            lambda obs, episodes: act(encode_obs(obs, self.spaces), episodes),
+            seed,
+            observe,
         )
 
     def set_weights(
@@ -286,21 +304,32 @@ def run_episodes(
     count: int,
     act: Callable[[np.ndarray, np.ndarray], np.ndarray],
     seed: int | None = None,
+    observe: Observer | None = None,
 ) -> tuple[np.ndarray, np.ndarray]:
     """The return and length of `count` whole episodes on `envs`, reset first: env k starts
     with episode k and, whenever its episode ends, takes the first one not yet started.
     `act(obs, episodes)` gives the actions for the envs' observations (as the envs return them),
     env k being on episode `episodes[k]` (an env with none left acts as the last episode; its
     steps count nowhere). An env whose episode ended resets on its next step (see
-    `make_vector_env`): that step belongs to no episode."""
+    `make_vector_env`): that step belongs to no episode.
+
+    `observe(envs, episodes)`, when given, is called once the envs are reset and after every
+    step, with the episode whose state env k shows now, `episodes[k]` (-1: none): the first
+    state of an episode, then one per step the episode counts (a video records them)."""
     obs, _ = envs.reset(seed=seed)
     returns = np.zeros(count)
     lengths = np.zeros(count, dtype=np.int64)
     current = np.arange(envs.num_envs)  # the episode each env is on; count and above: none
     resetting = np.zeros(envs.num_envs, dtype=bool)
+    if observe is not None:
+        observe(envs, np.where(current < count, current, -1))
     while (running := current < count).any():
         actions = act(obs, np.minimum(current, count - 1))
         obs, reward, terminated, truncated, info = envs.step(actions)
+        if observe is not None:
+            # An env shows the state its step led to: of the episode it is on, which begins
+            # with this step's state when the step reset the env.
+            observe(envs, np.where(running, current, -1))
         reward, episode_ended = episode_steps(reward, terminated, truncated, info)
         counted = running & ~resetting
         returns[current[counted]] += reward[counted]
