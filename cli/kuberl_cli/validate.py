@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from kuberl_operator.bounded import document_problems
+from kuberl_operator.builders.driver import ephemeral_checkpoints
 from kuberl_operator.spec import RLJob
 from kuberl_operator.validation import (
     InvalidManifest,
@@ -39,6 +40,8 @@ def validate_command(file: Path, check_env: bool = True) -> int:
     job, exit_code = checked_job(file, check_env)
     if job is not None:
         print(f"{job.name}: valid RLJob ({describe_job(job)})")
+        if warning := ephemeral_checkpoints(job.spec):  # fine here, a loss on a cluster
+            print(f"{file}: warning: on a cluster, {warning}", file=sys.stderr)
     return exit_code
 
 

@@ -43,6 +43,7 @@ CLUSTER_ONLY_CONDITIONS = {
     ConditionType.UP_TO_DATE,
     ConditionType.SCHEDULABLE,
     ConditionType.KUBERAY_AVAILABLE,
+    ConditionType.DURABLE_CHECKPOINTS,  # a local run directory outlives its trainer anyway
 }
 CLUSTER_ONLY_FIELDS = {"rayCluster", "headPodUID"}
 

@@ -50,7 +50,8 @@ def test_render_says_how_the_driver_starts():
     comments = [line for line in result.stdout.splitlines() if line.startswith("#")]
     assert comments[1].endswith("as cartpole-ppo-1:")
     assert comments[2].strip("# ") == (
-        "kuberl train /etc/kuberl/job.yaml --run-dir /kuberl/runs/cartpole-ppo --metrics-port 9464"
+        "kuberl train /etc/kuberl/job.yaml --run-dir /kuberl/checkpoints/cartpole-ppo "
+        "--metrics-port 9464"  # on the example's claim
     )
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import copy
 from pathlib import Path
 from typing import Any
 
@@ -279,3 +280,30 @@ def test_missing_file(tmp_path):
 
     assert result.returncode == 2
     assert result.stderr == f"{tmp_path / 'nope.yaml'}: no such file\n"
+
+
+def test_a_job_whose_checkpoints_die_with_its_pods_is_valid_with_a_warning(tmp_path):
+    """Every example keeps its checkpoints on the claim (stderr is empty above); without one, the
+    job is valid, and the warning says what is lost on a cluster and what to set."""
+    document = copy.deepcopy(BASE)
+    del document["spec"]["storage"]
+    manifest = tmp_path / "job.yaml"
+    manifest.write_text(yaml.safe_dump(document))
+
+    result = kuberl("validate", manifest)
+
+    assert result.returncode == 0
+    assert result.stderr.startswith(f"{manifest}: warning: on a cluster, the checkpoints, and ")
+    assert "spec.storage.persistentVolumeClaim" in result.stderr
+
+
+def test_the_examples_claim_is_a_valid_persistent_volume_claim():
+    import kubernetes_validate
+
+    claim = yaml.safe_load((ROOT / "deploy" / "storage" / "kuberl-checkpoints.yaml").read_text())
+    kubernetes_validate.validate(claim, "1.37", strict=True)  # the operator's tests' version
+    names = {
+        yaml.safe_load(path.read_text())["spec"]["storage"]["persistentVolumeClaim"]["claimName"]
+        for path in (ROOT / "deploy" / "examples").glob("*.yaml")
+    }
+    assert names == {claim["metadata"]["name"]}

@@ -59,11 +59,20 @@ from kuberl_trainer.final_record import EXIT_FAILED, EXIT_INVALID_JOB, Outcome
 NOW = datetime(2026, 3, 1, 12, 0, tzinfo=UTC)
 NAME = "walker"
 SPEC: dict[str, Any] = {
-    "trainer": {"algorithm": "PPO", "env": "CartPole-v1", "stop": {"timesteps": 1000}}
+    "trainer": {
+        "algorithm": "PPO",
+        "env": "CartPole-v1",
+        "stop": {"timesteps": 1000},
+        # in an object store: these tests are not about checkpoints that die with the pods
+        "checkpoint": {"uri": "s3://checkpoints/jobs"},
+    }
 }
 ALL_TYPES = {
     *ConditionType,
 }
+
+
+CLAIM = {"persistentVolumeClaim": {"claimName": "kuberl-checkpoints"}}
 
 
 def spec(**changes: Any) -> RLJobSpec:
@@ -229,6 +238,35 @@ def test_a_new_job_creates_its_first_cluster() -> None:
     assert all(c.last_transition_time == NOW for c in update.status.conditions)
     assert [(e.type, e.reason) for e in update.events] == [("Normal", "Provisioning")]
     assert update.status.start_time == NOW  # the job has started: its deadline counts from here
+
+
+@pytest.mark.parametrize(
+    "storage, durable",
+    [
+        ({"trainer.checkpoint.uri": None}, False),  # the head pod's emptyDir
+        ({"trainer.checkpoint.uri": "/data/checkpoints"}, False),  # the pod's own disk
+        ({"trainer.checkpoint.uri": "gs://bucket/jobs"}, True),
+        ({"trainer.checkpoint.uri": None, "storage": CLAIM}, True),  # the run dir on the claim
+        ({"trainer.checkpoint.uri": "/kuberl/checkpoints/x", "storage": CLAIM}, True),
+        ({"trainer.checkpoint.uri": "/elsewhere", "storage": CLAIM}, False),
+    ],
+)
+def test_checkpoints_that_die_with_the_pods_are_said_once(storage, durable) -> None:
+    update = compute_status(spec(**storage), observe())
+    condition = next(
+        c for c in update.status.conditions if c.type == ConditionType.DURABLE_CHECKPOINTS
+    )
+    warnings = [e for e in update.events if e.reason == Reason.CHECKPOINTS_IN_POD]
+    if durable:
+        assert (condition.status, condition.reason) == ("True", Reason.CHECKPOINTS_ON_STORAGE)
+        assert warnings == []
+        return
+    assert (condition.status, condition.reason) == ("False", Reason.CHECKPOINTS_IN_POD)
+    assert "deleted with the Ray cluster" in condition.message
+    assert [(e.type, e.message) for e in warnings] == [("Warning", condition.message)]
+    # Said once: the next reconcile keeps the condition and emits no second Event.
+    again = compute_status(spec(**storage), after(update))
+    assert not [e for e in again.events if e.reason == Reason.CHECKPOINTS_IN_POD]
 
 
 def test_the_driver_is_submitted_once_the_cluster_is_ready() -> None:

@@ -26,7 +26,7 @@ import shlex
 
 from kuberl_operator.constants import JOB_CONFIG_FILE
 from kuberl_operator.settings import OperatorSettings
-from kuberl_operator.spec import RLJob
+from kuberl_operator.spec import RLJob, RLJobSpec
 
 # `[k]uberl train` matches the driver's command line but not this shell's, which holds the pattern
 # itself (a plain "kuberl train" would make pkill signal the hook's own shell).
@@ -50,6 +50,35 @@ def run_dir(job: RLJob, settings: OperatorSettings) -> str:
     if storage and storage.persistent_volume_claim:
         return f"{storage.mount_path.rstrip('/')}/{job.name}"
     return f"{settings.run_dir_root}/{job.name}"
+
+
+OBJECT_STORES = ("s3", "gs", "az")
+
+
+def ephemeral_checkpoints(spec: RLJobSpec) -> str | None:
+    """Why the job's checkpoints (and the policy exported beside them when it ends) die with its
+    Ray cluster, or None when they outlive it: in an object store, or on the claim of
+    spec.storage, which the head mounts."""
+    uri = spec.trainer.checkpoint.uri
+    if uri is not None and uri.split("://", 1)[0] in OBJECT_STORES:
+        return None
+    claim = spec.storage.persistent_volume_claim if spec.storage else None
+    if claim is None:
+        return (
+            "the checkpoints, and the policy exported when the job ends, are kept in the head "
+            "pod's emptyDir and deleted with the Ray cluster when the job ends or its head pod "
+            "is lost: mount a claim (spec.storage.persistentVolumeClaim) or set "
+            "spec.trainer.checkpoint.uri to an object store (s3://, gs://, az://)"
+        )
+    mount = spec.storage.mount_path.rstrip("/")
+    path = None if uri is None else uri.removeprefix("file://")
+    if path is None or path == mount or path.startswith(f"{mount}/"):
+        return None
+    return (
+        f"spec.trainer.checkpoint.uri {uri} is outside the claim mounted at {mount}: the "
+        "checkpoints and the exported policy are deleted with the Ray cluster; put them under "
+        f"{mount}/ or in an object store"
+    )
 
 
 def driver_entrypoint(job: RLJob, settings: OperatorSettings) -> str:

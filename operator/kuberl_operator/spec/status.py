@@ -46,6 +46,11 @@ class ConditionType(StrEnum):
     KUBERAY_AVAILABLE = "KubeRayAvailable"
     """Whether KubeRay's RayCluster CRD is installed; without it no job can run, and every job
     says so."""
+    DURABLE_CHECKPOINTS = "DurableCheckpoints"
+    """Whether the job's checkpoints, and the policy it exports when it ends, outlive its Ray
+    cluster: False, with a Warning Event, when they are kept in the head pod's emptyDir (no
+    spec.storage claim holding them, no object store in spec.trainer.checkpoint.uri) and so are
+    deleted with the cluster when the job ends."""
 
 
 class Reason(StrEnum):
@@ -98,6 +103,10 @@ class Reason(StrEnum):
     # KubeRayAvailable.
     CRD_FOUND = "CRDFound"
     CRD_NOT_FOUND = "CRDNotFound"
+
+    # DurableCheckpoints.
+    CHECKPOINTS_ON_STORAGE = "CheckpointsOnStorage"
+    CHECKPOINTS_IN_POD = "CheckpointsInPod"
 
     # Why a Ray cluster is deleted, beside the reasons above.
     FINISHED = "Finished"

@@ -7,6 +7,7 @@ from __future__ import annotations
 import math
 from typing import Any
 
+from kuberl_operator.builders.driver import ephemeral_checkpoints
 from kuberl_operator.spec import Phase, Progress, RLJobSpec, RLJobStatus
 from kuberl_operator.status.actions import StatusUpdate, SubmitDriver
 from kuberl_operator.status.conditions import wanted_conditions
@@ -80,7 +81,9 @@ def compute_status(spec: RLJobSpec | None, observed: Observed) -> StatusUpdate:
     current = previous.phase or Phase.PENDING
     decision = decide(spec, observed, current)
     phase = next_phase(current, decision.event)
-    wanted = wanted_conditions(phase, decision, observed)
+    wanted = wanted_conditions(
+        phase, decision, observed, None if spec is None else ephemeral_checkpoints(spec)
+    )
     conditions, changed = merge_conditions(wanted, previous, observed.now, observed.generation)
     resumed = decision.event == PhaseEvent.UNSUSPEND and applies(previous.phase, decision.event)
     status = RLJobStatus(

@@ -25,7 +25,11 @@ KUBERAY_MISSING_MESSAGE = (
 )
 
 
-def wanted_conditions(phase: Phase, decision: Decision, observed: Observed) -> dict[str, Want]:
+def wanted_conditions(
+    phase: Phase, decision: Decision, observed: Observed, ephemeral: str | None = None
+) -> dict[str, Want]:
+    """Every condition's status, reason and message; `ephemeral` is why the job's checkpoints
+    die with its pods (see builders.driver.ephemeral_checkpoints), None when they do not."""
     previous = observed.status
     entered = (
         Entered(decision.reason, decision.message)
@@ -48,6 +52,11 @@ def wanted_conditions(phase: Phase, decision: Decision, observed: Observed) -> d
             Want("True", Reason.CRD_FOUND)
             if observed.kuberay_available
             else Want("False", Reason.CRD_NOT_FOUND, KUBERAY_MISSING_MESSAGE)
+        ),
+        ConditionType.DURABLE_CHECKPOINTS: (
+            Want("True", Reason.CHECKPOINTS_ON_STORAGE)
+            if ephemeral is None
+            else Want("False", Reason.CHECKPOINTS_IN_POD, ephemeral)
         ),
     }
 

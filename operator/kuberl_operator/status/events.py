@@ -1,6 +1,7 @@
 """The Kubernetes Events a status change emits: one per phase transition (a Warning for a restart,
 a preemption or a failure), one per batch of newly preempted rollout workers, one when KubeRay's
-RayCluster CRD appears or goes, and one per distinct message about pods the scheduler cannot place.
+RayCluster CRD appears or goes, one when the job's checkpoints turn out to die with its pods, and
+one per distinct message about pods the scheduler cannot place.
 
 Events follow changes, never polls: a job that waits emits nothing more until something about it
 changes."""
@@ -32,6 +33,8 @@ def change_events(
         if condition.type == ConditionType.KUBERAY_AVAILABLE:
             kind = "Normal" if condition.status == "True" else "Warning"
             events.append(KubeEvent(kind, condition.reason, condition.message or "KubeRay found"))
+        if condition.type == ConditionType.DURABLE_CHECKPOINTS and condition.status == "False":
+            events.append(KubeEvent("Warning", condition.reason, condition.message))
     return tuple(events)
 
 
