@@ -286,6 +286,12 @@ def test_a_job_trains_on_its_ray_cluster_to_success(cluster: Cluster):
         events = cluster.events("solo")
         for reason in ("Provisioning", "DriverRunning", "DriverSucceeded"):
             assert ("Normal", reason) in events, events
+        # Its checkpoints lived in the head pod's emptyDir (no claim, no object store): said in a
+        # condition and once in a Warning Event.
+        durable = cluster.condition("solo", "DurableCheckpoints")
+        assert (durable["status"], durable["reason"]) == ("False", "CheckpointsInPod")
+        assert "deleted with the Ray cluster" in durable["message"]
+        assert events.count(("Warning", "CheckpointsInPod")) == 1, events
 
         port = cluster.settings.metrics_port
         assert metric(port, "kuberl_jobs", phase="Succeeded") == 1
