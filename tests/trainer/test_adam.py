@@ -121,7 +121,8 @@ from pydantic import TypeAdapter
 from kuberl_trainer.config import RolloutConfig, TrainerConfig
 from kuberl_trainer.driver import Driver
 config = TypeAdapter(TrainerConfig).validate_python(
-    {{"algorithm": "PPO", "env": "CartPole-v1", "stop": {{"timesteps": 512}}}}
+    {{"algorithm": "PPO", "env": "CartPole-v1", "stop": {{"timesteps": 512}},
+      "checkpoint": {{"exportPolicy": False}}}}  # the ONNX export at the end is torch.export's
 )
 result = Driver(config, RolloutConfig(replicas=0), Path({str(tmp_path)!r}), "adam").run()
 print(result.timesteps, "torch._dynamo" in sys.modules)

@@ -241,7 +241,7 @@ class Scripted(ConsoleReport):
 config = TypeAdapter(TrainerConfig).validate_python({
     "algorithm": "PG", "env": "CartPole-v1", "seed": 0, "stop": {"iterations": 6},
     "hyperparameters": {"rollout_length": 16},
-    "checkpoint": {"uri": location, "everyIterations": 1, "keep": 1},
+    "checkpoint": {"uri": location, "everyIterations": 1, "keep": 1, "exportPolicy": False},
 })
 report = Scripted("job", None)
 driver = Driver(config, RolloutConfig(envs_per_worker=2), run_dir, "job", report=report)
