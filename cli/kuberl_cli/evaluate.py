@@ -5,11 +5,9 @@ its env, greedy unless --stochastic, recorded as a video with --video."""
 from __future__ import annotations
 
 import json
-import logging
 import sys
-from pathlib import Path
 
-EXIT_OK, EXIT_INVALID, EXIT_NO_FILE = 0, 1, 2
+from kuberl_cli.policies import EXIT_INVALID, EXIT_OK, named_policy
 
 
 def evaluate_command(
@@ -27,18 +25,12 @@ def evaluate_command(
     if problem := video_problem(video, video_episodes):
         print(f"kuberl evaluate: {problem}", file=sys.stderr)
         return EXIT_INVALID
-    if "://" not in path and not Path(path).exists():
-        print(f"kuberl evaluate: {path}: no such file or directory", file=sys.stderr)
-        return EXIT_NO_FILE
-    from kuberl_trainer.inference import LoadError, load
+    from kuberl_trainer.inference import load
     from kuberl_trainer.video import RecordingError
 
-    logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(message)s")
-    try:
-        policy = load(path)
-    except LoadError as exc:
-        print(f"kuberl evaluate: {exc}", file=sys.stderr)
-        return EXIT_INVALID
+    policy, exit_code = named_policy("evaluate", path, load)
+    if policy is None:
+        return exit_code
     try:
         evaluation = policy.evaluate(
             episodes,

@@ -11,6 +11,9 @@ statistics are the full game's, as RLlib and Stable-Baselines3 report them:
   lost life (the DQN paper's setting) while the statistics and the envs go on to the game's end.
   (`episodic_life: true` instead resets the game at the first lost life: each life is then an
   episode of its own, statistics included.)
+
+`rendering_env` makes one env of an `ALE/*` id that renders frames (the vector env cannot), with
+the same preprocessing built from gymnasium's wrappers: what a recorded evaluation plays on.
 """
 
 from __future__ import annotations
@@ -91,3 +94,59 @@ class FullGameStatistics(gym.vector.VectorWrapper):
         if self.life_loss:
             info[LIFE_LOST] = terminated & (np.asarray(info["lives"]) > 0)
         return obs, np.sign(raw) if self.clipping else raw, terminated, truncated, info
+
+
+_VECTOR_ENV_ONLY = (
+    "num_threads",
+    "batch_size",
+    "thread_affinity_offset",
+    "autoreset_mode",
+    "maxpool",  # AtariPreprocessing always max-pools the last two frames
+    "reward_clipping",  # the statistics sum the game's own rewards either way
+    "life_loss_info",  # the learner's terminations: the statistics' episodes are whole games
+)
+"""envConfig keys of ale-py's vector env that the single env and its wrappers have no use for."""
+
+
+def rendering_env(env: str, env_config: dict[str, Any]) -> gym.Env:
+    """One env of an `ALE/*` id that renders, with the observations the policy was trained on:
+    the preprocessing of ale-py's vector env (frame skip with max-pooling, 84x84 grey frames, no-ops
+    and FIRE at reset, a stack of 4) built from gymnasium's AtariPreprocessing and
+    FrameStackObservation, set from the job's envConfig as the vector env reads it."""
+    settings = {key: value for key, value in env_config.items() if key not in _VECTOR_ENV_ONLY}
+    frame_skip = settings.pop("frameskip", gym.spec(env).kwargs.get("frameskip", 4))
+    stack_size = settings.pop("stack_num", 4)
+    screen_size = (settings.pop("img_width", 84), settings.pop("img_height", 84))
+    grayscale = settings.pop("grayscale", True)
+    noop_max = settings.pop("noop_max", 30)
+    episodic_life = settings.pop("episodic_life", False)
+    fire_reset = settings.pop("use_fire_reset", True)
+    # The game itself skips no frames: AtariPreprocessing skips them, max-pooling the last two.
+    game = gym.make(env, frameskip=1, render_mode="rgb_array", **settings)
+    game = gym.wrappers.AtariPreprocessing(
+        game,
+        noop_max=noop_max,
+        frame_skip=frame_skip,
+        screen_size=screen_size,
+        terminal_on_life_loss=episodic_life,
+        grayscale_obs=grayscale,
+    )
+    if fire_reset and "FIRE" in game.unwrapped.get_action_meanings():
+        game = FireOnReset(game)
+    return gym.wrappers.FrameStackObservation(game, stack_size)
+
+
+class FireOnReset(gym.Wrapper):
+    """FIRE once after every reset, as ale-py's vector env does (`use_fire_reset`): the games that
+    need it to start (Breakout's ball) start."""
+
+    def reset(self, **kwargs: Any) -> tuple[Any, dict[str, Any]]:
+        self.env.reset(**kwargs)
+        obs, _, terminated, truncated, info = self.env.step(self._fire)
+        if terminated or truncated:
+            return self.env.reset(**kwargs)
+        return obs, info
+
+    @property
+    def _fire(self) -> int:
+        return self.env.unwrapped.get_action_meanings().index("FIRE")

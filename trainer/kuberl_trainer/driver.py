@@ -176,8 +176,11 @@ class Driver:
         from kuberl_trainer.export import export
         from kuberl_trainer.inference import TrainedPolicy
 
+        # The final checkpoint's policy as it is in memory: reading the checkpoint back would
+        # load all of it again (a replay buffer too, where it is saved) for the policy alone.
+        meta = checkpoint_meta(self.config, self.iteration, self.trainer.timesteps, None)
         try:
-            policy = TrainedPolicy(self.store.read(checkpoint.rsplit("/", 1)[-1]))
+            policy = TrainedPolicy(Checkpoint(checkpoint, meta, self.trainer.policy_state()))
             try:
                 with tempfile.TemporaryDirectory(prefix="kuberl-policy-") as scratch:
                     written = export(policy, Path(scratch) / POLICY_FILE)

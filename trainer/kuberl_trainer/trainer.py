@@ -251,15 +251,27 @@ class Trainer:
         }
 
     def warm_start(self, state: dict[str, Any]) -> None:
-        """Start from another run's trained policy (its checkpoint's state): the weights and,
-        where both runs normalize observations, the statistics; this run's counters, optimizer
-        state and random generators stay as they are. The workers get them before their next
-        call."""
+        """Start from another run's trained policy (its checkpoint's state): the policy's
+        weights and Adam's moments (see TorchPolicy.warm_start) and, where both runs normalize
+        observations, the statistics; this run's counters and random generators stay as they
+        are. The workers get them before their next call."""
         optimizer = self.optimizer
         with optimizer.policy_lock:
             optimizer.policy.warm_start(state["policy"])
         if "normalization" in state:
             optimizer.workers.normalization.load(state["normalization"])
+
+    def policy_state(self) -> dict[str, Any]:
+        """What acting with the trained policy needs, as a checkpoint's state holds it: the
+        policy's state and, with normalization on, the global statistics."""
+        optimizer = self.optimizer
+        with optimizer.policy_lock:
+            policy = optimizer.policy.get_state()
+        normalization = optimizer.workers.normalization.state()
+        return {
+            "policy": policy,
+            **({} if normalization is None else {"normalization": normalization}),
+        }
 
     def load_state(self, state: dict[str, Any]) -> None:
         """Go on from `state` (see `state`); the workers get the weights (and the normalization

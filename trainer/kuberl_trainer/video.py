@@ -14,7 +14,7 @@ the episode before.
 The envs are the evaluation's own, made with `render_mode="rgb_array"`, so the episodes are the
 same as without a video, except with ale-py's vector env, which cannot render: Atari is then played
 on envs made one at a time with gymnasium's Atari wrappers set as the vector env's preprocessing
-(`atari_rendering_env`), whose episodes are others.
+(`atari.rendering_env`), whose episodes are others.
 """
 
 from __future__ import annotations
@@ -123,12 +123,12 @@ def _render_without_a_display() -> None:
 
 
 def _atari_rendering_envs(env: str, env_config: dict[str, Any], num_envs: int) -> RenderingEnvs:
-    """Envs of an `ALE/*` id made one at a time as `atari_rendering_env`, reset as every vector env
+    """Envs of an `ALE/*` id made one at a time as `atari.rendering_env`, reset as every vector env
     of kuberl's (next-step autoreset)."""
     frame_skip = int(env_config.get("frameskip", gym.spec(env).kwargs.get("frameskip", 4)))
     try:
         envs = gym.vector.SyncVectorEnv(
-            [lambda: atari_rendering_env(env, env_config) for _ in range(num_envs)],
+            [lambda: atari.rendering_env(env, env_config) for _ in range(num_envs)],
             autoreset_mode=gym.vector.AutoresetMode.NEXT_STEP,
         )
     except Exception as exc:  # gymnasium's and ale-py's errors: many kinds
@@ -138,62 +138,6 @@ def _atari_rendering_envs(env: str, env_config: dict[str, Any], num_envs: int) -
         "its episodes differ from those evaluated without a video"
     )
     return RenderingEnvs(envs, ATARI_FRAME_RATE / frame_skip, note)
-
-
-_VECTOR_ENV_ONLY = (
-    "num_threads",
-    "batch_size",
-    "thread_affinity_offset",
-    "autoreset_mode",
-    "maxpool",  # AtariPreprocessing always max-pools the last two frames
-    "reward_clipping",  # the statistics sum the game's own rewards either way
-    "life_loss_info",  # the learner's terminations: the statistics' episodes are whole games
-)
-"""envConfig keys of ale-py's vector env that the single env and its wrappers have no use for."""
-
-
-def atari_rendering_env(env: str, env_config: dict[str, Any]) -> gym.Env:
-    """One env of an `ALE/*` id that renders, with the observations the policy was trained on:
-    the preprocessing of ale-py's vector env (frame skip with max-pooling, 84x84 grey frames, no-ops
-    and FIRE at reset, a stack of 4) built from gymnasium's AtariPreprocessing and
-    FrameStackObservation, set from the job's envConfig as the vector env reads it."""
-    settings = {key: value for key, value in env_config.items() if key not in _VECTOR_ENV_ONLY}
-    frame_skip = settings.pop("frameskip", gym.spec(env).kwargs.get("frameskip", 4))
-    stack_size = settings.pop("stack_num", 4)
-    screen_size = (settings.pop("img_width", 84), settings.pop("img_height", 84))
-    grayscale = settings.pop("grayscale", True)
-    noop_max = settings.pop("noop_max", 30)
-    episodic_life = settings.pop("episodic_life", False)
-    fire_reset = settings.pop("use_fire_reset", True)
-    # The game itself skips no frames: AtariPreprocessing skips them, max-pooling the last two.
-    game = gym.make(env, frameskip=1, render_mode="rgb_array", **settings)
-    game = gym.wrappers.AtariPreprocessing(
-        game,
-        noop_max=noop_max,
-        frame_skip=frame_skip,
-        screen_size=screen_size,
-        terminal_on_life_loss=episodic_life,
-        grayscale_obs=grayscale,
-    )
-    if fire_reset and "FIRE" in game.unwrapped.get_action_meanings():
-        game = FireOnReset(game)
-    return gym.wrappers.FrameStackObservation(game, stack_size)
-
-
-class FireOnReset(gym.Wrapper):
-    """FIRE once after every reset, as ale-py's vector env does (`use_fire_reset`): the games that
-    need it to start (Breakout's ball) start."""
-
-    def reset(self, **kwargs: Any) -> tuple[Any, dict[str, Any]]:
-        self.env.reset(**kwargs)
-        obs, _, terminated, truncated, info = self.env.step(self._fire)
-        if terminated or truncated:
-            return self.env.reset(**kwargs)
-        return obs, info
-
-    @property
-    def _fire(self) -> int:
-        return self.env.unwrapped.get_action_meanings().index("FIRE")
 
 
 # -- frames -------------------------------------------------------------------------------------
