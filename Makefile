@@ -2,10 +2,14 @@
 PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
-# Reinstall whenever the dependency pins change.
+# Every install takes its versions from the lock (pyproject.toml declares ranges); reinstall
+# whenever either changes. `make run` needs the trainer only; `make test` needs everything.
+LOCK := requirements.lock
+TRAINER_INSTALLED := $(VENV)/.installed-trainer
 INSTALLED := $(VENV)/.installed
+PIP := $(BIN)/python -m pip install --quiet --constraint $(LOCK)
 
-.PHONY: run test lint format crds dashboards bench install system-packages images gpu-check
+.PHONY: run test lint format crds dashboards bench install system-packages images gpu-check lock
 # Debian packages some tests use as real peers: Prometheus and promtool (metrics, dashboards and
 # alert rules), Chromium (the status page), buildah and debootstrap (the images). Installed when
 # missing and this is Debian as root; elsewhere those tests skip and say which package they need.
@@ -16,14 +20,18 @@ install: $(INSTALLED)
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
 
-# torch first and pinned: an unpinned torch pulls a multi-GB CUDA build.
-$(INSTALLED): pyproject.toml | $(BIN)/python
+# torch first, at the lock's version: an unpinned torch pulls a multi-GB CUDA build.
+$(TRAINER_INSTALLED): pyproject.toml $(LOCK) | $(BIN)/python
 	$(BIN)/python -m pip install --quiet --upgrade pip
-	$(BIN)/python -m pip install --quiet torch==2.13.0
-	$(BIN)/python -m pip install --quiet -e '.[trainer,operator,api,dev]'
+	$(PIP) torch
+	$(PIP) -e '.[trainer]'
+	touch $(TRAINER_INSTALLED)
+
+$(INSTALLED): $(TRAINER_INSTALLED)
+	$(PIP) -e '.[trainer,operator,api,dev]'
 	touch $(INSTALLED)
 
-run: $(INSTALLED)
+run: $(TRAINER_INSTALLED)
 	$(BIN)/kuberl train deploy/examples/cartpole-ppo.yaml
 
 # Two processes, whole modules each (module fixtures such as the built images are made once); the
@@ -61,6 +69,13 @@ dashboards: $(INSTALLED)
 # The operator, API and CPU trainer images, built with buildah (see deploy/docker/README.md).
 images:
 	bash deploy/docker/build.sh
+
+# Rewrite the lock from what .venv holds now (after changing pyproject.toml and installing):
+# every package but kuberl itself, without local version labels (torch's +cpu), so that the
+# same lock installs a CPU or a CUDA build of torch.
+lock:
+	{ sed -n '1,3p' $(LOCK); $(BIN)/python -m pip freeze --exclude-editable | grep -v ' @ ' \
+		| sed -E 's/\+[A-Za-z0-9.]+$$//'; } > $(LOCK).new && mv $(LOCK).new $(LOCK)
 
 # The GPU check of bench/README.md: one table in a few minutes on a CUDA machine, a dry run
 # without one (ARGS=--quick for a short one).

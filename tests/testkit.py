@@ -3,6 +3,7 @@ configs built the way manifests are. (A module of its own: `conftest` names clas
 directories.)"""
 
 import copy
+import re
 import socket
 import subprocess
 import sys
@@ -59,6 +60,21 @@ def without_export(checkpoint: dict | None) -> dict:
     """`spec.trainer.checkpoint` that exports no policy at the end unless it says so: the export
     (a few seconds) is tested where it is meant, not paid by every small job of the suite."""
     return {"exportPolicy": False, **(checkpoint or {})}
+
+
+def locked_versions() -> dict[str, str]:
+    """{normalized package name: version} of requirements.lock, what `make` installs."""
+    versions = {}
+    for line in (ROOT / "requirements.lock").read_text().splitlines():
+        if line and not line.startswith("#"):
+            name, version = line.split("==")
+            versions[normalized_name(name)] = version
+    return versions
+
+
+def normalized_name(name: str) -> str:
+    """A distribution's name as PEP 503 compares them (extras dropped)."""
+    return re.sub(r"[-_.]+", "-", name.split("[")[0]).lower()
 
 
 def free_port() -> int:

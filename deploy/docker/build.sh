@@ -144,15 +144,16 @@ stage_sources() {
   echo "$src"
 }
 
-# fill_wheelhouse VARIANT EXTRAS [pip options...]: kuberl's wheel and its dependencies, with pip
-# run under `env "${pip_env[@]}"`. The dependencies are fetched again only when pyproject.toml or
-# the options change.
+# fill_wheelhouse VARIANT EXTRAS [pip options...]: kuberl's wheel and its dependencies at the
+# versions of requirements.lock, with pip run under `env "${pip_env[@]}"`. The dependencies are
+# fetched again only when pyproject.toml, the lock or the options change.
 pip_env=()
 fill_wheelhouse() {
   local variant=$1 extras=$2 dir="$WHEELHOUSE/$1" src stamp
   shift 2
   src=$(stage_sources)
-  stamp=$(cat "$ROOT/pyproject.toml" <(echo "$extras $*") | sha256sum | cut -d' ' -f1)
+  stamp=$(cat "$ROOT/pyproject.toml" "$ROOT/requirements.lock" <(echo "$extras $*") \
+    | sha256sum | cut -d' ' -f1)
   mkdir -p "$dir"
   rm -f "$dir"/kuberl-*.whl
   if [ "$(cat "$dir/.stamp" 2>/dev/null)" = "$stamp" ]; then
@@ -161,7 +162,8 @@ fill_wheelhouse() {
   else
     echo "== wheelhouse $variant: kuberl[$extras] and its dependencies"
     rm -f "$dir/.stamp"
-    env "${pip_env[@]}" "$PYTHON" -m pip wheel --quiet "$@" --wheel-dir "$dir" "$src[$extras]"
+    env "${pip_env[@]}" "$PYTHON" -m pip wheel --quiet "$@" --constraint "$ROOT/requirements.lock" \
+      --wheel-dir "$dir" "$src[$extras]"
     echo "$stamp" >"$dir/.stamp"
   fi
 }

@@ -21,7 +21,7 @@ import pytest
 import yaml
 
 from kuberl_operator.constants import DEFAULT_RAY_VERSION
-from testkit import ROOT, edited, free_port, rljob, wait_until
+from testkit import ROOT, edited, free_port, locked_versions, rljob, wait_until
 
 BUILD_SCRIPT = ROOT / "deploy" / "docker" / "build.sh"
 PROJECT = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
@@ -34,15 +34,10 @@ OCI_LABELS = ("title", "description", "version", "source", "licenses", "revision
 RAY_POD_TOOLS = ("bash", "sh", "wget", "grep", "pkill", "pgrep", "sleep", "ray", "kuberl")
 
 
-def pins(extra: str) -> dict[str, str]:
-    """{requirement name: version} of an optional dependency group of pyproject.toml."""
-    return dict(requirement.split("==") for requirement in PROJECT["optional-dependencies"][extra])
-
-
 def test_the_trainer_images_ray_is_the_operators_default_ray_version():
-    # The trainer image installs kuberl[trainer] with these pins; RayClusters ask for
+    # The trainer image installs kuberl[trainer] at the lock's versions; RayClusters ask for
     # DEFAULT_RAY_VERSION unless a job says otherwise.
-    assert pins("trainer")["ray[default]"] == DEFAULT_RAY_VERSION
+    assert locked_versions()["ray"] == DEFAULT_RAY_VERSION
 
 
 @pytest.mark.parametrize(

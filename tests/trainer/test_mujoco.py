@@ -5,7 +5,6 @@ InvertedPendulum-v5 pays 1 for every step the pole stays up, for at most 1,000 s
 nothing (an untrained greedy policy) scores about 25, random actions about 5; a greedy evaluation
 of 950 or more over 10 episodes means balancing for (nearly) the whole episode, every time."""
 
-import tomllib
 from importlib.metadata import version
 
 import numpy as np
@@ -14,10 +13,7 @@ import pytest
 from kuberl_trainer.config import RolloutConfig
 from kuberl_trainer.driver import Driver
 from kuberl_trainer.envs import env_problem, make_vector_env
-from testkit import ROOT, progress_rows, trainer_config
-
-PROJECT = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
-TRAINER_PINS = dict(pin.split("==") for pin in PROJECT["optional-dependencies"]["trainer"])
+from testkit import locked_versions, progress_rows, trainer_config
 
 
 @pytest.mark.parametrize("env", ["HalfCheetah-v5", "Hopper-v5"])
@@ -26,7 +22,7 @@ def test_the_v5_envs_come_with_the_trainer_and_pass_validation(env, tmp_path, mo
     # default on stderr and appended to MUJOCO_LOG.TXT in the working directory: kuberl logs it
     monkeypatch.chdir(tmp_path)
     for package in ("mujoco", "imageio"):  # what gymnasium's MuJoCo envs import
-        assert version(package) == TRAINER_PINS[package], f"{package} is not the trainer's pin"
+        assert version(package) == locked_versions()[package], f"{package} is not the lock's"
     # as validation checks a SAC job (Box actions only) with observations normalized
     assert env_problem(env, {}, continuous_actions_only=True, normalize_observations=True) is None
     envs = make_vector_env(env, {}, 2)
