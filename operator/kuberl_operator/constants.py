@@ -23,6 +23,12 @@ DEFAULT_RAY_VERSION = "2.60.0"
 
 # Job names become Ray cluster, Service and Pod names, which KubeRay requires to be DNS-1035 labels.
 MAX_JOB_NAME_LENGTH = 63
+# KubeRay (since v1.4) refuses RayClusters with longer names, so that `<name>-serve-svc`, its
+# longest Service name, fits in 63 characters; a longer job name gets a shortened cluster name.
+MAX_RAY_CLUSTER_NAME_LENGTH = 53
+# KubeRay's head Service is `<cluster>-head-svc` unless the RayCluster names it; the operator names
+# it so, explicitly (KubeRay before v1.4 cut long default names from the front instead).
+HEAD_SERVICE_SUFFIX = "-head-svc"
 
 # --- The objects the operator creates -----------------------------------------------------------
 

@@ -3,8 +3,9 @@
 Kubernetes only accepts *structural* schemas: every node typed, no $ref, no `anyOf: [X, null]`,
 no `properties` next to `additionalProperties`. Pydantic emits JSON Schema 2020-12, so
 `structural()` rewrites it node by node. `spec.trainer` is a union discriminated by `algorithm`;
-the CRD keeps the fields the algorithms share and leaves `hyperparameters` free-form, which the
-operator validates per algorithm.
+the CRD keeps the fields the algorithms share, and lists under `hyperparameters` every algorithm's
+fields with the algorithms that take them, free-form: the operator (and its admission webhook)
+validates them per algorithm.
 
 Run `python -m kuberl_operator.crd > deploy/crds/kuberl.io_rljobs.yaml` (`make crds`).
 """
@@ -207,18 +208,15 @@ def _merge_variants(
     properties: dict[str, Any] = {}
     for name in [discriminator, *(name for name in names if name != discriminator)]:
         # A field of some variants only (PBT's inner trainer) is kept as those variants type it.
-        schemas = [v["properties"][name] for v in variants if name in v["properties"]]
+        having = [v for v in variants if name in v["properties"]]
+        schemas = [v["properties"][name] for v in having]
         if name == discriminator:
             properties[name] = schemas[0] | {"enum": choices}
         elif all(schema == schemas[0] for schema in schemas):
             properties[name] = schemas[0]
         elif all(schema["type"] == "object" for schema in schemas):
-            properties[name] = {
-                "type": "object",
-                "description": f"Fields depend on {discriminator} ({', '.join(choices)}); "
-                f"kuberl validates them for the chosen {discriminator}.",
-                "x-kubernetes-preserve-unknown-fields": True,
-            }
+            tags = [v["properties"][discriminator]["enum"] for v in having]
+            properties[name] = _union_of_fields(schemas, tags, discriminator, choices)
         else:
             raise ValueError(f"{name} differs between the variants and is not an object")
     required = [
@@ -226,6 +224,41 @@ def _merge_variants(
     ]
     described = {"description": _description(union)} if "description" in union else {}
     return {"type": "object", **described, "properties": properties, "required": required}
+
+
+def _union_of_fields(
+    schemas: list[dict[str, Any]], tags: list[list[str]], discriminator: str, choices: list[str]
+) -> dict[str, Any]:
+    """An object whose fields depend on the discriminator (`hyperparameters`, by algorithm) as one
+    schema: every variant's fields, each described with the values that take it, so that
+    `kubectl explain` lists them. A field's type and bounds may differ between variants, and the
+    union cannot say which apply, so each field takes any value and unknown fields are kept:
+    kuberl (`kuberl validate`, the operator's admission webhook) validates them for the chosen
+    value."""
+    takers: dict[str, dict[str, list[str]]] = {}  # field -> description -> the values taking it
+    for schema, values in zip(schemas, tags, strict=True):
+        for field, node in schema.get("properties", {}).items():
+            described = takers.setdefault(field, {})
+            described.setdefault(node.get("description", ""), []).extend(values)
+    fields = {
+        field: {
+            "description": " ".join(
+                f"{', '.join(values)}: {text}" if text else ", ".join(values)
+                for text, values in described.items()
+            ),
+            "x-kubernetes-preserve-unknown-fields": True,
+        }
+        for field, described in sorted(takers.items())
+    }
+    return {
+        "type": "object",
+        "description": f"Fields depend on {discriminator} ({', '.join(choices)}): each field "
+        f"below says which values of {discriminator} take it (kuberl_trainer's hyperparameters "
+        "classes and the README's Algorithms and optimizers document them); `kuberl validate` "
+        "and the operator's admission webhook refuse a field the chosen one does not take.",
+        "properties": fields,
+        "x-kubernetes-preserve-unknown-fields": True,
+    }
 
 
 def _description(node: dict[str, Any]) -> str:

@@ -1,7 +1,8 @@
 """`kuberl-operator`: runs the operator, for one namespace or for the whole cluster.
 
 Settings come from `KUBERL_*` environment variables, read once here (settings.py); a bad one
-stops the operator at once with a message naming it, instead of failing on the first job.
+stops the operator at once with a message naming it, instead of failing on the first job. With
+KUBERL_WEBHOOK_PORT set it also serves the validating admission webhook (admission.py).
 """
 
 from __future__ import annotations
@@ -53,8 +54,11 @@ def main(argv: list[str] | None = None) -> int:
         level=logging.DEBUG if args.verbose else logging.INFO,
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
     )
+    from kuberl_operator import admission
     from kuberl_operator.handlers import registry
 
+    if settings.webhook_port:
+        admission.register(registry, settings)
     asyncio.run(
         kopf.operator(
             registry=registry,

@@ -26,7 +26,7 @@ import logging
 import math
 import secrets
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import replace
 from datetime import UTC, datetime
 from typing import Any
@@ -168,12 +168,13 @@ class Reconciler:
         ray_cluster = pods = None
         kuberay = await self._kuberay_available() if job else True
         if job is not None and kuberay:
-            ray_cluster = await self.kube.get(path(*RAY_CLUSTERS, namespace, name))
+            cluster_name = builders.ray_cluster_name(name)
+            ray_cluster = await self.kube.get(path(*RAY_CLUSTERS, namespace, cluster_name))
             if ray_cluster is None:  # none yet, or KubeRay was uninstalled (its CRD with it)
                 kuberay = await self._kuberay_available(trusted_for=KUBERAY_CONFIRM_SECONDS)
             else:
                 pods = await self.kube.list(
-                    path("v1", "pods", namespace), {RAY_CLUSTER_LABEL: name}
+                    path("v1", "pods", namespace), {RAY_CLUSTER_LABEL: cluster_name}
                 )
                 found = await self._observe_cluster(
                     job, meta.get("uid", ""), status, ray_cluster, pods
@@ -262,8 +263,7 @@ class Reconciler:
     async def _jobs_client(self, job: RLJob, uid: str) -> RayJobsClient | None:
         if (token := await self._token(job, uid)) is None:
             return None
-        url = self.settings.dashboard_url(job.name, job.metadata.namespace or "default")
-        return self.heads.jobs(url, token)
+        return self.heads.jobs(self._head_url(job, self.settings.dashboard_url), token)
 
     async def _driver(
         self, client: RayJobsClient, job: RLJob, submission: str
@@ -279,13 +279,19 @@ class Reconciler:
 
     async def _metrics(self, job: RLJob) -> tuple[ObservedProgress | None, float]:
         """The running driver's progress and how long it has waited for its workers' nodes."""
-        url = self.settings.metrics_url(job.name, job.metadata.namespace or "default")
+        url = self._head_url(job, self.settings.metrics_url)
         try:
             text = await self.heads.driver_metrics(url)
             return progress_from_metrics(text), waiting_from_metrics(text)
         except (RayJobsError, ValueError) as exc:
             logger.info("%s: no progress from %s: %s", job.name, url, exc)
             return None, 0.0
+
+    @staticmethod
+    def _head_url(job: RLJob, url: Callable[[str, str, str], str]) -> str:
+        """A URL on the job's head Service, the one its RayCluster names."""
+        names = builders.child_names(job)
+        return url(names.head_service, names.ray_cluster, job.metadata.namespace or "default")
 
     async def _final_record(
         self, client: RayJobsClient, job: RLJob, submission: str
@@ -334,7 +340,8 @@ class Reconciler:
                 await self._submit(job, body["metadata"].get("uid", ""), attempt)
                 return poll
             case DeleteCluster():
-                await self.kube.delete(path(*RAY_CLUSTERS, namespace, name))
+                cluster_name = builders.ray_cluster_name(name)
+                await self.kube.delete(path(*RAY_CLUSTERS, namespace, cluster_name))
                 return poll
             case DeleteJob():
                 await self.kube.delete(path(API_VERSION, PLURAL, namespace, name))
@@ -348,8 +355,8 @@ class Reconciler:
         raise AssertionError(f"unknown action {action!r}")
 
     async def _create_children(self, body: Mapping[str, Any], job: RLJob, attempt: int) -> None:
-        """Create what the attempt runs on, each unless it exists; the job's manifest is updated
-        in place, so the attempt's driver trains the spec as it is now."""
+        """Create what the attempt runs on, each unless it exists; the job's manifest and the
+        head's disruption budget are updated in place, so the attempt runs the spec as it is now."""
         namespace = job.metadata.namespace or "default"
         token = await self._token(job, body["metadata"].get("uid", "")) or secrets.token_urlsafe(32)
         children = builders.build_children(job, self.settings, attempt, token)
@@ -363,9 +370,9 @@ class Reconciler:
                 if exc.status == 404 and child["kind"] == "RayCluster":
                     self._kuberay = (False, time.monotonic())  # its CRD is gone with KubeRay
                 raise
-            if created is None and child["kind"] == "ConfigMap":
+            if created is None and (field := _UPDATED_IN_PLACE.get(child["kind"])):
                 child_path = path(api_version, plural, namespace, child["metadata"]["name"])
-                await self.kube.merge_patch(child_path, {"data": child["data"]})
+                await self.kube.merge_patch(child_path, {field: child[field]})
         self._tokens.pop((namespace, job.name), None)  # read back: the Secret may have existed
 
     async def _submit(self, job: RLJob, uid: str, attempt: int) -> None:
@@ -390,6 +397,10 @@ class Reconciler:
                 path(*RAY_CLUSTERS, job.metadata.namespace or "default", name), operations
             )
 
+
+# Children kept from an earlier attempt that take the spec as it is now: the manifest the driver
+# trains, the head's disruption budget (spec.learner.disruptionBudget).
+_UPDATED_IN_PLACE = {"ConfigMap": "data", "PodDisruptionBudget": "spec"}
 
 _PLURALS = {
     "Secret": "secrets",

@@ -132,17 +132,18 @@ class OperatorSettings(BaseModel):
     (KUBERL_JOB_CONFIG_DIR)."""
 
     ray_dashboard_url: str = Field(
-        f"http://{{cluster}}-head-svc.{{namespace}}.svc:{RAY_DASHBOARD_PORT}",
+        f"http://{{service}}.{{namespace}}.svc:{RAY_DASHBOARD_PORT}",
         pattern=r"^https?://\S+$",
     )
-    """URL of a job's Ray Jobs API, with {cluster} and {namespace} filled in: the head's
-    ClusterIP Service (KubeRay names it <cluster>-head-svc) unless the operator reaches heads
-    another way (KUBERL_RAY_DASHBOARD_URL)."""
+    """URL of a job's Ray Jobs API, with {service} (the head's Service, which the operator names
+    in the RayCluster: <cluster>-head-svc), {cluster} (the RayCluster) and {namespace} filled in:
+    the head's ClusterIP Service unless the operator reaches heads another way
+    (KUBERL_RAY_DASHBOARD_URL)."""
 
     trainer_metrics_url: str = Field(
-        "http://{cluster}-head-svc.{namespace}.svc:{port}/metrics", pattern=r"^https?://\S+$"
+        "http://{service}.{namespace}.svc:{port}/metrics", pattern=r"^https?://\S+$"
     )
-    """URL of a job's driver metrics, with {cluster}, {namespace} and {port} (the
+    """URL of a job's driver metrics, with {service}, {cluster}, {namespace} and {port} (the
     trainer_metrics_port) filled in: the operator reads the job's progress there
     (KUBERL_TRAINER_METRICS_URL)."""
 
@@ -176,6 +177,16 @@ class OperatorSettings(BaseModel):
     metrics_port: int = Field(8080, ge=0, le=65535)
     """Port of the operator's own Prometheus metrics (/metrics); 0 turns them off
     (KUBERL_METRICS_PORT)."""
+
+    webhook_port: int = Field(0, ge=0, le=65535)
+    """Port of the operator's validating admission webhook (HTTPS), which refuses an invalid RLJob
+    at `kubectl apply` with the field and what to do; 0 turns it off (KUBERL_WEBHOOK_PORT; the
+    chart sets it, with its ValidatingWebhookConfiguration). The operator checks every job anyway,
+    failing an invalid one with reason InvalidSpec."""
+
+    webhook_cert_dir: str = Field("/etc/kuberl/webhook", pattern=r"^(/[^/:\s]+)+$")
+    """Directory holding the webhook's certificate and key, tls.crt and tls.key (a mounted
+    kubernetes.io/tls Secret), re-read when they change (KUBERL_WEBHOOK_CERT_DIR)."""
 
     allowed_secrets: NameGlobs = ()
     """Secrets a job may give its driver as environment variables (spec.storage.secretRef and
@@ -223,12 +234,14 @@ class OperatorSettings(BaseModel):
         own = (image_repository(self.trainer_image), image_repository(self.trainer_gpu_image))
         return tuple(dict.fromkeys((*own, *self.allowed_image_prefixes)))
 
-    def dashboard_url(self, cluster: str, namespace: str) -> str:
-        return self.ray_dashboard_url.format(cluster=cluster, namespace=namespace)
+    def dashboard_url(self, service: str, cluster: str, namespace: str) -> str:
+        """ray_dashboard_url for the head Service `service` of the RayCluster `cluster`."""
+        return self.ray_dashboard_url.format(service=service, cluster=cluster, namespace=namespace)
 
-    def metrics_url(self, cluster: str, namespace: str) -> str:
+    def metrics_url(self, service: str, cluster: str, namespace: str) -> str:
+        """trainer_metrics_url for the head Service `service` of the RayCluster `cluster`."""
         return self.trainer_metrics_url.format(
-            cluster=cluster, namespace=namespace, port=self.trainer_metrics_port
+            service=service, cluster=cluster, namespace=namespace, port=self.trainer_metrics_port
         )
 
     @classmethod

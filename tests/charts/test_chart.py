@@ -36,6 +36,9 @@ DASHBOARDS = sorted((DEPLOY / "grafana").glob("*.json"))
 ALERT_RULES = DEPLOY / "prometheus" / "kuberl-alerts.yaml"
 MONITORING_CRDS = Path(__file__).parent / "crds"
 MONITORING_KINDS = {"ServiceMonitor", "PodMonitor", "PrometheusRule"}
+# cert-manager's kinds (the webhook's certificate, operator.webhook.certManager): test_webhook.py
+# checks how they fit together; their CRDs are not stored here.
+CERT_MANAGER_KINDS = {"Issuer", "Certificate"}
 MISSING_KUBERAY = "chart directory is missing these dependencies: kuberay-operator"
 
 # The value sets, each rendered once. "prometheus-operator" renders with the Prometheus Operator's
@@ -124,6 +127,10 @@ CASES: dict[str, tuple[dict[str, Any], tuple[str, ...]]] = {
         chart.PROMETHEUS_OPERATOR_API_VERSIONS,
     ),
     "everything": (EVERYTHING, ()),
+    "cert-manager": (
+        {"operator": {"webhook": {"certManager": {"enabled": True}, "failurePolicy": "Ignore"}}},
+        (),
+    ),
 }
 
 
@@ -202,7 +209,7 @@ def test_every_rendered_object_passes_kubernetes_schema(case, rendered):
     problems = [
         line
         for obj in objects
-        if obj["kind"] not in MONITORING_KINDS
+        if obj["kind"] not in MONITORING_KINDS | CERT_MANAGER_KINDS
         for line in kubernetes_problems(obj)
     ]
     assert not problems, "\n".join(problems)
@@ -259,9 +266,15 @@ def test_a_bad_value_fails_naming_its_path(values, path):
 # --- The operator --------------------------------------------------------------------------------
 
 # Settings the chart derives instead of taking them as values: where its own pods run and which
-# labels they carry (each job's NetworkPolicy admits them), and the key of the jobs' Ray tokens
-# (from a Secret).
-DERIVED_SETTINGS = {"operator_namespace", "operator_pod_labels", "ray_auth_key"}
+# labels they carry (each job's NetworkPolicy admits them), the key of the jobs' Ray tokens (from a
+# Secret), and the admission webhook's port and certificate (operator.webhook).
+DERIVED_SETTINGS = {
+    "operator_namespace",
+    "operator_pod_labels",
+    "ray_auth_key",
+    "webhook_port",
+    "webhook_cert_dir",
+}
 # What the emulated kubelet gives a variable read from a Secret.
 SECRET_VALUE = "k" * 64
 
@@ -360,7 +373,7 @@ def test_an_existing_secret_replaces_the_charts_key():
     objects = chart.render({"operator": {"rayAuthKey": {"existingSecret": "rl-token-key"}}})
     operator = {var["name"]: var for var in container(objects, "kuberl-operator")["env"]}
 
-    assert not [o for o in objects if o["kind"] == "Secret"]
+    assert not [o for o in objects if o["metadata"]["name"].endswith("-ray-auth-key")]
     assert operator["KUBERL_RAY_AUTH_KEY"]["valueFrom"]["secretKeyRef"]["name"] == "rl-token-key"
 
 
@@ -398,7 +411,8 @@ def test_metrics_port_zero_leaves_no_metrics_to_scrape():
         api_versions=chart.PROMETHEUS_OPERATOR_API_VERSIONS,
     )
 
-    assert [p["name"] for p in container(objects, "kuberl-operator")["ports"]] == ["health"]
+    ports = [p["name"] for p in container(objects, "kuberl-operator")["ports"]]
+    assert ports == ["health", "webhook"]
     assert not [o for o in objects if o["metadata"]["name"] == "kuberl-operator-metrics"]
     assert [o["metadata"]["name"] for o in objects if o["kind"] == "ServiceMonitor"] == [
         "kuberl-api"
@@ -422,9 +436,11 @@ def test_pods_run_unprivileged_on_a_read_only_root(component, defaults):
     assert security["allowPrivilegeEscalation"] is False
     assert security["capabilities"] == {"drop": ["ALL"]}
     assert security["seccompProfile"] == {"type": "RuntimeDefault"}
-    # The one writable place, a size-limited emptyDir
-    (tmp,) = only["volumeMounts"]
-    assert tmp["mountPath"] == "/tmp"
+    # The one writable place, a size-limited emptyDir (the operator's webhook certificate is
+    # mounted read-only)
+    mounts = {mount["mountPath"]: mount for mount in only["volumeMounts"]}
+    tmp = mounts.pop("/tmp")
+    assert all(mount["readOnly"] for mount in mounts.values())
     (volume,) = [v for v in pod["volumes"] if v["name"] == tmp["name"]]
     assert "sizeLimit" in volume["emptyDir"]
     assert only["resources"]["requests"] and only["resources"]["limits"]
@@ -531,7 +547,8 @@ def test_operator_accepts_connections_on_its_health_and_metrics_ports_only(defau
     assert policy["podSelector"] == deployment["spec"]["selector"]
     assert policy["policyTypes"] == ["Ingress"]
     ports = [port["port"] for rule in policy["ingress"] for port in rule["ports"]]
-    assert sorted(ports) == sorted(p["name"] for p in operator["ports"]) == ["health", "metrics"]
+    assert sorted(ports) == sorted(p["name"] for p in operator["ports"])
+    assert sorted(ports) == ["health", "metrics", "webhook"]
 
 
 def test_api_accepts_its_port_from_anyone_unless_told(rendered):
@@ -727,8 +744,15 @@ def test_kuberay_operator_is_an_optional_dependency():
 
 
 def without_drawn_key(objects: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """The objects less the Ray auth key, which a render without a cluster draws anew."""
-    return [o for o in objects if not o["metadata"]["name"].endswith("-ray-auth-key")]
+    """The objects less what a render without a cluster draws anew: the Ray auth key, and the
+    webhook's certificate with the configuration that carries its CA."""
+    drawn = ("-ray-auth-key", "-operator-webhook-tls")
+    return [
+        o
+        for o in objects
+        if not o["metadata"]["name"].endswith(drawn)
+        and o["kind"] != "ValidatingWebhookConfiguration"
+    ]
 
 
 def test_without_the_fetched_subchart_only_packaging_refuses():

@@ -7,6 +7,7 @@ from __future__ import annotations
 import copy
 import json
 import math
+import re
 import shlex
 from pathlib import Path
 from typing import Any
@@ -27,9 +28,11 @@ from kuberl_operator.builders import (
     child_names,
     driver_entrypoint,
     fallback_replicas,
+    head_service_name,
     max_unavailable,
     ray_auth_token,
     ray_capacity,
+    ray_cluster_name,
     run_dir,
     scale_on_demand,
     submission_id,
@@ -46,7 +49,7 @@ from kuberl_operator.constants import (
     SPOT_RAY_RESOURCE,
 )
 from kuberl_operator.settings import InvalidSettings, OperatorSettings
-from kuberl_operator.spec import RLJob
+from kuberl_operator.spec import JOB_NAME_PATTERN, RLJob
 from kuberl_operator.validation import InvalidManifest, load_rljob, validate_rljob
 from kuberl_trainer.capacity import RAY_CAPACITY_ENV, Capacity
 from testkit import as_strict_json_schema, edited, rljob
@@ -221,8 +224,15 @@ def kuberay_problems(cluster: dict[str, Any]) -> list[str]:
     (ray-operator/controllers/ray/utils/validation.go), plus what the builders rely on."""
     spec, problems = cluster["spec"], []
     name = cluster["metadata"]["name"]
-    if len(name) > 63:
-        problems.append(f"RayCluster name {name!r} is longer than 63 characters")
+    # KubeRay (since v1.4) reconciles no RayCluster whose name is longer (MaxRayClusterNameLength)
+    # or not a DNS-1035 label.
+    if len(name) > 53 or not re.fullmatch(JOB_NAME_PATTERN, name):
+        problems.append(f"RayCluster name {name!r} is not a DNS-1035 label of at most 53")
+    head_service = ((spec["headGroupSpec"].get("headService") or {}).get("metadata") or {}).get(
+        "name", f"{name}-head-svc"
+    )
+    if len(head_service) > 63 or not re.fullmatch(JOB_NAME_PATTERN, head_service):
+        problems.append(f"head Service name {head_service!r} is not a Service name")
     if "managedBy" in spec:  # CEL: only KubeRay or MultiKueue may manage a RayCluster
         problems.append("managedBy is set")
     groups = [group["groupName"] for group in spec["workerGroupSpecs"]]
@@ -302,7 +312,14 @@ def test_the_schemas_catch_mistakes(ray_cluster_schema):
 def test_child_names_are_fixed_and_distinct():
     names = child_names(job_with())
 
-    assert names == ("walker", "walker-ray-auth", "walker-job", "walker-head", "walker-ray")
+    assert names == (
+        "walker",
+        "walker-head-svc",
+        "walker-ray-auth",
+        "walker-job",
+        "walker-head",
+        "walker-ray",
+    )
     objects = build_children(job_with(), SETTINGS, attempt=1, token=TOKEN)
     assert [(o["kind"], o["metadata"]["name"]) for o in objects] == [
         ("Secret", "walker-ray-auth"),
@@ -313,11 +330,64 @@ def test_child_names_are_fixed_and_distinct():
     ]
 
 
-def test_the_longest_job_name_still_names_every_child():
+def test_the_longest_job_name_still_names_every_child(ray_cluster_schema):
     job = job_with(**{"metadata.name": "j" * 63})
+    cluster = build_ray_cluster(job, SETTINGS, 1)
 
-    assert build_ray_cluster(job, SETTINGS, 1)["metadata"]["name"] == "j" * 63
+    assert cluster["metadata"]["name"] == child_names(job).ray_cluster
+    assert not kuberay_problems(cluster)
+    assert not list(ray_cluster_schema.iter_errors(cluster))
     assert all(len(name) <= 253 for name in child_names(job))
+
+
+@pytest.mark.parametrize("length", [1, 41, 42, 53])
+def test_a_job_name_kuberay_accepts_names_the_cluster(length):
+    name = "j" * length
+
+    assert ray_cluster_name(name) == name
+    assert child_names(job_with(**{"metadata.name": name})).head_service == f"{name}-head-svc"
+
+
+@pytest.mark.parametrize("length", [54, 55, 62, 63])
+def test_a_longer_job_name_gets_a_shortened_cluster_name_of_its_own(length):
+    name = "a" + "-b" * ((length - 1) // 2) + "c" * ((length - 1) % 2)
+    sibling = name[:-1] + "z"
+
+    shortened = ray_cluster_name(name)
+    assert len(name) == length and len(shortened) <= 53
+    assert re.fullmatch(JOB_NAME_PATTERN, shortened)
+    assert shortened.startswith(name[:40])
+    assert ray_cluster_name(name) == shortened  # the same on every call: restart-safe
+    assert ray_cluster_name(sibling) != shortened
+
+
+def test_the_cluster_names_its_head_service_and_the_pdb_selects_its_pods():
+    job = job_with(**{"metadata.name": "x" * 63})
+    cluster = build_ray_cluster(job, SETTINGS, 1)
+    names = child_names(job)
+
+    head_service = cluster["spec"]["headGroupSpec"]["headService"]
+    assert head_service == {"metadata": {"name": names.head_service}}
+    assert names.head_service == head_service_name(names.ray_cluster)
+    assert len(names.head_service) <= 63
+    selector = build_pod_disruption_budget(job)["spec"]["selector"]["matchLabels"]
+    assert selector["ray.io/cluster"] == cluster["metadata"]["name"]
+
+
+def test_the_operator_dials_the_service_the_cluster_names():
+    job = job_with(**{"metadata.name": "y" * 63, "metadata.namespace": "team-a"})
+    names = child_names(job)
+
+    assert SETTINGS.dashboard_url(names.head_service, names.ray_cluster, "team-a") == (
+        f"http://{names.head_service}.team-a.svc:8265"
+    )
+    assert SETTINGS.metrics_url(names.head_service, names.ray_cluster, "team-a") == (
+        f"http://{names.head_service}.team-a.svc:{SETTINGS.trainer_metrics_port}/metrics"
+    )
+    custom = OperatorSettings(ray_dashboard_url="http://{cluster}.{namespace}.example:8265")
+    assert custom.dashboard_url(names.head_service, names.ray_cluster, "team-a") == (
+        f"http://{names.ray_cluster}.team-a.example:8265"
+    )
 
 
 def test_every_child_and_pod_carries_the_operators_labels():
@@ -922,6 +992,24 @@ def test_pod_disruption_budget_keeps_the_head():
         "selector": {"matchLabels": {"ray.io/cluster": "walker", "ray.io/node-type": "head"}},
         "unhealthyPodEvictionPolicy": "AlwaysAllow",
     }
+
+
+def test_a_job_may_let_drains_evict_its_head():
+    job = job_with(**{"spec.learner.disruptionBudget": {"maxUnavailable": 1}})
+    pdb = build_pod_disruption_budget(job)
+
+    assert pdb["spec"]["maxUnavailable"] == 1
+    check_kubernetes_schema(pdb)
+
+
+@pytest.mark.parametrize("value", [2, -1, "1", "50%"])
+def test_the_disruption_budget_takes_zero_or_one(value):
+    with pytest.raises(InvalidManifest) as raised:
+        job_with(**{"spec.learner.disruptionBudget.maxUnavailable": value})
+
+    (problem,) = raised.value.problems
+    assert problem.path == "spec.learner.disruptionBudget.maxUnavailable"
+    assert "is not one of 0, 1" in problem.message
 
 
 def test_the_pdb_selects_the_pods_of_the_cluster_built():

@@ -119,9 +119,15 @@ def test_schema_is_structural(schema):
         assert "const" not in node, path
         assert not ("properties" in node and "additionalProperties" in node), path
         if node.get("x-kubernetes-int-or-string"):
-            # The one anyOf Kubernetes allows, on the one kind of node it allows untyped.
+            # The one anyOf Kubernetes allows, on one of the two kinds of node it allows untyped.
             assert node["anyOf"] == [{"type": "integer"}, {"type": "string"}], path
             assert "type" not in node, path
+        elif "type" not in node:
+            # The other: a node that keeps any value (a hyperparameter of some algorithms).
+            assert node == {
+                "description": node["description"],
+                "x-kubernetes-preserve-unknown-fields": True,
+            }, path
         else:
             assert "anyOf" not in node, path
             assert node.get("type") in (
@@ -172,8 +178,28 @@ def test_free_form_objects(schema):
     for name in ("hyperparameters", "envConfig"):
         assert trainer[name]["type"] == "object"
         assert trainer[name]["x-kubernetes-preserve-unknown-fields"] is True
-        assert "properties" not in trainer[name]
+    assert "properties" not in trainer["envConfig"]
     assert labels["additionalProperties"] == {"type": "string"}
+
+
+def test_hyperparameters_list_every_algorithms_fields_for_kubectl_explain(schema):
+    """The union of the algorithms' fields, each saying which algorithms take it; any value passes
+    the API server (a field's bounds differ between algorithms): kuberl refuses what is wrong."""
+    trainer = schema["properties"]["spec"]["properties"]["trainer"]["properties"]
+    hyperparameters = trainer["hyperparameters"]
+    fields = hyperparameters["properties"]
+
+    assert "Fields depend on algorithm" in hyperparameters["description"]
+    assert "admission webhook" in hyperparameters["description"]
+    documented = {name for row in ALGORITHMS.values() for name in row.hyperparameters.model_fields}
+    assert documented <= set(fields)
+    learning_rate = fields["learning_rate"]["description"]
+    assert learning_rate.startswith("PG, A2C") and "PPO" in learning_rate
+    assert fields["double_q"]["description"].startswith("DQN, APEX: ")
+    assert all(field["x-kubernetes-preserve-unknown-fields"] for field in fields.values())
+    # PBT's inner trainer lists its algorithms' fields the same way.
+    inner = trainer["trainer"]["properties"]["hyperparameters"]["properties"]
+    assert "learning_rate" in inner
 
 
 def test_conditions_are_a_map_list_keyed_by_type(schema):

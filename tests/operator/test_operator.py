@@ -17,6 +17,7 @@ import threading
 import time
 import urllib.request
 from collections.abc import Iterator
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
@@ -26,6 +27,7 @@ import requests
 from kubeapi import RAYCLUSTER_CRD
 from rayhead import running_ray_head
 
+from kuberl_operator.constants import RAY_DASHBOARD_PORT
 from kuberl_operator.handlers import registry
 from kuberl_operator.settings import OperatorSettings
 from testkit import free_port, rljob, wait_until
@@ -59,6 +61,9 @@ def pod(name: str, cluster: dict, node_type: str, group: str) -> dict:
         "spec": {"containers": [{"name": "ray", "image": "ray"}]},
     }
 
+
+# KubeRay (v1.4 and later) reconciles no RayCluster with a longer name (MaxRayClusterNameLength).
+KUBERAY_MAX_CLUSTER_NAME = 53
 
 RUNNING_READY = {
     "phase": "Running",
@@ -100,6 +105,8 @@ class KubeRay:
     def step(self) -> None:
         clusters = {c["metadata"]["uid"]: c for c in self.get(RAYCLUSTERS).get("items", [])}
         for uid, cluster in clusters.items():
+            if len(cluster["metadata"]["name"]) > KUBERAY_MAX_CLUSTER_NAME:
+                continue  # KubeRay only records an InvalidSpec event for it
             if uid not in self.up and not self.hold.is_set() and not cluster["spec"]["suspend"]:
                 self.bring_up(cluster)
                 self.up[uid] = cluster
@@ -110,7 +117,9 @@ class KubeRay:
 
     def bring_up(self, cluster: dict) -> None:
         name = cluster["metadata"]["name"]
-        config = self.get(f"{CONFIGMAPS}/{name}-job")
+        head = cluster["spec"]["headGroupSpec"]["template"]["spec"]
+        config_map = next(v["configMap"]["name"] for v in head["volumes"] if "configMap" in v)
+        config = self.get(f"{CONFIGMAPS}/{config_map}")
         self.config_dir.mkdir(parents=True, exist_ok=True)
         (self.config_dir / "job.yaml").write_text(config["data"]["job.yaml"])
         self.create_pod(cluster, "head", "headgroup")
@@ -144,7 +153,7 @@ class KubeRay:
                 self.create_pod(cluster, "worker", group["groupName"])
 
     def stop_drivers(self, cluster: dict) -> None:
-        name = cluster["metadata"]["name"]
+        name = cluster["metadata"]["labels"]["kuberl.io/job"]  # submissions are the job's
         attempt = cluster["metadata"]["labels"]["kuberl.io/attempt"]
         for job in self.ray.get(f"{self.ray_url}/api/jobs/", timeout=10).json():
             if job["submission_id"] == f"{name}-{attempt}" and job["status"] == "RUNNING":
@@ -159,6 +168,96 @@ class KubeRay:
         return sorted(j["submission_id"] for j in jobs if j["submission_id"].startswith(f"{name}-"))
 
 
+def kuberay_head_service(cluster: dict) -> str:
+    """The head Service KubeRay (v1.7, utils.GenerateHeadServiceName) makes for a RayCluster: the
+    name its headGroupSpec.headService gives, else <cluster>-head-svc."""
+    head_service = cluster["spec"]["headGroupSpec"].get("headService") or {}
+    return (head_service.get("metadata") or {}).get("name") or (
+        f"{cluster['metadata']['name']}-head-svc"
+    )
+
+
+class HeadServices:
+    """The cluster's DNS and the head Services KubeRay makes, on one loopback port:
+    `http://127.0.0.1:<port>/<namespace>/<service>/<target port>/<path>` reaches <path> on the
+    head only when KubeRay made that Service for a cluster it brought up (else 502, as a name
+    nothing resolves). The Ray head's dashboard port is the one real Ray head; any other port is
+    that port on loopback (the driver's metrics)."""
+
+    def __init__(self, ray_url: str):
+        self.ray_url = ray_url
+        self.kuberay: KubeRay | None = None  # set once KubeRay runs
+        self.dialed: set[str] = set()  # the Services reached
+        self.unknown: set[str] = set()  # names asked for that no Service has
+        handler = functools.partial(_HeadServiceHandler, self)
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), handler)
+        self.port = self.server.server_address[1]
+        self._thread = threading.Thread(target=self.server.serve_forever, daemon=True)
+
+    def __enter__(self) -> HeadServices:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *_: Any) -> None:
+        self.server.shutdown()
+        self.server.server_close()
+
+    def urls(self) -> dict[str, str]:
+        """The operator's settings that dial heads through these Services."""
+        base = f"http://127.0.0.1:{self.port}/{{namespace}}/{{service}}"
+        return {
+            "ray_dashboard_url": f"{base}/{RAY_DASHBOARD_PORT}",
+            "trainer_metrics_url": f"{base}/{{port}}/metrics",
+        }
+
+    def target(self, path: str) -> str | None:
+        """The URL behind a request's path, or None when no such Service exists."""
+        namespace, service, port, rest = (path.lstrip("/").split("/", 3) + [""] * 4)[:4]
+        clusters = list(self.kuberay.up.values()) if self.kuberay else []
+        if namespace != "default" or service not in {kuberay_head_service(c) for c in clusters}:
+            self.unknown.add(service)
+            return None
+        self.dialed.add(service)
+        base = self.ray_url if port == str(RAY_DASHBOARD_PORT) else f"http://127.0.0.1:{port}"
+        return f"{base}/{rest}"
+
+
+class _HeadServiceHandler(BaseHTTPRequestHandler):
+    def __init__(self, services: HeadServices, *args: Any) -> None:
+        self.services = services
+        super().__init__(*args)
+
+    def do_GET(self) -> None:
+        self._forward()
+
+    def do_POST(self) -> None:
+        self._forward()
+
+    def do_DELETE(self) -> None:
+        self._forward()
+
+    def _forward(self) -> None:
+        url = self.services.target(self.path)
+        if url is None:
+            self.send_error(502, "no such Service")
+            return
+        body = self.rfile.read(int(self.headers.get("Content-Length") or 0))
+        headers = {k: v for k, v in self.headers.items() if k in ("Authorization", "Content-Type")}
+        try:
+            answer = requests.request(self.command, url, data=body, headers=headers, timeout=10)
+        except requests.RequestException:
+            self.send_error(503, "the head does not answer")
+            return
+        self.send_response(answer.status_code)
+        self.send_header("Content-Type", answer.headers.get("Content-Type", "text/plain"))
+        self.send_header("Content-Length", str(len(answer.content)))
+        self.end_headers()
+        self.wfile.write(answer.content)
+
+    def log_message(self, *_: Any) -> None:  # quiet: the tests' output is the operator's
+        pass
+
+
 @pytest.fixture(scope="module")
 def ray_head():
     # Ray's job stop waits this long between SIGTERM and SIGKILL: the driver's checkpoint time, as
@@ -170,8 +269,16 @@ def ray_head():
 class Cluster:
     """The emulated API, KubeRay, and a way to run (and restart) the operator."""
 
-    def __init__(self, kube_api: Any, kuberay: KubeRay, settings: OperatorSettings, token: str):
+    def __init__(
+        self,
+        kube_api: Any,
+        kuberay: KubeRay,
+        settings: OperatorSettings,
+        token: str,
+        services: HeadServices | None = None,
+    ):
         self.kube_api, self.kuberay, self.settings, self.token = kube_api, kuberay, settings, token
+        self.services = services
 
     @contextlib.contextmanager
     def operator(self) -> Iterator[None]:
@@ -214,7 +321,12 @@ class Cluster:
         ]
 
     def clusters(self, name: str) -> list[dict]:
-        return [c for c in self.kube_api.list(RAYCLUSTERS) if c["metadata"]["name"] == name]
+        """The RayClusters of the job `name` (named like it, unless the name is too long)."""
+        return [
+            c
+            for c in self.kube_api.list(RAYCLUSTERS)
+            if c["metadata"]["labels"].get("kuberl.io/job") == name
+        ]
 
 
 @pytest.fixture
@@ -224,21 +336,24 @@ def cluster(request, kube_api, ray_head, tmp_path, monkeypatch) -> Iterator[Clus
     options = getattr(request, "param", {})
     ray_url, token = ray_head
     metrics_port = free_port()
-    settings = OperatorSettings(
-        ray_dashboard_url=ray_url,
-        trainer_metrics_port=free_port(),
-        trainer_metrics_url="http://127.0.0.1:{port}/metrics",
-        run_dir_root=str(tmp_path / "runs"),
-        job_config_dir=str(tmp_path / "etc"),
-        poll_seconds=0.5,
-        metrics_port=metrics_port,
-    )
-    monkeypatch.setenv("KUBECONFIG", str(kube_api.kubeconfig(tmp_path / "kubeconfig")))
-    kube_api.register_crd()
-    if options.get("kuberay_crd", True):
-        kube_api.create("/apis/apiextensions.k8s.io/v1/customresourcedefinitions", RAYCLUSTER_CRD)
-    with KubeRay(kube_api.url, ray_url, token, tmp_path / "etc") as kuberay:
-        yield Cluster(kube_api, kuberay, settings, token)
+    with HeadServices(ray_url) as services:
+        settings = OperatorSettings(
+            **services.urls(),
+            trainer_metrics_port=free_port(),
+            run_dir_root=str(tmp_path / "runs"),
+            job_config_dir=str(tmp_path / "etc"),
+            poll_seconds=0.5,
+            metrics_port=metrics_port,
+        )
+        monkeypatch.setenv("KUBECONFIG", str(kube_api.kubeconfig(tmp_path / "kubeconfig")))
+        kube_api.register_crd()
+        if options.get("kuberay_crd", True):
+            kube_api.create(
+                "/apis/apiextensions.k8s.io/v1/customresourcedefinitions", RAYCLUSTER_CRD
+            )
+        with KubeRay(kube_api.url, ray_url, token, tmp_path / "etc") as kuberay:
+            services.kuberay = kuberay
+            yield Cluster(kube_api, kuberay, settings, token, services)
 
 
 def metric(port: int, name: str, **labels: str) -> float | None:
@@ -310,6 +425,37 @@ def test_a_job_trains_on_its_ray_cluster_to_success(cluster: Cluster):
             assert cluster.kube_api.get(path, check=False)["code"] == 404, path
         # The auth Secret was the test's own (made before the job): not the job's to delete.
         assert cluster.kube_api.get(f"{SECRETS}/solo-ray-auth")["data"]["auth_token"]
+
+
+def test_a_63_character_job_runs_on_the_head_service_its_cluster_names(cluster: Cluster):
+    """KubeRay refuses RayClusters of more than 53 characters, and the head Service's name follows
+    the cluster's (or the name the cluster gives it): the operator must dial the Service that
+    exists."""
+    name = "a-job-name-that-takes-every-one-of-the-sixty-three-characters-x"
+    assert len(name) == 63
+    job = rljob(name)
+    job["spec"]["trainer"]["stop"] = {"timesteps": 10_000_000}
+    with cluster.operator():
+        cluster.submit(job)
+        [ray_cluster] = wait_until(lambda: cluster.clusters(name), PATIENCE, "the RayCluster")
+        cluster_name = ray_cluster["metadata"]["name"]
+        assert len(cluster_name) <= 53 and cluster_name.startswith(name[:40])
+        service = kuberay_head_service(ray_cluster)
+        assert len(service) <= 63
+
+        running = cluster.wait_phase(name, "Running")
+        assert running["rayCluster"] == cluster_name
+        wait_until(lambda: iteration(cluster, name) >= 1, PATIENCE, "progress from its metrics")
+        # Every request, to the Jobs API and the driver's metrics, went to that Service.
+        assert cluster.services.dialed == {service}
+        assert cluster.services.unknown == set()
+        assert cluster.kuberay.submissions(name) == [f"{name}-1"]
+        assert cluster.kube_api.get(f"{PDBS}/{name}-head")["spec"]["selector"]["matchLabels"][
+            "ray.io/cluster"
+        ] == (cluster_name)
+
+        cluster.kube_api.delete(cluster.kube_api.rljobs(name=name))
+        wait_until(lambda: not cluster.clusters(name), PATIENCE, "the RayCluster gone")
 
 
 def invalid_jobs() -> dict[str, tuple[dict, str]]:
@@ -424,9 +570,13 @@ def test_a_preempted_spot_worker_then_suspend_and_resume(cluster: Cluster):
         assert cluster.condition("spot", "Suspended")["status"] == "True"
         stopped_at = max(int(c.name.split("-")[1]) for c in checkpoints)
 
-        cluster.kube_api.patch(cluster.kube_api.rljobs(name="spot"), {"spec": {"suspend": False}})
+        # Resumed on a cluster whose upgrades must not wait for it: drains may take the head now.
+        assert cluster.kube_api.get(f"{PDBS}/spot-head")["spec"]["maxUnavailable"] == 0
+        drainable = {"suspend": False, "learner": {"disruptionBudget": {"maxUnavailable": 1}}}
+        cluster.kube_api.patch(cluster.kube_api.rljobs(name="spot"), {"spec": drainable})
         resumed = cluster.wait_phase("spot", "Running")
         assert (resumed["attempt"], resumed["restarts"], resumed["preemptions"]) == (2, 0, 1)
+        assert cluster.kube_api.get(f"{PDBS}/spot-head")["spec"]["maxUnavailable"] == 1
         assert cluster.kuberay.submissions("spot") == ["spot-1", "spot-2"]
         # The new attempt's driver goes on from the checkpoint, not from iteration 0.
         wait_until(

@@ -66,6 +66,11 @@ app.kubernetes.io/part-of: kuberl
 {{- .Values.operator.rayAuthKey.existingSecret | default (printf "%s-ray-auth-key" (include "kuberl.fullname" .)) }}
 {{- end }}
 
+{{/* The kubernetes.io/tls Secret of the operator's admission webhook (cert-manager's or the chart's). */}}
+{{- define "kuberl.webhookSecretName" -}}
+{{- printf "%s-operator-webhook-tls" (include "kuberl.fullname" .) }}
+{{- end }}
+
 {{/* An image reference from {repository, tag}; the tag defaults to the chart's appVersion. */}}
 {{- define "kuberl.image" -}}
 {{- printf "%s:%s" .image.repository (default .root.Chart.AppVersion .image.tag) }}

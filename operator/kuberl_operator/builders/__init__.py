@@ -4,7 +4,8 @@ No I/O and no environment reads: handlers call these, adopt the results (`kopf.a
 them, and `kuberl render` prints them.
 
 Where each question is answered:
-- names.py: the fixed names of a job's children and the labels every child carries.
+- names.py: the fixed names of a job's children (a RayCluster name KubeRay accepts, and its head
+  Service's) and the labels every child carries.
 - driver.py: the driver's submission id, entrypoint and run directory (and so its storage), and
   how the head stops it (the preStop hook and the head's grace period).
 - placement.py: where the Ray pods run: the head on on-demand nodes, rollout workers on each
@@ -43,7 +44,7 @@ from kuberl_operator.builders.driver import (
     submission_id,
 )
 from kuberl_operator.builders.fallback import fallback_replicas, max_unavailable, scale_on_demand
-from kuberl_operator.builders.names import child_names
+from kuberl_operator.builders.names import child_names, head_service_name, ray_cluster_name
 from kuberl_operator.builders.ray_cluster import build_ray_cluster
 
 __all__ = [
@@ -58,9 +59,11 @@ __all__ = [
     "child_names",
     "driver_entrypoint",
     "fallback_replicas",
+    "head_service_name",
     "max_unavailable",
     "ray_auth_token",
     "ray_capacity",
+    "ray_cluster_name",
     "run_dir",
     "scale_on_demand",
     "stale_spec",

@@ -1,10 +1,13 @@
 """The job's KubeRay RayCluster: a head group and the rollout worker groups.
 
-The RayCluster is named like the job. The head runs the driver, which is the learner, so the head
-pod gets the learner's CPU, memory, GPUs and node selection (placement.py). Ray's dashboard and Jobs
-API (port 8265) are reachable only inside the cluster: the head Service is ClusterIP and no ingress
-is made. The rollout workers are one group, `rollout`, and with spot fallback a second one,
-`rollout-on-demand`, whose size the operator sets (fallback.py); Ray's autoscaler stays off.
+The RayCluster is named like the job, shortened where KubeRay would refuse the name
+(names.ray_cluster_name), and names its head Service itself (`<cluster>-head-svc`), the Service the
+operator dials: what KubeRay would call it by default depends on its version. The head runs the
+driver, which is the learner, so the head pod gets the learner's CPU, memory, GPUs and node
+selection (placement.py). Ray's dashboard and Jobs API (port 8265) are reachable only inside the
+cluster: the head Service is ClusterIP and no ingress is made. The rollout workers are one group,
+`rollout`, and with spot fallback a second one, `rollout-on-demand`, whose size the operator sets
+(fallback.py); Ray's autoscaler stays off.
 
 Kueue. Kueue admits a RayCluster (its `ray.io/raycluster` integration) when the cluster carries
 the label `kueue.x-k8s.io/queue-name` and was created suspended; Kueue then unsuspends it, having
@@ -67,6 +70,8 @@ def _head_group(job: RLJob, settings: OperatorSettings, labels: dict[str, str]) 
     template["spec"]["terminationGracePeriodSeconds"] = head_grace_period_seconds(job, settings)
     return {
         "serviceType": "ClusterIP",
+        # KubeRay keeps its own ports, selector and type; only the name is ours.
+        "headService": {"metadata": {"name": child_names(job).head_service}},
         "enableIngress": False,
         "rayStartParams": {
             # All interfaces of the pod: the dashboard is reached through the ClusterIP Service.

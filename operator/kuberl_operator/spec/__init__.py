@@ -6,7 +6,7 @@ name the field.
 
 - `formats`: the Kubernetes formats the fields take (quantities, counts or percentages, names,
   label keys and values, node selectors, tolerations), their patterns and PATTERN_HINTS.
-- `learner`: spec.learner, the learner's resources and placement.
+- `learner`: spec.learner, the learner's resources and placement, and its disruption budget.
 - `workers`: spec.rolloutWorkers, the rollout workers, their spot placement (Spot, SpotProvider)
   and their nodes.
 - `restart`: spec.restartPolicy (RestartPolicy, PreemptionPolicy).
@@ -30,7 +30,7 @@ from kuberl_operator.spec.formats import (
     Toleration,
 )
 from kuberl_operator.spec.job import ObjectMeta, RLJob, RLJobSpec
-from kuberl_operator.spec.learner import Learner
+from kuberl_operator.spec.learner import DisruptionBudget, Learner
 from kuberl_operator.spec.pods import Pods
 from kuberl_operator.spec.restart import PreemptionPolicy, RestartPolicy
 from kuberl_operator.spec.status import (
@@ -52,6 +52,7 @@ __all__ = [
     "PATTERN_HINTS",
     "Condition",
     "ConditionType",
+    "DisruptionBudget",
     "IntOrPercent",
     "LabelMap",
     "Learner",

@@ -1,11 +1,25 @@
-"""spec.learner: the learner's resources (GPUs, CPU, memory) and the nodes its pod runs on."""
+"""spec.learner: the learner's resources (GPUs, CPU, memory), the nodes its pod runs on, and
+whether node drains may evict it."""
 
 from __future__ import annotations
+
+from typing import Literal
 
 from pydantic import Field, model_validator
 
 from kuberl_operator.spec.formats import LABEL_VALUE_PATTERN, NodeSelector, Quantity, Toleration
 from kuberl_trainer.config import Spec
+
+
+class DisruptionBudget(Spec):
+    """The PodDisruptionBudget of the learner's pod (the Ray head, which runs the driver)."""
+
+    max_unavailable: Literal[0, 1] = 0
+    """0: voluntary disruptions (node drains, cluster upgrades, the autoscaler's scale-down) never
+    evict the healthy head, so training is never interrupted by them, but a drain of its node
+    waits until the job ends. 1: they may evict it like a preemption: the driver checkpoints on
+    SIGTERM within the head's grace period, and the job goes on from that checkpoint on new nodes
+    as restartPolicy.onPreemption says. An edit applies to the next attempt."""
 
 
 class Learner(Spec):
@@ -31,6 +45,9 @@ class Learner(Spec):
 
     tolerations: list[Toleration] = Field(default_factory=list)
     """Tolerations of the learner's pod (GPU nodes are often tainted)."""
+
+    disruption_budget: DisruptionBudget = Field(default_factory=DisruptionBudget)
+    """Whether node drains may evict the learner's pod (its PodDisruptionBudget)."""
 
     @model_validator(mode="after")
     def _gpu_type_needs_gpus(self) -> Learner:

@@ -1,0 +1,215 @@
+"""The validating admission webhook (admission.py): the checks as a pure function, then kopf's real
+webhook server over TLS on loopback, with a self-signed certificate, answering AdmissionReviews as
+the API server sends them."""
+
+from __future__ import annotations
+
+import datetime
+import ipaddress
+import json
+import uuid
+from pathlib import Path
+
+import kopf
+import pytest
+import requests
+from cryptography import x509
+from cryptography.hazmat.primitives import hashes, serialization
+from cryptography.hazmat.primitives.asymmetric import ec
+from cryptography.x509.oid import NameOID
+
+from kuberl_operator import admission
+from kuberl_operator.settings import OperatorSettings
+from testkit import free_port, rljob, wait_until
+
+SETTINGS = OperatorSettings()
+TYPO = "spec.trainer.hyperparameters.learning_rat: unknown field; did you mean 'learning_rate'?"
+
+
+def misspelt(name: str = "typo") -> dict:
+    job = rljob(name)
+    job["spec"]["trainer"]["hyperparameters"]["learning_rat"] = 0.001
+    return job
+
+
+# --- What is refused ---------------------------------------------------------------------------
+
+
+def test_a_misspelt_hyperparameter_is_refused_with_the_field_and_a_suggestion():
+    assert admission.review(misspelt(), None, "CREATE", SETTINGS) == [TYPO]
+
+
+def test_a_valid_job_is_allowed():
+    assert admission.review(rljob("fine"), None, "CREATE", SETTINGS) == []
+
+
+def test_every_problem_is_said_each_naming_its_field():
+    job = misspelt()
+    job["spec"]["learner"] = {"gpus": -1}
+
+    problems = admission.review(job, None, "CREATE", SETTINGS)
+
+    assert TYPO in problems
+    assert "spec.learner.gpus: must be >= 0, got -1" in problems
+
+
+def test_what_the_operator_settings_forbid_is_refused_too():
+    job = rljob("secretive", storage={"secretRef": {"name": "s3-credentials"}})
+
+    [problem] = admission.review(job, None, "CREATE", SETTINGS)
+
+    assert problem.startswith(
+        "spec.storage.secretRef.name: the Secret s3-credentials is not one jobs may reference"
+    )
+    allowing = OperatorSettings(allowed_secrets="s3-*")
+    assert admission.review(job, None, "CREATE", allowing) == []
+
+
+@pytest.mark.parametrize(
+    "spec, field",
+    [
+        ("PPO on CartPole", "spec: must be a mapping"),
+        ({"trainer": []}, "spec.trainer: must be a mapping"),
+        (None, "spec: "),
+    ],
+)
+def test_a_malformed_spec_is_refused_naming_it(spec, field):
+    job = rljob("malformed")
+    job["spec"] = spec
+
+    problems = admission.review(job, None, "CREATE", SETTINGS)
+
+    assert problems and problems[0].startswith(field), problems
+
+
+def test_an_update_that_keeps_the_spec_is_allowed_even_for_an_invalid_job():
+    """kopf's finalizer, a label, a deletion: a job accepted before the webhook (or by a more
+    lenient version) must stay deletable."""
+    old = misspelt()
+    new = misspelt() | {"metadata": {"name": "typo", "finalizers": ["kuberl.io/finalizer"]}}
+
+    assert admission.review(new, old, "UPDATE", SETTINGS) == []
+    edited = misspelt()
+    edited["spec"]["suspend"] = True
+    assert admission.review(edited, old, "UPDATE", SETTINGS) == [TYPO]
+
+
+# --- Through kopf's webhook server over TLS ----------------------------------------------------
+
+
+def self_signed(directory: Path) -> Path:
+    """A certificate for 127.0.0.1 and its key, as tls.crt and tls.key in `directory` (the files
+    of a kubernetes.io/tls Secret); the certificate is its own CA."""
+    key = ec.generate_private_key(ec.SECP256R1())
+    name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "127.0.0.1")])
+    now = datetime.datetime.now(datetime.UTC)
+    certificate = (
+        x509.CertificateBuilder()
+        .subject_name(name)
+        .issuer_name(name)
+        .public_key(key.public_key())
+        .serial_number(x509.random_serial_number())
+        .not_valid_before(now - datetime.timedelta(minutes=5))
+        .not_valid_after(now + datetime.timedelta(days=1))
+        .add_extension(
+            x509.SubjectAlternativeName([x509.IPAddress(ipaddress.ip_address("127.0.0.1"))]),
+            critical=False,
+        )
+        .add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True)
+        .sign(key, hashes.SHA256())
+    )
+    directory.mkdir(parents=True, exist_ok=True)
+    (directory / admission.CERT_FILE).write_bytes(
+        certificate.public_bytes(serialization.Encoding.PEM)
+    )
+    (directory / admission.KEY_FILE).write_bytes(
+        key.private_bytes(
+            serialization.Encoding.PEM,
+            serialization.PrivateFormat.PKCS8,
+            serialization.NoEncryption(),
+        )
+    )
+    return directory / admission.CERT_FILE
+
+
+def admission_review(obj: object, operation: str = "CREATE", old: object = None) -> dict:
+    """An AdmissionReview as the API server sends it for an RLJob."""
+    return {
+        "apiVersion": "admission.k8s.io/v1",
+        "kind": "AdmissionReview",
+        "request": {
+            "uid": str(uuid.uuid4()),
+            "kind": {"group": "kuberl.io", "version": "v1alpha1", "kind": "RLJob"},
+            "resource": {"group": "kuberl.io", "version": "v1alpha1", "resource": "rljobs"},
+            "requestKind": {"group": "kuberl.io", "version": "v1alpha1", "kind": "RLJob"},
+            "requestResource": {"group": "kuberl.io", "version": "v1alpha1", "resource": "rljobs"},
+            "name": "typo",
+            "namespace": "default",
+            "operation": operation,
+            "userInfo": {"username": "alice", "groups": ["system:authenticated"]},
+            "object": obj,
+            "oldObject": old,
+            "dryRun": False,
+        },
+    }
+
+
+@pytest.fixture
+def webhook(kube_api, tmp_path):
+    """The operator's webhook served by kopf on loopback: a function that POSTs a review to it
+    over HTTPS (verifying its certificate) and returns the HTTP response."""
+    ca = self_signed(tmp_path / "certs")
+    settings = OperatorSettings(webhook_port=free_port(), webhook_cert_dir=str(tmp_path / "certs"))
+    registry = kopf.OperatorRegistry()
+    admission.register(registry, settings, address="127.0.0.1")
+    kube_api.register_crd()
+    url = f"https://127.0.0.1:{settings.webhook_port}/{admission.WEBHOOK_ID}"
+
+    def post(review: object) -> requests.Response:
+        data = review if isinstance(review, str) else json.dumps(review)
+        headers = {"Content-Type": "application/json"}
+        return requests.post(url, data=data, headers=headers, verify=str(ca), timeout=10)
+
+    def serving() -> bool:
+        try:
+            return post(admission_review(rljob("probe"))).status_code == 200
+        except requests.ConnectionError:
+            return False
+
+    with kube_api.kopf(registry):
+        wait_until(serving, 60, "the webhook server")
+        yield post
+
+
+def test_the_webhook_refuses_a_typo_over_tls_with_the_field_and_a_suggestion(webhook):
+    review = admission_review(misspelt())
+
+    answer = webhook(review)
+
+    assert answer.status_code == 200
+    response = answer.json()["response"]
+    assert response["uid"] == review["request"]["uid"]
+    assert response["allowed"] is False
+    assert response["status"] == {"message": TYPO, "code": 422}
+
+
+def test_the_webhook_allows_a_valid_job_and_a_metadata_only_update(webhook):
+    assert webhook(admission_review(rljob("fine"))).json()["response"]["allowed"] is True
+    finalized = misspelt() | {"metadata": {"name": "typo", "finalizers": ["kuberl.io/finalizer"]}}
+    update = admission_review(finalized, "UPDATE", old=misspelt())
+    assert webhook(update).json()["response"]["allowed"] is True
+
+
+def test_the_webhook_refuses_a_malformed_object_and_keeps_serving(webhook):
+    not_a_job = {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "x"}, "data": {}}
+    refused = webhook(admission_review(not_a_job)).json()["response"]
+    assert refused["allowed"] is False
+    assert refused["status"]["message"].startswith("kind: this is a ConfigMap, not an RLJob")
+
+    no_spec = {"apiVersion": "kuberl.io/v1alpha1", "kind": "RLJob", "metadata": {"name": "x"}}
+    refused = webhook(admission_review(no_spec)).json()["response"]
+    assert refused["allowed"] is False and refused["status"]["message"].startswith("spec:")
+
+    # A body that is no AdmissionReview at all is a bad request, not a verdict, and no crash.
+    assert webhook("{not json").status_code == 400
+    assert webhook(admission_review(rljob("fine"))).json()["response"]["allowed"] is True
