@@ -30,6 +30,9 @@ from kuberl_operator.bounded import (
 )
 from kuberl_operator.constants import API_VERSION, KIND
 from kuberl_operator.spec import PATTERN_HINTS, RLJob
+from kuberl_trainer.config import ALGORITHMS, PBT, TRAINER_CONFIGS, PBTConfig
+from kuberl_trainer.hyperparameters import PBTHyperparameters
+from kuberl_trainer.hyperparameters.known_names import known_name_hint
 
 # --- Entry points -------------------------------------------------------------------------------
 
@@ -129,7 +132,11 @@ def _problem(error: dict[str, Any]) -> Problem:
 
     if kind == "extra_forbidden":
         _, parent, _ = _follow(error["loc"][:-1])
-        return Problem(format_path(parts), _unknown_field(str(parts[-1]), _field_names(parent)))
+        key, accepted = str(parts[-1]), _field_names(parent)
+        return Problem(
+            format_path(parts),
+            _unknown_field(key, accepted, _elsewhere(key, parts[:-1], _unwrap(parent))),
+        )
     if kind in ("union_tag_invalid", "union_tag_not_found"):
         discriminator = ctx["discriminator"].strip("'\"")
         path = format_path([*parts, discriminator])
@@ -219,14 +226,58 @@ def _message(kind: str, ctx: dict[str, Any], value: Any, node: Any, fallback: st
     return fallback[0].lower() + fallback[1:]
 
 
-def _unknown_field(key: str, accepted: list[str]) -> str:
+def _unknown_field(key: str, accepted: list[str], elsewhere: str | None = None) -> str:
+    """Did-you-mean for an unknown field: the same name in the section's case, then where the
+    name belongs when it is another library's or another section's (`elsewhere`), and only then
+    the closest spelling, which would mislead there (RLlib's train_batch_size is not PPO's
+    minibatch_size)."""
     for candidate, style in ((to_camel(key), "camelCase"), (to_snake(key), "snake_case")):
         if candidate != key and candidate in accepted:
             return f"unknown field; did you mean {candidate!r}? (these fields are {style})"
+    if elsewhere:
+        return elsewhere
     close = difflib.get_close_matches(key, accepted, n=1)
     if close:
         return f"unknown field; did you mean {close[0]!r}?"
     return f"unknown field; allowed here: {', '.join(accepted)}"
+
+
+_HYPERPARAMETERS = "hyperparameters"
+
+
+def _elsewhere(key: str, section: list[str | int], model: Any) -> str | None:
+    """Where an unknown field of a trainer or of its hyperparameters belongs: a Stable-Baselines3
+    or RLlib name (see kuberl_trainer.hyperparameters.known_names), a hyperparameter written in
+    the trainer itself, or a trial's hyperparameter written in PBT's. None for anything else."""
+    name = to_snake(key)
+    if section and section[-1] == _HYPERPARAMETERS and model in _ALGORITHM_OF_HYPERPARAMETERS:
+        algorithm = _ALGORITHM_OF_HYPERPARAMETERS[model]
+        trainer_path = format_path(section[:-1])
+        if hint := known_name_hint(name, algorithm, trainer_path):
+            return hint
+        if algorithm == PBT and name in _TRIAL_HYPERPARAMETERS:
+            return (
+                f"unknown field; {name} is a trial's hyperparameter: PBT's are the population's, "
+                f"and the trials' own go in {trainer_path}.trainer.hyperparameters"
+            )
+    elif model in _ALGORITHM_OF_TRAINER:
+        algorithm, trainer_path = _ALGORITHM_OF_TRAINER[model], format_path(section)
+        hyperparameters = f"{trainer_path}.{_HYPERPARAMETERS}"
+        if name in model.model_fields[_HYPERPARAMETERS].annotation.model_fields:
+            return f"unknown field; {name} is a hyperparameter: set {hyperparameters}.{name}"
+        return known_name_hint(name, algorithm, trainer_path, hyperparameters)
+    return None
+
+
+_ALGORITHM_OF_HYPERPARAMETERS: dict[Any, str] = {
+    row.hyperparameters: name for name, row in ALGORITHMS.items()
+} | {PBTHyperparameters: PBT}
+_ALGORITHM_OF_TRAINER: dict[Any, str] = {
+    config: name for name, config in TRAINER_CONFIGS.items()
+} | {PBTConfig: PBT}
+_TRIAL_HYPERPARAMETERS = {
+    name for row in ALGORITHMS.values() for name in row.hyperparameters.model_fields
+}
 
 
 def _unknown_value(value: Any, allowed: list[str]) -> str:

@@ -10,6 +10,8 @@ its default comes from. Light like config: no ray, torch or gymnasium.
 - `on_policy`: PG, A2C, A3C, PPO, IMPALA and APPO.
 - `off_policy`: ReplayHyperparameters, DQN, APEX and SAC.
 - `evolution`: ES, and PBT with its Mutation.
+- `fields`: each field as `kuberl explain` and the README show it (type, range, default, docstring).
+- `known_names`: the Stable-Baselines3 and RLlib names users bring, and what each is in kuberl.
 """
 
 from kuberl_trainer.hyperparameters.base import (

@@ -82,7 +82,9 @@ class DQNHyperparameters(ReplayHyperparameters):
     """Gradient steps per iteration once learning has started."""
 
     target_update_interval: Count = 128
-    """Gradient steps between copies of the online network into the target network."""
+    """Gradient steps between copies of the online network into the target network.
+    Stable-Baselines3's DQN counts its target_update_interval in env steps sampled, as RLlib's
+    target_network_update_freq does."""
 
     epsilon_initial: Fraction = 1.0
     """Exploration rate at the first env step."""
