@@ -93,7 +93,7 @@ def fleet() -> dict[str, Any]:
                     "id": "organize",
                     "options": {
                         "excludeByName": {"Time": True, "Value": True, "__name__": True},
-                        "indexByName": {"namespace": 0, "job": 1, "phase": 2},
+                        "indexByName": {"namespace": 0, "rljob": 1, "phase": 2},
                     },
                 }
             ],
@@ -102,9 +102,9 @@ def fleet() -> dict[str, Any]:
             "Preemptions",
             [
                 target(
-                    "sum by (namespace, job) "
+                    "sum by (namespace, rljob) "
                     f"(increase({METRIC_PREEMPTIONS}{{{ns}}}[$__rate_interval]))",
-                    "{{namespace}}/{{job}}",
+                    "{{namespace}}/{{rljob}}",
                 )
             ],
             "short",
@@ -115,9 +115,9 @@ def fleet() -> dict[str, Any]:
             "Restarts",
             [
                 target(
-                    "sum by (namespace, job) "
+                    "sum by (namespace, rljob) "
                     f"(increase({METRIC_RESTARTS}{{{ns}}}[$__rate_interval]))",
-                    "{{namespace}}/{{job}}",
+                    "{{namespace}}/{{rljob}}",
                 )
             ],
             "short",
@@ -128,9 +128,9 @@ def fleet() -> dict[str, Any]:
             "Checkpoint failures",
             [
                 target(
-                    "sum by (namespace, job) "
+                    "sum by (namespace, rljob) "
                     f"(increase({METRIC_CHECKPOINT_FAILURES}{{{ns}}}[$__rate_interval]))",
-                    "{{namespace}}/{{job}}",
+                    "{{namespace}}/{{rljob}}",
                 )
             ],
             "short",
@@ -143,8 +143,8 @@ def fleet() -> dict[str, Any]:
             "Samples per second by job",
             [
                 target(
-                    f"sum by (namespace, job) ({METRIC_SAMPLES_PER_SECOND}{{{ns}}})",
-                    "{{namespace}}/{{job}}",
+                    f"sum by (namespace, rljob) ({METRIC_SAMPLES_PER_SECOND}{{{ns}}})",
+                    "{{namespace}}/{{rljob}}",
                 )
             ],
             "suffix: steps/s",
@@ -153,7 +153,7 @@ def fleet() -> dict[str, Any]:
         ),
         timeseries(
             "Mean episode return by job",
-            [target(f"{METRIC_EPISODE_RETURN_MEAN}{{{ns}}}", "{{namespace}}/{{job}}")],
+            [target(f"{METRIC_EPISODE_RETURN_MEAN}{{{ns}}}", "{{namespace}}/{{rljob}}")],
             "short",
             "Mean return of each job's recent episodes.",
         ),

@@ -3,14 +3,14 @@ committed JSON differs from what this writes).
 
 - kuberl-fleet.json: every job at a glance (phases, preemptions, restarts, samples/s, GPU use, the
   operator and the API);
-- kuberl-training.json: one job's training, chosen with the `namespace` and `job` variables;
+- kuberl-training.json: one job's training, chosen with the `namespace` and `rljob` variables;
 - kuberl-spot.json: spot and cost (preemptions, time lost to them, worker-hours by capacity).
 
 Plain dicts. The metric names come from the code that exports them (kuberl_trainer.progress_row,
 kuberl_operator.constants, kuberl_api.metrics), so a renamed metric changes its panels with it. The
 dashboards use a `${datasource}` variable, so they import into any Grafana with a Prometheus data
 source (the Helm chart ships them as ConfigMaps for Grafana's dashboard sidecar). Series carry the
-RLJob's name in `job` (scraped with honor_labels: true, see deploy/prometheus/kuberl-alerts.yaml);
+RLJob's name in `rljob` (`job` stays Prometheus's scrape job: deploy/prometheus/kuberl-alerts.yaml);
 panels of series only a cluster exports say so in their description (kube-state-metrics'
 kube_pod_*, NVIDIA DCGM exporter's DCGM_FI_*).
 

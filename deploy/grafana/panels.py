@@ -11,6 +11,10 @@ from kuberl_operator.spec import Phase
 
 # Grafana 11/12 dashboards; older ones migrate a dashboard of a newer schema as far as they can.
 SCHEMA_VERSION = 41
+PLUGIN_VERSION = "12.0.0"
+"""The version of Grafana's built-in panel plugins the panels' options are written for (the
+Grafana of SCHEMA_VERSION). Grafana runs a panel plugin's migration on a panel whose pluginVersion
+is missing, taking its options for the oldest format: the XY chart's would rewrite our series."""
 DATASOURCE = {"type": "prometheus", "uid": "${datasource}"}
 TAGS = ["kuberl"]
 
@@ -54,6 +58,7 @@ def panel(
         defaults["custom"] = custom
     return {
         "type": kind,
+        "pluginVersion": PLUGIN_VERSION,
         "title": title,
         "description": description,
         "datasource": DATASOURCE,
@@ -122,12 +127,14 @@ def datasource_variable() -> dict[str, Any]:
     }
 
 
-def query_variable(name: str, definition: str, multi: bool = False) -> dict[str, Any]:
-    """A variable filled from `label_values(...)`; a multi-valued one selects everything by
-    default (used as `label=~"$name"`)."""
+def query_variable(
+    name: str, definition: str, multi: bool = False, label: str | None = None
+) -> dict[str, Any]:
+    """A variable filled from `label_values(...)`, shown as `label` (its capitalized name by
+    default); a multi-valued one selects everything by default (used as `label=~"$name"`)."""
     variable: dict[str, Any] = {
         "name": name,
-        "label": name.capitalize(),
+        "label": label or name.capitalize(),
         "type": "query",
         "datasource": DATASOURCE,
         "definition": definition,

@@ -75,9 +75,9 @@ def spot() -> dict[str, Any]:
             "Preemptions over time",
             [
                 target(
-                    "sum by (namespace, job) "
+                    "sum by (namespace, rljob) "
                     f"(increase({METRIC_PREEMPTIONS}{{{ns}}}[$__rate_interval]))",
-                    "{{namespace}}/{{job}}",
+                    "{{namespace}}/{{rljob}}",
                 )
             ],
             "short",
@@ -88,7 +88,8 @@ def spot() -> dict[str, Any]:
             "Time lost to preemption by job",
             [
                 target(
-                    f"sum by (namespace, job) (increase({lost}[$__range]))", "{{namespace}}/{{job}}"
+                    f"sum by (namespace, rljob) (increase({lost}[$__range]))",
+                    "{{namespace}}/{{rljob}}",
                 )
             ],
             "s",
@@ -114,9 +115,9 @@ def spot() -> dict[str, Any]:
             "Worker-hours by job and capacity",
             [
                 target(
-                    "sum by (namespace, job, capacity) "
+                    "sum by (namespace, rljob, capacity) "
                     f"(increase({worker_seconds}[$__range])) / 3600",
-                    "{{namespace}}/{{job}} {{capacity}}",
+                    "{{namespace}}/{{rljob}} {{capacity}}",
                 )
             ],
             "h",
@@ -149,9 +150,9 @@ def spot() -> dict[str, Any]:
             "Rollout worker slots down",
             [
                 target(
-                    "sum by (namespace, job) "
+                    "sum by (namespace, rljob) "
                     f"(rate({METRIC_WORKER_DOWNTIME}{{{ns}}}[$__rate_interval]))",
-                    "{{namespace}}/{{job}}",
+                    "{{namespace}}/{{rljob}}",
                 )
             ],
             "short",
@@ -163,8 +164,8 @@ def spot() -> dict[str, Any]:
             "Drivers waiting for worker nodes",
             [
                 target(
-                    f"max by (namespace, job) ({METRIC_RESOURCE_WAIT}{{{ns}}})",
-                    "{{namespace}}/{{job}}",
+                    f"max by (namespace, rljob) ({METRIC_RESOURCE_WAIT}{{{ns}}})",
+                    "{{namespace}}/{{rljob}}",
                 )
             ],
             "s",

@@ -1,4 +1,4 @@
-"""kuberl-training.json: one job's training, chosen with the `namespace` and `job` variables
+"""kuberl-training.json: one job's training, chosen with the `namespace` and `rljob` variables
 (returns against timesteps, losses, throughput, where the driver's time goes, checkpoints, and the
 rollout workers it samples with)."""
 
@@ -53,7 +53,7 @@ from kuberl_trainer.progress_row import (
 
 
 def training() -> dict[str, Any]:
-    sel = 'namespace="$namespace", job="$job"'
+    sel = 'namespace="$namespace", rljob="$rljob"'
     panels = [
         stat("Iteration", f"max({METRIC_ITERATION}{{{sel}}})", "short", "Iterations done."),
         stat(
@@ -311,7 +311,11 @@ def training() -> dict[str, Any]:
     ]
     variables = [
         query_variable("namespace", f"label_values({METRIC_ITERATION}, namespace)"),
-        query_variable("job", f'label_values({METRIC_ITERATION}{{namespace="$namespace"}}, job)'),
+        query_variable(
+            "rljob",
+            f'label_values({METRIC_ITERATION}{{namespace="$namespace"}}, rljob)',
+            label="RLJob",
+        ),
     ]
     return dashboard(
         "kuberl-training",

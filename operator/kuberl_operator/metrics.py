@@ -1,6 +1,6 @@
 """The operator's Prometheus metrics (DESIGN.md §6): jobs by phase, reconcile duration,
 preemptions and restarts, and where each job's time and rollout workers go (the spot dashboard's
-figures). Labels stay bounded: namespace, job, phase, capacity."""
+figures). Labels stay bounded: namespace, rljob (the RLJob's name), phase, capacity."""
 
 from __future__ import annotations
 
@@ -25,6 +25,7 @@ from kuberl_operator.constants import (
 )
 from kuberl_operator.observe import RAY_GROUP_LABEL, disruption, worker_pods
 from kuberl_operator.spec import Phase, RLJobStatus
+from kuberl_trainer.metrics import RLJOB_LABEL
 
 # Values of the `capacity` label: which kind of node a rollout worker pod runs on.
 SPOT = "spot"
@@ -69,25 +70,25 @@ class OperatorMetrics:
         self.job_phase = Gauge(
             METRIC_JOB_PHASE,
             "1 for each RLJob's current phase (the series of its other phases are absent).",
-            ("namespace", "job", "phase"),
+            ("namespace", RLJOB_LABEL, "phase"),
             registry=r,
         )
         self.phase_seconds = Counter(
             METRIC_JOB_PHASE_SECONDS,
             "Seconds RLJobs spent in each phase, as the operator observed them (until finished).",
-            ("namespace", "job", "phase"),
+            ("namespace", RLJOB_LABEL, "phase"),
             registry=r,
         )
         self.workers = Gauge(
             METRIC_ROLLOUT_WORKERS,
             "Running rollout worker pods of each RLJob, by capacity (spot or on-demand).",
-            ("namespace", "job", "capacity"),
+            ("namespace", RLJOB_LABEL, "capacity"),
             registry=r,
         )
         self.worker_seconds = Counter(
             METRIC_ROLLOUT_WORKER_SECONDS,
             "Seconds of running rollout worker pods of each RLJob, by capacity (worker-time).",
-            ("namespace", "job", "capacity"),
+            ("namespace", RLJOB_LABEL, "capacity"),
             registry=r,
         )
         self.reconcile_duration = Histogram(
@@ -105,13 +106,13 @@ class OperatorMetrics:
         self.preemptions = Counter(
             METRIC_PREEMPTIONS,
             "Preempted pods (rollout workers and heads) of RLJobs.",
-            ("namespace", "job"),
+            ("namespace", RLJOB_LABEL),
             registry=r,
         )
         self.restarts = Counter(
             METRIC_RESTARTS,
             "Restarts of RLJobs after failures.",
-            ("namespace", "job"),
+            ("namespace", RLJOB_LABEL),
             registry=r,
         )
         self._seen: dict[tuple[str, str], _Seen] = {}
@@ -137,7 +138,7 @@ class OperatorMetrics:
     ) -> None:
         """Count what one status write changed; `workers` are the job's running rollout workers
         by capacity (`rollout_workers`), none when it has no Ray cluster."""
-        job = {"namespace": namespace, "job": name}
+        job = {"namespace": namespace, RLJOB_LABEL: name}
         previous = self._seen.get((namespace, name))
         if previous is None:
             # Every series of a job exists from its first reconcile, so increase() and rate()

@@ -26,10 +26,9 @@ def test_every_example_renders_the_operators_objects(example):
     result = kuberl("render", example)
 
     assert result.returncode == 0, result.stderr
-    assert result.stderr == ""
     objects = list(yaml.safe_load_all(result.stdout))
+    # No Secret: `render | kubectl apply` must not give the cluster a token anyone can read.
     assert [(o["apiVersion"], o["kind"]) for o in objects] == [
-        ("v1", "Secret"),
         ("v1", "ConfigMap"),
         ("networking.k8s.io/v1", "NetworkPolicy"),
         ("ray.io/v1", "RayCluster"),
@@ -37,9 +36,11 @@ def test_every_example_renders_the_operators_objects(example):
     ]
     names = {o["kind"]: o["metadata"]["name"] for o in objects}
     assert names["RayCluster"] == example.stem
-    secret, config_map, _, cluster, _ = objects
-    assert secret["stringData"] == {"auth_token": "<generated at creation>"}
-    assert cluster["spec"]["authOptions"]["secretName"] == names["Secret"]
+    config_map, _, cluster, _ = objects
+    secret = cluster["spec"]["authOptions"]["secretName"]
+    assert result.stderr.startswith(f"kuberl render: the Secret {secret} (the Ray cluster's")
+    assert "the operator creates it" in result.stderr
+    assert f"kubectl create secret generic {secret} --from-literal=auth_token=" in result.stderr
     embedded = yaml.safe_load(config_map["data"]["job.yaml"])
     assert embedded["metadata"]["name"] == example.stem and "status" not in embedded
 
@@ -48,8 +49,8 @@ def test_render_says_how_the_driver_starts():
     result = kuberl("render", ROOT / "deploy" / "examples" / "cartpole-ppo.yaml")
 
     comments = [line for line in result.stdout.splitlines() if line.startswith("#")]
-    assert comments[1].endswith("as cartpole-ppo-1:")
-    assert comments[2].strip("# ") == (
+    assert comments[2].endswith("as cartpole-ppo-1:")
+    assert comments[3].strip("# ") == (
         "kuberl train /etc/kuberl/job.yaml --run-dir /kuberl/checkpoints/cartpole-ppo "
         "--metrics-port 9464"  # on the example's claim
     )

@@ -78,7 +78,7 @@ def test_every_alert_has_a_severity_a_for_and_names_what_it_is_about():
             assert "$labels.instance" in description, name
         else:  # about one RLJob: say which, and where
             for text in (summary, description):
-                assert "$labels.job" in text and "$labels.namespace" in text, name
+                assert "$labels.rljob" in text and "$labels.namespace" in text, name
 
 
 def test_the_unit_tests_feed_the_rules_series_the_code_exports():

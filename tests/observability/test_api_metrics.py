@@ -71,7 +71,7 @@ def test_on_the_kubernetes_backend_the_operator_alone_counts_the_jobs():
     assert METRIC_JOBS not in text  # neither samples nor its HELP and TYPE
     shown = families(text)
     # the per-job series are the API's own, on either backend
-    assert {s.labels["job"] for s in shown[METRIC_JOB_TIMESTEPS].samples} == {
+    assert {s.labels["rljob"] for s in shown[METRIC_JOB_TIMESTEPS].samples} == {
         "cartpole",
         "pendulum",
         "lander",

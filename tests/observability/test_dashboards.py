@@ -6,6 +6,7 @@ real Prometheus is test_prometheus.py's part."""
 from __future__ import annotations
 
 import ast
+import importlib
 import re
 
 import pytest
@@ -28,6 +29,16 @@ UIDS = {
 }
 # Grafana's own variables a query may use.
 BUILT_IN_VARIABLES = {"__rate_interval", "__range", "__interval", "__range_s"}
+# The panel plugins Grafana ships that the dashboards use.
+BUILT_IN_PANELS = {
+    "stat",
+    "timeseries",
+    "xychart",
+    "table",
+    "state-timeline",
+    "bargauge",
+    "piechart",
+}
 
 
 def test_committed_dashboards_are_generated():
@@ -60,6 +71,34 @@ def test_dashboard_identity_and_data_source(name):
 
 
 @pytest.mark.parametrize("name", sorted(UIDS))
+def test_every_panel_has_what_grafanas_dashboard_model_requires(name):
+    """Grafana's dashboard model, as far as it can be checked without a Grafana: each panel a
+    built-in type with the plugin version its options are written for (without one, Grafana runs
+    the plugin's migration from its oldest format over them: the XY chart's rewrites its series),
+    a data source, an integer place on the 24-column grid, and queries with distinct refIds."""
+    board = dashboards()[name]
+    generator()  # puts the generator's folder on the path, where panels.py is
+    plugin_version = importlib.import_module("panels").PLUGIN_VERSION
+    assert re.fullmatch(r"\d+\.\d+\.\d+", plugin_version)
+    assert int(plugin_version.split(".")[0]) >= 11  # the XY chart's current options: 11.1 on
+    for panel in board["panels"]:
+        title = panel["title"]
+        assert panel["type"] in BUILT_IN_PANELS, title
+        assert panel["pluginVersion"] == plugin_version, title
+        assert panel["datasource"] == {"type": "prometheus", "uid": "${datasource}"}, title
+        grid = panel["gridPos"]
+        assert set(grid) == {"x", "y", "w", "h"}, title
+        assert all(isinstance(value, int) and value >= 0 for value in grid.values()), title
+        assert 1 <= grid["w"] <= 24 and grid["h"] >= 1, title
+        assert isinstance(panel["id"], int), title
+        ref_ids = [query["refId"] for query in panel["targets"]]
+        assert all(ref_ids) and len(set(ref_ids)) == len(ref_ids), title
+        assert all(query["expr"].strip() for query in panel["targets"]), title
+        assert isinstance(panel["fieldConfig"]["overrides"], list), title
+        assert isinstance(panel["options"], dict), title
+
+
+@pytest.mark.parametrize("name", sorted(UIDS))
 def test_panels_fit_the_grid_without_overlapping(name):
     taken: set[tuple[int, int]] = set()
     for panel in dashboards()[name]["panels"]:
@@ -88,12 +127,12 @@ def test_every_variable_a_query_uses_is_defined(name):
 def test_the_training_dashboard_selects_one_job_of_one_namespace():
     board = dashboards()["kuberl-training.json"]
     by_name = {v["name"]: v for v in variables(board)}
-    assert by_name["job"]["definition"] == (
-        'label_values(kuberl_training_iteration{namespace="$namespace"}, job)'
+    assert by_name["rljob"]["definition"] == (
+        'label_values(kuberl_training_iteration{namespace="$namespace"}, rljob)'
     )
     for query in panel_queries():
         if query.dashboard == "kuberl-training":
-            assert 'namespace="$namespace"' in query.expr and 'job="$job"' in query.expr, query
+            assert 'namespace="$namespace"' in query.expr and 'rljob="$rljob"' in query.expr, query
 
 
 def test_the_learning_curve_is_also_drawn_against_timesteps():

@@ -58,7 +58,7 @@ def sample(metrics: OperatorMetrics, name: str, **labels: str) -> float | None:
 def test_time_goes_to_the_phase_and_the_workers_a_job_had():
     clock = Clock()
     metrics = OperatorMetrics(clock=clock)
-    job = {"namespace": "team", "job": "cartpole"}
+    job = {"namespace": "team", "rljob": "cartpole"}
     pending, running = RLJobStatus(), RLJobStatus(phase=Phase.RUNNING)
     preempted = RLJobStatus(phase=Phase.PREEMPTED, preemptions=1)
 

@@ -57,7 +57,7 @@ SCRAPE_JOBS = ("kuberl-trainer", "kuberl-operator", "kuberl-api")
 # What Grafana would send for its variables, at a 1 s scrape interval.
 VARIABLES = {
     "namespace": NAMESPACE,
-    "job": JOB,
+    "rljob": JOB,
     "__rate_interval": "10s",
     "__interval": "2s",
     "__range": "1h",
@@ -90,7 +90,7 @@ class Prometheus:
             "scrape_configs": [
                 {
                     "job_name": job,
-                    "honor_labels": True,  # as the chart's monitors: `job` is the RLJob's name
+                    "honor_labels": True,  # as the chart's monitors
                     "static_configs": [{"targets": [f"127.0.0.1:{port}"]}],
                 }
                 for job, port in targets.items()
@@ -236,9 +236,11 @@ def test_every_target_is_scraped(prometheus: Prometheus):
         )
 
     wait_until(healthy, 60, "every target up")
-    # honor_labels: the series' own `job` (the RLJob) wins over the scrape job's name
+    # The RLJob's name is in `rljob`; `job` stays the scrape job's, as on `up`.
     [series] = prometheus.query(f'kuberl_training_timesteps{{namespace="{NAMESPACE}"}}')
-    assert series["metric"]["job"] == JOB
+    assert (series["metric"]["rljob"], series["metric"]["job"]) == (JOB, "kuberl-trainer")
+    [phase] = prometheus.query(f'kuberl_operator_job_phase{{rljob="{JOB}"}}')
+    assert phase["metric"]["job"] == "kuberl-operator"
 
 
 def test_every_dashboard_query_runs_and_shows_data(prometheus: Prometheus):
@@ -297,7 +299,7 @@ def test_alert_rules_evaluate_and_the_failed_job_alerts(prometheus: Prometheus):
         return next((a for a in alerts if a["labels"]["alertname"] == "KuberlJobFailed"), None)
 
     alert = wait_until(failed_job_alert, 30, "KuberlJobFailed pending")
-    assert (alert["labels"]["job"], alert["labels"]["namespace"]) == ("broken", NAMESPACE)
+    assert (alert["labels"]["rljob"], alert["labels"]["namespace"]) == ("broken", NAMESPACE)
     assert alert["annotations"]["summary"] == f"RLJob {NAMESPACE}/broken failed"
     firing = {a["labels"]["alertname"] for a in prometheus.api("alerts")["alerts"]}
     assert "KuberlOperatorDown" not in firing and "KuberlApiErrors" not in firing

@@ -5,11 +5,16 @@ from __future__ import annotations
 
 import math
 
-from kuberl_trainer.metrics import LEARNER_GAUGES, TrainerMetrics
+from kuberl_trainer.metrics import (
+    LEARNER_GAUGES,
+    METRIC_RETURN_TARGET,
+    TrainerMetrics,
+    return_target,
+)
 
 
 def value(metrics: TrainerMetrics, name: str) -> float | None:
-    labels = {"namespace": "team", "job": "cartpole", "algorithm": "PPO"}
+    labels = {"namespace": "team", "rljob": "cartpole", "algorithm": "PPO"}
     return metrics.registry.get_sample_value(name, labels)
 
 
@@ -39,3 +44,12 @@ def test_gauges_are_nan_until_reported():
     assert math.isnan(value(metrics, "kuberl_td_loss"))  # PPO has none
     assert math.isnan(value(metrics, "kuberl_evaluation_return_mean"))
     assert value(metrics, "kuberl_learner_seconds_total") == 0.5
+
+
+def test_the_return_target_is_the_stop_return_else_the_envs_solved_threshold():
+    assert return_target(200.0, "CartPole-v1") == 200.0
+    assert return_target(None, "CartPole-v1") == 475.0  # gymnasium's reward_threshold
+    assert return_target(None, "Pendulum-v1") is None  # registered without one
+    assert return_target(None, "no_such_module:Env") is None  # never imported
+    assert value(TrainerMetrics("team", "cartpole", "PPO", 475.0), METRIC_RETURN_TARGET) == 475.0
+    assert math.isnan(value(TrainerMetrics("team", "cartpole", "PPO"), METRIC_RETURN_TARGET))

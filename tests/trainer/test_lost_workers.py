@@ -152,7 +152,7 @@ def test_every_optimizer_steps_on_the_local_worker_while_none_is_ready(
 
 
 def test_worker_downtime_and_ready_workers_reach_the_metrics():
-    labels = {"namespace": "team", "job": "spot", "algorithm": "PPO"}
+    labels = {"namespace": "team", "rljob": "spot", "algorithm": "PPO"}
     metrics = TrainerMetrics(**labels)
 
     def value(name: str) -> float:

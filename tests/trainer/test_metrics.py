@@ -16,7 +16,7 @@ from kuberl_trainer.progress_row import (
 )
 from testkit import trainer_config
 
-LABELS = {"namespace": "team", "job": "cartpole", "algorithm": "IMPALA"}
+LABELS = {"namespace": "team", "rljob": "cartpole", "algorithm": "IMPALA"}
 
 
 def row(iteration: int, **values) -> dict:

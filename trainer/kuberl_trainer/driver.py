@@ -27,7 +27,7 @@ from kuberl_trainer.checkpoint import (
 from kuberl_trainer.config import PBT, JobTrainerConfig, RolloutConfig, StopConditions
 from kuberl_trainer.errors import IncompatibleCheckpointError
 from kuberl_trainer.interrupt import IterationAbandoned, StopRequest
-from kuberl_trainer.metrics import TrainerMetrics
+from kuberl_trainer.metrics import TrainerMetrics, return_target
 from kuberl_trainer.progress import ConsoleReport, ProgressLog
 from kuberl_trainer.progress_row import (
     CHECKPOINT,
@@ -121,7 +121,12 @@ class Driver:
             checkpoint_location(config.checkpoint.uri, run_dir), config.checkpoint.keep
         )
         self.checkpoint: str | None = None  # the newest complete checkpoint's location
-        self.metrics = TrainerMetrics(namespace, job_name, config.algorithm)
+        self.metrics = TrainerMetrics(
+            namespace,
+            job_name,
+            config.algorithm,
+            return_target(config.stop.episode_return_mean, config.env),
+        )
         self.metrics_port = metrics_port
         self.report = report or ConsoleReport(
             f"{job_name} {config.algorithm} {config.env}", config.stop.timesteps

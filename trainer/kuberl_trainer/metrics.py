@@ -1,5 +1,5 @@
 """The driver's Prometheus metrics. Names are defined here once; labels stay bounded
-(namespace, job, algorithm)."""
+(namespace, rljob, algorithm)."""
 
 from __future__ import annotations
 
@@ -85,8 +85,15 @@ from kuberl_trainer.progress_row import (
     WORKERS_READY,
 )
 
-LABELS = ("namespace", "job", "algorithm")
+RLJOB_LABEL = "rljob"
+"""The label naming the RLJob on every kuberl series (trainer, operator, API). Not `job`: that is
+Prometheus's own label, the name of the scrape job (`up{job="kuberl-operator"}`)."""
+LABELS = ("namespace", RLJOB_LABEL, "algorithm")
 TRIAL_LABELS = (*LABELS, "trial")  # a population's trials: at most hyperparameters.population
+
+METRIC_RETURN_TARGET = "kuberl_return_target"
+"""Gauge: the mean episode return the job aims at (`return_target`); NaN when it names none. The
+KuberlReturnStalled alert leaves a job that reached it alone: a solved job cannot improve."""
 
 # learner statistic → (metric name, help); only these leave the process, so cardinality is fixed
 LEARNER_GAUGES = {
@@ -131,10 +138,29 @@ UNGAUGED_POLICY_STATS = frozenset(
 TensorBoard; every other one has its gauge in LEARNER_GAUGES."""
 
 
+def return_target(stop_return: float | None, env: str) -> float | None:
+    """The mean episode return a job aims at: its `stop.episodeReturnMean`, else the return at which
+    gymnasium's registry calls the env solved (`reward_threshold`: CartPole-v1's 475), else None
+    (an env without one, or a `module:Class` env, which has no registry entry)."""
+    if stop_return is not None:
+        return stop_return
+    if ":" in env:  # gymnasium.spec would import the module named before the colon
+        return None
+    import gymnasium  # only the driver asks, after it made the env
+
+    try:
+        return gymnasium.spec(env).reward_threshold
+    except gymnasium.error.Error:  # not registered in this process (a namespace not loaded)
+        return None
+
+
 class TrainerMetrics:
-    def __init__(self, namespace: str, job: str, algorithm: str):
+    def __init__(
+        self, namespace: str, rljob: str, algorithm: str, target: float | None = None
+    ) -> None:
+        """`target`: the mean episode return the job aims at (`return_target`), if any."""
         self.registry = CollectorRegistry()
-        self.labels = {"namespace": namespace, "job": job, "algorithm": algorithm}
+        self.labels = {"namespace": namespace, RLJOB_LABEL: rljob, "algorithm": algorithm}
         r = self.registry
 
         def gauge(name: str, doc: str) -> Gauge:
@@ -154,6 +180,12 @@ class TrainerMetrics:
             METRIC_EVALUATION_RETURN_MEAN, "Mean return of the last greedy evaluation."
         )
         self.evaluation_return.set(math.nan)  # none yet, or the job does not evaluate
+        self.return_target = gauge(
+            METRIC_RETURN_TARGET,
+            "Mean episode return the job aims at: its stop.episodeReturnMean, else the env's "
+            "registered reward threshold (NaN: neither).",
+        )
+        self.return_target.set(math.nan if target is None else target)
         self.samples_per_second = gauge(
             METRIC_SAMPLES_PER_SECOND, "Env steps sampled per second in the last iteration."
         )
