@@ -155,11 +155,14 @@ def marked_processes(cmdline_marker: bytes | None, environ_entry: bytes | None) 
 
 
 @contextlib.contextmanager
-def running_ray_head(num_cpus: int = 1, **env: str) -> Iterator[tuple[str, str]]:
+def running_ray_head(
+    num_cpus: int = 1, token: str | None = None, **env: str
+) -> Iterator[tuple[str, str]]:
     """A Ray head on loopback with token authentication on, as KubeRay starts one: yields its
-    Jobs API URL and its token; ends every process it started. Its jobs find this environment's
-    executables (`kuberl`) on PATH; `env` adds environment variables to every Ray process."""
-    token = secrets.token_hex(16)
+    Jobs API URL and its token (`token`, else a random one: the operator derives each job's);
+    ends every process it started. Its jobs find this environment's executables (`kuberl`) on
+    PATH; `env` adds environment variables to every Ray process."""
+    token = token or secrets.token_hex(16)
     # Short: Ray's socket paths under the temp dir must fit in 107 characters.
     temp_dir = tempfile.mkdtemp(prefix="krl-", dir="/tmp")
     taken: set[int] = set()

@@ -1,11 +1,14 @@
-"""The README's tables of algorithms, of optimizerConfig and of the model section say what the
-code says."""
+"""The README's tables of algorithms, of optimizerConfig, of the model section and of every
+algorithm's hyperparameters say what the code says."""
 
+import re
 from pathlib import Path
 
 from pydantic.alias_generators import to_camel
 
+from kuberl_cli.explain import HYPERPARAMETERS
 from kuberl_trainer.config import ALGORITHMS, ModelConfig, OptimizerConfig, optimizers_using
+from kuberl_trainer.hyperparameters.fields import field_docs
 
 README = Path(__file__).parents[1] / "README.md"
 
@@ -68,3 +71,47 @@ def test_the_model_table_lists_the_model_sections_fields_and_defaults():
     ]
 
     assert [row[:2] for row in table("| field | default |", "### Models")] == expected
+
+
+def test_every_algorithm_has_a_table_of_its_hyperparameters_and_their_defaults():
+    for algorithm, model in HYPERPARAMETERS.items():
+        expected = [[doc.name, doc.default, doc.summary] for doc in field_docs(model)]
+
+        assert table("| hyperparameter | default |", f"#### {algorithm}") == expected, algorithm
+
+
+def readme_commands() -> dict[str, set[str]]:
+    """{command: its long options} of every `kuberl ...` the README shows, in code spans and in
+    shell blocks (`kuberl --version` counts as the option of the program itself, "")."""
+    text = README.read_text()
+    lines = re.findall(r"`(kuberl [^`\n]+)`", text) + [
+        line.strip()
+        for block in re.findall(r"```(?:sh|bash|console)\n(.*?)```", text, re.DOTALL)
+        for line in block.splitlines()
+    ]
+    commands: dict[str, set[str]] = {}
+    for line in lines:
+        for part in line.split(";"):
+            words = part.split("#")[0].split()
+            if len(words) < 2 or words[0] != "kuberl":
+                continue
+            command = "" if words[1].startswith("-") else words[1]
+            options = {
+                w.strip("[]").split("=")[0] for w in words[1:] if w.strip("[").startswith("--")
+            }
+            commands.setdefault(command, set()).update(options)
+    return commands
+
+
+def test_every_command_and_option_the_readme_shows_exists():
+    from typer.testing import CliRunner
+
+    from kuberl_cli.main import app
+
+    commands = readme_commands()
+    assert {"train", "validate", "evaluate", "get", "logs"} <= commands.keys()
+    for command, options in commands.items():
+        result = CliRunner().invoke(app, [command, "--help"] if command else ["--help"])
+        assert result.exit_code == 0, f"kuberl {command}: {result.output}"
+        missing = {option for option in options if option not in result.output}
+        assert not missing, f"kuberl {command} has no {', '.join(sorted(missing))}"

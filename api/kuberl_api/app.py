@@ -1,10 +1,10 @@
 """The REST API: FastAPI routes over one backend and one authorizer.
 
 In front of every route, the request guard refuses what a web page could have forged (guard.py).
-Every job route authorizes first (the verb RBAC would check, on rljobs in the URL's namespace),
-then asks the backend. Errors of any kind leave as a Kubernetes `Status` with the field paths in
-`details.causes`; every status code a route can answer is declared in the OpenAPI document, which
-schemathesis checks the answers against.
+Every job route authorizes first (the verb RBAC would check, on rljobs in the URL's namespace, or
+at the cluster scope for GET /v1/jobs), then asks the backend. Errors of any kind leave as a
+Kubernetes `Status` with the field paths in `details.causes`; every status code a route can answer
+is declared in the OpenAPI document, which schemathesis checks the answers against.
 
 This module only assembles the app: the routes live in routes/ (one router per resource), what
 they depend on in deps.py, the exception handlers in exception_handlers.py.
@@ -21,7 +21,7 @@ from kuberl_api.backend import Authorizer, Backend
 from kuberl_api.exception_handlers import EXCEPTION_HANDLERS
 from kuberl_api.guard import RequestGuard
 from kuberl_api.metrics import ApiMetrics, RequestMetricsMiddleware
-from kuberl_api.routes import jobs, ops, page
+from kuberl_api.routes import docs, jobs, ops, page
 from kuberl_api.schemas import Status
 
 # Any route can answer the request guard's 421 (guard.py); its 403 and 415 only some, which
@@ -52,6 +52,9 @@ def create_app(backend: Backend, authorizer: Authorizer, loopback_hosts_only: bo
         lifespan=lifespan,
         responses=_MISDIRECTED if loopback_hosts_only else None,
         exception_handlers=EXCEPTION_HANDLERS,
+        # The documentation pages are docs.py's, which serves their scripts itself (no CDN).
+        docs_url=None,
+        redoc_url=None,
     )
     # What the routes depend on (deps.py reads it from here).
     app.state.backend = backend
@@ -62,4 +65,6 @@ def create_app(backend: Backend, authorizer: Authorizer, loopback_hosts_only: bo
     app.include_router(jobs.router(backend.history_source))
     app.include_router(page.router)
     app.include_router(ops.router)
+    app.include_router(docs.router)
+    app.mount(docs.STATIC_ROUTE, docs.STATIC_FILES, name="docs_static")
     return app

@@ -1,6 +1,7 @@
 """Who may call the API when no Kubernetes decides: a fixed set of bearer tokens, or nobody checks.
 
-The local backend has no RBAC: a valid token may do everything, so a caller gets 401 or nothing.
+The local backend has no RBAC: a valid token may do everything, in every namespace and across them
+(GET /v1/jobs), so a caller gets 401 or nothing.
 Tokens are kept only as SHA-256 digests and looked up by digest, which takes the same time whichever
 token is presented (no prefix of a secret leaks through timing).
 """

@@ -8,6 +8,7 @@ is behind the API.
 
 from __future__ import annotations
 
+from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from typing import Any, Literal, NamedTuple, Protocol
 
@@ -55,12 +56,28 @@ def bad_request(field_path: str, message: str) -> ApiError:
     return ApiError(400, "BadRequest", f"{field_path}: {message}", [Cause(field_path, message)])
 
 
+def last_lines(text: str, count: int | None) -> str:
+    """The last `count` lines of `text` (all of it when None), as `tailLines` reads them."""
+    if count is None:
+        return text
+    return "".join(text.splitlines(keepends=True)[-count:]) if count else ""
+
+
 class Action(NamedTuple):
-    """What a caller asks to do, in RBAC's terms: a verb on rljobs in a namespace."""
+    """What a caller asks to do, in RBAC's terms: a verb on rljobs in a namespace, or, with
+    `namespace` None, at the cluster scope (in every namespace: GET /v1/jobs)."""
 
     verb: Verb
-    namespace: str
+    namespace: str | None
     name: str | None = None
+
+    @property
+    def scope(self) -> str:
+        """Where, in the words of kubectl's refusals: `in namespace "x"` or `at the cluster
+        scope`."""
+        if self.namespace is None:
+            return "at the cluster scope (in every namespace)"
+        return f'in namespace "{self.namespace}"'
 
 
 class Authorizer(Protocol):
@@ -159,7 +176,10 @@ class Backend(Protocol):
         """Stores a validated job (`document` is the manifest as submitted) and returns it."""
         ...
 
-    async def list(self, namespace: str, query: ListQuery) -> JobPage: ...
+    async def list(self, namespace: str | None, query: ListQuery) -> JobPage:
+        """One page of the namespace's jobs ordered by name, or, with `namespace` None, of every
+        namespace's jobs ordered by namespace and name."""
+        ...
 
     async def get(self, namespace: str, name: str) -> dict[str, Any]: ...
 
@@ -177,7 +197,16 @@ class Backend(Protocol):
         `purge` (where the backend keeps it: the local one's run directory; a cluster's
         checkpoints stay on their storage whatever is asked)."""
 
-    async def logs(self, namespace: str, name: str, tail_lines: int | None) -> str: ...
+    async def logs(self, namespace: str, name: str, tail_lines: int | None) -> str:
+        """The trainer's (the driver's) output so far, or its last `tail_lines` lines."""
+        ...
+
+    async def follow_logs(
+        self, namespace: str, name: str, tail_lines: int | None
+    ) -> AsyncIterator[str]:
+        """The same, then what the trainer writes as it writes it, ending when it has ended. Raises
+        ApiError before the first chunk (an unknown job is a 404), never after."""
+        ...
 
     async def policy(self, namespace: str, name: str) -> bytes:
         """The greedy policy the job exported when it ended (ONNX): 404 before there is one,

@@ -32,8 +32,9 @@ class Caller:
     token: str | None
     authorizer: Authorizer
 
-    async def authorize(self, verb: Verb, namespace: str, name: str | None = None) -> None:
-        """Raises ApiError 401 or 403 unless the token may do `verb` on rljobs in `namespace`."""
+    async def authorize(self, verb: Verb, namespace: str | None, name: str | None = None) -> None:
+        """Raises ApiError 401 or 403 unless the token may do `verb` on rljobs in `namespace`
+        (None: at the cluster scope, which RBAC grants only through a ClusterRoleBinding)."""
         await self.authorizer.authorize(self.token, Action(verb, namespace, name))
 
 

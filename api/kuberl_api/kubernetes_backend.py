@@ -1,16 +1,21 @@
 """The kubernetes backend: jobs are RLJob custom objects, and Kubernetes decides who may do what.
 
 Each request's bearer token goes to a TokenReview and each action to a SubjectAccessReview on
-rljobs in the URL's namespace (the verb RBAC would check), so a user can do through the API exactly
-what `kubectl` would let them do; the API's own ServiceAccount needs only the reviews and rljobs.
+rljobs in the URL's namespace (the verb RBAC would check; for GET /v1/jobs, `list` with no
+namespace, which only a ClusterRoleBinding grants, as for `kubectl get rljobs -A`), so a user can do
+through the API exactly what `kubectl` would let them do; the API's own ServiceAccount needs only
+the reviews and rljobs.
 The operator is the only writer of `.status`: this backend writes the spec (create, merge patch of
 `spec.suspend`) and deletes, nothing else. It calls Kubernetes through the operator's client
-(kuberl_operator.kube), as the API's own ServiceAccount.
+(kuberl_operator.kube), as the API's own ServiceAccount; a job's logs come from its Ray head
+(ray_logs).
 """
 
 from __future__ import annotations
 
 import json
+import os
+from collections.abc import AsyncIterator, Mapping
 from typing import Any
 
 from kuberl_api.backend import (
@@ -24,6 +29,7 @@ from kuberl_api.backend import (
     no_policy,
     not_found,
 )
+from kuberl_api.ray_logs import DriverLogs
 from kuberl_api.selectors import matches, parse_label_selector
 from kuberl_operator.constants import API_VERSION, GROUP, PLURAL, VERSION
 from kuberl_operator.kube import Kube, KubeConfig, KubeError, path
@@ -47,11 +53,15 @@ async def review_token(kube: Kube, token: str) -> dict[str, Any]:
 
 
 async def review_access(
-    kube: Kube, user: dict[str, Any], verb: str, namespace: str, name: str | None
+    kube: Kube, user: dict[str, Any], verb: str, namespace: str | None, name: str | None
 ) -> dict[str, Any]:
-    """SubjectAccessReview's status (`allowed`, `reason`) for `user` doing `verb` on rljobs."""
-    attributes = {"namespace": namespace, "verb": verb, "group": GROUP}
-    attributes |= {"version": VERSION, "resource": PLURAL}
+    """SubjectAccessReview's status (`allowed`, `reason`) for `user` doing `verb` on rljobs in
+    `namespace`, or in every namespace when None: the review then names no namespace, which
+    Kubernetes reads as all of them (only a ClusterRoleBinding allows that, never a
+    RoleBinding)."""
+    attributes = {"verb": verb, "group": GROUP, "version": VERSION, "resource": PLURAL}
+    if namespace is not None:
+        attributes["namespace"] = namespace
     if name:
         attributes["name"] = name
     spec = {
@@ -97,9 +107,7 @@ class KubernetesAuthorizer:
             target = f'rljobs "{action.name}"' if action.name else "rljobs"
             why = f": {access['reason']}" if access.get("reason") else ""
             raise ApiError(
-                403,
-                "Forbidden",
-                f'{who} cannot {action.verb} {target} in namespace "{action.namespace}"{why}',
+                403, "Forbidden", f"{who} cannot {action.verb} {target} {action.scope}{why}"
             )
 
 
@@ -116,14 +124,17 @@ class KubernetesBackend:
         "(from Prometheus)"
     )
 
-    def __init__(self, config: KubeConfig) -> None:
+    def __init__(self, config: KubeConfig, environ: Mapping[str, str] = os.environ) -> None:
+        """`environ` holds the operator's Ray settings the logs need (ray_logs.DriverLogs)."""
         self.kube = Kube(config)
         self.authorizer = KubernetesAuthorizer(self.kube)
+        self.drivers = DriverLogs(environ)
 
     async def start(self) -> None:
         return None
 
     async def close(self) -> None:
+        await self.drivers.close()
         await self.kube.close()
 
     async def not_ready_reason(self) -> str | None:
@@ -142,7 +153,9 @@ class KubernetesBackend:
                 raise ApiError(404, "NotFound", f"Kubernetes: {exc.message}") from None
             raise _job_error(exc, namespace, job.name) from None
 
-    async def list(self, namespace: str, query: ListQuery) -> JobPage:
+    async def list(self, namespace: str | None, query: ListQuery) -> JobPage:
+        """Kubernetes' own list (of every namespace when `namespace` is None: one cluster-scoped
+        request, with the same selector and pages), the phase filtered here."""
         requirements = parse_label_selector(query.label_selector)
         params = {}
         if query.label_selector:
@@ -225,13 +238,18 @@ class KubernetesBackend:
         )
 
     async def logs(self, namespace: str, name: str, tail_lines: int | None) -> str:
-        await self.get(namespace, name)
-        raise ApiError(
-            501,
-            "NotImplemented",
-            "the kubernetes backend does not serve logs: read the driver's output with "
-            f"kubectl logs on the head pod of the job's Ray cluster (label kuberl.io/job={name})",
-        )
+        return await self.drivers.snapshot(await self.get(namespace, name), tail_lines)
+
+    async def follow_logs(
+        self, namespace: str, name: str, tail_lines: int | None
+    ) -> AsyncIterator[str]:
+        job = await self.get(namespace, name)
+        self.drivers.driver(job)  # a 501 comes before the stream
+
+        async def read_job() -> dict[str, Any]:
+            return await self.get(namespace, name)
+
+        return self.drivers.follow(job, read_job, tail_lines)
 
     async def summaries(self) -> list[JobSummary]:
         """Every namespace's jobs, as the API's ServiceAccount may read them: /metrics shows each
@@ -243,7 +261,7 @@ class KubernetesBackend:
         return [JobSummary.of(item) for item in answer.get("items") or []]
 
 
-def _job_error(exc: KubeError, namespace: str, name: str | None) -> ApiError:
+def _job_error(exc: KubeError, namespace: str | None, name: str | None) -> ApiError:
     if exc.status == 404 and name:
         return not_found(namespace, name)
     if exc.status == 409 and name:

@@ -14,11 +14,12 @@ with the reason, never left Running.
 from __future__ import annotations
 
 import asyncio
+import codecs
 import contextlib
 import logging
 import shutil
 import signal
-from collections.abc import Iterator
+from collections.abc import AsyncIterator, Iterator
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -32,9 +33,11 @@ from kuberl_api.backend import (
     ListQuery,
     ProgressRow,
     already_exists,
+    last_lines,
     no_policy,
     not_found,
 )
+from kuberl_api.env_check import CHECKS_AT_ONCE, env_problems
 from kuberl_api.local_lifecycle import (
     RESUMED,
     WAITING,
@@ -47,16 +50,33 @@ from kuberl_api.local_lifecycle import (
     with_suspend,
 )
 from kuberl_api.processes import TrainerFiles, TrainerProcesses, read_exit_status
-from kuberl_api.run_files import last_log_line, log_tail, read_progress, with_progress
-from kuberl_api.selectors import decode_continue, encode_continue, matches, parse_label_selector
+from kuberl_api.run_files import (
+    last_log_line,
+    log_tail,
+    read_log_from,
+    read_progress,
+    with_progress,
+)
+from kuberl_api.selectors import (
+    decode_cluster_continue,
+    decode_continue,
+    encode_continue,
+    matches,
+    parse_label_selector,
+)
 from kuberl_api.store import DuplicateJob, JobRow, JobStore
+from kuberl_api.submission import invalid
 from kuberl_operator.constants import KEPT_FILES_ANNOTATION
 from kuberl_operator.spec import Phase, Progress, Reason, RLJob, RLJobStatus
 from kuberl_operator.status.lifecycle import Entered
+from kuberl_operator.status.phases import ACTIVE
 from kuberl_trainer.final_record import read_final_record
 from kuberl_trainer.progress_row import POLICY_FILE, PROGRESS_FILE
 
 log = logging.getLogger(__name__)
+
+# How often a followed log is read for what is new: a file on this machine, so cheaply and often.
+LOG_POLL_SECONDS = 0.2
 
 
 class LocalBackend:
@@ -80,6 +100,7 @@ class LocalBackend:
         self._wake = asyncio.Event()
         self._supervisor: asyncio.Task | None = None
         self._progress_seen: dict[tuple[str, str], tuple[int, float]] = {}
+        self._checks = asyncio.Semaphore(CHECKS_AT_ONCE)  # submissions' env checks (env_check)
 
     # --- lifecycle ------------------------------------------------------------------------------
 
@@ -119,6 +140,13 @@ class LocalBackend:
     # --- requests -------------------------------------------------------------------------------
 
     async def create(self, namespace: str, job: RLJob, document: dict[str, Any]) -> dict[str, Any]:
+        """Stores the job to run, once checked as `kuberl validate` checks a file (env_check)."""
+        if self.store.get(namespace, job.name) is not None:  # before the check's seconds
+            raise already_exists(namespace, job.name)
+        async with self._checks:
+            problems = await env_problems(document, self.data_dir / "checks")
+        if problems:
+            raise invalid(problems)
         stored = initial_document(job, namespace, now())
         try:
             self.store.insert(namespace, job.name, stored)
@@ -129,16 +157,21 @@ class LocalBackend:
         self._wake.set()
         return stored
 
-    async def list(self, namespace: str, query: ListQuery) -> JobPage:
+    async def list(self, namespace: str | None, query: ListQuery) -> JobPage:
         requirements = parse_label_selector(query.label_selector)
-        after = decode_continue(query.continue_token)
-        rows = self.store.in_namespace(namespace, after, query.phase)
+        if namespace is None:
+            after = decode_cluster_continue(query.continue_token)
+            rows = self.store.in_every_namespace(after, query.phase)
+        else:
+            rows = self.store.in_namespace(
+                namespace, decode_continue(query.continue_token), query.phase
+            )
         wanted = (
             row.document
             for row in rows
             if matches(requirements, row.document["metadata"].get("labels") or {})
         )
-        return page(wanted, query.limit)
+        return page(wanted, query.limit, every_namespace=namespace is None)
 
     async def get(self, namespace: str, name: str) -> dict[str, Any]:
         return self._row(namespace, name).document
@@ -219,14 +252,44 @@ class LocalBackend:
     async def logs(self, namespace: str, name: str, tail_lines: int | None) -> str:
         self._row(namespace, name)
         path = self._files(namespace, name).log
-        try:
-            text = path.read_text(encoding="utf-8", errors="replace")
-        except FileNotFoundError:
-            return ""
-        if tail_lines is not None:
-            lines = text.splitlines(keepends=True)
-            text = "".join(lines[-tail_lines:]) if tail_lines else ""
-        return text
+        return last_lines(read_log_from(path, 0).decode("utf-8", errors="replace"), tail_lines)
+
+    async def follow_logs(
+        self, namespace: str, name: str, tail_lines: int | None
+    ) -> AsyncIterator[str]:
+        self._row(namespace, name)
+        return self._follow(namespace, name, tail_lines)
+
+    async def _follow(
+        self, namespace: str, name: str, tail_lines: int | None
+    ) -> AsyncIterator[str]:
+        """The log as the trainer writes it, until the job has no trainer coming (see below). A
+        Pending job is waited for: its trainer starts when a slot frees. The phase is read before
+        the log, so the read after the trainer's exit holds its last words."""
+        path = self._files(namespace, name).log
+        # A character cut between two reads is completed by the next one.
+        decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
+        data = read_log_from(path, 0)
+        offset = len(data)
+        if text := last_lines(decoder.decode(data), tail_lines):
+            yield text
+        while True:
+            row = self.store.get(namespace, name)
+            ended = self._no_trainer_coming(row)
+            data = read_log_from(path, offset)
+            offset += len(data)
+            if text := decoder.decode(data, final=ended):
+                yield text
+            if ended:
+                return
+            await asyncio.sleep(LOG_POLL_SECONDS)
+
+    def _no_trainer_coming(self, row: JobRow | None) -> bool:
+        """Whether the job has no trainer and gets none by itself: deleted, ended (Succeeded,
+        Failed, Suspended), or waiting in a paused queue (max_running 0)."""
+        if row is None:
+            return True
+        return row.phase not in ACTIVE or (row.phase in WAITING and self.max_running == 0)
 
     async def summaries(self) -> list[JobSummary]:
         return [JobSummary.of(row.document) for row in self.store.all()]
@@ -270,7 +333,7 @@ class LocalBackend:
         files = self._files(row.namespace, row.name)
         files.manifest.parent.mkdir(parents=True, exist_ok=True)
         files.manifest.write_text(yaml.safe_dump(manifest_of(row.document), sort_keys=False))
-        started = self.processes.start(files)
+        started = self.processes.start(files, resume_command(row.namespace, row.name))
         attempt = next_attempt(RLJobStatus.model_validate(row.document["status"]), Phase.RUNNING)
         training = Entered(Reason.DRIVER_RUNNING, f"the driver of attempt {attempt} is training")
         document = transition(row.document, Phase.RUNNING, training, now())
@@ -326,12 +389,23 @@ class LocalBackend:
         )
 
 
-def page(documents: Iterator[dict[str, Any]], limit: int | None) -> JobPage:
-    """The first `limit` documents (all without a limit), with a token for the rest."""
+def resume_command(namespace: str, name: str) -> str:
+    """The command that resumes a suspended job of this backend."""
+    return f"kuberl resume {name}" + ("" if namespace == "default" else f" -n {namespace}")
+
+
+def page(
+    documents: Iterator[dict[str, Any]], limit: int | None, every_namespace: bool = False
+) -> JobPage:
+    """The first `limit` documents (all without a limit), with a token for the rest (one that
+    names the last job's namespace too in a list of `every_namespace`)."""
     items: list[dict[str, Any]] = []
     for document in documents:
         if limit and len(items) == limit:
-            return JobPage(items, encode_continue(items[-1]["metadata"]["name"]))
+            last = items[-1]["metadata"]
+            return JobPage(
+                items, encode_continue(last["name"], last["namespace"] if every_namespace else None)
+            )
         items.append(document)
     return JobPage(items)
 

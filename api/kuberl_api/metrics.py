@@ -7,8 +7,8 @@ below, which the dashboards import. The one exception is the count of jobs by na
 runs the jobs. The local backend runs them, so the API counts them; on the kubernetes backend the
 operator runs and counts them, and the API does not export the count a second time. Labels are
 bounded: requests by method, route template (never the raw path) and status code; jobs by
-namespace, job, algorithm and phase. Job gauges are rebuilt from the backend at each scrape, so a
-deleted job's series disappear with it.
+namespace, rljob (the RLJob's name: `job` is Prometheus's scrape job), algorithm and phase. Job
+gauges are rebuilt from the backend at each scrape, so a deleted job's series disappear with it.
 
 Request series are public; job series name jobs, so each scrape shows only the namespaces whose
 rljobs the caller may list (`listable`): on the kubernetes backend that is what RBAC gives the
@@ -25,6 +25,7 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, gene
 
 from kuberl_api.backend import Action, ApiError, Authorizer, JobSummary
 from kuberl_operator.constants import METRIC_JOBS
+from kuberl_trainer.metrics import RLJOB_LABEL
 
 METRIC_REQUESTS = "kuberl_api_requests_total"
 """Counter: HTTP requests answered, by method, route template and status code."""
@@ -36,7 +37,7 @@ METRIC_JOB_EVALUATION_RETURN = "kuberl_api_job_evaluation_return_mean"
 """Gauge: latest greedy evaluation's mean return of each job that evaluates."""
 METRIC_JOB_TIMESTEPS = "kuberl_api_job_timesteps"
 """Gauge: env steps each job has sampled."""
-JOB_LABELS = ("namespace", "job", "algorithm", "phase")
+JOB_LABELS = ("namespace", RLJOB_LABEL, "algorithm", "phase")
 # Latency buckets for an API answering from memory and SQLite: sub-millisecond to seconds.
 METHODS = frozenset({"GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS"})
 LATENCY_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0)

@@ -1,6 +1,8 @@
 """The status page at `/`: a namespace's jobs with their phase, latest progress and learning curve,
 for people without Grafana. Server-rendered HTML, every value escaped, no script (its Content
-Security Policy forbids any), reloaded every REFRESH_SECONDS.
+Security Policy forbids any), reloaded every REFRESH_SECONDS. It fits a window 1200 pixels wide
+(plots shrink with narrower ones). A job without progress (one that failed before its first
+iteration) gets no plot, and messages show no paths of the server's files, only their last part.
 
 Authentication: a browser cannot put a bearer token on the page's `<img>` requests, so where the
 server asks for tokens the page first shows a form. `POST /login` checks the token as any request
@@ -16,6 +18,7 @@ This module draws the page and reads the token back; the routes are in routes/pa
 from __future__ import annotations
 
 import html
+import re
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -25,6 +28,7 @@ from pydantic import ValidationError
 
 from kuberl_api.backend import JobPage
 from kuberl_operator.spec import RLJob
+from kuberl_operator.status.phases import TERMINAL
 from kuberl_trainer.progress_row import format_return
 
 TOKEN_COOKIE = "kuberl_token"
@@ -34,6 +38,8 @@ PAGE_LIMIT = 100
 """Jobs shown on the page (the first, by name)."""
 
 REFRESH_SECONDS = 30
+PLOT_WIDTH, PLOT_HEIGHT = 400, 225
+"""The plots' size on the page, in CSS pixels (the PNG is drawn larger, 16:9 too, for sharpness)."""
 PLOT_ROUTE = "job_plot"
 """The name of the route of GET .../jobs/{name}/plot, for its URL."""
 
@@ -52,7 +58,11 @@ td { vertical-align: top; }
 td.number { text-align: right; font-variant-numeric: tabular-nums; }
 small { color: #666; }
 .error { color: #a00; }
+code { overflow-wrap: anywhere; }
+td img { max-width: 34vw; height: auto; }
 """
+_SERVER_PATH = re.compile(r"(?<![\w:/.~-])/(?:[^\s/'\"]+/)+")
+"""An absolute path's folders (not a URL's: those follow `:` and `/`), for `without_paths`."""
 
 
 def cookie_token(request: Request) -> str | None:
@@ -145,6 +155,7 @@ def _job_row(document: dict[str, Any], plot_url: Any) -> str:
     why = next(
         (c.message for c in job.status.conditions if c.type == phase and c.status == "True"), ""
     )
+    why = without_paths(why)
     labels = ", ".join(f"{key}={value}" for key, value in sorted(job.metadata.labels.items()))
     trainer, progress = job.spec.trainer, job.status.progress
     cells = [
@@ -158,12 +169,20 @@ def _job_row(document: dict[str, Any], plot_url: Any) -> str:
     numbers.append(format_return(progress.evaluation_return_mean))
     row = "".join(f"<td>{cell}</td>" for cell in cells)
     row += "".join(f'<td class="number">{_e(number)}</td>' for number in numbers)
-    if plot_url:
+    if plot_url and progress.iteration == 0 and job.status.phase in TERMINAL:
+        row += "<td><small>none: it ended before its first iteration</small></td>"
+    elif plot_url:
         row += (
-            f'<td><img src="{_e(plot_url(name))}" width="480" height="270" '
+            f'<td><img src="{_e(plot_url(name))}" width="{PLOT_WIDTH}" height="{PLOT_HEIGHT}" '
             f'alt="{_e(f"learning curve of {name}")}"></td>'
         )
     return f'<tr id="{_e(f"job-{name}")}">{row}</tr>'
+
+
+def without_paths(message: str) -> str:
+    """`message` with each absolute path cut to its last part (`…/checkpoint-00000042`): where a
+    server keeps its files is none of the page's readers' business."""
+    return _SERVER_PATH.sub("…/", message)
 
 
 def _namespace_form(namespace: str) -> str:

@@ -29,6 +29,10 @@ import psutil
 
 from kuberl_api.auth import TOKEN_ENV
 
+RESUME_COMMAND_ENV = "KUBERL_RESUME_COMMAND"
+"""Read by `kuberl train` (kuberl_cli.train.RESUME_COMMAND_ENV, which the API's install may not
+import cheaply): how the trainer's summary says to resume it."""
+
 _WRAPPER = (
     'trap : TERM INT; "$@"; code=$?; echo "$code" > "$0.tmp" && mv "$0.tmp" "$0"; exit "$code"'
 )
@@ -68,7 +72,9 @@ class TrainerProcesses:
     def __init__(self) -> None:
         self._children: dict[int, subprocess.Popen] = {}
 
-    def start(self, files: TrainerFiles) -> Started:
+    def start(self, files: TrainerFiles, resume_command: str | None = None) -> Started:
+        """Starts the trainer of `files`; `resume_command`: what resumes the job once it is
+        suspended, for the trainer to name when it stops (rather than "run the same command")."""
         files.run_dir.mkdir(parents=True, exist_ok=True)
         files.exit_status.unlink(missing_ok=True)
         command = [sys.executable, "-m", "kuberl_cli.main", "train", str(files.manifest)]
@@ -80,7 +86,7 @@ class TrainerProcesses:
                 stdout=log,
                 stderr=subprocess.STDOUT,
                 start_new_session=True,
-                env=trainer_environment(os.environ),
+                env=trainer_environment(os.environ, resume_command),
             )
         self._children[child.pid] = child
         return Started(child.pid, _start_time(child.pid) or 0.0)
@@ -130,10 +136,16 @@ class TrainerProcesses:
             child.poll()
 
 
-def trainer_environment(environ: Mapping[str, str]) -> dict[str, str]:
+def trainer_environment(
+    environ: Mapping[str, str], resume_command: str | None = None
+) -> dict[str, str]:
     """The environment of a trainer: the API's own, less API_ONLY_ENV, with unbuffered output so
-    the log follows the trainer."""
+    the log follows the trainer, and the command that resumes it (`kuberl train` names it in its
+    summary when it stops on a signal: a suspend)."""
     kept = {name: value for name, value in environ.items() if name not in API_ONLY_ENV}
+    kept.pop(RESUME_COMMAND_ENV, None)  # the API's own, if any, is not the job's
+    if resume_command:
+        kept[RESUME_COMMAND_ENV] = resume_command
     return kept | {"PYTHONUNBUFFERED": "1"}
 
 

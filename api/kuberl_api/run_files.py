@@ -108,6 +108,16 @@ def log_tail(path: Path) -> str:
         return ""
 
 
+def read_log_from(path: Path, offset: int) -> bytes:
+    """The trainer's log from byte `offset` on (nothing before the log exists)."""
+    try:
+        with path.open("rb") as file:
+            file.seek(offset)
+            return file.read()
+    except FileNotFoundError:
+        return b""
+
+
 def last_log_line(path: Path) -> str | None:
     """The trainer's last line for people (its final record is for programs)."""
     lines = [

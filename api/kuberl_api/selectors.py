@@ -90,21 +90,47 @@ def _bad_term(term: str) -> ApiError:
 # --- continue tokens ----------------------------------------------------------------------------
 
 
-def encode_continue(last_name: str) -> str:
+def encode_continue(last_name: str, last_namespace: str | None = None) -> str:
     """An opaque token for the page after the job called `last_name` (lists are ordered by
-    name, so it stays valid while jobs come and go)."""
-    return base64.urlsafe_b64encode(json.dumps({"after": last_name}).encode()).decode()
+    name, so it stays valid while jobs come and go); a list of every namespace, ordered by
+    namespace and name, gives `last_namespace` too."""
+    after: dict[str, str] = {"after": last_name}
+    if last_namespace is not None:
+        after["namespace"] = last_namespace
+    return base64.urlsafe_b64encode(json.dumps(after).encode()).decode()
 
 
 def decode_continue(token: str | None) -> str | None:
-    """The name a `continue` token resumes after; None without a token; 400 if it is not one of
-    ours."""
+    """The name a namespace's `continue` token resumes after; None without a token; 400 if it
+    is not one of ours (a token of the list of every namespace included)."""
     if not token:
         return None
+    payload = _continue_payload(token)
+    if "namespace" in payload:
+        raise _not_a_token()
+    return payload["after"]
+
+
+def decode_cluster_continue(token: str | None) -> tuple[str, str] | None:
+    """The (namespace, name) a `continue` token of the list of every namespace resumes after;
+    None without a token; 400 if it is not one of those."""
+    if not token:
+        return None
+    payload = _continue_payload(token)
+    if not isinstance(payload.get("namespace"), str):
+        raise _not_a_token()
+    return payload["namespace"], payload["after"]
+
+
+def _continue_payload(token: str) -> dict[str, str]:
     try:
-        after = json.loads(base64.urlsafe_b64decode(token.encode()))["after"]
-    except (binascii.Error, ValueError, KeyError, TypeError):
-        after = None
-    if not isinstance(after, str):
-        raise bad_request("continue", "not a token from a previous list: start the list again")
-    return after
+        payload = json.loads(base64.urlsafe_b64decode(token.encode()))
+    except (binascii.Error, ValueError, TypeError):
+        payload = None
+    if not isinstance(payload, dict) or not isinstance(payload.get("after"), str):
+        raise _not_a_token()
+    return payload
+
+
+def _not_a_token() -> ApiError:
+    return bad_request("continue", "not a token from a previous list: start the list again")

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import logging
 import os
+import sys
 from pathlib import Path
 
 from kuberl_api.auth import NoAuth, StaticTokens, load_tokens
@@ -75,6 +76,12 @@ def kubernetes_setup(
     return backend, backend.authorizer
 
 
+def start_banner(backend: str, host: str, port: int) -> str:
+    """The line saying where the API serves: `kuberl API (local backend) on http://...`."""
+    address = f"[{host}]" if ":" in host else host  # an IPv6 address, as a URL writes it
+    return f"kuberl API ({backend} backend) on http://{address}:{port} (Ctrl+C stops it)"
+
+
 def serve(backend: Backend, authorizer: Authorizer, host: str, port: int) -> None:
     """Runs until interrupted (SIGINT/SIGTERM end it gracefully)."""
     import uvicorn
@@ -82,7 +89,8 @@ def serve(backend: Backend, authorizer: Authorizer, host: str, port: int) -> Non
     from kuberl_api.app import create_app
 
     app = create_app(backend, authorizer, loopback_hosts_only=isinstance(authorizer, NoAuth))
-    log.warning("kuberl API (%s backend) on http://%s:%d", backend.name, host, port)
+    # News, not a warning: printed as uvicorn prints where it runs (its own line is silenced).
+    print(start_banner(backend.name, host, port), file=sys.stderr, flush=True)
     uvicorn.run(
         app,
         host=host,

@@ -147,6 +147,19 @@ class JobStore:
         for row in self._db.execute(sql + " ORDER BY name", params):
             yield _row(row)
 
+    def in_every_namespace(
+        self, after: tuple[str, str] | None = None, phase: str | None = None
+    ) -> Iterator[JobRow]:
+        """Every namespace's jobs ordered by namespace and name, starting after the (namespace,
+        name) `after`, optionally in one phase (the primary key's order: no sort)."""
+        sql = f"SELECT {_COLUMNS} FROM jobs WHERE (namespace, name) > (?, ?)"
+        params: list[Any] = list(after or ("", ""))
+        if phase is not None:
+            sql += " AND phase = ?"
+            params.append(phase)
+        for row in self._db.execute(sql + " ORDER BY namespace, name", params):
+            yield _row(row)
+
     def in_phases(self, phases: tuple[str, ...], limit: int = -1) -> list[JobRow]:
         """The first `limit` jobs (all when negative) in any of these phases, in submission order
         (the queue's order)."""

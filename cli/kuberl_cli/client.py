@@ -1,10 +1,10 @@
-"""`kuberl submit`, `jobs`, `status`, `logs`, `suspend`, `resume`, `delete`: the REST API from a
-terminal, in the spirit of kubectl.
+"""`kuberl submit`, `logs`, `suspend`, `resume`, `delete`: the REST API from a terminal, in the
+spirit of kubectl (`get`, `describe` and the older `jobs` and `status` are in kuberl_cli.get).
 
 Standard library HTTP only, so the client needs nothing beyond the CLI's own dependencies. Every
 failure ends in one clear line on stderr (the server's message, and each bad field on a line of
 its own) and a non-zero exit status: 1 when the server refused, 2 when the file is missing, 3 when
-the server cannot be reached.
+the server cannot be reached, 130 when interrupted (Ctrl-C).
 """
 
 from __future__ import annotations
@@ -15,24 +15,29 @@ import sys
 import urllib.error
 import urllib.parse
 import urllib.request
-from dataclasses import dataclass
-from datetime import UTC, datetime
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
+from kuberl_cli.views import finished, phase_of
 from kuberl_operator.constants import KEPT_FILES_ANNOTATION
+from kuberl_operator.spec import Phase
+from kuberl_operator.validation import InvalidManifest, parse_yaml_document, read_manifest_file
 
 DEFAULT_SERVER = "http://127.0.0.1:8080"
 SERVER_ENV, TOKEN_ENV = "KUBERL_SERVER", "KUBERL_API_TOKEN"
 EXIT_OK, EXIT_REFUSED, EXIT_NO_FILE, EXIT_UNREACHABLE = 0, 1, 2, 3
+EXIT_INTERRUPTED = 130  # 128 + SIGINT, as shells report it
+DEFAULT_NAMESPACE = "default"
 
 
 class ClientError(Exception):
-    """A request that did not succeed; `exit_code` says how, the message says why."""
+    """A request that did not succeed; `exit_code` says how, the message says why, and
+    `http_status` is the server's answer when there was one."""
 
-    def __init__(self, message: str, exit_code: int) -> None:
+    def __init__(self, message: str, exit_code: int, http_status: int | None = None) -> None:
         super().__init__(message)
-        self.exit_code = exit_code
+        self.exit_code, self.http_status = exit_code, http_status
 
 
 @dataclass(frozen=True)
@@ -45,6 +50,11 @@ class Client:
     def from_options(cls, server: str | None, token: str | None, namespace: str) -> Client:
         server = server or os.environ.get(SERVER_ENV) or DEFAULT_SERVER
         return cls(server.rstrip("/"), token or os.environ.get(TOKEN_ENV) or None, namespace)
+
+    @staticmethod
+    def every_namespace_path() -> str:
+        """The list of every namespace's jobs (-A)."""
+        return "/v1/jobs"
 
     def jobs_path(self, name: str = "", action: str = "") -> str:
         path = f"/v1/namespaces/{urllib.parse.quote(self.namespace, safe='')}/jobs"
@@ -70,7 +80,7 @@ class Client:
             with urllib.request.urlopen(request, timeout=30) as response:
                 return response.read()
         except urllib.error.HTTPError as exc:
-            raise ClientError(_refusal(exc.code, exc.read()), EXIT_REFUSED) from None
+            raise ClientError(_refusal(exc.code, exc.read()), EXIT_REFUSED, exc.code) from None
         except (urllib.error.URLError, OSError) as exc:
             reason = getattr(exc, "reason", exc)
             raise ClientError(
@@ -104,120 +114,93 @@ def run(action: Any, *args: Any) -> int:
     except ClientError as exc:
         print(f"kuberl: {exc}", file=sys.stderr)
         return exc.exit_code
+    except KeyboardInterrupt:  # ends a watch: no traceback
+        return EXIT_INTERRUPTED
     return EXIT_OK
 
 
 # --- commands -----------------------------------------------------------------------------------
 
 
-def submit(client: Client, file: Path) -> None:
+def submit(client: Client, file: Path, namespace: str | None = None) -> None:
+    """Submits the manifest to `namespace` (-n), else to its own metadata.namespace, else to
+    the default one; -n and a metadata.namespace that differ are refused, as kubectl does."""
     if not file.is_file():
         raise ClientError(f"{file}: no such file", EXIT_NO_FILE)
-    job = client.json(
-        "POST",
-        client.jobs_path(),
-        body=file.read_bytes(),
-        content_type="application/yaml",
-    )
-    print(f"{job['metadata']['name']} submitted ({phase_of(job)}) to {client.server}")
-
-
-def jobs(client: Client, phase: str | None, selector: str | None) -> None:
-    items, token = [], None
-    while True:
-        page = client.json(
-            "GET",
-            client.jobs_path(),
-            params={"phase": phase, "labelSelector": selector, "limit": 500, "continue": token},
+    body = file.read_bytes()
+    written = manifest_namespace(file)
+    if namespace is not None and written is not None and written != namespace:
+        raise ClientError(
+            f'{file}: metadata.namespace is "{written}", which does not match --namespace '
+            f'"{namespace}": pass -n {written}, or remove metadata.namespace from the manifest',
+            EXIT_REFUSED,
         )
-        items += page["items"]
-        token = page.get("metadata", {}).get("continue")
-        if not token:
-            break
-    if not items:
-        print(f"no jobs in namespace {client.namespace}")
+    client = replace(client, namespace=namespace or written or DEFAULT_NAMESPACE)
+    job = client.json("POST", client.jobs_path(), body=body, content_type="application/yaml")
+    # On a cluster the operator writes the first status, after the API has answered.
+    phase = phase_of(job) if (job.get("status") or {}).get("phase") else "no status yet"
+    print(
+        f"{job['metadata']['name']} submitted ({phase}) to {client.server} "
+        f"in namespace {client.namespace}"
+    )
+
+
+def manifest_namespace(file: Path) -> str | None:
+    """metadata.namespace of the manifest when it names one (None for a manifest the parser
+    refuses: the server then says what is wrong with it)."""
+    try:
+        document = parse_yaml_document(read_manifest_file(file))
+    except (InvalidManifest, OSError, UnicodeDecodeError):
+        return None
+    metadata = document.get("metadata") if isinstance(document, dict) else None
+    written = metadata.get("namespace") if isinstance(metadata, dict) else None
+    return written if isinstance(written, str) and written else None
+
+
+def logs(client: Client, name: str, tail: int | None, follow: bool = False) -> None:
+    """The job's output; with `follow`, each line as the server streams it, until the server ends
+    the stream (the job has ended)."""
+    path = client.jobs_path(name, "logs")
+    if not follow:
+        text = client.call("GET", path, params={"tailLines": tail})
+        sys.stdout.write(text.decode("utf-8", errors="replace"))
         return
-    header = (
-        "NAME",
-        "PHASE",
-        "ALGORITHM",
-        "ENV",
-        "ITERATION",
-        "TIMESTEPS",
-        "RETURN",
-        "EVAL",
-        "AGE",
-    )
-    rows = [header]
-    for job in items:
-        progress = (job.get("status") or {}).get("progress") or {}
-        rows.append(
-            (
-                job["metadata"]["name"],
-                phase_of(job),
-                job["spec"]["trainer"]["algorithm"],
-                job["spec"]["trainer"]["env"],
-                str(progress.get("iteration", 0)),
-                f"{progress.get('timesteps', 0):,}",
-                _number(progress.get("episodeReturnMean")),
-                _number(progress.get("evaluationReturnMean")),
-                age(job["metadata"].get("creationTimestamp")),
-            )
-        )
-    print(aligned(rows))
-
-
-def aligned(rows: list[tuple[str, ...]]) -> str:
-    """Rows as kubectl prints them: each column as wide as its widest cell, three spaces apart,
-    nothing cut, whatever the terminal's width or a pipe (names are what grep and xargs need)."""
-    widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
-    return "\n".join(
-        "   ".join(cell.ljust(width) for cell, width in zip(row, widths, strict=True)).rstrip()
-        for row in rows
-    )
-
-
-def status(client: Client, name: str) -> None:
-    job = client.json("GET", client.jobs_path(name))
-    state = job.get("status") or {}
-    progress = state.get("progress") or {}
-    trainer = job["spec"]["trainer"]
-    lines = [
-        f"{name}: {phase_of(job)}",
-        f"  job                {trainer['algorithm']} on {trainer['env']}",
-        f"  iteration          {progress.get('iteration', 0)}",
-        f"  timesteps          {progress.get('timesteps', 0):,}",
-        f"  episode return     {_number(progress.get('episodeReturnMean'))}",
-    ]
-    if progress.get("evaluationReturnMean") is not None:
-        lines.append(f"  evaluation return  {_number(progress['evaluationReturnMean'])}")
-    if progress.get("samplesPerSecond") is not None:
-        lines.append(f"  samples/s          {progress['samplesPerSecond']:,.0f}")
-    for key, label in (
-        ("lastCheckpoint", "checkpoint"),
-        ("exportedPolicy", "policy"),
-        ("lastUpdateTime", "updated"),
-    ):
-        if progress.get(key):
-            lines.append(f"  {label:<18} {progress[key]}")
-    for key, label in (("startTime", "started"), ("completionTime", "finished")):
-        if state.get(key):
-            lines.append(f"  {label:<18} {state[key]}")
-    holding = [c for c in state.get("conditions") or [] if c.get("status") == "True"]
-    for condition in holding:
-        lines.append(f"  {condition['type']:<18} {condition['reason']}: {condition['message']}")
-    print("\n".join(lines))
-
-
-def logs(client: Client, name: str, tail: int | None) -> None:
-    text = client.call("GET", client.jobs_path(name, "logs"), params={"tailLines": tail})
-    sys.stdout.write(text.decode("utf-8", errors="replace"))
+    query = {"follow": "true"} | ({"tailLines": str(tail)} if tail is not None else {})
+    request = urllib.request.Request(f"{client.server}{path}?{urllib.parse.urlencode(query)}")
+    if client.token:
+        request.add_header("Authorization", f"Bearer {client.token}")
+    try:
+        # No timeout: a trainer may print nothing for minutes, and the server ends the stream.
+        with urllib.request.urlopen(request) as response:
+            for line in response:  # the chunked body, a line at a time, as it arrives
+                sys.stdout.write(line.decode("utf-8", errors="replace"))
+                sys.stdout.flush()
+    except BrokenPipeError:  # the reader went away (`| head`): done, quietly
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # for the exit's flush
+    except urllib.error.HTTPError as exc:
+        raise ClientError(_refusal(exc.code, exc.read()), EXIT_REFUSED, exc.code) from None
+    except (urllib.error.URLError, OSError) as exc:  # unreachable, or gone while streaming
+        reason = getattr(exc, "reason", exc)
+        raise ClientError(
+            f"cannot reach the kuberl API at {client.server}: {reason}", EXIT_UNREACHABLE
+        ) from None
 
 
 def set_suspended(client: Client, name: str, suspend: bool) -> None:
     job = client.json("POST", client.jobs_path(name, "suspend" if suspend else "resume"))
-    verb = "suspending" if suspend else "resumed"
-    print(f"{name} {verb} ({phase_of(job)})")
+    print(suspend_message(name, suspend, job))
+
+
+def suspend_message(name: str, suspend: bool, job: dict[str, Any]) -> str:
+    """What a suspend or resume did, as the job's phase says: a finished job is neither suspended
+    nor resumed (its spec.suspend is set, and nothing runs)."""
+    phase = phase_of(job)
+    if finished(job):
+        verb = "suspend" if suspend else "resume"
+        return f"{name} already finished ({phase}): there is nothing to {verb}"
+    if not suspend:
+        return f"{name} resumed ({phase})"
+    return f"{name} {'suspended' if phase == Phase.SUSPENDED else 'suspending'} ({phase})"
 
 
 def delete(client: Client, name: str, purge: bool = False) -> None:
@@ -228,26 +211,3 @@ def delete(client: Client, name: str, purge: bool = False) -> None:
         print(f"{name} deleted; its run directory (checkpoints, progress) is kept in {kept}")
     else:
         print(f"{name} deleted")
-
-
-# --- formatting ---------------------------------------------------------------------------------
-
-
-def phase_of(job: dict[str, Any]) -> str:
-    return (job.get("status") or {}).get("phase") or "Unknown"
-
-
-def _number(value: float | None) -> str:
-    return "-" if value is None else f"{value:.1f}"
-
-
-def age(created: str | None, now: datetime | None = None) -> str:
-    """`42s`, `5m`, `3h`, `2d`, as kubectl shows it."""
-    if not created:
-        return "-"
-    then = datetime.strptime(created, "%Y-%m-%dT%H:%M:%SZ").replace(tzinfo=UTC)
-    seconds = max(int(((now or datetime.now(UTC)) - then).total_seconds()), 0)
-    for unit, size in (("d", 86_400), ("h", 3_600), ("m", 60)):
-        if seconds >= size:
-            return f"{seconds // size}{unit}"
-    return f"{seconds}s"

@@ -13,9 +13,42 @@ app = typer.Typer(
     name="kuberl",
     help="Reinforcement learning jobs on Kubernetes, or on this machine.",
     no_args_is_help=True,
-    add_completion=False,
+    # --install-completion / --show-completion for bash, zsh, fish and PowerShell.
+    add_completion=True,
     pretty_exceptions_enable=False,
+    # Plain help: rich markup would take `[default: ...]` and `[env var: ...]` for its own tags
+    # and drop them.
+    rich_markup_mode=None,
+    context_settings={"help_option_names": ["-h", "--help"]},
 )
+
+
+def _print_version(wanted: bool) -> None:
+    if wanted:
+        from importlib.metadata import version
+
+        print(f"kuberl {version('kuberl')}")
+        raise typer.Exit()
+
+
+@app.callback()
+def _options(
+    _version: Annotated[
+        bool,
+        typer.Option(
+            "--version",
+            help="Print the installed kuberl version and exit.",
+            callback=_print_version,
+            is_eager=True,
+        ),
+    ] = False,
+) -> None:
+    """Reinforcement learning jobs on Kubernetes, or on this machine."""
+
+
+COMPLETE_VAR = "_KUBERL_COMPLETE"
+"""The environment variable through which the shell asks `kuberl` for completions (click's
+`_<PROG>_COMPLETE`)."""
 
 ManifestFile = Annotated[Path, typer.Argument(help="RLJob manifest (YAML).", show_default=False)]
 NoEnv = Annotated[
@@ -26,6 +59,26 @@ NoEnv = Annotated[
         "runs its module, so use this for files you do not trust.",
     ),
 ]
+
+
+class Shell(StrEnum):
+    bash = "bash"
+    zsh = "zsh"
+    fish = "fish"
+    powershell = "powershell"
+
+
+@app.command()
+def completion(
+    shell: Annotated[Shell, typer.Argument(help="The shell.", show_default=False)],
+) -> None:
+    """Print the shell's completion script, as kubectl completion does: `source <(kuberl
+    completion bash)`, or add that line to ~/.bashrc (--install-completion does it for you)."""
+    from typer.completion import get_completion_script
+
+    # The same script --show-completion prints, without guessing the shell from the parent
+    # process (which fails under scripts and CI).
+    print(get_completion_script(prog_name="kuberl", complete_var=COMPLETE_VAR, shell=shell.value))
 
 
 @app.command()
@@ -64,12 +117,40 @@ def train(
             "(as spec.trainer.tensorboard: true).",
         ),
     ] = False,
+    seed: Annotated[
+        int | None,
+        typer.Option(
+            help="Set spec.trainer.seed; the run directory then defaults to "
+            "runs/<job name>-seed<N>, so that the runs of a seed sweep do not resume each other.",
+            min=0,
+            show_default=False,
+        ),
+    ] = None,
+    overrides: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--set",
+            metavar="PATH=VALUE",
+            help="Change the manifest before it is checked, as many times as needed: PATH is "
+            "dotted (spec.trainer.hyperparameters.learning_rate, or below spec: "
+            "trainer.stop.timesteps; a number picks a list's item), VALUE is YAML (0.001, true, "
+            "[64, 64], a string).",
+            show_default=False,
+        ),
+    ] = None,
 ) -> None:
     """Train an RLJob on this machine, resuming from its newest checkpoint."""
     from kuberl_cli.train import train_command
 
     raise typer.Exit(
-        train_command(file, run_dir=run_dir, metrics_port=metrics_port, tensorboard=tensorboard)
+        train_command(
+            file,
+            run_dir=run_dir,
+            metrics_port=metrics_port,
+            tensorboard=tensorboard,
+            overrides=overrides or [],
+            seed=seed,
+        )
     )
 
 
@@ -226,18 +307,41 @@ def serve(
     )
 
 
+@app.command()
+def explain(
+    algorithm: Annotated[
+        str | None,
+        typer.Argument(
+            help="An algorithm (PPO, DQN, ...); without one, the list.", show_default=False
+        ),
+    ] = None,
+    full: Annotated[
+        bool, typer.Option("--full", help="Each description whole, not its first sentence.")
+    ] = False,
+    markdown: Annotated[
+        bool, typer.Option("--markdown", help="The README's table of defaults instead.")
+    ] = False,
+) -> None:
+    """List an algorithm's hyperparameters: type, range, default, meaning, where to set each, and
+    the Stable-Baselines3 and RLlib names that map to it."""
+    from kuberl_cli.explain import explain_command
+
+    raise typer.Exit(explain_command(algorithm, full=full, markdown=markdown))
+
+
 # --- The REST API's client ----------------------------------------------------------------------
 
 Server = Annotated[
     str | None,
     typer.Option(
-        help="URL of the kuberl API [env KUBERL_SERVER; default http://127.0.0.1:8080].",
+        help="URL of the kuberl API [default: http://127.0.0.1:8080].",
+        envvar="KUBERL_SERVER",
         show_default=False,
     ),
 ]
 Token = Annotated[
     str | None,
-    typer.Option(help="Bearer token [env KUBERL_API_TOKEN].", show_default=False),
+    typer.Option(help="Bearer token.", envvar="KUBERL_API_TOKEN", show_default=False),
 ]
 Namespace = Annotated[str, typer.Option("--namespace", "-n", help="The jobs' namespace.")]
 JobName = Annotated[str, typer.Argument(help="The job's name.", show_default=False)]
@@ -249,54 +353,133 @@ def _client(server: str | None, token: str | None, namespace: str):
     return Client.from_options(server, token, namespace)
 
 
+Phase = Annotated[str | None, typer.Option(help="Only jobs in this phase.", show_default=False)]
+Selector = Annotated[
+    str | None,
+    typer.Option("--selector", "-l", help="Label selector, as in kubectl.", show_default=False),
+]
+
+
+class GetOutput(StrEnum):
+    """-o of get, jobs and status (kuberl_cli.views.Output, named here so that help needs no
+    import of the client)."""
+
+    json = "json"
+    yaml = "yaml"
+    wide = "wide"
+    name = "name"
+
+
+Output = Annotated[
+    GetOutput | None,
+    typer.Option(
+        "--output",
+        "-o",
+        help="json or yaml: the API's document; name: rljob/NAME; wide: more columns "
+        "[default: the table].",
+        show_default=False,
+    ),
+]
+Watch = Annotated[
+    bool,
+    typer.Option(
+        "--watch",
+        "-w",
+        help="Then print a line each time a job changes, until the job (every job listed) has "
+        "finished: Succeeded or Failed.",
+    ),
+]
+AllNamespaces = Annotated[
+    bool,
+    typer.Option(
+        "--all-namespaces",
+        "-A",
+        help="The jobs of every namespace, with a NAMESPACE column first (the API's GET "
+        "/v1/jobs: the token must be allowed to list rljobs in every namespace).",
+    ),
+]
+
+
+def _output(value: GetOutput | None):
+    from kuberl_cli.views import Output
+
+    return None if value is None else Output(value.value)
+
+
 @app.command()
 def submit(
-    file: ManifestFile, server: Server = None, token: Token = None, namespace: Namespace = "default"
+    file: ManifestFile,
+    server: Server = None,
+    token: Token = None,
+    namespace: Annotated[
+        str | None,
+        typer.Option(
+            "--namespace",
+            "-n",
+            help="The job's namespace [default: the manifest's metadata.namespace, else "
+            "default]; one that differs from metadata.namespace is refused.",
+            show_default=False,
+        ),
+    ] = None,
 ) -> None:
     """Submit an RLJob manifest to the kuberl API."""
     from kuberl_cli import client
 
-    raise typer.Exit(client.run(client.submit, _client(server, token, namespace), file))
+    raise typer.Exit(client.run(client.submit, _client(server, token, "default"), file, namespace))
 
 
 @app.command()
 def jobs(
-    phase: Annotated[str | None, typer.Option(help="Only jobs in this phase.")] = None,
-    selector: Annotated[
-        str | None, typer.Option("--selector", "-l", help="Label selector, as in kubectl.")
-    ] = None,
+    phase: Phase = None,
+    selector: Selector = None,
+    output: Output = None,
+    watch: Watch = False,
+    all_namespaces: AllNamespaces = False,
     server: Server = None,
     token: Token = None,
     namespace: Namespace = "default",
 ) -> None:
-    """List the namespace's jobs with their phase and latest progress."""
-    from kuberl_cli import client
-
-    raise typer.Exit(client.run(client.jobs, _client(server, token, namespace), phase, selector))
+    """List the namespace's jobs (-A: every namespace's) with their phase and latest progress
+    (as `get jobs`)."""
+    _get(["jobs"], phase, selector, output, watch, all_namespaces, server, token, namespace, "jobs")
 
 
 @app.command()
 def status(
-    name: JobName, server: Server = None, token: Token = None, namespace: Namespace = "default"
+    name: JobName,
+    output: Output = None,
+    watch: Watch = False,
+    server: Server = None,
+    token: Token = None,
+    namespace: Namespace = "default",
 ) -> None:
-    """Show a job's phase, conditions and latest progress."""
-    from kuberl_cli import client
+    """Show a job's phase, conditions and latest progress; with -o or -w, as `get jobs NAME`."""
+    from kuberl_cli import client, get
 
-    raise typer.Exit(client.run(client.status, _client(server, token, namespace), name))
+    raise typer.Exit(
+        client.run(get.status, _client(server, token, namespace), name, _output(output), watch)
+    )
 
 
 @app.command()
 def logs(
     name: JobName,
     tail: Annotated[int | None, typer.Option(help="Only the last N lines.", min=0)] = None,
+    follow: Annotated[
+        bool,
+        typer.Option(
+            "--follow", "-f", help="Go on printing the output as it is written, until the job ends."
+        ),
+    ] = False,
     server: Server = None,
     token: Token = None,
     namespace: Namespace = "default",
 ) -> None:
-    """Print a job's trainer output (local backend)."""
+    """Print a job's trainer output (on a cluster: its driver's, from the job's Ray head)."""
     from kuberl_cli import client
 
-    raise typer.Exit(client.run(client.logs, _client(server, token, namespace), name, tail))
+    # Ctrl-C ends a follow with 130 and no traceback (client.run).
+    raise typer.Exit(client.run(client.logs, _client(server, token, namespace), name, tail, follow))
 
 
 @app.command()
@@ -325,7 +508,15 @@ def resume(
 
 @app.command()
 def delete(
-    name: JobName,
+    words: Annotated[
+        list[str],
+        typer.Argument(
+            metavar="[job] NAME",
+            help="The job's name, after the resource type as kubectl takes it (job NAME, "
+            "rljob/NAME) or alone.",
+            show_default=False,
+        ),
+    ],
     purge: Annotated[
         bool,
         typer.Option(
@@ -339,9 +530,96 @@ def delete(
     namespace: Namespace = "default",
 ) -> None:
     """Delete a job, stopping its trainer; its trained model is kept unless --purge."""
-    from kuberl_cli import client
+    from kuberl_cli import client, get
 
-    raise typer.Exit(client.run(client.delete, _client(server, token, namespace), name, purge))
+    def delete_named() -> None:
+        alone = len(words) == 1 and "/" not in words[0]
+        if alone and words[0].lower() not in get.RESOURCES:
+            name = words[0]  # today's `kuberl delete NAME`
+        elif (name := get.resource_and_name(words, "delete")) is None:
+            raise client.ClientError("delete: name the job: kuberl delete job NAME", 1)
+        client.delete(_client(server, token, namespace), name, purge)
+
+    raise typer.Exit(client.run(delete_named))
+
+
+@app.command()
+def get(
+    words: Annotated[
+        list[str],
+        typer.Argument(
+            metavar="jobs [NAME]",
+            help="The resource type (jobs, job, rljob, rlj), then one job's name (or rljob/NAME).",
+            show_default=False,
+        ),
+    ],
+    phase: Phase = None,
+    selector: Selector = None,
+    output: Output = None,
+    watch: Watch = False,
+    all_namespaces: AllNamespaces = False,
+    server: Server = None,
+    token: Token = None,
+    namespace: Namespace = "default",
+) -> None:
+    """List jobs, or show one, as kubectl get does: a table, or -o json|yaml|wide|name."""
+    _get(words, phase, selector, output, watch, all_namespaces, server, token, namespace, "get")
+
+
+def _get(
+    words: list[str],
+    phase: str | None,
+    selector: str | None,
+    output: GetOutput | None,
+    watch: bool,
+    all_namespaces: bool,
+    server: str | None,
+    token: str | None,
+    namespace: str,
+    command: str,
+) -> None:
+    from kuberl_cli import client, get
+
+    def get_jobs() -> None:
+        name = get.resource_and_name(words, command)
+        get.get(
+            _client(server, token, namespace),
+            name,
+            phase,
+            selector,
+            _output(output),
+            watch,
+            every_namespace=all_namespaces,
+        )
+
+    raise typer.Exit(client.run(get_jobs))
+
+
+@app.command()
+def describe(
+    words: Annotated[
+        list[str],
+        typer.Argument(
+            metavar="job NAME",
+            help="The resource type (job, rljob, rlj) and the job's name (or rljob/NAME).",
+            show_default=False,
+        ),
+    ],
+    server: Server = None,
+    token: Token = None,
+    namespace: Namespace = "default",
+) -> None:
+    """Show a job in detail, as kubectl describe does: its spec's essentials, phase, latest
+    progress, conditions and the events of its history."""
+    from kuberl_cli import client, get
+
+    def describe_job() -> None:
+        name = get.resource_and_name(words, "describe")
+        if name is None:
+            raise client.ClientError("describe: name the job: kuberl describe job NAME", 1)
+        get.describe(_client(server, token, namespace), name)
+
+    raise typer.Exit(client.run(describe_job))
 
 
 if __name__ == "__main__":

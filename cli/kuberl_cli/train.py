@@ -2,18 +2,27 @@
 
 Once the manifest is read, whatever happens, the last line on stdout is the final record
 (kuberl_trainer.final_record.FinalRecord): how the run ended and where training stood, for the
-operator and the API to read. The summary above it is for people only.
+operator and the API to read. The summary above it is for people only, and so, on a terminal, is
+all of stdout: there the record is left out (the operator and the API read a pipe or a file).
+
+`--set PATH=VALUE` and `--seed N` change the manifest before it is checked (kuberl_cli.overrides).
 """
 
 from __future__ import annotations
 
 import logging
+import os
 import signal
 import sys
 import time
 from pathlib import Path
 
-from kuberl_cli.validate import EXIT_INVALID, describe_job, job_problems
+import yaml
+
+from kuberl_cli.overrides import OverrideError, with_overrides
+from kuberl_cli.validate import EXIT_INVALID, check_manifest, describe_job, job_problems
+from kuberl_operator.spec import RLJob
+from kuberl_operator.validation import InvalidManifest, parse_yaml_document, read_manifest_file
 from kuberl_trainer.final_record import (
     EXIT_FAILED,
     EXIT_INVALID_JOB,
@@ -24,16 +33,27 @@ from kuberl_trainer.final_record import (
 )
 from kuberl_trainer.progress_row import PROGRESS_FILE, format_return
 
+RESUME_COMMAND_ENV = "KUBERL_RESUME_COMMAND"
+"""The command that resumes an interrupted run, when another program started this one and resumes
+it its own way (the API's trainers: `kuberl resume NAME`); else the summary says to run the same
+command again."""
+
 
 def train_command(
-    file: Path, run_dir: Path | None, metrics_port: int | None, tensorboard: bool = False
+    file: Path,
+    run_dir: Path | None,
+    metrics_port: int | None,
+    tensorboard: bool = False,
+    overrides: list[str] | None = None,
+    seed: int | None = None,
 ) -> int:
     """The exit status (final_record's EXIT_*): 0 when a stop condition was met, 128+N when
     interrupted by signal N (after checkpointing), 65 when the job is invalid (its manifest, or
     what only the driver finds: an unknown env, an unsupported space, a resource request the Ray
     cluster never offers), 1 when training failed, 2 when the file is missing.
-    `tensorboard` turns on spec.trainer.tensorboard."""
-    job, exit_code, problems = job_problems(file)
+    `tensorboard` turns on spec.trainer.tensorboard; `overrides` (PATH=VALUE) and `seed` change
+    the manifest before it is checked."""
+    job, exit_code, problems = _overridden_job(file, overrides or [], seed)
     if job is None:
         print("\n".join(problems), file=sys.stderr)
         if exit_code != EXIT_INVALID:
@@ -46,8 +66,9 @@ def train_command(
     from kuberl_trainer.driver import Driver
     from kuberl_trainer.errors import InvalidJobError, TrainingError
 
-    run_dir = run_dir or Path("runs") / job.name
+    run_dir = run_dir or Path("runs") / (job.name if seed is None else f"{job.name}-seed{seed}")
     print(f"Training {job.name}: {describe_job(job)}; run directory {run_dir}", flush=True)
+    report = _terminal_report(job)
     try:
         trainer = job.spec.trainer
         if tensorboard:
@@ -59,6 +80,7 @@ def train_command(
             job.name,
             namespace=job.metadata.namespace or "local",
             metrics_port=metrics_port,
+            report=report,
             learner_gpus=job.spec.learner.gpus,
         ).run()
     except InvalidJobError as exc:
@@ -67,6 +89,9 @@ def train_command(
     except TrainingError as exc:
         print(f"{job.name}: training failed: {exc}", file=sys.stderr)
         return _ended(Outcome.FAILED, EXIT_FAILED, str(exc))
+    finally:
+        if report is not None:  # the driver closes it, unless it failed before running
+            report.close()
 
     verb = "interrupted by" if result.interrupted else "stopped at"
     lines = [
@@ -84,7 +109,10 @@ def train_command(
         f"  progress           {run_dir / PROGRESS_FILE}",
     ]
     if result.interrupted:
-        lines.append("  run the same command again to resume from the checkpoint")
+        # A trainer that `kuberl serve` started is resumed through the API, which names how.
+        resume = os.environ.get(RESUME_COMMAND_ENV)
+        again = f"run `{resume}`" if resume else "run the same command again"
+        lines.append(f"  {again} to resume from the checkpoint")
     print("\n".join(lines), flush=True)
     if result.interrupted:
         outcome = Outcome.INTERRUPTED
@@ -104,12 +132,52 @@ def train_command(
         checkpoint=None if result.checkpoint is None else str(result.checkpoint),
         policy=result.policy,
     )
-    print(record.line(), flush=True)
+    _print_record(record)
     return exit_code
 
 
 def _ended(outcome: Outcome, exit_code: int, message: str) -> int:
     """Print the final record of a run that ended before training; its exit status."""
-    record = FinalRecord(outcome=outcome, exit_code=exit_code, message=message, time=time.time())
-    print(record.line(), flush=True)
+    _print_record(
+        FinalRecord(outcome=outcome, exit_code=exit_code, message=message, time=time.time())
+    )
     return exit_code
+
+
+def _print_record(record: FinalRecord) -> None:
+    """The record, for the programs that read stdout through a pipe or a file; a person at a
+    terminal has read the summary."""
+    if not sys.stdout.isatty():
+        print(record.line(), flush=True)
+
+
+def _terminal_report(job: RLJob):
+    """The live bar on a terminal (None elsewhere: the driver prints a line every few
+    seconds)."""
+    if not sys.stdout.isatty():
+        return None
+    from kuberl_cli.terminal_report import TerminalReport
+
+    trainer = job.spec.trainer
+    title = f"{job.name} {trainer.algorithm} {trainer.env}"
+    return TerminalReport(title, trainer.stop.timesteps).start()
+
+
+def _overridden_job(
+    file: Path, overrides: list[str], seed: int | None
+) -> tuple[RLJob | None, int, list[str]]:
+    """As validate.job_problems, for the manifest with the overrides applied."""
+    if not overrides and seed is None:
+        return job_problems(file)
+    try:
+        document = parse_yaml_document(read_manifest_file(file))
+    except (InvalidManifest, OSError, UnicodeDecodeError):
+        return job_problems(file)  # what is wrong with the file itself, said as usual
+    try:
+        changed = with_overrides(document, overrides, seed)
+    except OverrideError as exc:
+        return None, EXIT_INVALID, [f"{file}: {exc}"]
+    job, problems = check_manifest(yaml.safe_dump(changed, sort_keys=False))
+    if job is None or problems:
+        return None, EXIT_INVALID, [f"{file}: {problem}" for problem in problems]
+    return job, 0, []

@@ -7,7 +7,9 @@ import time
 import pytest
 import yaml
 from apiserver import TOKEN, ApiClient, small_job
+from prometheus_client.parser import text_string_to_metric_families
 
+from kuberl_api.metrics import JOB_LABELS, METRIC_JOB_EVALUATION_RETURN
 from testkit import free_port, run_kuberl
 
 pytestmark = pytest.mark.timeout(180)
@@ -54,9 +56,14 @@ def test_submit_follow_and_delete(kuberl, tmp_path):
     assert logs.returncode == 0 and len(logs.stdout.splitlines()) == 2
 
     # Finished: it stays Succeeded. The guarded API takes the CLI's bodyless changes.
-    assert kuberl("suspend", "from-cli").returncode == 0
+    suspended = kuberl("suspend", "from-cli")
+    assert suspended.returncode == 0
+    assert (
+        suspended.stdout == "from-cli already finished (Succeeded): there is nothing to suspend\n"
+    )
     resumed = kuberl("resume", "from-cli")
-    assert resumed.returncode == 0 and "from-cli resumed (Succeeded)" in resumed.stdout
+    assert resumed.returncode == 0
+    assert resumed.stdout == "from-cli already finished (Succeeded): there is nothing to resume\n"
     deleted = kuberl("delete", "from-cli")
     assert deleted.returncode == 0
     assert deleted.stdout.startswith("from-cli deleted; its run directory (checkpoints, progress)")
@@ -118,7 +125,11 @@ def test_every_view_shows_the_evaluation_return_beside_the_training_return(
     page = client.request("GET", "/", params={"namespace": "default"}).text
     assert "<th>Evaluation</th>" in page
     metrics = client.request("GET", "/metrics").text
-    assert (
-        'kuberl_api_job_evaluation_return_mean{algorithm="PPO",job="evaluated",'
-        f'namespace="default",phase="Succeeded"}} {float(evaluation)}'
-    ) in metrics
+    labels = dict(zip(JOB_LABELS, ("default", "evaluated", "PPO", "Succeeded"), strict=True))
+    samples = [
+        sample
+        for family in text_string_to_metric_families(metrics)
+        for sample in family.samples
+        if sample.name == METRIC_JOB_EVALUATION_RETURN
+    ]
+    assert [sample.value for sample in samples if sample.labels == labels] == [evaluation]

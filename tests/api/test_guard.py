@@ -182,6 +182,6 @@ def test_metrics_name_jobs_only_to_a_token_holder(queue_client, queue_api):
     text = queue_client.request("GET", "/metrics").text
     assert 'kuberl_jobs{namespace="metered",phase="Pending"} 1.0' in text
     assert (
-        'kuberl_api_job_timesteps{algorithm="PPO",job="metered",namespace="metered",'
-        'phase="Pending"} 0.0'
+        'kuberl_api_job_timesteps{algorithm="PPO",namespace="metered",phase="Pending",'
+        'rljob="metered"} 0.0'
     ) in text

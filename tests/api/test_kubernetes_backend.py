@@ -18,14 +18,24 @@ TOKENS = {
     "alice-token": {"username": "alice", "uid": "1", "groups": ["system:authenticated"]},
     "bob-token": {"username": "bob", "uid": "2", "groups": ["system:authenticated"]},
     "carol-token": {"username": "carol", "uid": "3", "groups": ["system:authenticated"]},
+    "dave-token": {"username": "dave", "uid": "4", "groups": ["system:authenticated"]},
 }
 # RBAC as the emulated cluster's reviews answer it: alice may do anything with rljobs in team-a,
-# bob may only read them there, carol may only read them in team-b.
+# bob may only read them there, carol may only read them in team-b (RoleBindings); dave may read
+# them everywhere (a ClusterRoleBinding: namespace "", which also grants in each namespace).
 ALLOWED = {
     ("alice", "team-a"): {"create", "get", "list", "patch", "delete"},
     ("bob", "team-a"): {"get", "list"},
     ("carol", "team-b"): {"get", "list"},
+    ("dave", ""): {"get", "list"},
 }
+
+
+def rbac_allows(user: str, verb: str, namespace: str | None) -> bool:
+    """As RBAC decides: a review without a namespace (every namespace) is allowed only by a
+    cluster-wide grant; one in a namespace by a grant there or a cluster-wide one."""
+    where = {"", namespace or ""}
+    return any(verb in ALLOWED.get((user, scope), ()) for scope in where)
 
 
 @pytest.fixture
@@ -47,7 +57,7 @@ def cluster(kube_api):
         allowed = (
             attributes["group"] == "kuberl.io"
             and attributes["resource"] == "rljobs"
-            and attributes["verb"] in ALLOWED.get((spec["user"], attributes["namespace"]), ())
+            and rbac_allows(spec["user"], attributes["verb"], attributes.get("namespace"))
         )
         status = {"allowed": allowed, **({} if allowed else {"reason": "no RBAC rule allows it"})}
         return {"kind": "SubjectAccessReview", "status": status}
@@ -174,9 +184,54 @@ def test_status_progress_and_filters_come_from_the_rljob(api, cluster):
     metrics = alice.request("GET", "/metrics").text
     assert "kuberl_jobs" not in metrics  # the operator counts the jobs of a cluster
     assert (
-        'kuberl_api_job_episode_return_mean{algorithm="PPO",job="first",namespace="team-a",'
-        'phase="Running"} 31.5'
+        'kuberl_api_job_episode_return_mean{algorithm="PPO",namespace="team-a",phase="Running",'
+        'rljob="first"} 31.5'
     ) in metrics
+
+
+def test_every_namespace_is_listed_only_for_a_cluster_wide_grant(api, cluster):
+    """GET /v1/jobs is `list` at the cluster scope: a review without a namespace, which a caller
+    allowed in some namespaces only is refused (403, never a partial list); for one allowed
+    everywhere, one cluster-scoped list of rljobs, filtered as a namespace's list is."""
+    for namespace, name, team in (("team-a", "ours", "rl"), ("team-b", "theirs", "vision")):
+        job = small_job(name, team=team, listing="everywhere")
+        job["metadata"]["namespace"] = namespace
+        cluster.create(cluster.rljobs(namespace), job)
+    cluster.patch(cluster.rljobs("team-b", "theirs") + "/status", {"status": {"phase": "Running"}})
+    dave = ApiClient(api.url, "dave-token")
+
+    def listed(client: ApiClient, **params) -> list[tuple[str, str]]:
+        response = client.request("GET", "/v1/jobs", params=params)
+        assert response.status_code == 200, response.text
+        assert response.json()["kind"] == "RLJobList"
+        items = response.json()["items"]
+        return sorted((i["metadata"]["namespace"], i["metadata"]["name"]) for i in items)
+
+    everything = cluster.list("/apis/kuberl.io/v1alpha1/rljobs")
+    assert listed(dave) == sorted(
+        (j["metadata"]["namespace"], j["metadata"]["name"]) for j in everything
+    )
+    assert listed(dave, labelSelector="listing") == [("team-a", "ours"), ("team-b", "theirs")]
+    assert listed(dave, labelSelector="listing,team=vision") == [("team-b", "theirs")]
+    assert listed(dave, labelSelector="listing", phase="Running") == [("team-b", "theirs")]
+    review = next(r for r in cluster.reviews if r["user"] == "dave")
+    assert review["verb"] == "list" and "namespace" not in review  # every namespace
+    # One cluster-scoped list, the selector passed on to Kubernetes.
+    lists = [r.query for r in cluster.api.log if r.path == "/apis/kuberl.io/v1alpha1/rljobs"]
+    assert {"labelSelector": "listing,team=vision"} in lists
+
+    for user in ("alice", "carol"):  # each may list one namespace, so not every namespace
+        response = ApiClient(api.url, f"{user}-token").request("GET", "/v1/jobs")
+        assert response.status_code == 403, response.text
+        assert response.json()["message"] == (
+            f"{user} cannot list rljobs at the cluster scope (in every namespace): "
+            "no RBAC rule allows it"
+        )
+    alice = ApiClient(api.url, "alice-token")
+    assert alice.request("GET", alice.jobs("team-a")).status_code == 200  # what she is owed
+    assert ApiClient(api.url).request("GET", "/v1/jobs").status_code == 401
+    watched = dave.request("GET", "/v1/jobs", params={"watch": "true"})
+    assert watched.status_code == 400 and "watch" in watched.json()["message"]
 
 
 def test_metrics_show_each_caller_only_the_namespaces_it_may_list(api, cluster):
@@ -190,7 +245,7 @@ def test_metrics_show_each_caller_only_the_namespaces_it_may_list(api, cluster):
         text = ApiClient(api.url, token).request("GET", "/metrics").text
         assert "kuberl_api_requests_total{" in text  # request series, for anyone
         return {
-            line.split('job="')[1].split('"')[0]
+            line.split('rljob="')[1].split('"')[0]
             for line in text.splitlines()
             if line.startswith("kuberl_api_job_timesteps{")
         }

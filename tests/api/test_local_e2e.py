@@ -56,8 +56,8 @@ def test_submit_trains_to_success_with_progress_history(client, local_api):
 
     metrics = client.request("GET", "/metrics").text
     assert (
-        'kuberl_api_job_timesteps{algorithm="PPO",job="cartpole",namespace="default",'
-        f'phase="Succeeded"}} {float(status.progress.timesteps)}'
+        'kuberl_api_job_timesteps{algorithm="PPO",namespace="default",phase="Succeeded",'
+        f'rljob="cartpole"}} {float(status.progress.timesteps)}'
     ) in metrics
     assert 'kuberl_jobs{namespace="default",phase="Succeeded"}' in metrics
     assert (
@@ -109,6 +109,9 @@ def test_suspend_checkpoints_and_resume_continues_the_iteration_count(client):
     assert [row["iteration"] for row in history] == list(range(1, 121))  # no restart from 0
     log = client.request("GET", client.jobs(name=name, action="logs")).text
     assert "Resuming from" in log and f"(iteration {stopped_at}," in log
+    # The suspended trainer's summary says how this job resumes (not how a `kuberl train` does).
+    assert f"run `kuberl resume {name}` to resume from the checkpoint" in log
+    assert "run the same command again" not in log
 
 
 def test_delete_stops_the_trainer_and_removes_the_job(client, local_api):
@@ -231,6 +234,7 @@ def test_health_readiness_and_openapi(queue_client, queue_api):
     spec = queue_client.request("GET", "/openapi.json").json()
     paths = spec["paths"]
     for path in (
+        "/v1/jobs",
         "/v1/namespaces/{namespace}/jobs",
         "/v1/namespaces/{namespace}/jobs/{name}",
         "/v1/namespaces/{namespace}/jobs/{name}/progress",

@@ -80,7 +80,7 @@ class StandInTrainers:
         self.running: dict[int, TrainerFiles] = {}
         self.next_pid = 1000
 
-    def start(self, files: TrainerFiles) -> Started:
+    def start(self, files: TrainerFiles, resume_command: str | None = None) -> Started:
         files.run_dir.mkdir(parents=True, exist_ok=True)
         files.exit_status.unlink(missing_ok=True)
         self.next_pid += 1

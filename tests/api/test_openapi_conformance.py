@@ -74,6 +74,7 @@ def test_successful_answers_match_too(queue_api):
             {"body": job, "media_type": "application/json"},
         ),
         ("/v1/namespaces/{namespace}/jobs", "GET", {"query": {"labelSelector": "team=rl"}}),
+        ("/v1/jobs", "GET", {"query": {"labelSelector": "team=rl", "limit": 1}}),
         ("/v1/namespaces/{namespace}/jobs/{name}", "GET", {}),
         ("/v1/namespaces/{namespace}/jobs/{name}/progress", "GET", {}),
         ("/v1/namespaces/{namespace}/jobs/{name}/logs", "GET", {}),

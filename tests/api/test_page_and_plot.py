@@ -1,21 +1,23 @@
 """The learning-curve endpoint and the status page over real HTTP, and the page once in a real
 headless Chromium: what the browser drew (a screenshot) and built (its DOM)."""
 
+import os
 import re
 import shutil
 import struct
 import subprocess
 import xml.etree.ElementTree as ET
+from pathlib import Path
 
 import numpy as np
 import pytest
 from apiserver import TOKEN, ApiClient, serving, small_job
 from matplotlib.image import imread
 
-from kuberl_api.page import TOKEN_COOKIE
+from kuberl_api.page import TOKEN_COOKIE, jobs_table, without_paths
 from kuberl_operator.spec import RLJob
 from kuberl_trainer.plots import DPI, FIGURE_INCHES, X_LABEL, Y_LABEL
-from testkit import edited
+from testkit import edited, wait_until
 
 SVG = "{http://www.w3.org/2000/svg}"
 PLOT_SIZE = tuple(round(inches * DPI) for inches in FIGURE_INCHES)
@@ -23,11 +25,17 @@ CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
 WINDOW = (1200, 900)
 
 
+HERE = Path(__file__).resolve().parent
+# Where trainers find this directory's test envs (`failing_env:FailsWhileTraining`).
+TEST_ENVS_PATH = os.pathsep.join(part for part in (str(HERE), os.environ.get("PYTHONPATH")) if part)
+
+
 @pytest.fixture(scope="module")
 def open_api(tmp_path_factory):
     """A local backend without tokens (so loopback only), where a browser needs no login."""
     data_dir = tmp_path_factory.mktemp("api") / "data"
-    with serving(data_dir, "--max-running", "2", env={"KUBERL_API_TOKEN": ""}) as server:
+    env = {"KUBERL_API_TOKEN": "", "PYTHONPATH": TEST_ENVS_PATH}
+    with serving(data_dir, "--max-running", "2", env=env) as server:
         yield server
 
 
@@ -129,10 +137,63 @@ def test_a_token_server_asks_the_browser_for_it_once(queue_api):
 
 def test_values_are_escaped(queue_client):
     job = edited(small_job("escaped"), **{"spec.trainer.env": "<script>alert('x')</script>"})
-    assert queue_client.submit(job, "escaping").status_code == 201
-    page = queue_client.request("GET", "/?namespace=escaping").text
+    # The local backend makes the env before it takes a job, as `kuberl validate` does...
+    refused = queue_client.submit(job, "escaping")
+    assert refused.status_code == 422, refused.text
+    [cause] = refused.json()["details"]["causes"]
+    assert (
+        cause["field"] == "spec.trainer.env" and "not a registered gymnasium id" in cause["message"]
+    )
+    # ...a cluster does not (its driver does), so a page may show any env.
+    page = jobs_table("escaping", [job], None)
     assert "<script>" not in page
     assert "&lt;script&gt;alert(&#x27;x&#x27;)&lt;/script&gt;" in page
+
+
+def test_messages_show_no_server_paths():
+    message = "No such file: '/home/alice/.local/share/kuberl/api/jobs/x/run/checkpoint-00000003'"
+    assert without_paths(message) == "No such file: '…/checkpoint-00000003'"
+    text = 'see https://example.com/a/b/c, s3://bucket/a/b, 1/2/3 and File "/usr/lib/x.py"'
+    assert (
+        without_paths(text)
+        == 'see https://example.com/a/b/c, s3://bucket/a/b, 1/2/3 and File "…/x.py"'
+    )
+
+
+@pytest.fixture(scope="module")
+def failed(open_api):
+    """A job that failed at its first env step, before any progress, saying where its env's file
+    is on the server."""
+    client = ApiClient(open_api.url)
+    job = edited(
+        small_job("broken"),
+        **{
+            "spec.trainer.env": "failing_env:FailsWhileTraining",
+            "spec.trainer.envConfig": {"steps": 0},
+        },
+    )
+    assert client.submit(job, "failing").status_code == 201
+    done = wait_phase(client, "failing", "broken", "Failed")
+    return client, done
+
+
+def wait_phase(client: ApiClient, namespace: str, name: str, phase: str) -> dict:
+    return wait_until(
+        lambda: (job := client.job(name, namespace))["status"]["phase"] == phase and job,
+        90,
+        f"{namespace}/{name} to reach {phase}",
+    )
+
+
+def test_a_job_that_failed_before_any_progress_has_no_plot_and_no_server_paths(failed):
+    client, job = failed
+    assert str(HERE) in str(job["status"]["conditions"])  # the message names the env's file
+    page = client.request("GET", "/?namespace=failing").text
+    row = re.search(r'<tr id="job-broken">(.*?)</tr>', page).group(1)
+    assert "Failed" in row and "<img" not in row, row
+    assert "none: it ended before its first iteration" in row
+    assert "the env broke while training, see …/failing_env.py" in row
+    assert str(HERE) not in page
 
 
 def chromium(*args: str, tmp_path) -> subprocess.CompletedProcess[str]:
@@ -169,7 +230,12 @@ def test_chromium_shows_the_page_and_its_plot(trained, tmp_path):
     assert plot_fetches() > before  # the browser fetched the plot itself
 
     assert png_size(screenshot.read_bytes()) == WINDOW
-    red, green, blue = np.moveaxis(imread(screenshot)[..., :3] * 255, -1, 0)
+    pixels = imread(screenshot)[..., :3]
+    # The page fits the window's width: white along the right edge (the body's margin), and no
+    # horizontal scrollbar (grey) along the bottom.
+    assert (pixels[:, -16:] > 0.98).all(), "the page is cut at the window's right edge"
+    assert (pixels[-16:] > 0.98).all(), "a horizontal scrollbar: the page is wider than the window"
+    red, green, blue = np.moveaxis(pixels * 255, -1, 0)
     # The curve is matplotlib's first colour (#1f77b4), scaled and smoothed by the browser; the
     # page itself has nothing blue.
     line = (blue - red > 60) & (blue > green)

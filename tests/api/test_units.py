@@ -13,6 +13,7 @@ from kuberl_api.local_lifecycle import outcome
 from kuberl_api.processes import trainer_environment
 from kuberl_api.run_files import with_progress
 from kuberl_api.selectors import (
+    decode_cluster_continue,
     decode_continue,
     encode_continue,
     matches,
@@ -56,6 +57,15 @@ def test_continue_tokens_round_trip_and_reject_forgeries():
     for forged in ("%%%", "bm9wZQ==", encode_continue("x")[:-4]):
         with pytest.raises(ApiError):
             decode_continue(forged)
+    # The list of every namespace resumes after a (namespace, name); each list takes only its own.
+    assert decode_cluster_continue(encode_continue("job-7", "team-a")) == ("team-a", "job-7")
+    assert decode_cluster_continue(None) is None
+    for forged in ("%%%", encode_continue("job-7"), encode_continue("x", "y")[:-4]):
+        with pytest.raises(ApiError):
+            decode_cluster_continue(forged)
+    with pytest.raises(ApiError) as error:
+        decode_continue(encode_continue("job-7", "team-a"))
+    assert error.value.causes[0].field == "continue"
 
 
 def test_tokens_from_a_file_and_the_environment(tmp_path):

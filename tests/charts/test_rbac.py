@@ -35,6 +35,9 @@ from test_kubernetes_backend import (  # noqa: E402
     test_authentication_and_authorization_follow_kubernetes as api_reviews_scenario,
 )
 from test_kubernetes_backend import (  # noqa: E402
+    test_every_namespace_is_listed_only_for_a_cluster_wide_grant as api_every_namespace_scenario,
+)
+from test_kubernetes_backend import (  # noqa: E402
     test_status_progress_and_filters_come_from_the_rljob as api_status_scenario,
 )
 from test_operator import PODS, RAYCLUSTERS, KubeRay  # noqa: E402
@@ -468,5 +471,7 @@ def api_as_service_account(cluster, tmp_path):  # noqa: F811
 def test_the_apis_role_is_exactly_its_requests(api_as_service_account, cluster):  # noqa: F811
     api_reviews_scenario(api_as_service_account, cluster)
     api_status_scenario(api_as_service_account, cluster)
+    # GET /v1/jobs: a cluster-scoped list of rljobs, which the API's ClusterRoleBinding allows.
+    api_every_namespace_scenario(api_as_service_account, cluster)
 
     check(grants_of(render(), API_SA), component_requests(cluster.api.log))

@@ -76,7 +76,7 @@ def test_sigterm_checkpoints_within_5s_and_a_rerun_continues(tmp_path):
     wait_for_rows(run_dir, 3, process)
 
     metrics = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5).read().decode()
-    sampled = re.search(r'kuberl_env_steps_sampled_total\{[^}]*job="job"[^}]*\} (\S+)', metrics)
+    sampled = re.search(r'kuberl_env_steps_sampled_total\{[^}]*rljob="job"[^}]*\} (\S+)', metrics)
     assert sampled and float(sampled.group(1)) > 0, metrics
     # What the operator reads into the RLJob's status.progress while the driver runs.
     progress = progress_from_metrics(metrics)

@@ -1,8 +1,10 @@
 """The jobs routes, under /v1/namespaces/{namespace}/jobs: submit, list and get RLJobs, follow them
-(progress, logs, learning curve) and control them (suspend, resume, delete).
+(progress, logs, learning curve) and control them (suspend, resume, delete); and /v1/jobs, the
+list of every namespace's jobs (`kuberl get jobs -A`, as `kubectl get rljobs -A`).
 
-Every route authorizes first (the verb RBAC would check, on rljobs in the URL's namespace), then
-asks the backend. Every status code a route can answer is declared in its `responses`.
+Every route authorizes first (the verb RBAC would check, on rljobs in the URL's namespace, or at
+the cluster scope for /v1/jobs), then asks the backend. Every status code a route can answer is
+declared in its `responses`.
 
 The router is built per app (`router`): the progress route's description names where this
 deployment's backend reads progress from. The routes are listed there in the order of the OpenAPI
@@ -16,10 +18,10 @@ from dataclasses import asdict
 from typing import Annotated, Any
 
 from fastapi import APIRouter, Path, Query, Request
-from fastapi.responses import JSONResponse, PlainTextResponse, Response
+from fastapi.responses import JSONResponse, PlainTextResponse, Response, StreamingResponse
 
-from kuberl_api.backend import ApiError, ListQuery
-from kuberl_api.deps import BackendDep, CurrentCaller, NoBody, PageCaller
+from kuberl_api.backend import ApiError, Backend, ListQuery, bad_request
+from kuberl_api.deps import BackendDep, Caller, CurrentCaller, NoBody, PageCaller
 from kuberl_api.guard import read_body
 from kuberl_api.page import PLOT_ROUTE
 from kuberl_api.schemas import ProgressHistory, ProgressPoint, RLJobList, Status
@@ -35,6 +37,12 @@ JobName = Annotated[
     str,
     Path(description="The job's name.", max_length=MAX_JOB_NAME_LENGTH, pattern=JOB_NAME_PATTERN),
 ]
+
+
+WATCH_REFUSED = (
+    "watching is not supported by this API: poll GET .../jobs or .../jobs/{name} instead "
+    "(`kuberl get jobs -w` does)"
+)
 
 
 def _errors(*codes: int) -> dict[int | str, dict[str, Any]]:
@@ -54,29 +62,69 @@ async def submit_job(
     return JSONResponse(stored, status_code=201)
 
 
+PhaseFilter = Annotated[Phase | None, Query(description="Only jobs in this phase.")]
+LabelSelector = Annotated[
+    str | None,
+    Query(
+        alias="labelSelector",
+        description="Kubernetes label selector: `team=rl,tier in (a,b),!canary`.",
+    ),
+]
+Limit = Annotated[int | None, Query(ge=0, description="At most this many jobs (0: no limit).")]
+Continue = Annotated[
+    str | None,
+    Query(alias="continue", description="`metadata.continue` of the previous page."),
+]
+Watch = Annotated[
+    bool,
+    Query(
+        description="Not served: `true` is refused with 400 (this API streams no watch "
+        "events). Poll the list or the job instead, as `kuberl get jobs -w` does."
+    ),
+]
+
+
 async def list_jobs(
     namespace: Namespace,
     caller: CurrentCaller,
     backend: BackendDep,
-    phase: Annotated[Phase | None, Query(description="Only jobs in this phase.")] = None,
-    label_selector: Annotated[
-        str | None,
-        Query(
-            alias="labelSelector",
-            description="Kubernetes label selector: `team=rl,tier in (a,b),!canary`.",
-        ),
-    ] = None,
-    limit: Annotated[
-        int | None, Query(ge=0, description="At most this many jobs (0: no limit).")
-    ] = None,
-    continue_token: Annotated[
-        str | None,
-        Query(alias="continue", description="`metadata.continue` of the previous page."),
-    ] = None,
+    phase: PhaseFilter = None,
+    label_selector: LabelSelector = None,
+    limit: Limit = None,
+    continue_token: Continue = None,
+    watch: Watch = False,
 ):
     """List the namespace's jobs by name, a page at a time."""
-    await caller.authorize("list", namespace)
     query = ListQuery(phase, label_selector, limit or None, continue_token)
+    return await _listed(namespace, query, watch, caller, backend)
+
+
+async def list_jobs_of_every_namespace(
+    caller: CurrentCaller,
+    backend: BackendDep,
+    phase: PhaseFilter = None,
+    label_selector: LabelSelector = None,
+    limit: Limit = None,
+    continue_token: Continue = None,
+    watch: Watch = False,
+):
+    """List every namespace's jobs, by namespace and name, a page at a time. Authorized as
+    `list` on rljobs at the cluster scope: on the kubernetes backend only a ClusterRoleBinding
+    grants it (as for `kubectl get rljobs -A`), so a caller allowed in some namespaces only is
+    refused (403) rather than shown those."""
+    query = ListQuery(phase, label_selector, limit or None, continue_token)
+    return await _listed(None, query, watch, caller, backend)
+
+
+async def _listed(
+    namespace: str | None, query: ListQuery, watch: bool, caller: Caller, backend: Backend
+) -> JSONResponse:
+    """The RLJobList of `namespace` (of every namespace when None)."""
+    if watch:
+        # Refused rather than ignored: a kubectl-style client would otherwise take one list for
+        # a stream of events that never comes.
+        raise bad_request("watch", WATCH_REFUSED)
+    await caller.authorize("list", namespace)
     found = await backend.list(namespace, query)
     metadata = {"continue": found.continue_token} if found.continue_token else {}
     return JSONResponse(
@@ -146,12 +194,31 @@ async def job_logs(
     caller: CurrentCaller,
     backend: BackendDep,
     tail_lines: Annotated[
-        int | None, Query(alias="tailLines", ge=0, description="Only the last N lines.")
+        int | None,
+        Query(
+            alias="tailLines",
+            ge=0,
+            description="Only the last N lines (with `follow`: start from them).",
+        ),
     ] = None,
+    follow: Annotated[
+        bool,
+        Query(
+            description="Stream the output as it is written (chunked text/plain), until the "
+            "trainer has ended: at once for a job that has (Succeeded, Failed, Suspended), "
+            "waiting for one that is still to start."
+        ),
+    ] = False,
 ):
-    """The trainer's output (stdout and stderr), where the backend keeps it."""
+    """The trainer's output (stdout and stderr): on the local backend its log file, on the
+    kubernetes backend the driver's log as the Ray Jobs API of the job's head serves it."""
     await caller.authorize("get", namespace, name)
-    return PlainTextResponse(await backend.logs(namespace, name, tail_lines))
+    if not follow:
+        return PlainTextResponse(await backend.logs(namespace, name, tail_lines))
+    chunks = await backend.follow_logs(namespace, name, tail_lines)  # errors before the stream
+    # X-Accel-Buffering: an nginx ingress in front would otherwise hold the stream back.
+    headers = {"Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
+    return StreamingResponse(chunks, media_type="text/plain; charset=utf-8", headers=headers)
 
 
 async def job_plot(
@@ -226,6 +293,20 @@ _PLOT = {
 
 def router(history_source: str) -> APIRouter:
     """The jobs routes of an app whose backend reads progress from `history_source`."""
+    every_namespace = APIRouter(tags=["jobs"])
+    every_namespace.add_api_route(
+        "/v1/jobs",
+        list_jobs_of_every_namespace,
+        methods=["GET"],
+        response_model=RLJobList,
+        responses=_errors(),
+    )
+    every_namespace.include_router(_namespaced(history_source))
+    return every_namespace
+
+
+def _namespaced(history_source: str) -> APIRouter:
+    """The routes under /v1/namespaces/{namespace}/jobs."""
     jobs = APIRouter(prefix="/v1/namespaces/{namespace}/jobs", tags=["jobs"])
     jobs.add_api_route(
         "",

@@ -7,11 +7,13 @@ The children of a job:
   by `ray_auth_token` from the operator's key and the job's identity),
 - a `ConfigMap` with the job's manifest (`build_job_config_map`), mounted into the head at
   /etc/kuberl/job.yaml for `kuberl train`,
-- a `PodDisruptionBudget` that lets no voluntary disruption (a drain, an upgrade) take the head
-  while it is healthy (`build_pod_disruption_budget`),
+- a `PodDisruptionBudget` that, unless spec.learner.disruptionBudget says otherwise, lets no
+  voluntary disruption (a drain, an upgrade) take the head while it is healthy
+  (`build_pod_disruption_budget`),
 - a `NetworkPolicy` around the job's Ray pods (`build_network_policy`): Ray's ports are open only
   among them, the Ray Jobs API (on the dashboard's port) and the driver's metrics to the operator,
-  and the metrics alone to Prometheus.
+  the Ray Jobs API to the kuberl API (which reads the driver's output there), and the metrics
+  alone to Prometheus.
 """
 
 from __future__ import annotations
@@ -83,9 +85,11 @@ def build_job_config_map(job: RLJob) -> Object:
 
 
 def build_pod_disruption_budget(job: RLJob) -> Object:
-    """A PodDisruptionBudget that keeps drains and evictions off the healthy head pod, selected by
-    the labels KubeRay gives it. An unhealthy head may still be evicted: it is not running the job,
-    and blocking a node drain on it would help nobody."""
+    """The head pod's PodDisruptionBudget, selecting it by the labels KubeRay gives it: with
+    spec.learner.disruptionBudget.maxUnavailable 0 (the default) it keeps drains and evictions off
+    the healthy head; with 1 it lets them through (the job resumes from its checkpoint). An
+    unhealthy head may always be evicted: it is not running the job, and blocking a node drain on
+    it would help nobody."""
     selector = {
         RAY_CLUSTER_LABEL: child_names(job).ray_cluster,
         RAY_NODE_TYPE_LABEL: RAY_HEAD_NODE_TYPE,
@@ -95,7 +99,7 @@ def build_pod_disruption_budget(job: RLJob) -> Object:
         "kind": "PodDisruptionBudget",
         "metadata": child_metadata(job, child_names(job).head_pdb, child_labels(job)),
         "spec": {
-            "maxUnavailable": 0,
+            "maxUnavailable": job.spec.learner.disruption_budget.max_unavailable,
             "selector": {"matchLabels": selector},
             "unhealthyPodEvictionPolicy": "AlwaysAllow",
         },
@@ -109,6 +113,18 @@ def ray_pod_selector(job: RLJob) -> dict[str, str]:
     return {RAY_CLUSTER_LABEL: child_names(job).ray_cluster, JOB_LABEL: job.name}
 
 
+# The label the chart's Deployments tell the operator's pods and the API's pods apart by.
+COMPONENT_LABEL = "app.kubernetes.io/component"
+API_COMPONENT = "api"
+
+
+def api_pod_labels(settings: OperatorSettings) -> dict[str, str]:
+    """The labels of the kuberl API's pods beside the operator: the chart gives its Deployments
+    the same selector labels but the component (`operator`, `api`), so the operator's labels
+    with the API's component select the API of the same release, and no other pod."""
+    return {**settings.operator_pod_labels, COMPONENT_LABEL: API_COMPONENT}
+
+
 def _tcp(*ports: int) -> list[Object]:
     return [{"protocol": "TCP", "port": port} for port in ports]
 
@@ -120,6 +136,9 @@ def build_network_policy(job: RLJob, settings: OperatorSettings) -> Object:
     - the Ray dashboard's port (which serves the Jobs API) and the driver's metrics port, from the
       operator's pods (settings.operator_namespace and operator_pod_labels), which submit and watch
       the driver there and read its progress;
+    - the Ray dashboard's port, from the kuberl API's pods in the operator's namespace
+      (api_pod_labels), which read the driver's output from the Jobs API for `GET .../logs`, with
+      the job's token like the operator;
     - the driver's metrics port, from Prometheus (pods of settings.prometheus_namespace, or of any
       namespace when that is empty).
     Anything else (the dashboard from other pods, Ray's client port, Ray's own metrics) is refused.
@@ -127,9 +146,14 @@ def build_network_policy(job: RLJob, settings: OperatorSettings) -> Object:
     wherever the job says. Traffic from the node itself (kubelet probes) is not governed by
     NetworkPolicies on the usual network plugins."""
     ray_pods = {"podSelector": {"matchLabels": ray_pod_selector(job)}}
+    release_namespace = {"matchLabels": {NAMESPACE_NAME_LABEL: settings.operator_namespace}}
     operator = {
-        "namespaceSelector": {"matchLabels": {NAMESPACE_NAME_LABEL: settings.operator_namespace}},
+        "namespaceSelector": release_namespace,
         "podSelector": {"matchLabels": dict(settings.operator_pod_labels)},
+    }
+    api = {
+        "namespaceSelector": release_namespace,
+        "podSelector": {"matchLabels": api_pod_labels(settings)},
     }
     scraper = (
         {"matchLabels": {NAMESPACE_NAME_LABEL: settings.prometheus_namespace}}
@@ -147,6 +171,7 @@ def build_network_policy(job: RLJob, settings: OperatorSettings) -> Object:
             "ingress": [
                 {"from": [ray_pods]},
                 {"from": [operator], "ports": _tcp(RAY_DASHBOARD_PORT, metrics)},
+                {"from": [api], "ports": _tcp(RAY_DASHBOARD_PORT)},
                 {"from": [{"namespaceSelector": scraper}], "ports": _tcp(metrics)},
             ],
         },

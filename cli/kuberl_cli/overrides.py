@@ -1,0 +1,102 @@
+"""`kuberl train FILE --set PATH=VALUE --seed N`: changes to a manifest made on the command line,
+as `helm --set` makes them to values, so that a sweep needs no copies of the YAML.
+
+PATH is dotted below the manifest (`spec.trainer.hyperparameters.learning_rate`), or below `spec`
+when it does not start at one of the manifest's top-level fields (`trainer.stop.timesteps`); a
+number picks an item of a list, and `\\.` is a dot inside a key (`metadata.labels.kuberl\\.io/x`).
+VALUE is YAML, read with the bounds every manifest is read with: `0.001`, `true`, `[64, 64]`,
+`{a: 1}`, or a string. Missing mappings on the way are made; the changed manifest is then
+checked as a whole, so an unknown or ill-typed field gets the usual problem line naming it.
+"""
+
+from __future__ import annotations
+
+import copy
+import re
+from typing import Any
+
+from kuberl_operator.validation import InvalidManifest, parse_yaml_document
+
+TOP_LEVEL = frozenset({"apiVersion", "kind", "metadata", "spec", "status"})
+"""A manifest's own fields: a PATH starting elsewhere is read below `spec`."""
+
+SEED_PATH = "spec.trainer.seed"
+"""What --seed sets (kuberl_trainer.config.trainer's `seed`)."""
+
+_UNESCAPED_DOT = re.compile(r"(?<!\\)\.")
+
+
+class OverrideError(ValueError):
+    """An override that cannot be applied; the message names it and says why."""
+
+
+def parse_override(text: str) -> tuple[list[str], Any]:
+    """The path's keys (from the manifest's top) and the value of `PATH=VALUE`."""
+    path, equals, raw = text.partition("=")
+    if not equals or not path.strip():
+        raise OverrideError(f"--set {text}: expected PATH=VALUE, as in trainer.seed=3")
+    keys = [key.replace("\\.", ".") for key in _UNESCAPED_DOT.split(path.strip())]
+    if any(not key for key in keys):
+        raise OverrideError(f"--set {text}: {path!r} has an empty key between dots")
+    if keys[0] not in TOP_LEVEL:
+        keys = ["spec", *keys]
+    if not raw.strip():
+        raise OverrideError(f"--set {text}: no value: write {path}=null, or {path}='' for ''")
+    try:
+        value = parse_yaml_document(raw)
+    except InvalidManifest as exc:
+        reasons = "; ".join(problem.message for problem in exc.problems)
+        raise OverrideError(f"--set {text}: the value is not YAML: {reasons}") from None
+    return keys, value
+
+
+def with_overrides(document: Any, overrides: list[str], seed: int | None = None) -> Any:
+    """A copy of the parsed manifest with each override applied in order, then the seed."""
+    changes = [parse_override(text) for text in overrides]
+    if seed is not None:
+        changes.append((SEED_PATH.split("."), seed))
+    if not changes:
+        return document
+    if not isinstance(document, dict):
+        raise OverrideError("the manifest is not a mapping: --set and --seed cannot change it")
+    changed = copy.deepcopy(document)
+    for keys, value in changes:
+        _set(changed, keys, value)
+    return changed
+
+
+def _set(document: dict[str, Any], keys: list[str], value: Any) -> None:
+    """Sets document[k1][k2]... = value, making the missing mappings on the way."""
+    node: Any = document
+    for depth, key in enumerate(keys):
+        where = ".".join(keys[: depth + 1])
+        last = depth == len(keys) - 1
+        if isinstance(node, list):
+            if not key.isdigit() or int(key) >= len(node):
+                raise OverrideError(
+                    f"--set {'.'.join(keys)}: {'.'.join(keys[:depth])} is a list of "
+                    f"{len(node)} items: {key!r} is not one of its indexes (0 to {len(node) - 1})"
+                )
+            index = int(key)
+            if last:
+                node[index] = value
+            else:
+                node = node[index]
+            continue
+        if not isinstance(node, dict):
+            parent = ".".join(keys[:depth])
+            raise OverrideError(
+                f"--set {'.'.join(keys)}: {parent} is {_kind(node)}, not a mapping: "
+                f"{where} cannot be set"
+            )
+        if last:
+            node[key] = value
+            return
+        if node.get(key) is None:  # missing (or null): made, as helm --set makes it
+            node[key] = {}
+        node = node[key]
+
+
+def _kind(value: Any) -> str:
+    names = {str: "a string", bool: "a boolean", int: "a number", float: "a number"}
+    return names.get(type(value), "null" if value is None else type(value).__name__)

@@ -1,0 +1,80 @@
+"""How the client shows jobs, as pure functions of the API's documents: the table and its wide
+form, and the events `kuberl describe` tells a job's history with."""
+
+from datetime import UTC, datetime
+
+from kuberl_cli import views
+
+NOW = datetime(2026, 1, 2, 12, 0, 0, tzinfo=UTC)
+
+
+def condition(kind: str, status: str, reason: str, when: str, message: str = "") -> dict:
+    return {
+        "type": kind,
+        "status": status,
+        "reason": reason,
+        "message": message,
+        "lastTransitionTime": when,
+    }
+
+
+def job(name: str = "sweep-1", **status) -> dict:
+    return {
+        "apiVersion": "kuberl.io/v1alpha1",
+        "kind": "RLJob",
+        "metadata": {"name": name, "creationTimestamp": "2026-01-02T11:00:00Z"},
+        "spec": {
+            "trainer": {"algorithm": "PPO", "env": "CartPole-v1"},
+            "rolloutWorkers": {"replicas": 2, "envsPerWorker": 8},
+        },
+        "status": status,
+    }
+
+
+def test_a_table_is_never_cut_and_wide_adds_columns_after_age():
+    long = job("x" * 60, phase="Running", progress={"lastCheckpoint": "s3://b/" + "c" * 80})
+    lines = views.table([long, job()], wide=True, now=NOW).splitlines()
+    assert lines[0].split() == [*views.COLUMNS, *views.WIDE_COLUMNS]
+    assert lines[1].split()[0] == "x" * 60 and lines[1].split()[-1] == "s3://b/" + "c" * 80
+    assert lines[1].split()[8:12] == ["1h", "0", "0", "2x8"]
+    assert lines[2].split()[:2] == ["sweep-1", "Unknown"]
+    assert views.name_line(long) == "rljob/" + "x" * 60
+
+
+def test_all_namespaces_puts_the_namespace_column_first():
+    placed = job("sweep-1", phase="Running")
+    placed["metadata"]["namespace"] = "team-a"
+    lines = views.table([placed], wide=True, now=NOW, namespaces=True).splitlines()
+    assert lines[0].split() == ["NAMESPACE", *views.COLUMNS, *views.WIDE_COLUMNS]
+    assert lines[1].split()[:3] == ["team-a", "sweep-1", "Running"]
+    assert views.table([placed], now=NOW).splitlines()[1].split()[0] == "sweep-1"
+
+
+def test_events_tell_the_history_oldest_first_with_warnings():
+    failed = job(
+        phase="Failed",
+        conditions=[
+            condition("Ready", "False", "Failed", "2026-01-02T11:30:00Z", "gave up"),
+            condition("Failed", "True", "BackoffLimitExceeded", "2026-01-02T11:30:00Z", "gave up"),
+            condition("Progressing", "True", "DriverRunning", "2026-01-02T11:10:00.5Z", "training"),
+            condition("Complete", "False", "NotComplete", "2026-01-02T11:00:00Z"),
+            condition("Schedulable", "False", "Unschedulable", "2026-01-02T11:05:00Z", "no GPU"),
+        ],
+    )
+    assert views.events(failed, NOW) == [
+        ("Normal", "Submitted", "1h", "the job was stored"),
+        ("Warning", "Unschedulable", "55m", "no GPU"),
+        ("Normal", "DriverRunning", "50m", "training"),
+        ("Warning", "BackoffLimitExceeded", "30m", "gave up"),
+    ]
+
+
+def test_describe_without_status_says_none():
+    lines = views.describe(job(), NOW).splitlines()
+    assert "  Conditions:  <none>" in lines
+    events = lines[lines.index("Events:") + 1 :]
+    assert [line.split() for line in events] == [
+        ["Type", "Reason", "Age", "Message"],
+        ["----", "------", "---", "-------"],
+        ["Normal", "Submitted", "1h", "the", "job", "was", "stored"],
+    ]

@@ -1,0 +1,205 @@
+"""`kuberl train FILE --set PATH=VALUE --seed N`, and what `kuberl train` shows on a terminal:
+a progress bar that keeps its bar on a 100-column terminal, and no final record for people."""
+
+import fcntl
+import io
+import os
+import pty
+import re
+import struct
+import subprocess
+import sys
+import termios
+from pathlib import Path
+
+import pytest
+import yaml
+from rich.console import Console
+
+from kuberl_cli.overrides import OverrideError, parse_override, with_overrides
+from kuberl_cli.terminal_report import TerminalReport
+from kuberl_trainer.final_record import (
+    EXIT_INVALID_JOB,
+    FINAL_RECORD_PREFIX,
+    Outcome,
+    read_final_record,
+)
+from testkit import rljob
+
+pytestmark = pytest.mark.timeout(180)
+
+KUBERL = Path(sys.executable).with_name("kuberl")
+ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]|\x1b\][^\x07]*\x07|\r")
+
+
+def manifest(tmp_path: Path) -> Path:
+    """A small PPO CartPole job with a seed of its own and no stop in reach."""
+    spec = {
+        "trainer": {
+            "algorithm": "PPO",
+            "env": "CartPole-v1",
+            "seed": 1,
+            "hyperparameters": {"rollout_length": 64, "num_epochs": 2},
+            "stop": {"iterations": 100_000},
+            "checkpoint": {"everyIterations": 100_000, "keep": 2, "exportPolicy": False},
+        },
+        "rolloutWorkers": {"replicas": 0, "envsPerWorker": 4},
+    }
+    path = tmp_path / "job.yaml"
+    path.write_text(yaml.safe_dump(rljob("job", **spec)))
+    return path
+
+
+def train(*args, cwd: Path) -> subprocess.CompletedProcess:
+    command = [str(KUBERL), "train", *map(str, args)]
+    return subprocess.run(command, capture_output=True, text=True, timeout=150, cwd=cwd)
+
+
+# --- the overrides, as pure functions -----------------------------------------------------------
+
+
+def test_a_path_is_dotted_below_the_manifest_or_below_spec():
+    assert parse_override("spec.trainer.hyperparameters.learning_rate=0.001") == (
+        ["spec", "trainer", "hyperparameters", "learning_rate"],
+        0.001,
+    )
+    assert parse_override("trainer.stop.timesteps=10000") == (
+        ["spec", "trainer", "stop", "timesteps"],
+        10000,
+    )
+    assert parse_override(r"metadata.labels.kuberl\.io/sweep=a=b") == (
+        ["metadata", "labels", "kuberl.io/sweep"],
+        "a=b",
+    )
+    assert parse_override("trainer.hyperparameters.hidden_sizes=[32, 32]")[1] == [32, 32]
+    assert parse_override("suspend=true")[1] is True
+
+
+def test_overrides_change_a_copy_and_make_missing_mappings():
+    document = {"spec": {"trainer": {"seed": 1, "wrappers": [{"name": "a"}]}}}
+    changed = with_overrides(
+        document, ["trainer.evaluation.episodes=3", "trainer.wrappers.0.name=b"], seed=9
+    )
+    assert changed["spec"]["trainer"] == {
+        "seed": 9,
+        "wrappers": [{"name": "b"}],
+        "evaluation": {"episodes": 3},
+    }
+    assert document["spec"]["trainer"] == {"seed": 1, "wrappers": [{"name": "a"}]}
+
+
+@pytest.mark.parametrize(
+    ("override", "message"),
+    [
+        ("trainer.seed", "--set trainer.seed: expected PATH=VALUE"),
+        ("=3", "--set =3: expected PATH=VALUE"),
+        ("trainer..seed=3", "has an empty key between dots"),
+        ("trainer.seed=", "no value: write trainer.seed=null"),
+        ("trainer.seed=[1", "the value is not YAML"),
+        ("trainer.env.id=3", "spec.trainer.env is a string, not a mapping"),
+        ("trainer.wrappers.5.name=b", "spec.trainer.wrappers is a list of 1 items: '5'"),
+    ],
+)
+def test_a_bad_override_is_named_with_the_reason(override, message):
+    document = {"spec": {"trainer": {"env": "CartPole-v1", "wrappers": [{"name": "a"}]}}}
+    with pytest.raises(OverrideError, match=re.escape(message)):
+        with_overrides(document, [override])
+
+
+# --- kuberl train with overrides ----------------------------------------------------------------
+
+
+def test_train_applies_overrides_and_a_seed_gets_a_run_directory_of_its_own(tmp_path):
+    job = manifest(tmp_path)
+    first = train(job, "--seed", 7, "--set", "trainer.stop.iterations=2", cwd=tmp_path)
+    assert first.returncode == 0, first.stdout + first.stderr
+    assert "stop at iterations>=2" in first.stdout
+    run_dir = tmp_path / "runs" / "job-seed7"
+    assert f"run directory {Path('runs') / 'job-seed7'}" in first.stdout
+    assert (run_dir / "progress.jsonl").exists()
+    assert read_final_record(first.stdout).iteration == 2
+
+    # The checkpoint holds the seed and learning rate the overrides gave: resuming says what
+    # changed since.
+    second = train(
+        job,
+        "--run-dir",
+        run_dir,
+        "--seed",
+        8,
+        "--set",
+        "spec.trainer.stop.iterations=3",
+        "--set",
+        "trainer.hyperparameters.learning_rate=0.002",
+        cwd=tmp_path,
+    )
+    assert second.returncode == 0, second.stdout + second.stderr
+    assert "seed 7 -> 8" in second.stdout, second.stdout
+    assert "hyperparameters.learning_rate" in second.stdout and "-> 0.002" in second.stdout
+    assert read_final_record(second.stdout).iteration == 3
+
+
+def test_a_bad_override_is_an_invalid_job_naming_the_field(tmp_path):
+    job = manifest(tmp_path)
+    for override, named in (
+        ("trainer.stop.timesteps=many", "spec.trainer.stop.timesteps"),
+        ("trainer.hyperparameters.lerning_rate=0.1", "spec.trainer.hyperparameters.lerning_rate"),
+        ("trainer.env.id=3", "spec.trainer.env is a string, not a mapping"),
+    ):
+        out = train(job, "--set", override, cwd=tmp_path)
+        assert out.returncode == EXIT_INVALID_JOB, out.stdout + out.stderr
+        assert named in out.stderr and f"{job}: " in out.stderr, out.stderr
+        assert read_final_record(out.stdout).outcome == Outcome.INVALID_JOB
+    assert not (tmp_path / "runs").exists()
+
+
+# --- on a terminal ------------------------------------------------------------------------------
+
+
+def test_the_progress_bar_keeps_its_bar_on_100_columns():
+    console = Console(file=io.StringIO(), width=100, force_terminal=True, color_system=None)
+    report = TerminalReport("a-job-with-a-rather-long-name PPO CartPole-v1", 100_000, console)
+    report.update(
+        {
+            "iteration": 123,
+            "timesteps_total": 45_000,
+            "episode_return_mean": 123.4,
+            "samples_per_s": 5_000.0,
+            "evaluation_return_mean": 200.0,
+        }
+    )
+    console.print(report.progress.get_renderable())
+    bar, figures, *_ = console.file.getvalue().splitlines()
+    assert len(bar) <= 100 and bar.rstrip().endswith("45,000 steps 0:00:00"), bar
+    # The bar (45% drawn; the rest is blank without colours) spans what the text leaves.
+    assert bar.index("45,000") - bar.index("━") >= 40, bar
+    assert bar.count("━") >= 18, bar
+    assert figures == "iter 123  return 123.4  5,000 steps/s  eval 200.0"
+
+
+def test_on_a_terminal_train_draws_the_bar_and_leaves_the_final_record_out(tmp_path):
+    job = manifest(tmp_path)
+    leader, follower = pty.openpty()
+    fcntl.ioctl(follower, termios.TIOCSWINSZ, struct.pack("HHHH", 40, 100, 0, 0))
+    env = {**os.environ, "COLUMNS": "100", "TERM": "xterm"}
+    command = [str(KUBERL), "train", str(job), "--set", "trainer.stop.iterations=3"]
+    process = subprocess.Popen(
+        command, stdin=follower, stdout=follower, stderr=follower, cwd=tmp_path, env=env
+    )
+    os.close(follower)
+    output = b""
+    while True:
+        try:
+            chunk = os.read(leader, 65536)
+        except OSError:  # the terminal closed: the process is done with it
+            break
+        if not chunk:
+            break
+        output += chunk
+    os.close(leader)
+    assert process.wait(timeout=150) == 0
+    text = ANSI.sub("", output.decode(errors="replace"))
+    assert FINAL_RECORD_PREFIX not in text
+    assert "job: stopped at iterations>=3 after 3 iterations" in text
+    bars = [line for line in text.splitlines() if "steps" in line and "━" in line]
+    assert bars and all(line.count("━") >= 30 for line in bars), text
