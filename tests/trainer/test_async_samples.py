@@ -321,7 +321,7 @@ def test_the_driver_reports_stale_batches_in_the_row_and_the_counter(ray_local, 
     dropped = sum(row["stale_batches_dropped"] for row in rows)
     assert dropped > 0
     assert max(row.get("policy_lag_max", 0) for row in rows) <= 2
-    labels = {"namespace": "local", "job": "job", "algorithm": "IMPALA"}
+    labels = {"namespace": "local", "rljob": "job", "algorithm": "IMPALA"}
     assert (
         driver.metrics.registry.get_sample_value("kuberl_stale_batches_dropped_total", labels)
         == dropped
