@@ -3,8 +3,10 @@ collides with another Ray on this machine) and token authentication on."""
 
 import contextlib
 import os
+import random
 import secrets
 import signal
+import socket
 import subprocess
 import sys
 import tempfile
@@ -13,8 +15,6 @@ import urllib.error
 import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
-
-from testkit import free_port
 
 RAY = Path(sys.executable).with_name("ray")
 WORKER_PORTS = 40  # size of the port range Ray's worker processes take theirs from
@@ -39,18 +39,47 @@ def node_ports(head: bool, taken: set[int] | None = None) -> dict[str, int]:
     taken = set() if taken is None else taken
     ports = {name: unused_port(taken) for name in (*NODE_PORTS, *(HEAD_PORTS if head else ()))}
     # The worker range must not hold any port in use: Ray refuses overlapping components.
-    low = free_port()
-    while any(low <= port <= low + WORKER_PORTS for port in taken) or low + WORKER_PORTS > 65535:
-        low = free_port()
-    taken |= set(range(low, low + WORKER_PORTS + 1))
+    while True:
+        low = random.randrange(RAY_PORTS.start, RAY_PORTS.stop - WORKER_PORTS)
+        span = range(low, low + WORKER_PORTS + 1)
+        if taken.isdisjoint(span) and all(bindable(port) for port in span):
+            break
+    taken |= set(span)
     return ports | {"min-worker-port": low, "max-worker-port": low + WORKER_PORTS}
 
 
+def ephemeral_ports() -> range:
+    """The ports the kernel hands out for bind(0), which every other server of the tests takes
+    (testkit.free_port) and every outgoing connection too."""
+    try:
+        low, high = map(int, Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split())
+    except (OSError, ValueError):
+        low, high = 32768, 60999
+    return range(low, high + 1)
+
+
+# Ray's ports come from below the ephemeral range. A node opens its ports seconds after they are
+# chosen (its agents last), and an ephemeral port that is free when chosen can be given meanwhile
+# to any other test's server or connection: the agent then cannot bind, and the raylet, which
+# shares its fate, takes the whole node down (every test of a module on that head failed).
+RAY_PORTS = range(max(10000, ephemeral_ports().start - 12000), ephemeral_ports().start)
+
+
+def bindable(port: int) -> bool:
+    with socket.socket() as probe:
+        try:
+            probe.bind(("127.0.0.1", port))
+        except OSError:
+            return False
+    return True
+
+
 def unused_port(taken: set[int]) -> int:
-    """A port free on loopback and not in `taken`, to which it is added. Free ports drawn one
-    after another can repeat, since each is released before the next is drawn, and Ray refuses
-    a node whose components share a port."""
-    while (port := free_port()) in taken:
+    """A port of RAY_PORTS free on loopback and not in `taken`, to which it is added (Ray
+    refuses a node whose components share a port)."""
+    while (port := random.randrange(RAY_PORTS.start, RAY_PORTS.stop)) in taken or not bindable(
+        port
+    ):
         pass
     taken.add(port)
     return port
