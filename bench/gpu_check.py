@@ -15,8 +15,9 @@ table and the script goes on):
 5. pong: pong-ppo.yaml the same way with 1 and 12 rollout workers (1 with --quick).
 6. examples: every deploy/examples/*.yaml that trains locally, with `kuberl train` twice: as is
    (learner.gpus 0) and with `spec.learner.gpus: 1`, both with `stop.wallTimeSeconds` added so
-   that each run fits its slot. Reported: wall time, the final record's outcome and return, and
-   cuda/cpu of the training seconds per env step (wall time alone compares runs cut at the same
+   that each run fits its slot. Reported: wall time, the final record's outcome and return, the
+   device the GPU copy chose to learn on (learner.device auto), and cuda/cpu of the training
+   seconds per env step (wall time alone compares runs cut at the same
    cap; per env step compares the work done in it).
 
 The table is written after every step, so that a check cut short keeps what it measured.
@@ -361,6 +362,8 @@ def examples(runner: Runner, plan: Plan, paths: list[Path], cuda: bool, tmp: Pat
         elif cuda:
             ratio = "-"
         gpu_cell = train_cell(gpu_run, gpu_record)
+        if chose := DEVICE_CHOICE.search(gpu_run.output):
+            gpu_cell += f"; learner.device auto: {chose[1]}"
         messages = [r.message for r in (cpu_record, gpu_record) if r is not None]
         rows.append(
             row(
@@ -375,6 +378,8 @@ def examples(runner: Runner, plan: Plan, paths: list[Path], cuda: bool, tmp: Pat
     return rows
 
 
+# The learner's device trial's outcome in a job's log (see kuberl_trainer.device_choice).
+DEVICE_CHOICE = re.compile(r"learn calls took .*?: (learning on [^,]+, [\d.]+x faster)")
 LEARN_LINE = re.compile(r"^learn_on_batch\s+([\d.]+)\s+(\d+)", re.MULTILINE)
 BATCH_LINE = re.compile(r"^batch: (.*)$", re.MULTILINE)
 

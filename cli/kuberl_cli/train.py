@@ -82,6 +82,7 @@ def train_command(
             metrics_port=metrics_port,
             report=report,
             learner_gpus=job.spec.learner.gpus,
+            learner_device=job.spec.learner.device,
         ).run()
     except InvalidJobError as exc:
         print(f"{job.name}: invalid job: {exc}", file=sys.stderr)

@@ -200,6 +200,15 @@ def test_spot_workers_on_a_known_provider():
             "remove gpuType",
         ),
         (
+            {"spec.learner": {"device": "gpu"}},
+            "spec.learner.device: gpu keeps the learner on a GPU but gpus is 0; set gpus >= 1 or "
+            "remove device",
+        ),
+        (
+            {"spec.learner": {"gpus": 1, "device": "cuda"}},
+            "spec.learner.device: 'cuda' is not one of auto, gpu",
+        ),
+        (
             {"spec.rolloutWorkers": {"replicas": 2, "spot": {"enabled": True}}},
             "spec.rolloutWorkers.spot.provider: required when spot is enabled; one of gke, eks, "
             "karpenter, aks, custom",

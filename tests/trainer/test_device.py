@@ -62,7 +62,7 @@ def assert_cpu_numpy(weights: dict[str, np.ndarray]) -> None:
 
 
 def run_driver(
-    tmp_path, monkeypatch, learner_gpus: int
+    tmp_path, monkeypatch, learner_gpus: int, learner_device: str = "gpu", iterations: int = 3
 ) -> tuple[TorchPolicy, object, RolloutWorker]:
     """A tiny PPO run without remote workers; returns the learner's policy, the result and the
     local worker."""
@@ -76,14 +76,23 @@ def run_driver(
     monkeypatch.setattr(TorchPolicy, "to", recording_to)
     config = trainer_config(
         algorithm="PPO",
-        stop={"iterations": 3},
+        stop={"iterations": iterations},
         hyperparameters={"rollout_length": 32, "num_epochs": 2},
-        evaluation={"everyIterations": 3, "episodes": 1},
+        evaluation={"everyIterations": iterations, "episodes": 1},
     )
     rollout = RolloutConfig(replicas=0, envs_per_worker=4)
-    driver = Driver(config, rollout, tmp_path, "job", learner_gpus=learner_gpus)
+    driver = Driver(
+        config,
+        rollout,
+        tmp_path,
+        "job",
+        learner_gpus=learner_gpus,
+        learner_device=learner_device,
+    )
     result = driver.run()
-    [policy] = moved  # only the learner moves; nothing else builds a device policy
+    # Only the learner moves (the device trial moves it more than once); nothing else builds
+    # a device policy.
+    [policy] = {id(p): p for p in moved}.values()
     return policy, result, driver.trainer.workers.local_worker
 
 
@@ -259,6 +268,46 @@ def test_gpu_job_learns_on_cuda_and_samples_on_the_cpu(tmp_path, monkeypatch, ca
     for key, value in copy.model.state_dict().items():
         assert torch.equal(value, learned[key].cpu()), key
     assert "learner on cuda:0; sampling on the CPU" in caplog.text
+
+
+@needs_cuda
+def test_auto_device_moves_a_small_mlp_learner_to_the_cpu(tmp_path, monkeypatch, caplog):
+    """CartPole PPO's 64x64 MLP learns faster on the CPU than on a GPU (kernel launches)."""
+    with caplog.at_level(logging.INFO):
+        policy, result, _ = run_driver(
+            tmp_path, monkeypatch, learner_gpus=1, learner_device="auto", iterations=6
+        )
+    assert (result.iteration, result.stopped_by) == (6, "iterations>=6")
+    assert policy.device == torch.device("cpu")
+    assert all(p.device.type == "cpu" for p in policy.model.parameters())
+    assert "learning on the CPU" in caplog.text
+    assert "learn_on_batch" not in vars(policy)  # the trial's timing is gone
+
+
+@needs_cuda
+def test_auto_device_keeps_a_large_network_on_the_gpu():
+    """A 1024x1024 MLP on 4,096 rows learns several times faster on any GPU than on a CPU."""
+    from kuberl_trainer.device_choice import DeviceTrial
+
+    config = trainer_config(
+        algorithm="PPO",
+        hyperparameters={
+            "rollout_length": 256,
+            "num_epochs": 1,
+            "minibatch_size": 4096,
+            "hidden_sizes": [1024, 1024],
+        },
+    )
+    sampler = RolloutWorker(PPOPolicy, config, num_envs=16, seed=0)
+    policy = sampler.policy.to("cuda")
+    chosen: list[str] = []
+    DeviceTrial(policy, "cuda:0", lambda device, reason: chosen.append(device)).install()
+    batch = sampler.sample()
+    for _ in range(5):
+        policy.learn_on_batch(batch)
+    assert chosen == ["cuda:0"]
+    assert policy.device.type == "cuda"
+    assert all(p.device.type == "cuda" for p in policy.model.parameters())
 
 
 @needs_cuda

@@ -24,7 +24,13 @@ from kuberl_trainer.checkpoint import (
     CheckpointStore,
     checkpoint_location,
 )
-from kuberl_trainer.config import PBT, JobTrainerConfig, RolloutConfig, StopConditions
+from kuberl_trainer.config import (
+    PBT,
+    JobTrainerConfig,
+    LearnerDevice,
+    RolloutConfig,
+    StopConditions,
+)
 from kuberl_trainer.errors import IncompatibleCheckpointError
 from kuberl_trainer.interrupt import IterationAbandoned, StopRequest
 from kuberl_trainer.metrics import TrainerMetrics, return_target
@@ -106,16 +112,18 @@ class Driver:
         metrics_port: int | None = None,
         report: ConsoleReport | None = None,
         learner_gpus: int = 0,
+        learner_device: LearnerDevice = "auto",
     ):
         self.config = config
         self.rollout = rollout
         self.run_dir = run_dir
         self.job_name = job_name
         self.learner_gpus = learner_gpus
+        self._said = ""  # the placement last reported
         seed = config.seed if config.seed is not None else random.SystemRandom().randrange(2**31)
         self._stop_request = StopRequest()  # what the signal asks of the iteration in progress
         self.trainer = trainer_class(config)(
-            config, rollout, seed, learner_gpus, self._stop_request
+            config, rollout, seed, learner_gpus, self._stop_request, learner_device
         )
         self.store = CheckpointStore(
             checkpoint_location(config.checkpoint.uri, run_dir), config.checkpoint.keep
@@ -219,8 +227,7 @@ class Driver:
         location resumed from."""
         trainer = self.trainer
         trainer.build(resumed_iteration=found.meta["iteration"] if found else 0)
-        if self.learner_gpus and isinstance(trainer, Trainer):  # where the GPUs went
-            self.report.message(trainer.placement)
+        self._say_placement()
         if found:
             return self._resume(found)
         if self.config.warm_start is not None:
@@ -287,8 +294,17 @@ class Driver:
         known."""
         if self._tensorboard is not None:
             self._tensorboard.write(row)
+        self._say_placement()
         self.report.update(row)
         self.metrics.record(row, timer_deltas, restarts)
+
+    def _say_placement(self) -> None:
+        """Where the GPUs went, at start and again when the learner's device is chosen (see
+        device_choice.py)."""
+        trainer = self.trainer
+        if self.learner_gpus and isinstance(trainer, Trainer) and trainer.placement != self._said:
+            self._said = trainer.placement
+            self.report.message(trainer.placement)
 
     def _result(
         self,

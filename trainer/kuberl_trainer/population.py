@@ -19,7 +19,7 @@ from typing import Any
 
 import numpy as np
 
-from kuberl_trainer.config import PBTConfig, RolloutConfig, with_hyperparameters
+from kuberl_trainer.config import LearnerDevice, PBTConfig, RolloutConfig, with_hyperparameters
 from kuberl_trainer.hyperparameters import Mutation, PBTHyperparameters
 from kuberl_trainer.interrupt import WAIT_SLICE_S, IterationAbandoned, StopRequest
 from kuberl_trainer.progress_row import (
@@ -114,6 +114,7 @@ class Population:
         seed: int,
         learner_gpus: int = 0,
         stop_request: StopRequest | None = None,
+        learner_device: LearnerDevice = "auto",
     ):
         self.config = config
         self.hp: PBTHyperparameters = config.hyperparameters

@@ -20,9 +20,11 @@ import numpy as np
 import torch
 
 from kuberl_trainer import algorithms
-from kuberl_trainer.config import AnyTrainerConfig, RolloutConfig
+from kuberl_trainer.config import AnyTrainerConfig, LearnerDevice, RolloutConfig
+from kuberl_trainer.device_choice import DeviceTrial
 from kuberl_trainer.envs import SpaceInfo
 from kuberl_trainer.interrupt import StopRequest
+from kuberl_trainer.policy.base import TorchPolicy
 from kuberl_trainer.progress_row import (
     EPISODE_LEN_MEAN,
     EPISODE_RETURN_MAX,
@@ -70,13 +72,16 @@ class Trainer:
         seed: int,
         learner_gpus: int = 0,
         stop_request: StopRequest | None = None,
+        learner_device: LearnerDevice = "auto",
     ):
         """`seed` is the run's (the config's, or one drawn for it); `stop_request` is what a
-        signal sets to drop an unfinished iteration (see interrupt.py)."""
+        signal sets to drop an unfinished iteration (see interrupt.py); `learner_device` is
+        spec.learner.device (see device_choice.py)."""
         self.config = config
         self.rollout = rollout
         self.seed = seed
         self.learner_gpus = learner_gpus
+        self.learner_device = learner_device
         self.stop_request = stop_request or StopRequest()
         window = config.metrics_window
         self.recent_returns: deque[float] = deque(maxlen=window)
@@ -121,7 +126,23 @@ class Trainer:
         self.optimizer.place(devices)  # the local worker's policy is the learner
         torch.set_num_threads(learner_torch_threads(self.workers.local_worker.spaces))
         self.placement = placement(devices, local_copy, self.rollout.replicas)
+        policy = self.optimizer.policy
+        if (
+            self.learner_gpus >= 1
+            and self.learner_device == "auto"
+            and local_copy  # the learner is off the CPU
+            and isinstance(policy, TorchPolicy)
+            and policy.towers is None  # LocalMultiGPU's towers were asked for by name
+        ):
+            DeviceTrial(policy, devices[0], self._chose_device).install()
+            self.placement += (
+                "; its first learn calls are timed there and on the CPU, and it stays on the "
+                "faster (learner.device: auto)"
+            )
         log.info(self.placement)
+
+    def _chose_device(self, device: str, reason: str) -> None:
+        self.placement = reason
 
     def stop(self) -> None:
         """End the optimizer's threads and the rollout workers."""

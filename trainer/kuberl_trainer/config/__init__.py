@@ -43,6 +43,7 @@ from kuberl_trainer.config.normalization import NORMALIZED_OBSERVATIONS, Normali
 from kuberl_trainer.config.optimizer import (
     LEARNER_GPUS_NEEDED,
     OPTIMIZERS,
+    LearnerDevice,
     OptimizerConfig,
     OptimizerName,
     optimizers_using,
@@ -76,6 +77,7 @@ __all__ = [
     "CheckpointConfig",
     "EvaluationConfig",
     "JobTrainerConfig",
+    "LearnerDevice",
     "ModelConfig",
     "NormalizationConfig",
     "OptimizerConfig",

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from enum import StrEnum
+from typing import Literal
 
 from pydantic import Field
 
@@ -113,6 +114,10 @@ LEARNER_GPUS_NEEDED = (
     "or more (where no CUDA device is visible, each one becomes a CPU tower); set gpus to 2 or "
     "more, or use SyncSamples"
 )
+
+# spec.learner.device (see kuberl_trainer.device_choice): with a learner GPU, whether the learner
+# times its first learn calls on the GPU and on the CPU and keeps the faster, or keeps the GPU.
+LearnerDevice = Literal["auto", "gpu"]
 
 
 class OptimizerConfig(Spec):
