@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import logging
 import math
-import os
 import random
 import time
 from collections import Counter, deque
@@ -21,6 +20,7 @@ import torch
 
 from kuberl_trainer import algorithms
 from kuberl_trainer.config import AnyTrainerConfig, LearnerDevice, RolloutConfig
+from kuberl_trainer.cpu_quota import usable_cpus
 from kuberl_trainer.device_choice import DeviceTrial
 from kuberl_trainer.envs import SpaceInfo
 from kuberl_trainer.interrupt import StopRequest
@@ -57,11 +57,12 @@ LEARNER_TORCH_THREADS = 1
 
 
 def learner_torch_threads(spaces: SpaceInfo) -> int:
-    """Threads of the learner's torch: one for an MLP, every CPU this process may run on for a
-    CNN, whose forward and backward passes parallelize and are most of the job's time."""
+    """Threads of the learner's torch: one for an MLP, every CPU this process may use for a CNN
+    (within its pod's CPU limit: see cpu_quota.py), whose forward and backward passes parallelize
+    and are most of the job's time."""
     if spaces.image is None:
         return LEARNER_TORCH_THREADS
-    return len(os.sched_getaffinity(0))
+    return usable_cpus()
 
 
 class Trainer:
