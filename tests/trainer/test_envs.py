@@ -17,6 +17,30 @@ def test_module_class_env_gets_env_config():
     np.testing.assert_array_equal(encode_obs(np.array([2]), info), [[0, 0, 1, 0, 0, 0, 0]])
 
 
+def test_discrete_observations_that_start_elsewhere_are_one_hot_from_their_start():
+    import gymnasium as gym
+    import torch
+
+    from kuberl_trainer.export import OneHot
+
+    info = space_info(gym.spaces.Discrete(4, start=-2), gym.spaces.Discrete(2))
+    assert (info.obs_dim, info.obs_discrete_start) == (4, -2)
+    expected = [[1, 0, 0, 0], [0, 0, 1, 0], [0, 0, 0, 1]]
+    np.testing.assert_array_equal(encode_obs(np.array([-2, 0, 1]), info), expected)
+    # The exported policy's encoder reads them alike.
+    exported = OneHot(info.obs_discrete_n, info.obs_discrete_start)(torch.tensor([-2, 0, 1]))
+    np.testing.assert_array_equal(exported.numpy(), expected)
+
+
+def test_discrete_actions_that_start_elsewhere_are_refused_saying_why():
+    import gymnasium as gym
+
+    from kuberl_trainer.envs import EnvError
+
+    with pytest.raises(EnvError, match=r"starts at 1: kuberl's policies choose actions 0 to n-1"):
+        space_info(gym.spaces.Box(-1, 1, (3,)), gym.spaces.Discrete(3, start=1))
+
+
 @pytest.mark.parametrize(
     "env, config, needle",
     [

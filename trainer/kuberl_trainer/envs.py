@@ -63,6 +63,7 @@ class SpaceInfo:
     action_low: np.ndarray | None
     action_high: np.ndarray | None
     image: ImageLayout | None = None  # set when a CNN encodes the observations
+    obs_discrete_start: int = 0  # Discrete observations: the first one's value (Discrete.start)
 
     @property
     def discrete_actions(self) -> bool:
@@ -260,8 +261,15 @@ def space_info(
             f"observation space {obs_space} is not supported: use Box or Discrete "
             "(wrappers: [{name: FlattenObservation}] flattens Dict and Tuple spaces into a Box)"
         )
+    obs_start = int(obs_space.start) if isinstance(obs_space, gym.spaces.Discrete) else 0
     if isinstance(act_space, gym.spaces.Discrete):
-        return SpaceInfo(obs_dim, obs_n, int(act_space.n), 1, None, None, image)
+        if act_space.start != 0:
+            raise EnvError(
+                f"action space {act_space} starts at {act_space.start}: kuberl's policies choose "
+                f"actions 0 to n-1; wrap the env (wrappers: [{{name: module:Class}}]) so that its "
+                "actions start at 0"
+            )
+        return SpaceInfo(obs_dim, obs_n, int(act_space.n), 1, None, None, image, obs_start)
     if isinstance(act_space, gym.spaces.Box):
         if not (np.all(np.isfinite(act_space.low)) and np.all(np.isfinite(act_space.high))):
             raise EnvError(f"action space {act_space} must have finite bounds")
@@ -273,6 +281,7 @@ def space_info(
             act_space.low.astype(np.float32).ravel(),
             act_space.high.astype(np.float32).ravel(),
             image,
+            obs_start,
         )
     raise EnvError(f"action space {act_space} is not supported: use Box or Discrete")
 
@@ -467,5 +476,6 @@ def encode_obs(obs: np.ndarray, info: SpaceInfo) -> np.ndarray:
     if info.image is not None:
         return np.asarray(obs, dtype=info.obs_dtype)
     if info.obs_discrete_n is not None:
-        return np.eye(info.obs_discrete_n, dtype=np.float32)[np.asarray(obs, dtype=np.int64)]
+        indices = np.asarray(obs, dtype=np.int64) - info.obs_discrete_start
+        return np.eye(info.obs_discrete_n, dtype=np.float32)[indices]
     return np.asarray(obs, dtype=np.float32).reshape(len(obs), -1)

@@ -93,11 +93,11 @@ class GreedyPolicy(nn.Module):
 
 class OneHot(nn.Module):
     """Discrete observations, (B,) int64, one-hot encoded as float32 (B, n), as encode_obs does:
-    a comparison with 0..n-1, which every ONNX runtime has."""
+    a comparison with start..start+n-1 (Discrete.start), which every ONNX runtime has."""
 
-    def __init__(self, n: int):
+    def __init__(self, n: int, start: int = 0):
         super().__init__()
-        self.register_buffer("indices", torch.arange(n))
+        self.register_buffer("indices", torch.arange(start, start + n))
 
     def forward(self, obs: torch.Tensor) -> torch.Tensor:
         return (obs.unsqueeze(-1) == self.indices).float()
@@ -189,7 +189,7 @@ def _encoder(spaces: SpaceInfo) -> nn.Module:
     if spaces.image is not None:
         return nn.Identity()  # the CNN casts and scales them itself
     if spaces.obs_discrete_n is not None:
-        return OneHot(spaces.obs_discrete_n)
+        return OneHot(spaces.obs_discrete_n, spaces.obs_discrete_start)
     return nn.Flatten()
 
 
