@@ -105,6 +105,11 @@ class JobPage:
     continue_token: str | None = None
 
 
+# The phase of a job the operator has not reconciled yet (no status): accepted, not started, as
+# Kubernetes says of a Pod; the operator's first status says Pending too.
+NOT_SEEN_PHASE = "Pending"
+
+
 @dataclass(frozen=True)
 class JobSummary:
     """What /metrics reports about one job (bounded labels and three numbers)."""
@@ -126,7 +131,7 @@ class JobSummary:
             namespace=document["metadata"].get("namespace") or "",
             name=document["metadata"]["name"],
             algorithm=str(document["spec"]["trainer"]["algorithm"]),
-            phase=status.get("phase") or "Unknown",
+            phase=status.get("phase") or NOT_SEEN_PHASE,
             episode_return_mean=progress.episode_return_mean,
             evaluation_return_mean=progress.evaluation_return_mean,
             timesteps=progress.timesteps,

@@ -47,7 +47,9 @@ class Output(StrEnum):
 
 
 def phase_of(job: dict[str, Any]) -> str:
-    return (job.get("status") or {}).get("phase") or "Unknown"
+    """The job's phase; Pending before the operator has given it a status (as the API's
+    summaries say, and as Kubernetes says of an accepted Pod not yet started)."""
+    return (job.get("status") or {}).get("phase") or "Pending"
 
 
 def finished(job: dict[str, Any]) -> bool:

@@ -138,7 +138,7 @@ def test_submit_then_get_in_every_output(alice, api, cluster, tmp_path):  # noqa
     ]
     rows = {line.split()[0]: line.split() for line in lines[1:]}
     assert rows["trained"][1:8] == ["Running", "PPO", "CartPole-v1", "5", "640", "31.5", "-"]
-    assert rows["waiting"][1:5] == ["Unknown", "PPO", "CartPole-v1", "0"]  # not seen yet
+    assert rows["waiting"][1:5] == ["Pending", "PPO", "CartPole-v1", "0"]  # not seen yet
     ageless = [line.split()[:-1] for line in table.stdout.splitlines()]
     assert [line.split()[:-1] for line in alice("jobs", "-n", "team-a").stdout.splitlines()] == (
         ageless
@@ -254,9 +254,9 @@ def test_all_namespaces_for_a_caller_allowed_everywhere_only(api, cluster):  # n
     lines = table.stdout.splitlines()
     assert lines[0].split()[:3] == ["NAMESPACE", "NAME", "PHASE"]
     assert sorted(tuple(line.split()[:3]) for line in lines[1:]) == [
-        ("team-a", "trained", "Unknown"),
-        ("team-b", "other", "Unknown"),
-        ("team-b", "trained", "Unknown"),
+        ("team-a", "trained", "Pending"),
+        ("team-b", "other", "Pending"),
+        ("team-b", "trained", "Pending"),
     ]
     wide = run_kuberl("jobs", "--all-namespaces", "-o", "wide", "-l", "team=team-b", **dave)
     lines = wide.stdout.splitlines()

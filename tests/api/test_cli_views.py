@@ -37,7 +37,7 @@ def test_a_table_is_never_cut_and_wide_adds_columns_after_age():
     assert lines[0].split() == [*views.COLUMNS, *views.WIDE_COLUMNS]
     assert lines[1].split()[0] == "x" * 60 and lines[1].split()[-1] == "s3://b/" + "c" * 80
     assert lines[1].split()[8:12] == ["1h", "0", "0", "2x8"]
-    assert lines[2].split()[:2] == ["sweep-1", "Unknown"]
+    assert lines[2].split()[:2] == ["sweep-1", "Pending"]
     assert views.name_line(long) == "rljob/" + "x" * 60
 
 
