@@ -27,9 +27,14 @@ from kuberl_trainer.sample_batch import SampleBatch
 
 log = logging.getLogger(__name__)
 
-# A policy's entry points that learn: on sampled batches, on replayed minibatches, and on the
-# gradients of A3C's workers.
-LEARN_METHODS = ("learn_on_batch", "learn_on_replay_batch", "apply_gradients")
+# A policy's entry points that learn: on sampled batches, on replayed minibatches, on the
+# gradients of A3C's workers, and on ES's gradient estimate.
+LEARN_METHODS = (
+    "learn_on_batch",
+    "learn_on_replay_batch",
+    "apply_gradients",
+    "apply_flat_gradient",
+)
 # The GPU's first call pays for CUDA's lazy start, cuDNN's algorithm search and the caching
 # allocator's first blocks; the CPU has nothing comparable to warm up.
 GPU_WARMUP_CALLS = 1
