@@ -6,7 +6,8 @@ Budgets and what was measured on a 2-core machine (env steps to the target, seed
 said): APPO 12 x 64 reached 475 within 418-440k env steps (66-80 s; 72-124 s in a full suite),
 IMPALA 12 x 64 within 0.77-1.15M alone; with the current defaults 19 runs of 20 reached it
 (14 in full suites), and one, in a full suite, oscillated between 100 and 390 and reached 492 at
-3.0M (with the earlier defaults, one run of 17 was at 73 after 4M); Ape-X with 12 workers of 8
+3.0M (with the earlier defaults, one run of 17 was at 73 after 4M); seeds 0-5 again with two
+such runs at once (load average 29-44), all within 0.63-1.09M; Ape-X with 12 workers of 8
 envs reached 400 at 141-151k (84-99 s: its learner is the ceiling), A3C with 8 at 46-48k (seeds
 0-1, beside another run). The policy lag each progress row reports stays within maxPolicyLag (32):
 batches older are dropped, never learned on."""
