@@ -269,13 +269,15 @@ def describe(job: dict[str, Any], now: datetime | None = None) -> str:
 def events(job: dict[str, Any], now: datetime | None = None) -> list[tuple[str, str, str, str]]:
     """The job's history, oldest first, as (type, reason, age, message): its submission, then
     each condition's last transition that tells something (one that holds, or a warning one that
-    does not). Conditions keep only their last transition, so this is the latest story of each,
-    as Kubernetes' own events are kept only for a while."""
+    does not). Conditions that hold for one reason tell one event, at the earliest of their
+    transitions, their messages joined (Ready and Progressing both say DriverRunning of a running
+    job). Conditions keep only their last transition, so this is the latest story of each, as
+    Kubernetes' own events are kept only for a while."""
     created = job["metadata"].get("creationTimestamp")
     happened: list[tuple[str, str, str, str]] = []
     if created:
         happened.append((created, "Normal", "Submitted", "the job was stored"))
-    seen: set[tuple[str, str]] = set()
+    told: dict[tuple[str, str], int] = {}  # (type, reason) -> its event's index in `happened`
     for condition in (job.get("status") or {}).get("conditions") or []:
         kind, holds = condition["type"], condition["status"] == "True"
         warning = (kind in _WARNING_WHEN_TRUE and holds) or (
@@ -283,12 +285,17 @@ def events(job: dict[str, Any], now: datetime | None = None) -> list[tuple[str, 
         )
         if not (holds or warning):
             continue
-        what = (condition.get("reason", ""), _one_line(condition.get("message", "")))
-        if what in seen:  # conditions that changed together for one reason tell it once
-            continue
-        seen.add(what)
+        event_type = "Warning" if warning else "Normal"
+        reason, message = condition.get("reason", ""), _one_line(condition.get("message", ""))
         when = condition.get("lastTransitionTime") or ""
-        happened.append((when, "Warning" if warning else "Normal", *what))
+        if (event_type, reason) in told:
+            index = told[event_type, reason]
+            first, _, _, said = happened[index]
+            joined = "; ".join(part for part in dict.fromkeys((said, message)) if part)
+            happened[index] = (min(first, when, key=_instant), event_type, reason, joined)
+            continue
+        told[event_type, reason] = len(happened)
+        happened.append((when, event_type, reason, message))
     happened.sort(key=lambda event: _instant(event[0]))
     return [(kind, reason, age(_seconds(when), now), msg) for when, kind, reason, msg in happened]
 

@@ -69,6 +69,26 @@ def test_events_tell_the_history_oldest_first_with_warnings():
     ]
 
 
+def test_conditions_that_hold_for_one_reason_tell_one_event():
+    running = job(
+        phase="Running",
+        conditions=[
+            condition(
+                "Ready", "True", "DriverRunning", "2026-01-02T11:20:00Z", "attempt 1 is training"
+            ),
+            condition("Progressing", "True", "DriverRunning", "2026-01-02T11:10:00Z", "started"),
+            condition("Complete", "False", "NotComplete", "2026-01-02T11:00:00Z"),
+        ],
+    )
+    assert views.events(running, NOW) == [
+        ("Normal", "Submitted", "1h", "the job was stored"),
+        ("Normal", "DriverRunning", "50m", "attempt 1 is training; started"),
+    ]
+    # The same words twice are said once.
+    running["status"]["conditions"][1]["message"] = "attempt 1 is training"
+    assert views.events(running, NOW)[1][3] == "attempt 1 is training"
+
+
 def test_describe_without_status_says_none():
     lines = views.describe(job(), NOW).splitlines()
     assert "  Conditions:  <none>" in lines
