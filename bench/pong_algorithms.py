@@ -16,11 +16,10 @@ import time
 CHILD_START = time.time()  # a child's imports are inside its measured time
 
 import argparse  # noqa: E402
-import json  # noqa: E402
 from pathlib import Path  # noqa: E402
 
 from async_vs_rllib import emit, finite  # noqa: E402
-from pong_race import RESULTS, plot, race, table  # noqa: E402
+from pong_race import race, report  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
 SYSTEMS = ("ppo", "impala", "appo")
@@ -68,25 +67,10 @@ def main() -> None:
     unknown = set(systems) - set(SYSTEMS)
     if unknown:
         parser.error(f"--only: unknown {', '.join(sorted(unknown))}; one of {', '.join(SYSTEMS)}")
-    stamp = time.strftime("%Y%m%d-%H%M%S")
-    runs = race(systems, args, f"pong-algorithms-{stamp}", script=__file__)
-    marks = [m * 60 for m in range(5, int(args.minutes) + 1, 5)] or [args.minutes * 60]
-    table(runs, marks, [(s, s, "return") for s in systems])
-    table(runs, marks, [(f"{s} steps", s, "steps") for s in systems])
-    for system in systems:
-        ticks = runs[system]["ticks"]
-        steps = ticks[-1]["steps"] if ticks else 0
-        print(
-            f"{system}: {steps:,} env steps in {args.minutes:g} min "
-            f"({steps / (args.minutes * 60):,.0f}/s), load average after "
-            f"{runs[system]['loadavg_after'][0]:.1f}"
-        )
-    figure = RESULTS / f"pong-algorithms-{stamp}.png"
-    plot(runs, figure, title="Pong on 2 cores: kuberl's PPO, IMPALA and APPO examples")
-    (RESULTS / f"pong-algorithms-{stamp}.json").write_text(
-        json.dumps({"minutes": args.minutes, "seed": args.seed, "runs": runs}, indent=2)
-    )
-    print(f"figure: {figure}")
+    name = f"pong-algorithms-{time.strftime('%Y%m%d-%H%M%S')}"
+    runs = race(systems, args, name, script=__file__)
+    title = "Pong on 2 cores: kuberl's PPO, IMPALA and APPO examples"
+    report(runs, systems, args, name, title, steps_table=True)
 
 
 if __name__ == "__main__":

@@ -281,19 +281,37 @@ def main() -> None:
         return
 
     stamp = time.strftime("%Y%m%d-%H%M%S")
-    runs = race(SYSTEMS, args, f"pong-race-{stamp}")
+    name = f"pong-race-{stamp}"
+    report(race(SYSTEMS, args, name), SYSTEMS, args, name)
+
+
+def report(
+    runs: dict,
+    systems: tuple[str, ...],
+    args,
+    name: str,
+    title: str | None = None,
+    steps_table: bool = False,
+) -> None:
+    """Print the returns each system had reached every 5 minutes (and its env steps, with
+    `steps_table`) and its totals; draw the curves as bench/results/NAME.png and keep the
+    ticks as NAME.json."""
+    seconds = args.minutes * 60
     marks = [m * 60 for m in range(5, int(args.minutes) + 1, 5)] or [seconds]
-    table(runs, marks, [(system, system, "return") for system in SYSTEMS])
-    for system in SYSTEMS:
+    table(runs, marks, [(system, system, "return") for system in systems])
+    if steps_table:
+        table(runs, marks, [(f"{system} steps", system, "steps") for system in systems])
+    for system in systems:
         ticks = runs[system]["ticks"]
         steps = ticks[-1]["steps"] if ticks else 0
         print(
-            f"{system}: {len(ticks)} iterations, {steps} env steps ({steps / seconds:.0f}/s), "
-            f"load average after {runs[system]['loadavg_after'][0]:.2f}"
+            f"{system}: {len(ticks)} iterations, {steps:,} env steps in {args.minutes:g} min "
+            f"({steps / seconds:,.0f}/s), load average after "
+            f"{runs[system]['loadavg_after'][0]:.2f}"
         )
-    figure = RESULTS / f"pong-race-{stamp}.png"
-    plot(runs, figure)
-    (RESULTS / f"pong-race-{stamp}.json").write_text(
+    figure = RESULTS / f"{name}.png"
+    plot(runs, figure, **({} if title is None else {"title": title}))
+    (RESULTS / f"{name}.json").write_text(
         json.dumps({"minutes": args.minutes, "seed": args.seed, "runs": runs})
     )
     print(f"figure: {figure}")

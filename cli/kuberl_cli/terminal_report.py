@@ -17,28 +17,11 @@ from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Column
 from rich.text import Text
 
-from kuberl_trainer.progress_row import (
-    EPISODE_RETURN_MEAN,
-    EVALUATION_RETURN_MEAN,
-    ITERATION,
-    SAMPLES_PER_S,
-    TIMESTEPS_TOTAL,
-    format_return,
-)
+from kuberl_trainer.progress import figures
+from kuberl_trainer.progress_row import TIMESTEPS_TOTAL
 
 TITLE_WIDTH = 32
 """The most columns the job's title takes on the bar's line."""
-
-
-def figures(row: dict[str, Any]) -> str:
-    """`iter 12  return 123.4  5,000 steps/s  eval 200.0` of a progress row."""
-    text = (
-        f"iter {row[ITERATION]}  return {format_return(row[EPISODE_RETURN_MEAN])}"
-        f"  {row[SAMPLES_PER_S]:,.0f} steps/s"
-    )
-    if row.get(EVALUATION_RETURN_MEAN) is not None:
-        text += f"  eval {format_return(row[EVALUATION_RETURN_MEAN])}"
-    return text
 
 
 class _BarThenFigures(Progress):

@@ -22,6 +22,17 @@ from kuberl_trainer.progress_row import (
 )
 
 
+def figures(row: dict[str, Any]) -> str:
+    """`iter 12  return 123.4  5,000 steps/s  eval 200.0` of a progress row."""
+    text = (
+        f"iter {row[ITERATION]}  return {format_return(row[EPISODE_RETURN_MEAN])}"
+        f"  {row[SAMPLES_PER_S]:,.0f} steps/s"
+    )
+    if row.get(EVALUATION_RETURN_MEAN) is not None:
+        text += f"  eval {format_return(row[EVALUATION_RETURN_MEAN])}"
+    return text
+
+
 class ProgressLog:
     """Appends one JSON object per iteration; a resumed run continues the same file."""
 
@@ -68,12 +79,7 @@ class ConsoleReport:
             self._progress.start()
 
     def update(self, row: dict[str, Any]) -> None:
-        status = (
-            f"iter {row[ITERATION]}  return {format_return(row[EPISODE_RETURN_MEAN])}"
-            f"  {row[SAMPLES_PER_S]:,.0f} steps/s"
-        )
-        if row.get(EVALUATION_RETURN_MEAN) is not None:
-            status += f"  eval {format_return(row[EVALUATION_RETURN_MEAN])}"
+        status = figures(row)
         if self._progress is not None:
             self._progress.update(self._task, completed=row[TIMESTEPS_TOTAL], status=status)
             return
