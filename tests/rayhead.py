@@ -132,6 +132,17 @@ def jobs_api_ready(url: str, token: str) -> bool:
         return False
 
 
+def agent_ready(port: int) -> bool:
+    """The node's dashboard agent serves HTTP: it records its address for the head right after
+    (the Jobs API submits through it, and answers 500 "No available agent" when it has waited
+    10 s without one, which a loaded machine's agent can take after the head's API is up)."""
+    try:
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/api/healthz", timeout=2) as response:
+            return response.status == 200
+    except (urllib.error.URLError, OSError):
+        return False
+
+
 def stop_own_processes(head: subprocess.Popen, temp_dir: str, token: str) -> None:
     """End exactly what this test started: the `ray start` process group, then any process whose
     command line names this test's temp dir (Ray starts some in sessions of their own) or whose
@@ -209,8 +220,9 @@ def running_ray_head(
         start_new_session=True,
     )
     try:
-        deadline = time.monotonic() + 90
-        while not jobs_api_ready(url, token):
+        deadline = time.monotonic() + 120
+        agent_port = ports["dashboard-agent-listen-port"]
+        while not (jobs_api_ready(url, token) and agent_ready(agent_port)):
             if head.poll() is not None or time.monotonic() > deadline:
                 raise RuntimeError(
                     "the Ray head did not start:\n" + Path(log.name).read_text()[-3000:]
