@@ -10,6 +10,8 @@ the Nature CNN (conv [32,8,4], [64,4,2], [64,3,1], a 512-unit dense layer, polic
                   and preprocessing, uint8 stacks) with --ale-threads stepping threads (1 by
                   default: a worker with 1 CPU), actions, episode bookkeeping, and the GAE
                   postprocessing of the batch, which needs the critic's value of every observation.
+                  Its CNN computes as model.precision's default has it: in bfloat16 on a CPU with
+                  native bfloat16, where "kuberl float32" is the same sampler in float32.
 - rllib:          RLlib 2.60's SingleAgentEnvRunner (new API stack) from a PPOConfig with
                   num_env_runners=0, built and sampled here without Ray actors: RLlib's Atari
                   recipe (`wrap_atari_for_new_api_stack(gym.make(id, frameskip=1), dim=84,
@@ -74,8 +76,11 @@ RLLIB_CONV_FILTERS = [
 ]
 
 
-def kuberl_samplers(num_envs: int, steps_per_call: int, seed: int, ale_threads: int):
-    """kuberl's sample() and its parts, on one RolloutWorker."""
+def kuberl_samplers(
+    num_envs: int, steps_per_call: int, seed: int, ale_threads: int, precision: str = "auto"
+):
+    """kuberl's sample() and its parts, on one RolloutWorker whose CNN computes in `precision`
+    (model.precision)."""
     from kuberl_trainer.algorithms import policy_class
     from kuberl_trainer.config import TrainerConfig
     from kuberl_trainer.envs import encode_obs, episode_steps
@@ -90,6 +95,7 @@ def kuberl_samplers(num_envs: int, steps_per_call: int, seed: int, ale_threads: 
             "stop": {"timesteps": 10**9},
             "seed": seed,
             "hyperparameters": {"rollout_length": rollout_length},
+            "model": {"precision": precision},
         }
     )
     worker = RolloutWorker(policy_class(config), config, num_envs, seed, torch_threads=1)
@@ -220,10 +226,15 @@ def main() -> None:
     )
     args = parser.parse_args()
 
+    from kuberl_trainer.models import native_bfloat16_cpu
+
     load_before = os.getloadavg()
     runs: dict[int, dict[str, list[dict[str, float]]]] = {}
     for num_envs in args.envs:
         samplers = kuberl_samplers(num_envs, args.steps_per_call, 0, args.ale_threads)
+        if native_bfloat16_cpu():  # the default computes in bfloat16: float32 beside it
+            float32 = kuberl_samplers(num_envs, args.steps_per_call, 0, args.ale_threads, "float32")
+            samplers["kuberl float32"] = float32["kuberl"]
         samplers |= rllib_samplers(num_envs, args.steps_per_call, 0)
         runs[num_envs] = interleaved_rounds(
             samplers, args.rounds, args.seconds, f"{num_envs} envs,"
@@ -239,7 +250,7 @@ def main() -> None:
     for num_envs, by_name in runs.items():
         for name, mine in by_name.items():
             wall = [m["wall"] for m in mine]
-            whole = "kuberl" if name.startswith("kuberl") else "rllib"
+            whole = name if name == "kuberl float32" else name.split()[0]
             row = {"sampler": name, "num_envs": num_envs, "runs": mine}
             row |= {"wall_median": statistics.median(wall), "wall_min": min(wall)}
             row |= {"wall_max": max(wall), "cpu_median": statistics.median(m["cpu"] for m in mine)}
@@ -250,7 +261,9 @@ def main() -> None:
             rows.append(row)
 
     print(
-        f"\n{ENV}, 1 torch thread, kuberl's ale-py on {args.ale_threads} thread(s), "
+        f"\n{ENV}, 1 torch thread, kuberl's CNN in "
+        f"{'bfloat16 (kuberl float32: in float32)' if native_bfloat16_cpu() else 'float32'}, "
+        f"kuberl's ale-py on {args.ale_threads} thread(s), "
         f"{args.steps_per_call:,} env steps per call, median of {args.rounds} interleaved rounds "
         f"of {args.seconds:g} s; load average {load_before[0]:.1f} -> {os.getloadavg()[0]:.1f} "
         f"on {os.cpu_count()} CPUs\n"
@@ -279,6 +292,7 @@ def main() -> None:
         "loadavg_before": load_before,
         "gymnasium": gym.__version__,
         "ale_py": ale_py.__version__,
+        "native_bfloat16_cpu": native_bfloat16_cpu(),
     }
     path = save_results("atari-sampling", meta, {"rows": rows})
     print(f"\nwrote {path}")

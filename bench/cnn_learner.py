@@ -8,14 +8,19 @@ each device of `--devices`, the median of `--calls` calls after two untimed ones
 with every call, as a real learner's). The CPU learner gets the threads the trainer gives a CNN
 learner (every CPU this process may run on) unless `--threads` says otherwise.
 
-    python bench/cnn_learner.py [--devices cpu cuda] [--batches 1] [--calls 5] [--threads N]
+Each device learns in each precision of `--precisions` (model.precision: float32, and bfloat16's
+mixed precision, which `auto` picks on a CPU with native bfloat16).
 
-prints one line per device: `learn_on_batch DEVICE MS SAMPLES_PER_S`.
+    python bench/cnn_learner.py [--devices cpu cuda] [--precisions float32 bfloat16]
+        [--batches 1] [--calls 5] [--threads N]
+
+prints one line per device and precision: `learn_on_batch DEVICE PRECISION MS SAMPLES_PER_S`.
 """
 
 from __future__ import annotations
 
 import argparse
+import itertools
 import os
 from pathlib import Path
 
@@ -25,6 +30,7 @@ from learner import median_ms
 from kuberl_operator.validation import load_rljob
 from kuberl_trainer.algorithms import policy_class
 from kuberl_trainer.envs import job_space_info
+from kuberl_trainer.models import ConvEncoder, bfloat16_devices
 from kuberl_trainer.rollout_worker import RolloutWorker
 from kuberl_trainer.sample_batch import SampleBatch
 from kuberl_trainer.trainer import learner_torch_threads
@@ -38,6 +44,9 @@ def main() -> None:
     parser.add_argument("--batches", type=int, default=1, help="sample calls concatenated")
     parser.add_argument("--calls", type=int, default=5)
     parser.add_argument("--threads", type=int, default=None, help="the CPU learner's threads")
+    parser.add_argument(
+        "--precisions", nargs="+", default=["float32", "bfloat16"], choices=["float32", "bfloat16"]
+    )
     args = parser.parse_args()
 
     job = load_rljob(EXAMPLE).spec
@@ -56,10 +65,15 @@ def main() -> None:
         f"cpu {threads} torch thread(s), load average {os.getloadavg()[0]:.2f}",
         flush=True,
     )
-    for device in args.devices:
+    encoders = [m for m in policy.model.modules() if isinstance(m, ConvEncoder)]
+    for device, precision in itertools.product(args.devices, args.precisions):
         policy.to(device)
+        model = config.model.model_copy(update={"precision": precision})
+        for encoder in encoders:
+            encoder.bfloat16_on = bfloat16_devices(model, encoder.image)
         ms = median_ms(lambda: policy.learn_on_batch(batch), args.calls, torch.device(device))
-        print(f"learn_on_batch {device} {ms:.1f} {len(batch) / ms * 1e3:.0f}", flush=True)
+        rate = len(batch) / ms * 1e3
+        print(f"learn_on_batch {device} {precision} {ms:.1f} {rate:.0f}", flush=True)
 
 
 if __name__ == "__main__":

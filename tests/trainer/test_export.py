@@ -72,6 +72,12 @@ CASES = {
         "model": {"convFilters": [[16, 3, 1], [32, 3, 1]], "features": 64},
         "hyperparameters": {"rollout_length": 9, "minibatch_size": 18},
     },
+    "PPO-CNN-bfloat16": {  # trained in bfloat16; loaded, exported and predicting in float32
+        "algorithm": "PPO",
+        "env": "custom_envs:Catch",
+        "model": {"convFilters": [[16, 3, 1], [32, 3, 1]], "features": 64, "precision": "bfloat16"},
+        "hyperparameters": {"rollout_length": 9, "minibatch_size": 18},
+    },
     "PPO-one-hot": {  # Discrete observations, one-hot encoded inside the graph
         "algorithm": "PPO",
         "env": "custom_envs:Corridor",

@@ -5,6 +5,8 @@ from pixels."""
 
 from __future__ import annotations
 
+import copy
+
 import gymnasium as gym
 import numpy as np
 import pytest
@@ -12,11 +14,12 @@ import torch
 import yaml
 
 from kuberl_cli.validate import check_manifest
+from kuberl_trainer import models
 from kuberl_trainer.algorithms import policy_class
 from kuberl_trainer.config import ALGORITHMS, ModelConfig, RolloutConfig
 from kuberl_trainer.driver import Driver
 from kuberl_trainer.envs import EnvError, env_problem, space_info
-from kuberl_trainer.models import ActorCritic, ConvEncoder
+from kuberl_trainer.models import ActorCritic, ConvEncoder, use_float32
 from kuberl_trainer.policy.base import TorchPolicy
 from kuberl_trainer.rollout_worker import RolloutWorker
 from testkit import trainer_config
@@ -203,6 +206,64 @@ def test_every_image_algorithm_samples_uint8_frames_and_learns_through_the_cnn(a
         worker.close()
 
 
+@pytest.mark.parametrize(
+    "precision, native, image_shape, model, bfloat16_on",
+    [
+        ("auto", True, (4, 84, 84), {}, {"cpu"}),  # the Nature CNN: 9.3M multiply-adds
+        ("auto", False, (4, 84, 84), {}, set()),  # emulated bfloat16 is slower than float32
+        ("auto", True, (1, 10, 10), SMALL_CNN, set()),  # 0.3M: faster in float32
+        ("float32", True, (4, 84, 84), {}, set()),
+        ("bfloat16", False, (1, 10, 10), SMALL_CNN, {"cpu", "cuda"}),  # asked: everywhere
+    ],
+)
+def test_precision_auto_takes_bfloat16_for_large_cnns_on_cpus_that_have_it(
+    monkeypatch, precision, native, image_shape, model, bfloat16_on
+):
+    monkeypatch.setattr(models, "native_bfloat16_cpu", lambda: native)
+    config = ModelConfig.model_validate({**model, "precision": precision})
+    info = space_info(gym.spaces.Box(0, 255, image_shape, np.uint8), gym.spaces.Discrete(2), config)
+    encoder = ConvEncoder(info.image, config)
+    assert encoder.bfloat16_on & {"cpu", "cuda"} == bfloat16_on
+    assert not use_float32(encoder).bfloat16_on
+
+
+@pytest.mark.parametrize("algorithm", IMAGE_ALGORITHMS)
+def test_bfloat16_acts_with_the_weights_as_they_are_after_every_change(algorithm):
+    """Acting casts the weights to bfloat16 once and again whenever they change: after each learn
+    step (whose fused Adam kernel alone would not tell) and after weights arrive from elsewhere.
+    Learning keeps float32 weights and gradients, and its features are what acting computes."""
+    model = {**SMALL_CNN, "precision": "bfloat16"}
+    config = catch_config(algorithm, model=model, hyperparameters={"rollout_length": 9})
+    worker = RolloutWorker(policy_class(config), config, num_envs=4, seed=0)
+    other = RolloutWorker(policy_class(config), config, num_envs=4, seed=1)
+    try:
+        encoders = [m for m in worker.policy.model.modules() if isinstance(m, ConvEncoder)]
+        obs = torch.from_numpy(worker.sample().columns["obs"][:16])
+
+        def acting_is_current(encoder: ConvEncoder) -> bool:
+            uncached = copy.deepcopy(encoder)
+            uncached._acting_weights = None
+            with torch.inference_mode():
+                acted, fresh = encoder(obs), uncached(obs)
+            return acted.dtype == torch.float32 and torch.equal(acted, fresh)
+
+        for _ in range(2):
+            worker.policy.learn_on_batch(worker.sample())
+            assert all(acting_is_current(encoder) for encoder in encoders)
+        assert all(p.dtype == torch.float32 for p in worker.policy.model.parameters())
+        grads = [p.grad for p in worker.policy.model.parameters() if p.grad is not None]
+        assert grads and all(g.dtype == torch.float32 for g in grads)
+        features = encoders[0](obs)  # learning: autocast
+        with torch.inference_mode():
+            acted = encoders[0](obs)
+        torch.testing.assert_close(features.detach(), acted, rtol=0.02, atol=0.02)
+        worker.policy.set_weights(other.policy.get_weights())
+        assert all(acting_is_current(encoder) for encoder in encoders)
+    finally:
+        worker.close()
+        other.close()
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize(
     "algorithm, hyperparameters, budget",
@@ -225,12 +286,21 @@ def test_every_image_algorithm_samples_uint8_frames_and_learns_through_the_cnn(a
             {"learning_starts": 500, "epsilon_timesteps": 5_000, "target_update_interval": 200},
             20_000,
         ),
+        # the same in bfloat16 (acting on cast weights, learning under autocast): seeds 0-4
+        # reached it within 4.2k-6.9k env steps
+        (
+            "DQN-bfloat16",
+            {"learning_starts": 500, "epsilon_timesteps": 5_000, "target_update_interval": 200},
+            20_000,
+        ),
     ],
 )
 def test_cnn_policies_learn_catch_from_pixels(tmp_path, algorithm, hyperparameters, budget):
     """Catch's optimal return is 1 (every ball caught); a random policy's is about -0.6."""
+    algorithm, _, precision = algorithm.partition("-")
     config = catch_config(
         algorithm,
+        model={**SMALL_CNN, "precision": precision or "auto"},
         hyperparameters=hyperparameters,
         stop={"evaluationReturnMean": 0.95, "timesteps": budget},
         evaluation={"everyIterations": 2, "episodes": 20},

@@ -344,6 +344,17 @@ def conv_output_size(layout: ImageLayout, conv_filters: Sequence[Sequence[int]])
     return conv_filters[-1][0] * height * width
 
 
+def conv_multiply_adds(layout: ImageLayout, conv_filters: Sequence[Sequence[int]], features: int):
+    """Multiply-adds of a CNN's convolutions and its dense layer of `features` units, per image."""
+    height, width = layout.height_width
+    channels, total = layout.channels, 0
+    for out_channels, kernel, stride in conv_filters:
+        height, width = _convolved(height, kernel, stride), _convolved(width, kernel, stride)
+        total += height * width * out_channels * kernel * kernel * channels
+        channels = out_channels
+    return total + height * width * channels * features
+
+
 def _convolved(size: int, kernel: int, stride: int) -> int:
     """A side of an image after a convolution without padding."""
     return (size - kernel) // stride + 1

@@ -35,6 +35,7 @@ from kuberl_trainer.checkpoint_format import CheckpointError
 from kuberl_trainer.config import PBT, TrainerConfig
 from kuberl_trainer.envs import encode_obs
 from kuberl_trainer.errors import InvalidJobError
+from kuberl_trainer.models import use_float32
 from kuberl_trainer.rollout_worker import RolloutWorker
 from kuberl_trainer.video import Recording, Video
 
@@ -123,6 +124,9 @@ class TrainedPolicy(Provenance):
         # envs of its own.
         self.worker = RolloutWorker(policy_class(self.config), self.config, num_envs=1, seed=0)
         self.worker.policy.set_state(checkpoint.state["policy"])
+        # Float32 whatever model.precision chose for training: the policy acts as its exported
+        # file does, on any CPU.
+        use_float32(self.worker.policy.model)
         if "normalization" in checkpoint.state:
             self.worker.normalizer.set_stats(checkpoint.state["normalization"])
         self.observation_space = self.worker.envs.single_observation_space

@@ -67,6 +67,9 @@ class Adam:
                 grad_scale=None,
                 found_inf=None,
             )
+        # The fused kernel leaves the parameters' version counters as they were; what caches
+        # something of the weights (the CNN's bfloat16 copy for acting) sees a change by them.
+        torch.autograd.graph.increment_version(params)
 
     def _fresh_state(self, param: torch.Tensor) -> dict[str, torch.Tensor]:
         state = {
