@@ -19,7 +19,7 @@ ACTIVATIONS = {"tanh": nn.Tanh, "relu": nn.ReLU}
 BFLOAT16_MIN_MULTIPLY_ADDS = 1_000_000
 """The smallest CNN (multiply-adds per image) that `precision: auto` runs in bfloat16: below it
 the casts cost more than bfloat16 saves (a CNN of 10x10 images, 0.3 million, acted 20% slower
-at 8 images and 1.2x faster at 64; the Nature CNN, 9 million, 1.7x and 2.5x faster)."""
+at 8 images and 1.2x faster at 64; the Nature CNN, 9 million, 1.6x and 2.8x faster)."""
 
 
 def mlp(

@@ -62,7 +62,7 @@ class ModelConfig(Spec):
     """The CNN's arithmetic: float32, or bfloat16 (mixed precision: the convolutions and the
     CNN's dense layer compute in bfloat16; the weights, the optimizer, the heads and the losses
     stay float32, and checkpoints and exported policies are float32). On a CPU with native
-    bfloat16 (AVX512-BF16 or AMX) the Nature CNN acts 1.7-2.5x and learns 1.5x as fast in
+    bfloat16 (AVX512-BF16 or AMX) the Nature CNN acts 1.6-2.8x and learns 1.7x as fast in
     bfloat16. auto: bfloat16 on such a CPU for CNNs of at least a million multiply-adds per
     image (the Nature CNN takes 9 million; a CNN of 10x10 images, smaller, is faster in
     float32), float32 otherwise and on GPUs. The MLP is always float32. Actions are sampled from
