@@ -38,6 +38,7 @@ from async_vs_rllib import emit, finite  # noqa: E402
 ROOT = Path(__file__).resolve().parent.parent
 RESULTS = Path(__file__).parent / "results"
 RETURN_WINDOW = 100
+RACE_TITLE = "Pong: kuberl PPO against RLlib APPO (its tuned example), 2 cores"
 SYSTEMS = ("kuberl", "rllib")
 
 
@@ -235,7 +236,7 @@ def table(runs: dict, marks: list[float], columns: list[tuple[str, str, str]]) -
 def plot(
     runs: dict,
     path: Path,
-    title: str = "Pong: kuberl PPO against RLlib APPO (its tuned example), 2 cores",
+    title: str = RACE_TITLE,
     ylabel: str = f"mean return of the last {RETURN_WINDOW} games",
     curves: tuple[tuple[str, str, str], ...] = (("return", "", "-"),),
 ) -> None:
@@ -290,7 +291,7 @@ def report(
     systems: tuple[str, ...],
     args,
     name: str,
-    title: str | None = None,
+    title: str = RACE_TITLE,
     steps_table: bool = False,
 ) -> None:
     """Print the returns each system had reached every 5 minutes (and its env steps, with
@@ -310,7 +311,7 @@ def report(
             f"{runs[system]['loadavg_after'][0]:.2f}"
         )
     figure = RESULTS / f"{name}.png"
-    plot(runs, figure, **({} if title is None else {"title": title}))
+    plot(runs, figure, title)
     (RESULTS / f"{name}.json").write_text(
         json.dumps({"minutes": args.minutes, "seed": args.seed, "runs": runs})
     )

@@ -17,7 +17,7 @@ from __future__ import annotations
 import difflib
 import importlib
 import inspect
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from functools import partial
 from typing import Any, NamedTuple
@@ -338,21 +338,32 @@ def image_layout(obs_space: gym.spaces.Box, model: ModelConfig, images: bool) ->
 
 def conv_output_size(layout: ImageLayout, conv_filters: Sequence[Sequence[int]]) -> int:
     """Values per image the convolutions leave (channels x height x width)."""
-    height, width = layout.height_width
-    for _, kernel, stride in conv_filters:
-        height, width = _convolved(height, kernel, stride), _convolved(width, kernel, stride)
-    return conv_filters[-1][0] * height * width
+    *_, (_, out_channels, _, height, width) = _convolutions(layout, conv_filters)
+    return out_channels * height * width
 
 
-def conv_multiply_adds(layout: ImageLayout, conv_filters: Sequence[Sequence[int]], features: int):
+def conv_multiply_adds(
+    layout: ImageLayout, conv_filters: Sequence[Sequence[int]], features: int
+) -> int:
     """Multiply-adds of a CNN's convolutions and its dense layer of `features` units, per image."""
+    convolutions = sum(
+        height * width * out_channels * kernel * kernel * in_channels
+        for in_channels, out_channels, kernel, height, width in _convolutions(layout, conv_filters)
+    )
+    return convolutions + conv_output_size(layout, conv_filters) * features
+
+
+def _convolutions(
+    layout: ImageLayout, conv_filters: Sequence[Sequence[int]]
+) -> Iterator[tuple[int, int, int, int, int]]:
+    """Each convolution's input channels, output channels, kernel, and the height and width of
+    what it leaves."""
     height, width = layout.height_width
-    channels, total = layout.channels, 0
+    in_channels = layout.channels
     for out_channels, kernel, stride in conv_filters:
         height, width = _convolved(height, kernel, stride), _convolved(width, kernel, stride)
-        total += height * width * out_channels * kernel * kernel * channels
-        channels = out_channels
-    return total + height * width * channels * features
+        yield in_channels, out_channels, kernel, height, width
+        in_channels = out_channels
 
 
 def _convolved(size: int, kernel: int, stride: int) -> int:
