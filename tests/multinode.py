@@ -38,6 +38,7 @@ from pathlib import Path
 import pytest
 from rayhead import (
     RAY,
+    START_ATTEMPTS,
     kill_marked,
     marked_processes,
     node_ports,
@@ -54,7 +55,6 @@ SPOT = "spot"  # the custom resource of an RLJob's spot worker pods (SPOT_RAY_RE
 NODE_MARKER_ENV = "KUBERL_TEST_RAY_NODE"  # set on each node: its processes inherit it
 OBJECT_STORE_BYTES = 150 * 1024**2  # small nodes: CartPole batches and weights are tiny
 START_TIMEOUT_S = 120  # a node joining, on a loaded 2-core machine
-START_ATTEMPTS = 3  # starts of a spot node that Ray gave up on (see add_spot_node)
 HEALTH_CHECKS = {  # how fast Ray's control service notices a dead node (see the docstring)
     "RAY_health_check_period_ms": "1000",
     "RAY_health_check_timeout_ms": "1000",

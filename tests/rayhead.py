@@ -18,6 +18,10 @@ from pathlib import Path
 
 RAY = Path(sys.executable).with_name("ray")
 WORKER_PORTS = 40  # size of the port range Ray's worker processes take theirs from
+START_ATTEMPTS = 3
+"""Starts of a node that Ray gave up on: `ray start` exits when its node has not registered
+within a fixed 30 s ("The current node timed out during startup"), which an overloaded machine
+can take; the node is started again on fresh ports and a fresh temp dir."""
 
 
 # The ports every Ray node opens; a head also opens its GCS `port` and the Ray client server's.
@@ -203,32 +207,47 @@ def running_ray_head(
     ends every process it started. Its jobs find this environment's executables (`kuberl`) on
     PATH; `env` adds environment variables to every Ray process."""
     token = token or secrets.token_hex(16)
-    # Short: Ray's socket paths under the temp dir must fit in 107 characters.
-    temp_dir = tempfile.mkdtemp(prefix="krl-", dir="/tmp")
-    taken: set[int] = set()
-    ports = node_ports(head=True, taken=taken)
-    dashboard_port = unused_port(taken)
-    url = f"http://127.0.0.1:{dashboard_port}"
     path = os.pathsep.join([str(RAY.parent), os.environ.get("PATH", "")])
     env = {**os.environ, **env, "PATH": path, "RAY_AUTH_MODE": "token", "RAY_AUTH_TOKEN": token}
-    log = open(Path(temp_dir) / "ray-start.log", "w")  # noqa: SIM115 (closed below)
-    head = subprocess.Popen(
-        ray_start_command(temp_dir, dashboard_port, num_cpus, ports),
-        env=env,
-        stdout=log,
-        stderr=subprocess.STDOUT,
-        start_new_session=True,
-    )
+    for attempt in range(1, START_ATTEMPTS + 1):
+        # Short: Ray's socket paths under the temp dir must fit in 107 characters.
+        temp_dir = tempfile.mkdtemp(prefix="krl-", dir="/tmp")
+        taken: set[int] = set()
+        ports = node_ports(head=True, taken=taken)
+        dashboard_port = unused_port(taken)
+        url = f"http://127.0.0.1:{dashboard_port}"
+        log = open(Path(temp_dir) / "ray-start.log", "w")  # noqa: SIM115 (closed below)
+        head = subprocess.Popen(
+            ray_start_command(temp_dir, dashboard_port, num_cpus, ports),
+            env=env,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+        try:
+            wait_until_serving(head, url, token, ports["dashboard-agent-listen-port"], log.name)
+            break
+        except BaseException as error:  # a test's timeout too: nothing of this start is left
+            # `ray start` that exited by itself gave up on its node: it may be started again
+            gave_up = isinstance(error, RuntimeError) and head.poll() is not None
+            stop_own_processes(head, temp_dir, token)
+            log.close()
+            if not gave_up or attempt == START_ATTEMPTS:
+                raise
     try:
-        deadline = time.monotonic() + 120
-        agent_port = ports["dashboard-agent-listen-port"]
-        while not (jobs_api_ready(url, token) and agent_ready(agent_port)):
-            if head.poll() is not None or time.monotonic() > deadline:
-                raise RuntimeError(
-                    "the Ray head did not start:\n" + Path(log.name).read_text()[-3000:]
-                )
-            time.sleep(0.5)
         yield url, token
     finally:
         stop_own_processes(head, temp_dir, token)
         log.close()
+
+
+def wait_until_serving(
+    head: subprocess.Popen, url: str, token: str, agent_port: int, log: str
+) -> None:
+    """Until the head's Jobs API answers and its dashboard agent serves; RuntimeError with the
+    end of its log when `ray start` exits first or 120 s pass."""
+    deadline = time.monotonic() + 120
+    while not (jobs_api_ready(url, token) and agent_ready(agent_port)):
+        if head.poll() is not None or time.monotonic() > deadline:
+            raise RuntimeError("the Ray head did not start:\n" + Path(log).read_text()[-3000:])
+        time.sleep(0.5)
