@@ -4,22 +4,30 @@ Env steps per second of ONE worker's sampling of ALE/Pong-v5 (frame skip 4 with 
 84x84 grey frames, a stack of 4, the v5 defaults otherwise: sticky actions 0.25, minimal action
 set, 30 no-ops and FIRE at reset), choosing every step's actions with one batched forward pass of
 the Nature CNN (conv [32,8,4], [64,4,2], [64,3,1], a 512-unit dense layer, policy/value heads),
-1 torch thread, in this one process, for each number of envs of --envs:
+in this one process, for each number of envs of --envs and each number of CPUs a worker has of
+--cpus (1 and 2 by default): as many torch threads on both sides, and what each system does
+with a worker's CPUs besides:
 
-- kuberl:         RolloutWorker.sample() of a PPO job: ale-py's native vector env (C++ stepping
-                  and preprocessing, uint8 stacks) with --ale-threads stepping threads (1 by
-                  default: a worker with 1 CPU), actions, episode bookkeeping, and the GAE
+- kuberl:         RolloutWorker.sample() of a PPO job of a worker with C CPUs (torch_threads, as a
+                  remote worker of cpusPerWorker C gets them): ale-py's native vector env (C++
+                  stepping and preprocessing, uint8 stacks) on as many stepping threads (its
+                  default for such a worker), actions, episode bookkeeping, and the GAE
                   postprocessing of the batch, which needs the critic's value of every observation.
                   Its CNN computes as model.precision's default has it: in bfloat16 on a CPU with
                   native bfloat16, where "kuberl float32" is the same sampler in float32.
 - rllib:          RLlib 2.60's SingleAgentEnvRunner (new API stack) from a PPOConfig with
-                  num_env_runners=0, built and sampled here without Ray actors: RLlib's Atari
-                  recipe (`wrap_atari_for_new_api_stack(gym.make(id, frameskip=1), dim=84,
-                  framestack=4)`, as its tuned Atari examples make the env, so that its
-                  MaxAndSkipEnv skips the frames) in gymnasium's SyncVectorEnv (RLlib's default
-                  `gym_env_vectorize_mode`), the Nature CNN as RLlib's default CNN encoder:
-                  valid-padded convolutions ending in a [512, 7, 1] one, the dense layer as a 7x7
-                  convolution of the 7x7 maps, and linear heads on the shared 512 features.
+                  num_env_runners=0 and num_cpus_per_env_runner C, built and sampled here
+                  without Ray actors (C torch threads, as Ray's OMP_NUM_THREADS gives an actor):
+                  RLlib's Atari recipe (`wrap_atari_for_new_api_stack(gym.make(id,
+                  frameskip=1), dim=84, framestack=4)`, as its tuned Atari examples make the env,
+                  so that its MaxAndSkipEnv skips the frames) in gymnasium's SyncVectorEnv
+                  (RLlib's default `gym_env_vectorize_mode`), the Nature CNN as RLlib's default
+                  CNN encoder: valid-padded convolutions ending in a [512, 7, 1] one, the dense
+                  layer as a 7x7 convolution of the 7x7 maps, and linear heads on the shared 512
+                  features.
+- rllib async:    with C > 1 only, the same runner with gym_env_vectorize_mode "async": RLlib's way
+                  to spread a runner's envs over CPUs (gymnasium's AsyncVectorEnv, a process per
+                  env). Its CPU rate counts this process only, not the env processes.
 
 Beside them, the parts of a step, so that one can say where the time goes:
 
@@ -37,8 +45,8 @@ The machine is shared, so each round times every sampler once, in a rotating ord
 ratios. Two untimed calls warm every sampler up. Rates are per second of wall time and per second
 of this process's CPU time (ale-py's stepping threads included).
 
-    python bench/atari_sampling.py [--envs 8 32 64] [--rounds 3] [--seconds 3]
-        [--steps-per-call 1024] [--ale-threads 1]
+    python bench/atari_sampling.py [--envs 8 32 64] [--cpus 1 2] [--rounds 3] [--seconds 3]
+        [--steps-per-call 1024]
 """
 
 from __future__ import annotations
@@ -51,16 +59,14 @@ import warnings
 
 import torch
 
-torch.set_num_threads(1)  # before anything builds a model: every sampler gets one core
-
 os.environ.setdefault("RAY_AUTH_MODE", "disabled")  # nothing here starts Ray; in case it does
 
-import ale_py  # noqa: E402
-import gymnasium as gym  # noqa: E402
-import numpy as np  # noqa: E402
-from driver_clock import save_results  # noqa: E402
-from pydantic import TypeAdapter  # noqa: E402
-from sampling import interleaved_rounds  # noqa: E402
+import ale_py
+import gymnasium as gym
+import numpy as np
+from driver_clock import save_results
+from pydantic import TypeAdapter
+from sampling import interleaved_rounds
 
 gym.register_envs(ale_py)
 
@@ -76,11 +82,22 @@ RLLIB_CONV_FILTERS = [
 ]
 
 
+def with_threads(threads: int, sample):
+    """`sample` run with `threads` torch threads: the process's count is global, and the samplers
+    of workers of different CPUs take turns in it."""
+
+    def run() -> int:
+        torch.set_num_threads(threads)
+        return sample()
+
+    return run
+
+
 def kuberl_samplers(
-    num_envs: int, steps_per_call: int, seed: int, ale_threads: int, precision: str = "auto"
+    num_envs: int, steps_per_call: int, seed: int, cpus: int, precision: str = "auto"
 ):
-    """kuberl's sample() and its parts, on one RolloutWorker whose CNN computes in `precision`
-    (model.precision)."""
+    """kuberl's sample() and its parts, on one RolloutWorker of `cpus` CPUs whose CNN computes in
+    `precision` (model.precision)."""
     from kuberl_trainer.algorithms import policy_class
     from kuberl_trainer.config import TrainerConfig
     from kuberl_trainer.envs import encode_obs, episode_steps
@@ -91,14 +108,13 @@ def kuberl_samplers(
         {
             "algorithm": "PPO",
             "env": ENV,
-            "envConfig": {"num_threads": ale_threads},
             "stop": {"timesteps": 10**9},
             "seed": seed,
             "hyperparameters": {"rollout_length": rollout_length},
             "model": {"precision": precision},
         }
     )
-    worker = RolloutWorker(policy_class(config), config, num_envs, seed, torch_threads=1)
+    worker = RolloutWorker(policy_class(config), config, num_envs, seed, torch_threads=cpus)
     policy = worker.acting_policy
     # One rollout as sample() hands it to the policy, kept for the postprocess sampler.
     rollouts: list[dict[str, np.ndarray]] = []
@@ -135,16 +151,18 @@ def kuberl_samplers(
         postprocess(rollouts[0])
         return rollout_length * num_envs
 
-    return {
+    samplers = {
         "kuberl": lambda: worker.sample().env_steps,
         "kuberl envs": env_steps,
         "kuberl forward": forward,
         "kuberl postprocess": postprocessing,
     }
+    return {name: with_threads(cpus, sample) for name, sample in samplers.items()}
 
 
-def rllib_samplers(num_envs: int, steps_per_call: int, seed: int):
-    """RLlib's SingleAgentEnvRunner.sample() and its parts, on one runner."""
+def rllib_samplers(num_envs: int, steps_per_call: int, seed: int, cpus: int):
+    """RLlib's SingleAgentEnvRunner.sample() and its parts, on one runner of `cpus` CPUs; with
+    more than one, also a runner that steps its envs in processes of their own."""
     from ray import tune
     from ray.rllib.algorithms.ppo import PPOConfig
     from ray.rllib.core.columns import Columns
@@ -166,7 +184,9 @@ def rllib_samplers(num_envs: int, steps_per_call: int, seed: int):
         PPOConfig()
         .environment("atari-sampling-pong", env_config={"frameskip": 1}, clip_rewards=True)
         # num_env_runners=0: the runner built here is the local one and owns the envs.
-        .env_runners(num_env_runners=0, num_envs_per_env_runner=num_envs, num_cpus_per_env_runner=1)
+        .env_runners(
+            num_env_runners=0, num_envs_per_env_runner=num_envs, num_cpus_per_env_runner=cpus
+        )
         .rl_module(
             model_config=DefaultModelConfig(
                 conv_filters=RLLIB_CONV_FILTERS,
@@ -181,7 +201,9 @@ def rllib_samplers(num_envs: int, steps_per_call: int, seed: int):
     # Its own runner: an episode that mixes steps with and without the module's outputs fails
     # RLlib's validation.
     random_runner = SingleAgentEnvRunner(config=config)
-    torch.set_num_threads(1)  # whatever building the runners did
+    if cpus > 1:
+        async_config = config.copy(copy_frozen=False).env_runners(gym_env_vectorize_mode="async")
+        async_runner = SingleAgentEnvRunner(config=async_config)
 
     def sample(on: SingleAgentEnvRunner, random_actions: bool) -> int:
         episodes = on.sample(num_timesteps=steps_per_call, random_actions=random_actions)
@@ -202,16 +224,24 @@ def rllib_samplers(num_envs: int, steps_per_call: int, seed: int):
                 runner.module.forward_exploration({Columns.OBS: obs})
         return rollout_length * num_envs
 
-    return {
+    samplers = {
         "rllib": lambda: sample(runner, False),
         "rllib random": lambda: sample(random_runner, True),
         "rllib forward": forward,
     }
+    if cpus > 1:
+        samplers["rllib async"] = lambda: sample(async_runner, False)
+    return {name: with_threads(cpus, sample) for name, sample in samplers.items()}
+
+
+RLLIB_SAMPLE = ("rllib", "rllib async")
+"""RLlib's whole sample() in each way it may step its envs: the ratios take its faster one."""
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--envs", type=int, nargs="+", default=[8, 32, 64], help="per worker")
+    parser.add_argument("--cpus", type=int, nargs="+", default=[1, 2], help="per worker")
     parser.add_argument("--rounds", type=int, default=3, help="interleaved rounds (median)")
     parser.add_argument("--seconds", type=float, default=3.0, help="timed per sampler per round")
     parser.add_argument(
@@ -221,61 +251,63 @@ def main() -> None:
         help="env steps per sample() call: each env takes this / ENVS steps (kuberl's "
         "rollout_length)",
     )
-    parser.add_argument(
-        "--ale-threads", type=int, default=1, help="kuberl's ale-py stepping threads per worker"
-    )
     args = parser.parse_args()
 
     from kuberl_trainer.models import native_bfloat16_cpu
 
     load_before = os.getloadavg()
-    runs: dict[int, dict[str, list[dict[str, float]]]] = {}
-    for num_envs in args.envs:
-        samplers = kuberl_samplers(num_envs, args.steps_per_call, 0, args.ale_threads)
-        if native_bfloat16_cpu():  # the default computes in bfloat16: float32 beside it
-            float32 = kuberl_samplers(num_envs, args.steps_per_call, 0, args.ale_threads, "float32")
-            samplers["kuberl float32"] = float32["kuberl"]
-        samplers |= rllib_samplers(num_envs, args.steps_per_call, 0)
-        runs[num_envs] = interleaved_rounds(
-            samplers, args.rounds, args.seconds, f"{num_envs} envs,"
-        )
-        del samplers  # the envs of both sides, before the next case makes more
+    runs: dict[tuple[int, int], dict[str, list[dict[str, float]]]] = {}
+    for cpus in args.cpus:
+        for num_envs in args.envs:
+            samplers = kuberl_samplers(num_envs, args.steps_per_call, 0, cpus)
+            if native_bfloat16_cpu():  # the default computes in bfloat16: float32 beside it
+                float32 = kuberl_samplers(num_envs, args.steps_per_call, 0, cpus, "float32")
+                samplers["kuberl float32"] = float32["kuberl"]
+            samplers |= rllib_samplers(num_envs, args.steps_per_call, 0, cpus)
+            runs[cpus, num_envs] = interleaved_rounds(
+                samplers, args.rounds, args.seconds, f"{cpus} CPU(s), {num_envs} envs,"
+            )
+            del samplers  # the envs of both sides, before the next case makes more
 
     # Ratios are medians of per-round ratios: a round's samplers ran seconds apart, under about
-    # the same load, so the ratio drifts less than the rates do.
+    # the same load, so the ratio drifts less than the rates do. RLlib's sample() is, in each
+    # round, the faster of its ways to step the envs.
     def ratio(a: list[dict], b: list[dict], clock: str) -> float:
         return statistics.median(x[clock] / y[clock] for x, y in zip(a, b, strict=True))
 
     rows = []
-    for num_envs, by_name in runs.items():
+    for (cpus, num_envs), by_name in runs.items():
+        rllib_rounds = zip(
+            *(by_name[name] for name in RLLIB_SAMPLE if name in by_name), strict=True
+        )
+        rllib = [max(round_, key=lambda m: m["wall"]) for round_ in rllib_rounds]
         for name, mine in by_name.items():
             wall = [m["wall"] for m in mine]
-            whole = name if name == "kuberl float32" else name.split()[0]
-            row = {"sampler": name, "num_envs": num_envs, "runs": mine}
+            whole = name if name in ("kuberl float32", *RLLIB_SAMPLE) else name.split()[0]
+            row = {"sampler": name, "cpus": cpus, "num_envs": num_envs, "runs": mine}
             row |= {"wall_median": statistics.median(wall), "wall_min": min(wall)}
             row |= {"wall_max": max(wall), "cpu_median": statistics.median(m["cpu"] for m in mine)}
             for clock in ("wall", "cpu"):
-                row[f"{clock}_vs_rllib"] = ratio(mine, by_name["rllib"], clock)
+                row[f"{clock}_vs_rllib"] = ratio(mine, rllib, clock)
                 # A part's share of its system's sample() time per env step (CPU clock).
                 row[f"{clock}_share"] = ratio(by_name[whole], mine, clock)
             rows.append(row)
 
     print(
-        f"\n{ENV}, 1 torch thread, kuberl's CNN in "
+        f"\n{ENV}, kuberl's CNN in "
         f"{'bfloat16 (kuberl float32: in float32)' if native_bfloat16_cpu() else 'float32'}, "
-        f"kuberl's ale-py on {args.ale_threads} thread(s), "
         f"{args.steps_per_call:,} env steps per call, median of {args.rounds} interleaved rounds "
         f"of {args.seconds:g} s; load average {load_before[0]:.1f} -> {os.getloadavg()[0]:.1f} "
-        f"on {os.cpu_count()} CPUs\n"
+        f"on {os.cpu_count()} CPUs. / RLlib: against the faster of rllib and rllib async.\n"
     )
     print(
-        "| sampler | envs | steps/s wall (min-max) | steps/CPU-s | / RLlib wall (CPU) "
+        "| sampler | CPUs | envs | steps/s wall (min-max) | steps/CPU-s | / RLlib wall (CPU) "
         "| share of its sample() wall (CPU) |"
     )
-    print("|---|---:|---:|---:|---:|---:|")
+    print("|---|---:|---:|---:|---:|---:|---:|")
     for r in rows:
         print(
-            f"| {r['sampler']} | {r['num_envs']} | {r['wall_median']:,.0f} "
+            f"| {r['sampler']} | {r['cpus']} | {r['num_envs']} | {r['wall_median']:,.0f} "
             f"({r['wall_min']:,.0f}-{r['wall_max']:,.0f}) | {r['cpu_median']:,.0f} | "
             f"{r['wall_vs_rllib']:.2f}x ({r['cpu_vs_rllib']:.2f}x) | "
             f"{r['wall_share']:.0%} ({r['cpu_share']:.0%}) |"
@@ -284,8 +316,8 @@ def main() -> None:
     meta = {
         "env": ENV,
         "envs": args.envs,
+        "cpus": args.cpus,
         "steps_per_call": args.steps_per_call,
-        "ale_threads": args.ale_threads,
         "rounds": args.rounds,
         "seconds": args.seconds,
         "rllib_conv_filters": RLLIB_CONV_FILTERS,

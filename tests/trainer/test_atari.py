@@ -206,3 +206,36 @@ def test_a_checkpoint_written_on_pong_resumes(tmp_path):
     second = run(3)
     assert second.resumed_from == first.checkpoint
     assert (second.iteration, second.timesteps > first.timesteps) == (3, True)
+
+
+@pytest.fixture
+def ale_kwargs(monkeypatch) -> list[dict]:
+    """The keyword arguments of every ale-py vector env made from now on (made for real)."""
+    from kuberl_trainer import atari
+
+    made = []
+    make_vec = atari.gym.make_vec
+    monkeypatch.setattr(
+        atari.gym, "make_vec", lambda *a, **kw: made.append(kw) or make_vec(*a, **kw)
+    )
+    return made
+
+
+@pytest.mark.parametrize(
+    ("env_config", "cpus", "threads"),
+    [({}, 1, 1), ({}, 2, 2), ({}, 8, 4), ({"num_threads": 3}, 1, 3), ({}, None, "usable")],
+)
+def test_ale_steps_on_as_many_threads_as_the_worker_has_cpus(ale_kwargs, env_config, cpus, threads):
+    """ale-py's default is a thread per core of the machine: a worker of 1 CPU on a big node
+    would get dozens. The caller's CPUs are the default instead (never more than its envs), the
+    process's usable CPUs where the caller does not say, and envConfig's num_threads wins."""
+    from kuberl_trainer.cpu_quota import usable_cpus
+
+    make_vector_env(PONG, env_config, 4, cpus=cpus).close()
+    assert ale_kwargs[0]["num_threads"] == (min(4, usable_cpus()) if cpus is None else threads)
+
+
+def test_a_remote_worker_of_one_cpu_steps_ale_on_one_thread(ale_kwargs):
+    config = atari_config("PPO").model_copy(update={"env_config": {}})
+    RolloutWorker(policy_class(config), config, 4, seed=0, torch_threads=1).envs.close()
+    assert [kwargs["num_threads"] for kwargs in ale_kwargs] == [1]

@@ -50,6 +50,11 @@ class NativeStarts:
         return np.array([start_state(i, self.episodes[i]) for i in resetting]).reshape(size[::-1]).T
 
 
+def one_by_one(env, env_config, num_envs, wrappers=(), cpus=None):
+    """make_vector_env always making the envs one by one (which step on the caller's thread)."""
+    return one_by_one_vector_env(env, env_config, num_envs, wrappers)
+
+
 def worker_starting_alike(algorithm: str, native: bool, monkeypatch) -> RolloutWorker:
     config = trainer_config(
         algorithm=algorithm,
@@ -58,7 +63,7 @@ def worker_starting_alike(algorithm: str, native: bool, monkeypatch) -> RolloutW
     )
     with monkeypatch.context() as patch:
         if not native:
-            patch.setattr(rollout_worker, "make_vector_env", one_by_one_vector_env)
+            patch.setattr(rollout_worker, "make_vector_env", one_by_one)
         worker = RolloutWorker(policy_class(config), config, num_envs=ENVS, seed=0)
     first = np.stack([start_state(i, 0) for i in range(ENVS)])
     if native:
@@ -158,7 +163,7 @@ def test_episodes_run_back_to_back_count_no_reset_step(monkeypatch, native):
     a reset step before its next one, which belongs to no episode. CartPole pays 1 per step, so
     every episode's return equals its length."""
     if not native:
-        monkeypatch.setattr(rollout_worker, "make_vector_env", one_by_one_vector_env)
+        monkeypatch.setattr(rollout_worker, "make_vector_env", one_by_one)
     config = trainer_config(algorithm="PPO", envConfig={"max_episode_steps": MAX_STEPS})
     worker = RolloutWorker(policy_class(config), config, num_envs=2, seed=0)
     returns, lengths = worker._run_episodes(

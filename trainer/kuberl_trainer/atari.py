@@ -23,6 +23,8 @@ from typing import Any
 import gymnasium as gym
 import numpy as np
 
+from kuberl_trainer.cpu_quota import usable_cpus
+
 NAMESPACE = "ALE/"
 
 RAW_REWARD = "raw_reward"
@@ -53,11 +55,15 @@ def is_atari_vector(env: str) -> bool:
 
 
 def make_atari_vector_env(
-    env: str, env_config: dict[str, Any], num_envs: int
+    env: str, env_config: dict[str, Any], num_envs: int, cpus: int | None = None
 ) -> gym.vector.VectorEnv:
-    """ale-py's vector env for `env` with `env_config`, its rewards clipped here (see above)."""
+    """ale-py's vector env for `env` with `env_config`, its rewards clipped here (see above),
+    stepping on `cpus` threads (every CPU this process may use when None) unless envConfig says
+    `num_threads`: ale-py's own default is a thread per core of the machine, which on a cluster
+    node gives a worker of one CPU dozens of threads that take turns on it."""
     config = dict(env_config)
     clipping = bool(config.pop("reward_clipping", True))
+    config.setdefault("num_threads", max(1, min(num_envs, cpus or usable_cpus())))
     envs = gym.make_vec(
         env,
         num_envs,

@@ -438,7 +438,11 @@ def has_vector_entry_point(env: str) -> bool:
 
 
 def make_vector_env(
-    env: str, env_config: dict[str, Any], num_envs: int, wrappers: Sequence[WrapperConfig] = ()
+    env: str,
+    env_config: dict[str, Any],
+    num_envs: int,
+    wrappers: Sequence[WrapperConfig] = (),
+    cpus: int | None = None,
 ) -> gym.vector.VectorEnv:
     """`num_envs` copies of the env stepped together in this process, natively vectorized where
     gymnasium can and no wrappers are asked for, else one by one, each inside `wrappers`
@@ -452,11 +456,14 @@ def make_vector_env(
 
     An env may say more in a step's info (ale-py's, see atari.py): the game's own rewards where the
     learner's are clipped, and the terminations at a lost life, after which the game goes on
-    without a reset step; `episode_steps` reads them."""
+    without a reset step; `episode_steps` reads them.
+
+    `cpus`: the CPUs the caller has for stepping, which a native vector env that steps on threads
+    of its own (ale-py's) uses; all this process may use when None."""
     if not wrappers and has_vector_entry_point(env):
         try:
             if atari.is_atari_vector(env):
-                return atari.make_atari_vector_env(env, env_config, num_envs)
+                return atari.make_atari_vector_env(env, env_config, num_envs, cpus)
             envs = gym.make_vec(
                 env, num_envs, vectorization_mode=gym.VectorizeMode.VECTOR_ENTRY_POINT, **env_config
             )

@@ -70,7 +70,12 @@ class RolloutWorker:
         if torch_threads is not None:
             torch.set_num_threads(torch_threads)
         self.config = config
-        self.envs = make_vector_env(config.env, config.env_config, num_envs, config.wrappers)
+        # A remote worker's CPUs are its torch threads (WorkerSet); the local worker has the
+        # driver's.
+        self.cpus = torch_threads
+        self.envs = make_vector_env(
+            config.env, config.env_config, num_envs, config.wrappers, cpus=self.cpus
+        )
         self.spaces = job_space_info(self.envs, config)
         self.policy = policy_class(self.spaces, config, seed)
         # Where this copy of the policy acts: Ape-X's exploration rate depends on it.
@@ -247,7 +252,11 @@ class RolloutWorker:
         if envs is None:
             if self._eval_envs is None or self._eval_envs.num_envs != episodes:
                 self._eval_envs = make_vector_env(
-                    self.config.env, self.config.env_config, episodes, self.config.wrappers
+                    self.config.env,
+                    self.config.env_config,
+                    episodes,
+                    self.config.wrappers,
+                    cpus=self.cpus,
                 )
             envs = self._eval_envs
         return self._run_episodes(
