@@ -7,8 +7,8 @@ through the API exactly what `kubectl` would let them do; the API's own ServiceA
 the reviews and rljobs.
 The operator is the only writer of `.status`: this backend writes the spec (create, merge patch of
 `spec.suspend`) and deletes, nothing else. It calls Kubernetes through the operator's client
-(kuberl_operator.kube), as the API's own ServiceAccount; a job's logs come from its Ray head
-(ray_logs).
+(kuberl_operator.kube), as the API's own ServiceAccount; a job's logs come from its Ray head,
+through the operator's log relay (ray_logs).
 """
 
 from __future__ import annotations
@@ -125,7 +125,8 @@ class KubernetesBackend:
     )
 
     def __init__(self, config: KubeConfig, environ: Mapping[str, str] = os.environ) -> None:
-        """`environ` holds the operator's Ray settings the logs need (ray_logs.DriverLogs)."""
+        """`environ` says where the operator's log relay is, which the logs need
+        (ray_logs.DriverLogs)."""
         self.kube = Kube(config)
         self.authorizer = KubernetesAuthorizer(self.kube)
         self.drivers = DriverLogs(environ)

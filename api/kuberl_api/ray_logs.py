@@ -1,13 +1,12 @@
-"""A cluster job's driver output, read where Ray keeps it: the Ray Jobs API of the job's head
-(`GET /api/jobs/{submission id}/logs`). The operator submits the driver there, and Ray writes its
-output to a file inside the head pod, which `kubectl logs` does not show.
+"""A cluster job's driver output, read through the operator's log relay
+(kuberl_operator.log_relay).
 
-The API reaches the head as the operator does, over the operator's client
-(kuberl_operator.ray_jobs), and presents the job's Ray auth token, derived as the operator derives
-it from the operator's key (KUBERL_RAY_AUTH_KEY, set from the Secret that holds the operator's)
-and the job's namespace, name and UID. So the API reads no Secret and its ServiceAccount gains no
-right; each job's NetworkPolicy admits the API's pods to the head's dashboard port, and nothing
-else of the head (builders.children.build_network_policy).
+Ray keeps a driver's output in a file inside the job's head pod, which `kubectl logs` does not
+show, and serves it on the Jobs API behind the job's Ray auth token. That token would let its
+holder run anything on the job's Ray cluster, so the API holds none: it asks the operator, which
+holds them all, presenting the relay's own token (KUBERL_LOG_RELAY_TOKEN) at the relay's address
+(KUBERL_LOG_RELAY_URL), both set by the chart. The relay answers with the driver's status and
+output, and with nothing else of a head; the API's pods reach no Ray head at all.
 """
 
 from __future__ import annotations
@@ -20,56 +19,52 @@ from typing import Any
 from pydantic import ValidationError
 
 from kuberl_api.backend import ApiError, last_lines
-from kuberl_operator.builders import child_names, ray_auth_token, submission_id
-from kuberl_operator.ray_jobs import RayHeads, RayJobsClient, RayJobsError
-from kuberl_operator.settings import InvalidSettings, OperatorSettings, env_name
+from kuberl_operator.log_relay import DriverOutput, LogRelay, RelayError
 from kuberl_operator.spec import Phase, RLJob
 from kuberl_operator.status.phases import ACTIVE
 
-# The operator's settings the API needs to find a head and speak to it; read from the same
-# variables as the operator's.
-SETTINGS = ("ray_auth_key", "ray_dashboard_url")
-KEY_ENV = env_name("ray_auth_key")
+RELAY_URL_ENV = "KUBERL_LOG_RELAY_URL"
+RELAY_TOKEN_ENV = "KUBERL_LOG_RELAY_TOKEN"
 
 
 @dataclass(frozen=True)
 class Driver:
-    """A job's current driver: the Jobs API of its attempt's head and its submission id."""
+    """A job's current driver: its job's identity and the attempt it runs."""
 
-    jobs: RayJobsClient
-    submission_id: str
+    namespace: str
+    name: str
+    uid: str
+    attempt: int
 
 
 class DriverLogs:
-    """Reads the drivers' output of every job, over one HTTP session (`close` ends it)."""
+    """Reads the drivers' output of every job through the operator's log relay (`close` ends
+    its session)."""
 
     def __init__(self, environ: Mapping[str, str], poll_s: float = 1.0) -> None:
-        """Settings from `environ` (KUBERL_RAY_AUTH_KEY, KUBERL_RAY_DASHBOARD_URL), read once."""
-        given = {env_name(f): environ[env_name(f)] for f in SETTINGS if environ.get(env_name(f))}
+        """The relay's address and token from `environ` (KUBERL_LOG_RELAY_URL and
+        KUBERL_LOG_RELAY_TOKEN), read once."""
+        url, token = environ.get(RELAY_URL_ENV), environ.get(RELAY_TOKEN_ENV)
         self.poll_s = poll_s
-        self.heads = RayHeads()
-        self.settings = OperatorSettings()
+        self.relay = LogRelay(url, token) if url and token else None
         self.unavailable: str | None = None
         """Why no driver's output can be read (answered as 501), or None."""
-        try:
-            self.settings = OperatorSettings.from_env(given)
-        except InvalidSettings as exc:
-            self.unavailable = f"the API's settings are unusable: {exc}"
-        if self.unavailable is None and self.settings.ray_auth_key is None:
+        if self.relay is None:
             self.unavailable = (
-                f"the API has no Ray auth key ({KEY_ENV}, the operator's) to read the driver's "
-                "output from the job's Ray head: give it the operator's key (the `key` of the "
-                "chart's <release>-ray-auth-key Secret), or "
-                "read it in the head pod, where Ray writes it to a file (`kubectl logs` does not "
-                "show it): kubectl exec <head pod> -- ray job logs <job>-<attempt>"
+                f"the API has no log relay ({RELAY_URL_ENV} and {RELAY_TOKEN_ENV}: the "
+                "operator's, which the chart sets) to read the driver's output from the job's "
+                "Ray head through; read it in the head pod, where Ray writes it to a file "
+                "(`kubectl logs` does not show it): "
+                "kubectl exec <head pod> -- ray job logs <job>-<attempt>"
             )
 
     async def close(self) -> None:
-        await self.heads.close()
+        if self.relay is not None:
+            await self.relay.close()
 
     def driver(self, job: dict[str, Any]) -> Driver | None:
-        """Where the job's current driver is, or None before its first attempt. Raises ApiError
-        501 when the API cannot speak to heads at all."""
+        """The job's current driver, or None before its first attempt. Raises ApiError 501 when
+        the API has no relay to read drivers through."""
         if self.unavailable:
             raise ApiError(501, "NotImplemented", self.unavailable)
         try:
@@ -79,11 +74,13 @@ class DriverLogs:
         namespace, uid = model.metadata.namespace or "default", job["metadata"].get("uid")
         if model.status.attempt == 0 or not uid:
             return None
-        token = ray_auth_token(self.settings, namespace, model.name, uid)
-        # The head Service the operator reaches the job's head by (reconciler._head_url).
-        names = child_names(model)
-        url = self.settings.dashboard_url(names.head_service, names.ray_cluster, namespace)
-        return Driver(self.heads.jobs(url, token), submission_id(model, model.status.attempt))
+        return Driver(namespace, model.name, uid, model.status.attempt)
+
+    async def _read(self, driver: Driver, after: int) -> DriverOutput:
+        assert self.relay is not None  # driver() said so
+        return await self.relay.read(
+            driver.namespace, driver.name, driver.uid, driver.attempt, after
+        )
 
     async def snapshot(self, job: dict[str, Any], tail_lines: int | None) -> str:
         """The driver's output so far ("" before there is a driver)."""
@@ -91,8 +88,8 @@ class DriverLogs:
         if driver is None:
             return ""
         try:
-            return last_lines(await driver.jobs.logs(driver.submission_id), tail_lines)
-        except RayJobsError as exc:
+            return last_lines((await self._read(driver, 0)).text, tail_lines)
+        except RelayError as exc:
             raise _unreachable(job, exc) from None
 
     async def follow(
@@ -109,16 +106,13 @@ class DriverLogs:
             driver = self.driver(job)
             if driver is not None:
                 try:
-                    found = await driver.jobs.status(driver.submission_id)
-                    text = await driver.jobs.logs(driver.submission_id) if found else ""
-                except RayJobsError:
-                    found = None  # the head is not up (yet, or any more)
-                if found is not None:
-                    if shown := last_lines(text, tail_lines):
+                    output = await self._read(driver, 0)
+                except RelayError:
+                    output = None  # the head is not up (yet, or any more)
+                if output is not None and output.found:
+                    if shown := last_lines(output.text, tail_lines):
                         yield shown
-                    async for chunk in driver.jobs.follow_logs(
-                        driver.submission_id, after=len(text), poll_s=self.poll_s
-                    ):
+                    async for chunk in self._written_after(driver, output):
                         yield chunk
                     return
             if not _active(job):
@@ -129,6 +123,20 @@ class DriverLogs:
             except ApiError:
                 return  # deleted meanwhile
 
+    async def _written_after(self, driver: Driver, output: DriverOutput) -> AsyncIterator[str]:
+        """What the driver writes after `output`, a poll at a time, until it has exited (or its
+        head goes away: a deleted cluster takes its drivers with it)."""
+        while not output.ended:
+            await asyncio.sleep(self.poll_s)
+            try:
+                output = await self._read(driver, output.length)
+            except RelayError:
+                return
+            if output.text:
+                yield output.text
+            if not output.found:
+                return
+
 
 def _active(job: dict[str, Any]) -> bool:
     """Whether the job has, or will get by itself, a running driver (a job the operator has not
@@ -136,7 +144,7 @@ def _active(job: dict[str, Any]) -> bool:
     return ((job.get("status") or {}).get("phase") or Phase.PENDING) in ACTIVE
 
 
-def _unreachable(job: dict[str, Any], exc: RayJobsError) -> ApiError:
+def _unreachable(job: dict[str, Any], exc: RelayError) -> ApiError:
     name = job["metadata"]["name"]
     if _active(job):
         return ApiError(

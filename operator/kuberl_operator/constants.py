@@ -79,9 +79,11 @@ ROLLOUT_ON_DEMAND_GROUP = "rollout-on-demand"
 # the environment variables every Ray process and client reads.
 RAY_AUTH_TOKEN_SECRET_KEY = "auth_token"
 # Each job's token Secret is <job><RAY_AUTH_SECRET_SUFFIX>; the chart's key the tokens derive from
-# is in <release><RAY_AUTH_KEY_SECRET_SUFFIX>. No job may reference either kind (policy.py).
+# is in <release><RAY_AUTH_KEY_SECRET_SUFFIX>, and the log relay's token (log_relay.py) in
+# <release><LOG_RELAY_SECRET_SUFFIX>. No job may reference any of them (policy.py).
 RAY_AUTH_SECRET_SUFFIX = "-ray-auth"
 RAY_AUTH_KEY_SECRET_SUFFIX = "-ray-auth-key"
+LOG_RELAY_SECRET_SUFFIX = "-log-relay"
 RAY_AUTH_MODE_ENV = "RAY_AUTH_MODE"
 RAY_AUTH_TOKEN_ENV = "RAY_AUTH_TOKEN"
 

@@ -17,6 +17,7 @@ from typing import Any
 
 import kopf
 
+from kuberl_operator import log_relay
 from kuberl_operator.constants import GROUP, PLURAL, VERSION
 from kuberl_operator.kube import Kube, KubeConfigError, KubeError, load_kube_config
 from kuberl_operator.metrics import OperatorMetrics
@@ -62,6 +63,16 @@ async def start(settings: kopf.OperatorSettings, memo: kopf.Memo, **kwargs: Any)
     if operator_settings.metrics_port:
         memo.stop_metrics = metrics.serve(operator_settings.metrics_port)
     memo.reconciler = Reconciler(kube, operator_settings, metrics)
+    if operator_settings.log_relay_port:  # the API reads drivers' output through it
+        token = operator_settings.log_relay_token
+        try:
+            memo.log_relay = await log_relay.serve(
+                operator_settings.log_relay_port,
+                token.get_secret_value() if token else None,
+                memo.reconciler.jobs_client,
+            )
+        except ValueError as exc:
+            raise kopf.PermanentError(str(exc)) from None
 
 
 @kopf.on.cleanup(registry=registry)
@@ -70,6 +81,8 @@ async def stop(memo: kopf.Memo, **_: Any) -> None:
         await memo.reconciler.close()
     if "stop_metrics" in memo:
         memo.stop_metrics()
+    if "log_relay" in memo:
+        await memo.log_relay.cleanup()
 
 
 @kopf.daemon(GROUP, VERSION, PLURAL, registry=registry, cancellation_timeout=10)

@@ -6,8 +6,9 @@ system mount paths, the operator's own labels: spec/); what a job may reach beyo
 cluster administrator's to say, in the operator's settings:
 - the Secrets a job hands its driver (spec.storage.secretRef, spec.trainer.checkpoint.
   credentialsSecret): `allowed_secrets`, empty by default, and never one of the operator's own
-  Secrets (every job's `<job>-ray-auth` token, the chart's `<release>-ray-auth-key`), so a job
-  cannot read another job's Ray token or the key tokens derive from;
+  Secrets (every job's `<job>-ray-auth` token, the chart's `<release>-ray-auth-key` and
+  `<release>-log-relay`), so a job cannot read another job's Ray token, the key tokens derive
+  from, or every job's driver output;
 - the image its pods run (spec.image): `allowed_image_prefixes`, plus the operator's own trainer
   images' repositories;
 - its pods' priority (spec.priorityClassName): `allowed_priority_classes`, empty by default;
@@ -24,13 +25,21 @@ from __future__ import annotations
 from collections.abc import Iterable
 from fnmatch import fnmatchcase
 
-from kuberl_operator.constants import RAY_AUTH_KEY_SECRET_SUFFIX, RAY_AUTH_SECRET_SUFFIX
+from kuberl_operator.constants import (
+    LOG_RELAY_SECRET_SUFFIX,
+    RAY_AUTH_KEY_SECRET_SUFFIX,
+    RAY_AUTH_SECRET_SUFFIX,
+)
 from kuberl_operator.settings import OperatorSettings, env_name
 from kuberl_operator.spec import RLJob
 from kuberl_operator.validation import Problem
 
 # Secrets the operator makes or reads itself: no job may hand them to its driver.
-OPERATOR_SECRETS = (f"*{RAY_AUTH_SECRET_SUFFIX}", f"*{RAY_AUTH_KEY_SECRET_SUFFIX}")
+OPERATOR_SECRETS = (
+    f"*{RAY_AUTH_SECRET_SUFFIX}",
+    f"*{RAY_AUTH_KEY_SECRET_SUFFIX}",
+    f"*{LOG_RELAY_SECRET_SUFFIX}",
+)
 ANY_IMAGE = "*"
 # Where an image reference may continue after a repository prefix: a path, a tag or a digest.
 REFERENCE_BOUNDARIES = ("/", ":", "@")
@@ -88,8 +97,9 @@ def secret_problems(job: RLJob, settings: OperatorSettings) -> list[Problem]:
                     path,
                     f"{name} is a Secret of the operator's own (names ending in "
                     f"{RAY_AUTH_SECRET_SUFFIX} hold a job's Ray auth token, names ending in "
-                    f"{RAY_AUTH_KEY_SECRET_SUFFIX} the key they derive from), which no job may "
-                    "reference; put the credentials in a Secret of their own",
+                    f"{RAY_AUTH_KEY_SECRET_SUFFIX} the key they derive from, names ending in "
+                    f"{LOG_RELAY_SECRET_SUFFIX} the token of the operator's log relay), which no "
+                    "job may reference; put the credentials in a Secret of their own",
                 )
             )
         elif not matches(name, settings.allowed_secrets):

@@ -261,9 +261,17 @@ class Reconciler:
         return found
 
     async def _jobs_client(self, job: RLJob, uid: str) -> RayJobsClient | None:
-        if (token := await self._token(job, uid)) is None:
+        return await self.jobs_client(job.metadata.namespace or "default", job.name, uid)
+
+    async def jobs_client(self, namespace: str, name: str, uid: str) -> RayJobsClient | None:
+        """The Jobs API of the head of the job `namespace/name` with UID `uid`, with the job's
+        token (None while the token is not to be had: see `_token`). The log relay reads drivers'
+        output through it too."""
+        if (token := await self._token(namespace, name, uid)) is None:
             return None
-        return self.heads.jobs(self._head_url(job, self.settings.dashboard_url), token)
+        names = builders.child_names_of(name)
+        url = self.settings.dashboard_url(names.head_service, names.ray_cluster, namespace)
+        return self.heads.jobs(url, token)
 
     async def _driver(
         self, client: RayJobsClient, job: RLJob, submission: str
@@ -305,16 +313,16 @@ class Reconciler:
             return None
         return read_final_record(logs)
 
-    async def _token(self, job: RLJob, uid: str) -> str | None:
+    async def _token(self, namespace: str, name: str, uid: str) -> str | None:
         """The job's Ray auth token: derived when the settings hold a key; else read back from
         the job's Secret (None while it is missing)."""
-        key = (job.metadata.namespace or "default", job.name)
+        key = (namespace, name)
         derived = builders.ray_auth_token(self.settings, *key, uid)
         if derived is not None:
             return derived
         if key not in self._tokens:
             secret = await self.kube.get(
-                path("v1", "secrets", key[0], builders.child_names(job).auth_secret)
+                path("v1", "secrets", namespace, builders.child_names_of(name).auth_secret)
             )
             data = (secret or {}).get("data") or {}
             if RAY_AUTH_TOKEN_SECRET_KEY not in data:
@@ -358,7 +366,9 @@ class Reconciler:
         """Create what the attempt runs on, each unless it exists; the job's manifest and the
         head's disruption budget are updated in place, so the attempt runs the spec as it is now."""
         namespace = job.metadata.namespace or "default"
-        token = await self._token(job, body["metadata"].get("uid", "")) or secrets.token_urlsafe(32)
+        token = await self._token(
+            namespace, job.name, body["metadata"].get("uid", "")
+        ) or secrets.token_urlsafe(32)
         children = builders.build_children(job, self.settings, attempt, token)
         owner = {"apiVersion": API_VERSION, "kind": KIND, "metadata": body["metadata"]}
         kopf.append_owner_reference(children, owner=owner)

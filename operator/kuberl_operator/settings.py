@@ -184,6 +184,17 @@ class OperatorSettings(BaseModel):
     chart sets it, with its ValidatingWebhookConfiguration). The operator checks every job anyway,
     failing an invalid one with reason InvalidSpec."""
 
+    log_relay_port: int = Field(0, ge=0, le=65535)
+    """Port on which the operator serves the drivers' output to the kuberl API (log_relay.py), so
+    that the API, which serves `GET .../logs`, holds no job's Ray auth token, each of which would
+    let it run anything on that job's Ray cluster; 0 turns it off (KUBERL_LOG_RELAY_PORT; the
+    chart sets it, with a Service the API reaches it by)."""
+
+    log_relay_token: SecretStr | None = Field(None, min_length=32)
+    """The bearer token the API presents to the log relay, which refuses every request without it
+    (KUBERL_LOG_RELAY_TOKEN; the chart keeps it in a Secret given to both). Required with
+    log_relay_port."""
+
     webhook_cert_dir: str = Field("/etc/kuberl/webhook", pattern=r"^(/[^/:\s]+)+$")
     """Directory holding the webhook's certificate and key, tls.crt and tls.key (a mounted
     kubernetes.io/tls Secret), re-read when they change (KUBERL_WEBHOOK_CERT_DIR)."""

@@ -197,7 +197,7 @@ def test_describe_suspend_resume_delete_and_refusals(alice, api, cluster, tmp_pa
     assert out.returncode == 0 and out.stdout == "trained resumed (Running)\n", out.stderr
     assert cluster.get(cluster.rljobs("team-a", "trained"))["spec"]["suspend"] is False
 
-    # logs: without the operator's Ray key the API says how to read them instead.
+    # logs: without the operator's log relay the API says how to read them instead.
     logs = alice("logs", "trained", "-n", "team-a")
     assert logs.returncode == 1 and "HTTP 501" in logs.stderr and "kubectl" in logs.stderr
 

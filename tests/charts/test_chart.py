@@ -267,11 +267,14 @@ def test_a_bad_value_fails_naming_its_path(values, path):
 
 # Settings the chart derives instead of taking them as values: where its own pods run and which
 # labels they carry (each job's NetworkPolicy admits them), the key of the jobs' Ray tokens (from a
-# Secret), and the admission webhook's port and certificate (operator.webhook).
+# Secret), the log relay's port and token (operator.logRelay, a Secret), and the admission
+# webhook's port and certificate (operator.webhook).
 DERIVED_SETTINGS = {
     "operator_namespace",
     "operator_pod_labels",
     "ray_auth_key",
+    "log_relay_port",
+    "log_relay_token",
     "webhook_port",
     "webhook_cert_dir",
 }
@@ -412,7 +415,7 @@ def test_metrics_port_zero_leaves_no_metrics_to_scrape():
     )
 
     ports = [p["name"] for p in container(objects, "kuberl-operator")["ports"]]
-    assert ports == ["health", "webhook"]
+    assert ports == ["health", "webhook", "log-relay"]
     assert not [o for o in objects if o["metadata"]["name"] == "kuberl-operator-metrics"]
     assert [o["metadata"]["name"] for o in objects if o["kind"] == "ServiceMonitor"] == [
         "kuberl-api"
@@ -539,16 +542,59 @@ def test_api_disabled_leaves_only_the_operator(rendered):
 # --- NetworkPolicies -----------------------------------------------------------------------------
 
 
-def test_operator_accepts_connections_on_its_health_and_metrics_ports_only(defaults):
+def test_operator_accepts_connections_on_its_own_ports_only_and_the_relays_from_the_api(defaults):
     policy = chart.find(defaults, "NetworkPolicy", "kuberl-operator")["spec"]
     operator = container(defaults, "kuberl-operator")
     deployment = chart.find(defaults, "Deployment", "kuberl-operator")
+    api = chart.find(defaults, "Deployment", "kuberl-api")
 
     assert policy["podSelector"] == deployment["spec"]["selector"]
     assert policy["policyTypes"] == ["Ingress"]
     ports = [port["port"] for rule in policy["ingress"] for port in rule["ports"]]
     assert sorted(ports) == sorted(p["name"] for p in operator["ports"])
-    assert sorted(ports) == ["health", "metrics", "webhook"]
+    assert sorted(ports) == ["health", "log-relay", "metrics", "webhook"]
+    (relay,) = [r for r in policy["ingress"] if r["ports"][0]["port"] == "log-relay"]
+    assert relay["from"] == [{"podSelector": api["spec"]["selector"]}]
+
+
+def test_the_api_reads_logs_through_the_operators_relay_and_holds_no_ray_key(defaults):
+    api = {var["name"]: var for var in container(defaults, "kuberl-api")["env"]}
+    operator = {var["name"]: var for var in container(defaults, "kuberl-operator")["env"]}
+    service = chart.find(defaults, "Service", "kuberl-operator-relay")
+    secret = chart.find(defaults, "Secret", "kuberl-log-relay")
+    (port,) = service["spec"]["ports"]
+    relay_port = next(
+        p for p in container(defaults, "kuberl-operator")["ports"] if p["name"] == "log-relay"
+    )
+
+    assert not [name for name in api if "RAY" in name]  # no key, no token, no head's address
+    assert api["KUBERL_LOG_RELAY_URL"]["value"] == (
+        f"http://kuberl-operator-relay.{chart.NAMESPACE}.svc:{port['port']}"
+    )
+    assert port["targetPort"] == "log-relay"
+    assert operator["KUBERL_LOG_RELAY_PORT"]["value"] == str(relay_port["containerPort"])
+    reference = {"secretKeyRef": {"name": "kuberl-log-relay", "key": "token"}}
+    assert api["KUBERL_LOG_RELAY_TOKEN"]["valueFrom"] == reference
+    assert operator["KUBERL_LOG_RELAY_TOKEN"]["valueFrom"] == reference
+    token = base64.b64decode(secret["data"]["token"]).decode()
+    assert OperatorSettings(log_relay_token=token).log_relay_token is not None  # long enough
+    assert (
+        service["spec"]["selector"]
+        == chart.find(defaults, "Deployment", "kuberl-operator")["spec"]["selector"]["matchLabels"]
+    )
+
+
+def test_the_relay_can_be_turned_off_or_take_an_existing_secret():
+    off = chart.render({"operator": {"logRelay": {"port": 0}}})
+    api = {var["name"] for var in container(off, "kuberl-api")["env"]}
+    operator = {var["name"] for var in container(off, "kuberl-operator")["env"]}
+    assert not [o for o in off if "relay" in o["metadata"]["name"]]
+    assert not {name for name in api | operator if "LOG_RELAY" in name}
+
+    own = chart.render({"operator": {"logRelay": {"existingSecret": "relay-token"}}})
+    api_env = {var["name"]: var for var in container(own, "kuberl-api")["env"]}
+    assert not [o for o in own if o["metadata"]["name"].endswith("-log-relay")]
+    assert api_env["KUBERL_LOG_RELAY_TOKEN"]["valueFrom"]["secretKeyRef"]["name"] == "relay-token"
 
 
 def test_api_accepts_its_port_from_anyone_unless_told(rendered):
@@ -744,9 +790,9 @@ def test_kuberay_operator_is_an_optional_dependency():
 
 
 def without_drawn_key(objects: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """The objects less what a render without a cluster draws anew: the Ray auth key, and the
-    webhook's certificate with the configuration that carries its CA."""
-    drawn = ("-ray-auth-key", "-operator-webhook-tls")
+    """The objects less what a render without a cluster draws anew: the Ray auth key, the log
+    relay's token, and the webhook's certificate with the configuration that carries its CA."""
+    drawn = ("-ray-auth-key", "-log-relay", "-operator-webhook-tls")
     return [
         o
         for o in objects

@@ -43,6 +43,7 @@ EVENTS = "/api/v1/namespaces/default/events"
 # Seconds any condition is waited for: a busy 2-core machine is slow, and a condition met ends
 # the wait at once.
 PATIENCE = 180
+RELAY_TOKEN = "relay-token-" + "r" * 32  # the API's, to the operator's log relay
 
 
 def pod(name: str, cluster: dict, node_type: str, group: str) -> dict:
@@ -344,6 +345,8 @@ def cluster(request, kube_api, ray_head, tmp_path, monkeypatch) -> Iterator[Clus
             job_config_dir=str(tmp_path / "etc"),
             poll_seconds=0.5,
             metrics_port=metrics_port,
+            log_relay_port=free_port(),
+            log_relay_token=RELAY_TOKEN,
         )
         monkeypatch.setenv("KUBECONFIG", str(kube_api.kubeconfig(tmp_path / "kubeconfig")))
         kube_api.register_crd()
@@ -354,6 +357,22 @@ def cluster(request, kube_api, ray_head, tmp_path, monkeypatch) -> Iterator[Clus
         with KubeRay(kube_api.url, ray_url, token, tmp_path / "etc") as kuberay:
             services.kuberay = kuberay
             yield Cluster(kube_api, kuberay, settings, token, services)
+
+
+def relayed_driver(cluster: Cluster, name: str, attempt: int) -> dict:
+    """The job's driver as the operator's log relay serves it to the API."""
+    url = (
+        f"http://127.0.0.1:{cluster.settings.log_relay_port}"
+        f"/v1/namespaces/default/rljobs/{name}/drivers/{attempt}"
+    )
+    response = requests.get(
+        url,
+        params={"uid": cluster.job(name)["metadata"]["uid"]},
+        headers={"Authorization": f"Bearer {RELAY_TOKEN}"},
+        timeout=30,
+    )
+    assert response.status_code == 200, response.text
+    return response.json()
 
 
 def metric(port: int, name: str, **labels: str) -> float | None:
@@ -533,6 +552,9 @@ def test_a_preempted_spot_worker_then_suspend_and_resume(cluster: Cluster):
         cluster.submit(job)
         cluster.wait_phase("spot", "Running")
         wait_until(lambda: iteration(cluster, "spot") >= 1, PATIENCE, "progress")
+        # The operator serves the running driver's output through its log relay (the API's way).
+        relayed = relayed_driver(cluster, "spot", attempt=1)
+        assert relayed["found"] and not relayed["ended"] and relayed["length"] > 0
 
         # The node of the rollout worker is reclaimed: Kubernetes marks its pod, then evicts it.
         [worker] = cluster.kube_api.list(PODS, params={"labelSelector": "ray.io/node-type=worker"})

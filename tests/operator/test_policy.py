@@ -57,7 +57,7 @@ def test_secrets_the_settings_allow_by_name_or_glob_are_fine():
     assert "now s3-credentials, ckpt-*" in problem
 
 
-@pytest.mark.parametrize("name", ["other-job-ray-auth", "kuberl-ray-auth-key"])
+@pytest.mark.parametrize("name", ["other-job-ray-auth", "kuberl-ray-auth-key", "kuberl-log-relay"])
 def test_the_operators_own_secrets_are_never_allowed(name):
     everything = OperatorSettings(allowed_secrets=("*",))
     job = job_with(**{"spec.trainer.checkpoint": {"credentialsSecret": name}})

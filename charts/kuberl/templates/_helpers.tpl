@@ -66,6 +66,16 @@ app.kubernetes.io/part-of: kuberl
 {{- .Values.operator.rayAuthKey.existingSecret | default (printf "%s-ray-auth-key" (include "kuberl.fullname" .)) }}
 {{- end }}
 
+{{/* The Secret holding the token the API presents to the operator's log relay. */}}
+{{- define "kuberl.logRelaySecretName" -}}
+{{- .Values.operator.logRelay.existingSecret | default (printf "%s-log-relay" (include "kuberl.fullname" .)) }}
+{{- end }}
+
+{{/* Whether the operator serves the log relay (and the API reads drivers' output through it). */}}
+{{- define "kuberl.logRelay" -}}
+{{- if and .Values.operator.enabled .Values.operator.logRelay.port }}true{{ end }}
+{{- end }}
+
 {{/* The kubernetes.io/tls Secret of the operator's admission webhook (cert-manager's or the chart's). */}}
 {{- define "kuberl.webhookSecretName" -}}
 {{- printf "%s-operator-webhook-tls" (include "kuberl.fullname" .) }}

@@ -42,9 +42,15 @@ from kuberl_operator.builders.driver import (
     driver_entrypoint,
     run_dir,
     submission_id,
+    submission_id_of,
 )
 from kuberl_operator.builders.fallback import fallback_replicas, max_unavailable, scale_on_demand
-from kuberl_operator.builders.names import child_names, head_service_name, ray_cluster_name
+from kuberl_operator.builders.names import (
+    child_names,
+    child_names_of,
+    head_service_name,
+    ray_cluster_name,
+)
 from kuberl_operator.builders.ray_cluster import build_ray_cluster
 
 __all__ = [
@@ -57,6 +63,7 @@ __all__ = [
     "build_pod_disruption_budget",
     "build_ray_cluster",
     "child_names",
+    "child_names_of",
     "driver_entrypoint",
     "fallback_replicas",
     "head_service_name",
@@ -68,4 +75,5 @@ __all__ = [
     "scale_on_demand",
     "stale_spec",
     "submission_id",
+    "submission_id_of",
 ]

@@ -11,9 +11,9 @@ The children of a job:
   voluntary disruption (a drain, an upgrade) take the head while it is healthy
   (`build_pod_disruption_budget`),
 - a `NetworkPolicy` around the job's Ray pods (`build_network_policy`): Ray's ports are open only
-  among them, the Ray Jobs API (on the dashboard's port) and the driver's metrics to the operator,
-  the Ray Jobs API to the kuberl API (which reads the driver's output there), and the metrics
-  alone to Prometheus.
+  among them, the Ray Jobs API (on the dashboard's port) and the driver's metrics to the operator
+  (which also relays the driver's output to the kuberl API: log_relay.py), and the metrics alone
+  to Prometheus.
 """
 
 from __future__ import annotations
@@ -113,18 +113,6 @@ def ray_pod_selector(job: RLJob) -> dict[str, str]:
     return {RAY_CLUSTER_LABEL: child_names(job).ray_cluster, JOB_LABEL: job.name}
 
 
-# The label the chart's Deployments tell the operator's pods and the API's pods apart by.
-COMPONENT_LABEL = "app.kubernetes.io/component"
-API_COMPONENT = "api"
-
-
-def api_pod_labels(settings: OperatorSettings) -> dict[str, str]:
-    """The labels of the kuberl API's pods beside the operator: the chart gives its Deployments
-    the same selector labels but the component (`operator`, `api`), so the operator's labels
-    with the API's component select the API of the same release, and no other pod."""
-    return {**settings.operator_pod_labels, COMPONENT_LABEL: API_COMPONENT}
-
-
 def _tcp(*ports: int) -> list[Object]:
     return [{"protocol": "TCP", "port": port} for port in ports]
 
@@ -136,12 +124,10 @@ def build_network_policy(job: RLJob, settings: OperatorSettings) -> Object:
     - the Ray dashboard's port (which serves the Jobs API) and the driver's metrics port, from the
       operator's pods (settings.operator_namespace and operator_pod_labels), which submit and watch
       the driver there and read its progress;
-    - the Ray dashboard's port, from the kuberl API's pods in the operator's namespace
-      (api_pod_labels), which read the driver's output from the Jobs API for `GET .../logs`, with
-      the job's token like the operator;
     - the driver's metrics port, from Prometheus (pods of settings.prometheus_namespace, or of any
       namespace when that is empty).
-    Anything else (the dashboard from other pods, Ray's client port, Ray's own metrics) is refused.
+    Anything else (the dashboard from other pods, the kuberl API's included, which reads drivers'
+    output through the operator's log relay; Ray's client port; Ray's own metrics) is refused.
     Egress is left alone: drivers and workers fetch packages, environments and checkpoints from
     wherever the job says. Traffic from the node itself (kubelet probes) is not governed by
     NetworkPolicies on the usual network plugins."""
@@ -150,10 +136,6 @@ def build_network_policy(job: RLJob, settings: OperatorSettings) -> Object:
     operator = {
         "namespaceSelector": release_namespace,
         "podSelector": {"matchLabels": dict(settings.operator_pod_labels)},
-    }
-    api = {
-        "namespaceSelector": release_namespace,
-        "podSelector": {"matchLabels": api_pod_labels(settings)},
     }
     scraper = (
         {"matchLabels": {NAMESPACE_NAME_LABEL: settings.prometheus_namespace}}
@@ -171,7 +153,6 @@ def build_network_policy(job: RLJob, settings: OperatorSettings) -> Object:
             "ingress": [
                 {"from": [ray_pods]},
                 {"from": [operator], "ports": _tcp(RAY_DASHBOARD_PORT, metrics)},
-                {"from": [api], "ports": _tcp(RAY_DASHBOARD_PORT)},
                 {"from": [{"namespaceSelector": scraper}], "ports": _tcp(metrics)},
             ],
         },

@@ -41,7 +41,12 @@ RAY_STOP_MARGIN_SECONDS = 15
 def submission_id(job: RLJob, attempt: int) -> str:
     """The Ray Jobs API submission id of an attempt: one per attempt, so a retried submission of
     the same attempt is recognised instead of starting a second driver."""
-    return f"{job.name}-{attempt}"
+    return submission_id_of(job.name, attempt)
+
+
+def submission_id_of(job_name: str, attempt: int) -> str:
+    """submission_id of the job named `job_name` (it depends on nothing else)."""
+    return f"{job_name}-{attempt}"
 
 
 def run_dir(job: RLJob, settings: OperatorSettings) -> str:

@@ -66,16 +66,21 @@ def head_service_name(cluster: str) -> str:
 
 
 def child_names(job: RLJob) -> ChildNames:
+    return child_names_of(job.name)
+
+
+def child_names_of(job_name: str) -> ChildNames:
+    """The names of the children of the job named `job_name` (they depend on nothing else)."""
     # Names that are DNS subdomains (up to 253 characters) take the job's name whole; the
     # RayCluster's (and so its Services' and pods') must be shorter (ray_cluster_name).
-    cluster = ray_cluster_name(job.name)
+    cluster = ray_cluster_name(job_name)
     return ChildNames(
         ray_cluster=cluster,
         head_service=head_service_name(cluster),
-        auth_secret=f"{job.name}{RAY_AUTH_SECRET_SUFFIX}",
-        job_config=f"{job.name}-job",
-        head_pdb=f"{job.name}-head",
-        network_policy=f"{job.name}-ray",
+        auth_secret=f"{job_name}{RAY_AUTH_SECRET_SUFFIX}",
+        job_config=f"{job_name}-job",
+        head_pdb=f"{job_name}-head",
+        network_policy=f"{job_name}-ray",
     )
 
 
