@@ -29,12 +29,13 @@ from aiohttp import web
 
 from kuberl_operator.builders import submission_id_of
 from kuberl_operator.ray_jobs import RayJobsClient, RayJobsError
+from kuberl_operator.spec.formats import DNS_LABEL_PATTERN, JOB_NAME_PATTERN
 
 DRIVER_PATH = "/v1/namespaces/{namespace}/rljobs/{name}/drivers/{attempt}"
-# What a request may name: the names as Kubernetes allows them, so that nothing of a request ends
-# up in a head's URL but a namespace and a job name (they make its host name).
-_NAMESPACE = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
-_NAME = re.compile(r"^[a-z0-9]([-a-z0-9.]*[a-z0-9])?$")
+# What a request may name: a namespace and an RLJob's name as Kubernetes and the CRD allow them,
+# so that nothing else of a request ends up in a head's URL (they make its host name).
+_NAMESPACE = re.compile(DNS_LABEL_PATTERN)
+_NAME = re.compile(JOB_NAME_PATTERN)
 _UID = re.compile(r"^[A-Za-z0-9-]{1,128}$")
 
 JobsClientFor = Callable[[str, str, str], Awaitable[RayJobsClient | None]]
