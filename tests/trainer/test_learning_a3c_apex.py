@@ -31,12 +31,16 @@ def train(tmp_path: Path, algorithm: str, target: float = 400) -> TrainResult:
     return Driver(config, rollout, tmp_path, "job").run()
 
 
-def test_a3c_reaches_400_through_a_killed_worker(tmp_path, monkeypatch):
+def test_a3c_keeps_learning_through_a_killed_worker(tmp_path, monkeypatch):
+    """What a killed worker must not stop: learning, from about 20 when it dies to 200 (A3C's 400
+    is test_learning_scale's, with 8 workers). Asking for 400 here failed now and then under
+    load, in A3C's own way, not the restart's: in a full suite, and in one of three such tests
+    started at once, a run reached 290 and then wandered between 150 and 300 to the end of its
+    200k budget; beside two or three other runs, 12 more reached 400 within 23-153k."""
     killing = killing_optimizer(AsyncGradientsOptimizer, after_steps=10_000)
     monkeypatch.setattr(algorithms, "optimizer_class", lambda config: killing)
-    # The worker dies near a return of 20, long before 400.
-    result = train(tmp_path, "A3C")
-    assert result.stopped_by == "episodeReturnMean>=400", result
+    result = train(tmp_path, "A3C", target=200)
+    assert result.stopped_by == "episodeReturnMean>=200", result
     last = progress_rows(tmp_path)[-1]
     assert last["worker_restarts"] >= 1
     # Two workers: each applies gradients computed on weights the other's have since changed.
