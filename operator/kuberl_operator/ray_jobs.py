@@ -1,6 +1,6 @@
 """The operator's HTTP to the Ray heads: the Ray Jobs API, through which it submits a job's driver,
 and the driver's metrics, from which it reads the job's progress. No other module of the operator
-talks to a Ray head; the API reads drivers' output through it too (kuberl_api.ray_logs).
+talks to a Ray head; the log relay (log_relay.py) reads drivers' output for the API through it.
 
 The operator never imports ray, so it speaks the Jobs API's REST endpoints (the same ones
 `ray job submit` uses) with aiohttp, kopf's own HTTP client. Every request carries the cluster's
@@ -15,9 +15,7 @@ of a duplicate id (an operator restarted between the two calls) also counts as "
 
 from __future__ import annotations
 
-import asyncio
 import json
-from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -105,27 +103,6 @@ class RayJobsClient:
         if status != 200:
             raise RayJobsError(f"reading the logs of {submission_id}: HTTP {status}: {text}")
         return json.loads(text).get("logs") or ""
-
-    async def follow_logs(
-        self, submission_id: str, after: int = 0, poll_s: float = 1.0
-    ) -> AsyncIterator[str]:
-        """The driver's log from character `after` on, as it is written, until the driver has
-        exited (or the head goes away: a deleted cluster takes its drivers with it).
-
-        The Jobs API serves a driver's whole log on each read: each poll sends what is new. Its
-        status is read before its log, so the read that follows an exit holds the last words."""
-        try:
-            while True:
-                driver = await self.status(submission_id)
-                text = await self.logs(submission_id)
-                if len(text) > after:
-                    yield text[after:]
-                    after = len(text)
-                if driver is None or driver.ended:
-                    return
-                await asyncio.sleep(poll_s)
-        except RayJobsError:
-            return
 
     async def stop(self, submission_id: str) -> bool:
         """Ask the driver to stop (SIGTERM, then SIGKILL after Ray's grace period); True when it
