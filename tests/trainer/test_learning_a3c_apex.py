@@ -50,9 +50,12 @@ def test_a3c_keeps_learning_through_a_killed_worker(tmp_path, monkeypatch):
 def test_apex_cartpole_reaches_400(tmp_path):
     result = train(tmp_path, "APEX")
     assert result.stopped_by == "episodeReturnMean>=400", result
-    last = progress_rows(tmp_path)[-1]
-    assert last["replay_shards_lost"] == 0
-    assert 0 < last["learner_utilisation"] <= 1
+    rows = progress_rows(tmp_path)
+    assert rows[-1]["replay_shards_lost"] == 0
+    # An iteration's share counts the learn calls that ended within it: a short one (the last,
+    # cut by the stop) may have none, so the learner's work shows over the run, not in one row.
+    shares = [row["learner_utilisation"] for row in rows]
+    assert all(0 <= share <= 1 for share in shares) and max(shares) > 0
 
 
 def test_apex_keeps_learning_through_a_killed_worker(tmp_path, monkeypatch):
