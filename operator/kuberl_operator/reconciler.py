@@ -269,9 +269,7 @@ class Reconciler:
         output through it too."""
         if (token := await self._token(namespace, name, uid)) is None:
             return None
-        names = builders.child_names_of(name)
-        url = self.settings.dashboard_url(names.head_service, names.ray_cluster, namespace)
-        return self.heads.jobs(url, token)
+        return self.heads.jobs(_head_url(namespace, name, self.settings.dashboard_url), token)
 
     async def _driver(
         self, client: RayJobsClient, job: RLJob, submission: str
@@ -287,19 +285,13 @@ class Reconciler:
 
     async def _metrics(self, job: RLJob) -> tuple[ObservedProgress | None, float]:
         """The running driver's progress and how long it has waited for its workers' nodes."""
-        url = self._head_url(job, self.settings.metrics_url)
+        url = _head_url(job.metadata.namespace or "default", job.name, self.settings.metrics_url)
         try:
             text = await self.heads.driver_metrics(url)
             return progress_from_metrics(text), waiting_from_metrics(text)
         except (RayJobsError, ValueError) as exc:
             logger.info("%s: no progress from %s: %s", job.name, url, exc)
             return None, 0.0
-
-    @staticmethod
-    def _head_url(job: RLJob, url: Callable[[str, str, str], str]) -> str:
-        """A URL on the job's head Service, the one its RayCluster names."""
-        names = builders.child_names(job)
-        return url(names.head_service, names.ray_cluster, job.metadata.namespace or "default")
 
     async def _final_record(
         self, client: RayJobsClient, job: RLJob, submission: str
@@ -419,3 +411,10 @@ _PLURALS = {
     "PodDisruptionBudget": "poddisruptionbudgets",
     "NetworkPolicy": "networkpolicies",
 }
+
+
+def _head_url(namespace: str, name: str, url: Callable[[str, str, str], str]) -> str:
+    """A URL (`url`: a settings template) on the head Service of the job `namespace/name`, the
+    one its RayCluster names."""
+    names = builders.child_names_of(name)
+    return url(names.head_service, names.ray_cluster, namespace)
