@@ -248,3 +248,22 @@ def test_killed_remote_worker_is_replaced_and_training_finishes(tmp_path):
     history = rows(run_dir)
     assert history[-1]["iteration"] == 25
     assert history[-1]["worker_restarts"] == 1
+
+
+@pytest.mark.slow
+def test_a_local_ray_keeps_its_token_out_of_the_home_directory(tmp_path):
+    """Ray turns token authentication on for a new local instance when RAY_AUTH_MODE is unset
+    and would save its token in ~/.ray/auth_token, readable by every user and left behind: the
+    run's private Ray gets its token through its processes' environment instead."""
+    job = manifest(tmp_path, trainer={"stop": {"iterations": 2}}, rolloutWorkers={"replicas": 1})
+    home = tmp_path / "home"
+    home.mkdir()
+    env = {k: v for k, v in os.environ.items() if not k.startswith("RAY_AUTH")} | {
+        "HOME": str(home)
+    }
+    command = [str(KUBERL), "train", str(job), "--run-dir", str(tmp_path / "run")]
+    result = subprocess.run(command, capture_output=True, text=True, timeout=300, env=env)
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert rows(tmp_path / "run")[-1]["iteration"] == 2
+    assert "token authentication is enabled" in result.stderr.lower() + result.stdout.lower()
+    assert list(home.rglob("*auth_token*")) == []

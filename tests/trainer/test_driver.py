@@ -14,7 +14,7 @@ import pytest
 from kuberl_trainer import trainer as trainer_module
 from kuberl_trainer.checkpoint import CheckpointSaveError, CheckpointStore
 from kuberl_trainer.config import RolloutConfig, StopConditions
-from kuberl_trainer.driver import Driver, stop_reason
+from kuberl_trainer.driver import Driver, set_private_ray_token, stop_reason
 from kuberl_trainer.resume import META_ROW
 from kuberl_trainer.rollout_worker import RolloutWorker
 from kuberl_trainer.trainer import worker_seed
@@ -229,3 +229,20 @@ def test_zero_remote_workers_never_start_ray(tmp_path, trainer):
     )
     assert out.returncode == 0, out.stderr
     assert out.stdout.strip().splitlines()[-1] == "no ray"
+
+
+@pytest.mark.parametrize(
+    "chosen", [{"RAY_AUTH_MODE": "disabled"}, {"RAY_AUTH_TOKEN_PATH": "/run/token"}]
+)
+def test_a_private_ray_keeps_the_authentication_chosen_in_the_environment(chosen):
+    environ = {"PATH": "/bin", **chosen}
+    assert not set_private_ray_token(environ)
+    assert environ == {"PATH": "/bin", **chosen}
+
+
+def test_a_private_ray_gets_a_token_of_its_own():
+    first, second = {"PATH": "/bin"}, {}
+    assert set_private_ray_token(first) and set_private_ray_token(second)
+    assert (
+        len(first["RAY_AUTH_TOKEN"]) == 64 and first["RAY_AUTH_TOKEN"] != second["RAY_AUTH_TOKEN"]
+    )

@@ -9,10 +9,12 @@ import logging
 import math
 import os
 import random
+import secrets
 import signal
 import tempfile
 import threading
 import time
+from collections.abc import MutableMapping
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
@@ -101,6 +103,25 @@ def stop_reason(stop: StopConditions, row: dict[str, Any]) -> str | None:
     return None
 
 
+RAY_AUTH_MODE = "RAY_AUTH_MODE"
+RAY_AUTH_TOKEN = "RAY_AUTH_TOKEN"
+RAY_AUTH_TOKEN_PATH = "RAY_AUTH_TOKEN_PATH"
+
+
+def set_private_ray_token(environ: MutableMapping[str, str]) -> bool:
+    """Give a private local Ray a token of its own, unless its authentication was chosen in
+    the environment; returns whether it did.
+
+    With RAY_AUTH_MODE unset, Ray turns token authentication on for a new local instance and
+    saves the token it generates in ~/.ray/auth_token, where every user of the machine may read
+    it and where it stays after the run. Given RAY_AUTH_TOKEN it saves nothing: the token is
+    known to the run's own processes only (their environment) and gone with them."""
+    if any(name in environ for name in (RAY_AUTH_MODE, RAY_AUTH_TOKEN, RAY_AUTH_TOKEN_PATH)):
+        return False
+    environ[RAY_AUTH_TOKEN] = secrets.token_hex(32)
+    return True
+
+
 class Driver:
     def __init__(
         self,
@@ -143,6 +164,7 @@ class Driver:
         self._signal_time = 0.0  # time.monotonic() when the first signal came
         self._saving = False  # a checkpoint is being written: a second signal lets it finish
         self._started_ray = False
+        self._ray_token_set = False  # RAY_AUTH_TOKEN is this run's, unset again at the end
         self._tensorboard: TensorBoardLog | None = None
 
     @property
@@ -342,6 +364,9 @@ class Driver:
             import ray
 
             ray.shutdown()
+        if self._ray_token_set:
+            for name in (RAY_AUTH_TOKEN, RAY_AUTH_MODE):  # Ray sets the mode from the token
+                os.environ.pop(name, None)
 
     # -- building -----------------------------------------------------------------------------
 
@@ -354,6 +379,7 @@ class Driver:
         if address:  # inside a Ray cluster (the operator sets it): join it
             ray.init(address=address, log_to_driver=True)
         else:  # a private local instance, ended with this run; never someone else's
+            self._ray_token_set = set_private_ray_token(os.environ)
             ray.init(address="local", include_dashboard=False, log_to_driver=False)
         self._started_ray = True
 
