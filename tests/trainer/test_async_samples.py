@@ -7,6 +7,7 @@ import math
 import os
 import signal
 import threading
+import time
 from collections import Counter
 
 import numpy as np
@@ -15,7 +16,7 @@ import pytest
 from kuberl_trainer.config import RolloutConfig
 from kuberl_trainer.driver import Driver
 from kuberl_trainer.optimizers import async_samples
-from kuberl_trainer.optimizers.async_samples import AsyncSamplesOptimizer
+from kuberl_trainer.optimizers.async_samples import AsyncSamplesOptimizer, calls_to_keep_in_flight
 from kuberl_trainer.optimizers.learner_thread import LearnerError, LearnerThread
 from kuberl_trainer.rollout_worker import RolloutWorker
 from kuberl_trainer.sample_batch import SampleBatch
@@ -35,12 +36,14 @@ class MockPolicy:
         self.learning = threading.Event()  # set once a learn call has started
         self.gate: threading.Event | None = None  # when set by a test, learning waits on it
         self.error: Exception | None = None  # when set by a test, learning raises it
+        self.learn_s = 0.0  # when set by a test, a learn call takes at least this long
         self.global_timesteps = 0
 
     def learn_on_batch(self, batch: SampleBatch):
         self.learning.set()
         if self.gate is not None:
             self.gate.wait()
+        time.sleep(self.learn_s)
         if self.error is not None:
             raise self.error
         self.learned.append(len(batch))
@@ -78,6 +81,19 @@ class MockWorker:
 
     def close(self):
         pass
+
+
+class TimedWorker(MockWorker):
+    """Says that each sample call took `sample_s` seconds (it returns at once)."""
+
+    def __init__(self, sample_s: float, torch_threads=None):
+        super().__init__(torch_threads)
+        self.sample_s = sample_s
+
+    def sample(self) -> SampleBatch:
+        batch = super().sample()
+        batch.sample_s = self.sample_s
+        return batch
 
 
 class SpyWorkerSet(WorkerSet):
@@ -414,3 +430,51 @@ def test_a_resumed_run_continues_from_the_checkpointed_counters(ray_local, tmp_p
     rows = [json.loads(line) for line in (tmp_path / "progress.jsonl").read_text().splitlines()]
     assert [row["iteration"] for row in rows] == list(range(1, len(rows) + 1))
     assert rows[-1]["timesteps_total"] == result.timesteps >= 2_000
+
+
+@pytest.mark.parametrize(
+    ("sample_s", "learn_s", "calls_per_step", "capacity", "calls"),
+    [
+        (0.005, 0.010, 1, 12, 2),  # sampling outpaces the learner: a step's calls, plus one
+        (0.025, 0.010, 1, 12, 4),
+        (0.025, 0.010, 2.5, 12, 10),  # train batches of several calls
+        (1.000, 0.010, 1, 12, 12),  # slow envs: every worker samples
+        (0.005, 0.0, 1, 12, 12),
+        (0.0, 0.010, 0.5, 12, 1),
+    ],
+)
+def test_the_calls_kept_in_flight_are_what_the_learner_takes_while_one_samples(
+    sample_s, learn_s, calls_per_step, capacity, calls
+):
+    assert calls_to_keep_in_flight(sample_s, learn_s, calls_per_step, capacity) == calls
+
+
+@pytest.mark.parametrize(("sample_s", "most_in_flight"), [(0.01, 2), (10.0, 6)])
+def test_workers_sample_only_as_much_as_the_learner_takes(ray_local, sample_s, most_in_flight):
+    """Learn calls of at least 50 ms: calls that sample in 10 ms are kept to 2 in flight (one
+    learner step's worth while one samples, plus one), so that batches do not wait their turn
+    behind 6 workers' others; calls that sample for 10 s keep all 6 workers sampling. A worker's
+    first call, made while it starts, is not counted (the actor may take long to start)."""
+    config = trainer_config(algorithm="PPO", optimizer="AsyncSamples")
+    workers = SpyWorkerSet(TimedWorker, lambda index: {"sample_s": sample_s}, 6, 0.25)
+    optimizer = AsyncSamplesOptimizer(workers, config)
+    workers.local_worker.policy.learn_s = 0.05
+    try:
+        while optimizer.learner.num_steps < 15:  # past the start, when every worker samples
+            optimizer.step()
+        settled = len(workers.log)
+        while optimizer.learner.num_steps < 30:
+            optimizer.step()
+        started: set[int] = set()
+        in_flight, most = 0, 0
+        for position, (kind, index, *_) in enumerate(workers.log):
+            if kind == "returned" and index not in started:
+                started.add(index)  # its first call, made while it started
+            elif index in started:
+                in_flight += {"call": 1, "returned": -1}.get(kind, 0)
+            if position >= settled:
+                most = max(most, in_flight)
+        assert most == min(most_in_flight, len(started))
+        assert len(started) >= 2
+    finally:
+        stopped(workers, optimizer)

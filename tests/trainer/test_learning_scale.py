@@ -10,7 +10,12 @@ IMPALA 12 x 64 within 0.77-1.15M alone; with the current defaults 19 runs of 20 
 such runs at once (load average 29-44), all within 0.63-1.09M; Ape-X with 12 workers of 8
 envs reached 400 at 141-151k (84-99 s: its learner is the ceiling), A3C with 8 at 46-48k (seeds
 0-1, beside another run). The policy lag each progress row reports stays within maxPolicyLag (32):
-batches older are dropped, never learned on."""
+batches older are dropped, never learned on.
+
+Since AsyncSamples keeps only the calls in flight that its learner takes (2-3 here, lag about
+3, where every worker sampling lagged 10-16), IMPALA 12 x 64 reached 475 within 0.34-2.97M env
+steps in 24 runs of 24 (seeds 0-23, two at a time; median 0.79M), against 0.39-4.0M with one of
+12 at its budget before, and APPO within 344k (seed 0)."""
 
 from pathlib import Path
 

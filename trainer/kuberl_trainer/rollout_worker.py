@@ -7,6 +7,7 @@ The same class is the driver's local worker and, through `as_remote`, a Ray acto
 from __future__ import annotations
 
 import os
+import time
 from collections.abc import Callable
 from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass
@@ -134,6 +135,7 @@ class RolloutWorker:
 
         The envs reset on the step after an episode's end (see `make_vector_env`); that step is
         marked invalid, so the policy learns nothing from it and it counts as no env step."""
+        start = time.perf_counter()
         if self.resetting.all():  # a window opening with every env's reset step could be empty
             raw_obs, *_ = self.envs.step(self.envs.action_space.sample())  # actions are ignored
             self.obs = self._observed(raw_obs)
@@ -184,6 +186,7 @@ class RolloutWorker:
             self.acting_policy.postprocess_trajectory(rollout),
             np.concatenate([np.zeros(0), *finished_returns]).astype(np.float32),
             np.concatenate([np.zeros(0, np.int64), *finished_lengths]),
+            sample_s=time.perf_counter() - start,
             normalization=self.normalizer.hand_over(),
         )
 

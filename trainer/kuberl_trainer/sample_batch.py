@@ -40,6 +40,9 @@ class SampleBatch:
     """Learner steps between the weights that sampled the rows and the learner's, as the
     optimizer that hands the batch to its learner measured it (their mean over the sample calls
     in it); 0 where sampling and learning take turns. IMPALA splits a batch by it."""
+    sample_s: float = 0.0
+    """Seconds the worker took to sample it (its `sample()` call; 0 for a concatenation):
+    AsyncSamples keeps as many calls in flight as its learner takes batches in that time."""
     normalization: dict | None = None
     """With spec.trainer.normalization on, the statistics of what the remote worker that sampled
     the batch saw since its previous one (a NormalizationStats state), which the driver's

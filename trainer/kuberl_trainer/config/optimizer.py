@@ -136,7 +136,9 @@ class OptimizerConfig(Spec):
     max_requests_in_flight_per_env_runner, 2). Null takes the optimizer's own: 1 for AsyncSamples
     (each call in flight adds a learner step of lag per worker, and the lag is what bounds how
     many workers IMPALA can take; a CartPole call of 64 envs x 32 steps leaves a worker idle for
-    a few milliseconds only), 2 for the others."""
+    a few milliseconds only), 2 for the others. AsyncSamples keeps fewer in flight in all where
+    its learner cannot take more: as many as it learns on while one call samples, plus a train
+    batch's (see its module)."""
 
     learner_queue_size: int | None = Field(None, ge=1, le=1024)
     """AsyncSamples, AsyncReplay: batches waiting for the learner thread at most. A full queue
@@ -155,12 +157,13 @@ class OptimizerConfig(Spec):
     """AsyncSamples: the most learner steps a batch may lag when the learner takes it (steps
     between the weights it was sampled with and the learner's). An older batch is dropped, not
     learned on, and counted in stale_batches_dropped; in a train batch concatenated from several
-    sample calls only the stale ones are cut out. With one call in flight per worker, a batch lags
-    about workers / (sample calls per learner step) steps, plus the batches queued for the
-    learner: 12 workers of 64 envs on CartPole lag 10-16 steps on average, and learn stably. What it
-    costs: the dropped env steps, sampled for nothing; dropping is what keeps the lag bounded as
-    workers are added beyond what the learner can take (at 64 workers with one sample call per
-    learner step, about half the batches). Null never drops (RLlib's IMPALA)."""
+    sample calls only the stale ones are cut out. AsyncSamples keeps only the sample calls in
+    flight that its learner takes while one samples, so a batch lags about that many learner
+    steps, plus the batches queued for the learner (12 workers of 64 envs on CartPole on 2 cores:
+    about 3), and at most one step per worker where the envs are slow (16 latency-bound workers:
+    7-8). The limit catches what is left: the first batch of a worker that started late, sampled
+    with the first weights, and workers beyond what the learner can take. What it costs: the
+    dropped env steps, sampled for nothing. Null never drops (RLlib's IMPALA)."""
 
     replay_shards: int = Field(2, ge=1, le=256)
     """AsyncReplay: replay-buffer actors, each holding buffer_size / replay_shards transitions and

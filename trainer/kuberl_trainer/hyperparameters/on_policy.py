@@ -188,21 +188,21 @@ class IMPALAHyperparameters(Hyperparameters):
     """Samples per SGD step: a learner batch larger than this is learned on in minibatches
     (RLlib's minibatch_size). Null (the default) lets the policy lag decide: a learner batch of
     R env steps that lags L learner steps (the mean over its sample calls) is learned on in
-    k = min(R // train_batch_size, lag_sgd_steps // L) minibatches (at least 1), so that few
-    workers with many envs each take more than one SGD step per batch, and many workers, whose
-    batches lag more, take whole-batch steps. On CartPole with 64 envs per worker: 2 workers (lag
-    2-4, 2-4 minibatches) reached 475 within 198-498k env steps in 28 runs (median 287k, 24
-    within 400k; seeds 0-5, alone and beside a CPU-bound process), where whole batches took
-    585k-2M+; 12 workers (lag 10-16) take whole batches, since 512-row minibatches there never
-    learned."""
+    k = min(R // train_batch_size, lag_sgd_steps // L) minibatches (at least 1), so that
+    batches of little lag take more than one SGD step each, and batches that lag more take
+    whole-batch steps. On CartPole with 64 envs per worker: 2 workers (lag 2-4, 2-4 minibatches)
+    reached 475 within 198-498k env steps in 28 runs (median 287k, 24 within 400k; seeds 0-5,
+    alone and beside a CPU-bound process), where whole batches took 585k-2M+. 12 workers on 2
+    cores, whose calls in flight AsyncSamples keeps to what the learner takes, lag about 3 and
+    take 2-3 minibatches too."""
 
     lag_sgd_steps: int = Field(8, ge=1, le=1000)
     """With minibatch_size null: the SGD steps a batch may lag, counting every minibatch as a
     step, that the split into minibatches keeps to (see minibatch_size). With 16, 2 workers x 64
     envs on an idle machine (lag about 4, 4 minibatches) collapsed the policy to returns near 10
     on their way and took 483k-1M+ env steps to 475 (seeds 0-5); with 32, 12 workers x 64 envs
-    (lag 12-13) took 2 minibatches per batch and the policy fell apart (returns of 110 and 194
-    after 3M env steps, seeds 0-1)."""
+    all sampling at once (lag 12-13) took 2 minibatches per batch and the policy fell apart
+    (returns of 110 and 194 after 3M env steps, seeds 0-1)."""
 
 
 class APPOHyperparameters(IMPALAHyperparameters):
