@@ -15,7 +15,7 @@ batches older are dropped, never learned on.
 Since AsyncSamples keeps only the calls in flight that its learner takes (2-3 here, lag about
 3, where every worker sampling lagged 10-16), IMPALA 12 x 64 reached 475 within 0.34-2.97M env
 steps in 24 runs of 24 (seeds 0-23, two at a time; median 0.79M), against 0.39-4.0M with one of
-12 at its budget before, and APPO within 344k (seed 0)."""
+12 at its budget before, and APPO within 344-420k (seeds 0-3)."""
 
 from pathlib import Path
 
