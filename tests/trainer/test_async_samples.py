@@ -84,13 +84,17 @@ class MockWorker:
 
 
 class TimedWorker(MockWorker):
-    """Says that each sample call took `sample_s` seconds (it returns at once)."""
+    """Says that each sample call took `sample_s` seconds (it returns at once), and hangs in its
+    call number `hang_at` (1, 2, ...) if given."""
 
-    def __init__(self, sample_s: float, torch_threads=None):
+    def __init__(self, sample_s: float, hang_at: int | None = None, torch_threads=None):
         super().__init__(torch_threads)
         self.sample_s = sample_s
+        self.hang_at = hang_at
 
     def sample(self) -> SampleBatch:
+        if self.samples + 1 == self.hang_at:
+            threading.Event().wait()
         batch = super().sample()
         batch.sample_s = self.sample_s
         return batch
@@ -476,5 +480,26 @@ def test_workers_sample_only_as_much_as_the_learner_takes(ray_local, sample_s, m
                 most = max(most, in_flight)
         assert most == min(most_in_flight, len(started))
         assert len(started) >= 2
+    finally:
+        stopped(workers, optimizer)
+
+
+def test_workers_go_on_sampling_while_others_hang(ray_local):
+    """Two of three workers hang in their third call. Calls that sample in 10 ms, learned on in
+    at least 50 ms, are kept to 2 in flight: the two hung ones would hold them all if they counted
+    for ever. They count for 1 s, and the third worker samples on."""
+    config = trainer_config(algorithm="PPO", optimizer="AsyncSamples")
+    workers = SpyWorkerSet(
+        TimedWorker, lambda index: {"sample_s": 0.01, "hang_at": 3 if index < 3 else None}, 3, 0.5
+    )
+    optimizer = AsyncSamplesOptimizer(workers, config)
+    workers.local_worker.policy.learn_s = 0.05
+    driver = threading.Thread(target=lambda: [optimizer.step() for _ in range(10)], daemon=True)
+    try:
+        driver.start()
+        driver.join(timeout=180)  # a bound, not a wait: it ends as soon as the steps are done
+        assert not driver.is_alive(), "sampling stopped while two workers hung"
+        returned = Counter(event[1] for event in workers.log if event[0] == "returned")
+        assert returned[1] == returned[2] == 2 and returned[3] >= 26  # 10 steps of 3 batches
     finally:
         stopped(workers, optimizer)

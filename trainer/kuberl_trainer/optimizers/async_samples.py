@@ -5,7 +5,9 @@ The workers keep as many sample calls in flight as the learner takes batches whi
 samples, plus one train batch's worth (at most `requests_in_flight_per_worker` per worker, the
 calls going to the workers idle longest): enough that the learner never waits for a batch, and no
 more, since a call beyond those only waits for the learner, and grows the lag of every batch by
-its turn. Until the learner's step and a call's sampling have been timed, every worker samples.
+its turn. Until the learner's step and a call's sampling have been timed, every worker samples;
+a starting worker's first call, and the call of a worker that keeps it far longer than calls take
+(a hung env), are not counted, so that the others go on sampling meanwhile.
 Returned batches go to a learner thread behind a bounded queue, concatenated up to the policy's
 train_batch_size (one by one when it has none, as PPO). When the learner falls behind, the driver
 blocks on the full queue and stops collecting, so the workers finish their queued calls and idle
@@ -60,6 +62,10 @@ if TYPE_CHECKING:
 # The longest the driver waits on its workers before it looks at the learner (which may have
 # failed) and for replacement workers that have started.
 _POLL_S = 1.0
+# A worker that has kept its latest call for this many times a call's sampling time (and at least
+# MIN_PATIENCE_S) is left out of the calls in flight, so that another worker samples meanwhile.
+STRAGGLER_PATIENCE = 10
+MIN_PATIENCE_S = 1.0
 
 
 class AsyncSamplesOptimizer(PolicyOptimizer):
@@ -87,6 +93,7 @@ class AsyncSamplesOptimizer(PolicyOptimizer):
         # answers its calls in order).
         self._call_versions: dict[int, deque[int]] = defaultdict(deque)
         self._last_return: dict[int, float] = {}  # worker index → when it last returned a batch
+        self._last_call: dict[int, float] = {}  # worker index → when its latest call went out
         # Moving averages that size the calls in flight (calls_to_keep_in_flight): a learn
         # call's seconds (set by the learner thread), a sample call's seconds on its worker, and
         # the sample calls in a train batch.
@@ -133,9 +140,7 @@ class AsyncSamplesOptimizer(PolicyOptimizer):
             with self.timer("sample"), self.learner.lock:
                 self.workers.refresh_local_copy()  # the learner has moved on since
                 return [(self.workers.local_worker.sample(), self.version)]
-        # A starting worker's first call does not count: it may take the actor many seconds to
-        # start, while the others go on sampling.
-        in_flight = sum(self.workers.in_flight(i) for i in healthy if i in self._last_return)
+        in_flight = self._calls_counted(healthy)
         capacity = len(healthy) * self.requests_per_worker
         wanted = capacity
         if self._learn_s is not None and self._sample_s is not None:
@@ -147,6 +152,7 @@ class AsyncSamplesOptimizer(PolicyOptimizer):
                 self._refresh_weights(index)
                 self._call_versions[index].append(self._worker_versions[index])
                 self.workers.call(index, "sample")
+                self._last_call[index] = time.monotonic()
                 in_flight += 1
         with self.timer("sample"):
             arrived = self.workers.completed(timeout=_POLL_S)
@@ -159,6 +165,19 @@ class AsyncSamplesOptimizer(PolicyOptimizer):
                 versions.clear()
                 self._worker_versions.pop(index, None)  # its replacement gets weights first
         return batches
+
+    def _calls_counted(self, healthy: list[int]) -> int:
+        """The calls in flight that count against calls_to_keep_in_flight: neither a starting
+        worker's first (the actor may take many seconds to start) nor those of a worker that has
+        kept its latest call for STRAGGLER_PATIENCE times a call's sampling time (a hung env, a
+        process held up), while the others go on sampling."""
+        now = time.monotonic()
+        patience = max(MIN_PATIENCE_S, STRAGGLER_PATIENCE * (self._sample_s or 0.0))
+        return sum(
+            self.workers.in_flight(index)
+            for index in healthy
+            if index in self._last_return and now - self._last_call[index] < patience
+        )
 
     def _refresh_weights(self, index: int) -> None:
         """Before a call: the latest weights, unless the worker's are fewer than
