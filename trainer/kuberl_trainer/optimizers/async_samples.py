@@ -1,5 +1,5 @@
-"""AsyncSamples (IMPALA, APPO, and PPO swapped onto it): the rollout workers never wait for the
-learner.
+"""AsyncSamples (IMPALA, APPO, and PPO swapped onto it): the rollout workers sample while the
+learner learns, neither waiting for the other's step.
 
 The workers keep as many sample calls in flight as the learner takes batches while one call
 samples, plus one train batch's worth (at most `requests_in_flight_per_worker` per worker, the
@@ -8,6 +8,7 @@ more, since a call beyond those only waits for the learner, and grows the lag of
 its turn. Until the learner's step and a call's sampling have been timed, every worker samples;
 a starting worker's first call, and the call of a worker that keeps it far longer than calls take
 (a hung env), are not counted, so that the others go on sampling meanwhile.
+
 Returned batches go to a learner thread behind a bounded queue, concatenated up to the policy's
 train_batch_size (one by one when it has none, as PPO). When the learner falls behind, the driver
 blocks on the full queue and stops collecting, so the workers finish their queued calls and idle
