@@ -6,7 +6,7 @@ import time
 
 import pytest
 
-from kuberl_trainer.optimizers.learner_thread import LearnerError, LearnerThread
+from kuberl_trainer.optimizers.learner_thread import LearnerError, LearnerThread, moving_average
 from testkit import wait_until
 
 
@@ -24,6 +24,23 @@ def test_every_item_is_learned_once_in_order_and_counted():
     finally:
         learner.stop()
     assert not learner.is_alive()
+
+
+def test_the_learn_calls_seconds_are_averaged_from_the_first():
+    learner = LearnerThread(lambda seconds: time.sleep(seconds), queue_size=2)
+    assert learner.call_s is None
+    learner.start()
+    try:
+        for seconds in (0.05, 0.05, 0.3):
+            learner.put(seconds)
+        wait_until(lambda: learner.num_steps == 3, what="three learn calls")
+        # 0.05, then 0.05, then 0.05 + 0.2 (0.3 - 0.05): at least 0.1, calls being no shorter
+        # than their sleeps
+        assert learner.call_s >= 0.1
+    finally:
+        learner.stop()
+    assert moving_average(None, 0.05) == 0.05
+    assert moving_average(moving_average(0.05, 0.05), 0.3) == pytest.approx(0.1)
 
 
 def test_a_learn_call_that_began_before_an_interval_leaves_it_busy_at_most_fully():

@@ -45,7 +45,7 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 import numpy as np
 
 from kuberl_trainer.optimizers.base import PolicyOptimizer, StepResult
-from kuberl_trainer.optimizers.learner_thread import LearnerThread
+from kuberl_trainer.optimizers.learner_thread import LearnerThread, moving_average
 from kuberl_trainer.progress_row import (
     LEARNER_QUEUE_DEPTH,
     LEARNER_UTILISATION,
@@ -95,10 +95,9 @@ class AsyncSamplesOptimizer(PolicyOptimizer):
         self._call_versions: dict[int, deque[int]] = defaultdict(deque)
         self._last_return: dict[int, float] = {}  # worker index → when it last returned a batch
         self._last_call: dict[int, float] = {}  # worker index → when its latest call went out
-        # Moving averages that size the calls in flight (calls_to_keep_in_flight): a learn
-        # call's seconds (set by the learner thread), a sample call's seconds on its worker, and
+        # Moving averages that size the calls in flight (calls_to_keep_in_flight), with the
+        # learner's own of its learn calls' seconds: a sample call's seconds on its worker, and
         # the sample calls in a train batch.
-        self._learn_s: float | None = None
         self._sample_s: float | None = None
         self._calls_per_step = 1.0
 
@@ -144,9 +143,10 @@ class AsyncSamplesOptimizer(PolicyOptimizer):
         in_flight = self._calls_counted(healthy)
         capacity = len(healthy) * self.requests_per_worker
         wanted = capacity
-        if self._learn_s is not None and self._sample_s is not None:
+        learn_s = self.learner.call_s
+        if learn_s is not None and self._sample_s is not None:
             wanted = calls_to_keep_in_flight(
-                self._sample_s, self._learn_s, self._calls_per_step, capacity
+                self._sample_s, learn_s, self._calls_per_step, capacity
             )
         for index in sorted(healthy, key=lambda index: self._last_return.get(index, 0.0)):
             while in_flight < wanted and self.workers.in_flight(index) < self.requests_per_worker:
@@ -158,7 +158,7 @@ class AsyncSamplesOptimizer(PolicyOptimizer):
         with self.timer("sample"):
             arrived = self.workers.completed(timeout=_POLL_S)
         for index, batch in arrived:
-            self._sample_s = _moving_average(self._sample_s, batch.sample_s)
+            self._sample_s = moving_average(self._sample_s, batch.sample_s)
             self._last_return[index] = time.monotonic()
         batches = [(batch, self._call_versions[index].popleft()) for index, batch in arrived]
         for index, versions in self._call_versions.items():
@@ -204,7 +204,7 @@ class AsyncSamplesOptimizer(PolicyOptimizer):
         pending = sum(b.env_steps for b, _ in self._pending)
         if self.train_batch_size and pending < self.train_batch_size:
             return
-        self._calls_per_step = _moving_average(self._calls_per_step, len(self._pending))
+        self._calls_per_step = moving_average(self._calls_per_step, len(self._pending))
         self.learner.put(train_batch(self._pending))
         self._pending = []
 
@@ -223,9 +223,7 @@ class AsyncSamplesOptimizer(PolicyOptimizer):
             columns = {key: column[rows] for key, column in columns.items()}
         batch = SampleBatch(columns, policy_lag=float(np.mean(kept)))
         self.policy.set_global_timesteps(self.counters.steps_sampled)
-        start = time.perf_counter()
         stats = self.policy.learn_on_batch(batch)
-        self._learn_s = _moving_average(self._learn_s, time.perf_counter() - start)
         self.version += 1
         self._published = (self.policy.get_weights(), self.version)
         return _Learned(stats, kept, batch.env_steps, dropped)
@@ -242,11 +240,6 @@ def calls_to_keep_in_flight(
     and the learner is as busy."""
     steps_while_sampling = math.ceil(sample_s / learn_s) if learn_s > 0 else capacity
     return max(1, min(capacity, math.ceil(calls_per_step * (steps_while_sampling + 1))))
-
-
-def _moving_average(average: float | None, value: float, weight: float = 0.2) -> float:
-    """An exponential moving average, starting at the first value."""
-    return value if average is None else average + weight * (value - average)
 
 
 class TrainBatch(NamedTuple):

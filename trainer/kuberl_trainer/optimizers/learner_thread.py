@@ -37,6 +37,7 @@ class LearnerThread(threading.Thread):
         self.lock = threading.Lock()
         self.num_steps = 0  # learn calls finished: the version of the learner's weights
         self.busy_s = 0.0
+        self.call_s: float | None = None  # a learn call's seconds, a moving average
         self._finished = threading.Event()  # set when a learn call ends (see wait_for_result)
         self._began = time.perf_counter()
         self.error: BaseException | None = None
@@ -49,7 +50,9 @@ class LearnerThread(threading.Thread):
                 with self.lock:
                     result = self._learn(item)
                     self.num_steps += 1
-                self.busy_s += time.perf_counter() - start
+                took = time.perf_counter() - start
+                self.busy_s += took
+                self.call_s = moving_average(self.call_s, took)
                 self._outqueue.put(result)
                 self._finished.set()
         except BaseException as exc:  # reported to the driver, which decides
@@ -115,3 +118,8 @@ class LearnerThread(threading.Thread):
                 break
         self.inqueue.put(_STOP)
         self.join()
+
+
+def moving_average(average: float | None, value: float, weight: float = 0.2) -> float:
+    """An exponential moving average, starting at the first value."""
+    return value if average is None else average + weight * (value - average)
