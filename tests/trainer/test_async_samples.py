@@ -463,11 +463,19 @@ def test_workers_sample_only_as_much_as_the_learner_takes(ray_local, sample_s, m
     workers = SpyWorkerSet(TimedWorker, lambda index: {"sample_s": sample_s}, 6, 0.25)
     optimizer = AsyncSamplesOptimizer(workers, config)
     workers.local_worker.policy.learn_s = 0.05
+
+    def returned() -> set[int]:
+        return {event[1] for event in workers.log if event[0] == "returned"}
+
     try:
-        while optimizer.learner.num_steps < 15:  # past the start, when every worker samples
+        # Past the start, when every worker samples, and until every actor has started (under
+        # load some take far longer than others): a bound, not a wait.
+        deadline = time.monotonic() + 300
+        while optimizer.learner.num_steps < 15 or len(returned()) < 6:
+            assert time.monotonic() < deadline, f"workers {sorted(returned())} of 6 started"
             optimizer.step()
-        settled = len(workers.log)
-        while optimizer.learner.num_steps < 30:
+        settled, steps = len(workers.log), optimizer.learner.num_steps
+        while optimizer.learner.num_steps < steps + 15:
             optimizer.step()
         started: set[int] = set()
         in_flight, most = 0, 0
@@ -478,8 +486,7 @@ def test_workers_sample_only_as_much_as_the_learner_takes(ray_local, sample_s, m
                 in_flight += {"call": 1, "returned": -1}.get(kind, 0)
             if position >= settled:
                 most = max(most, in_flight)
-        assert most == min(most_in_flight, len(started))
-        assert len(started) >= 2
+        assert most == most_in_flight
     finally:
         stopped(workers, optimizer)
 
