@@ -84,19 +84,26 @@ class MockWorker:
 
 
 class TimedWorker(MockWorker):
-    """Says that each sample call took `sample_s` seconds (it returns at once), and hangs in its
-    call number `hang_at` (1, 2, ...) if given."""
+    """Says that each sample call took `sample_s` seconds (it returns at once), `cpu_wait_s` of
+    them waiting for a CPU, and hangs in its call number `hang_at` (1, 2, ...) if given."""
 
-    def __init__(self, sample_s: float, hang_at: int | None = None, torch_threads=None):
+    def __init__(
+        self,
+        sample_s: float,
+        cpu_wait_s: float = 0.0,
+        hang_at: int | None = None,
+        torch_threads=None,
+    ):
         super().__init__(torch_threads)
         self.sample_s = sample_s
+        self.cpu_wait_s = cpu_wait_s
         self.hang_at = hang_at
 
     def sample(self) -> SampleBatch:
         if self.samples + 1 == self.hang_at:
             threading.Event().wait()
         batch = super().sample()
-        batch.sample_s = self.sample_s
+        batch.sample_s, batch.cpu_wait_s = self.sample_s, self.cpu_wait_s
         return batch
 
 
@@ -453,14 +460,21 @@ def test_the_calls_kept_in_flight_are_what_the_learner_takes_while_one_samples(
     assert calls_to_keep_in_flight(sample_s, learn_s, calls_per_step, capacity) == calls
 
 
-@pytest.mark.parametrize(("sample_s", "most_in_flight"), [(0.01, 2), (10.0, 6)])
-def test_workers_sample_only_as_much_as_the_learner_takes(ray_local, sample_s, most_in_flight):
+@pytest.mark.parametrize(
+    ("sample_s", "cpu_wait_s", "most_in_flight"), [(0.01, 0.0, 2), (10.0, 0.0, 6), (10.0, 9.99, 2)]
+)
+def test_workers_sample_only_as_much_as_the_learner_takes(
+    ray_local, sample_s, cpu_wait_s, most_in_flight
+):
     """Learn calls of at least 50 ms: calls that sample in 10 ms are kept to 2 in flight (one
     learner step's worth while one samples, plus one), so that batches do not wait their turn
-    behind 6 workers' others; calls that sample for 10 s keep all 6 workers sampling. A worker's
-    first call, made while it starts, is not counted (the actor may take long to start)."""
+    behind 6 workers' others; calls that sample for 10 s keep all 6 workers sampling, unless
+    all but 10 ms of them went on waiting for a CPU: on oversubscribed CPUs more calls would
+    only wait longer. A worker's first call, made while it starts, is not counted (the actor
+    may take long to start)."""
     config = trainer_config(algorithm="PPO", optimizer="AsyncSamples")
-    workers = SpyWorkerSet(TimedWorker, lambda index: {"sample_s": sample_s}, 6, 0.25)
+    timing = {"sample_s": sample_s, "cpu_wait_s": cpu_wait_s}
+    workers = SpyWorkerSet(TimedWorker, lambda index: timing, 6, 0.25)
     optimizer = AsyncSamplesOptimizer(workers, config)
     workers.local_worker.policy.learn_s = 0.05
 

@@ -1,15 +1,19 @@
 """The CPUs a process may use: its affinity, bounded by its cgroup's CPU quota (a Kubernetes CPU
 limit), so that a CNN learner in a pod limited to 2 CPUs on a big node runs 2 torch threads, not
-one per node CPU (see cpu_quota.py). The cgroup files are written here as the kernel shows them."""
+one per node CPU (see cpu_quota.py); and the seconds a thread waited for a CPU. The cgroup and
+schedstat files are written here as the kernel shows them, and the kernel's own read as well."""
 
 from __future__ import annotations
 
 import dataclasses
 import os
+import subprocess
+import sys
+import time
 
 import pytest
 
-from kuberl_trainer.cpu_quota import cpu_quota, usable_cpus
+from kuberl_trainer.cpu_quota import SCHEDSTAT, cpu_quota, cpu_wait_s, usable_cpus
 from kuberl_trainer.envs import SpaceInfo
 from kuberl_trainer.trainer import learner_torch_threads
 
@@ -76,3 +80,47 @@ def test_a_cnn_learner_in_a_pod_limited_to_2_cpus_runs_2_threads(tmp_path, monke
     )
     assert learner_torch_threads(dataclasses.replace(mlp, image=(4, 84, 84))) == 2
     assert learner_torch_threads(mlp) == 1  # an MLP learns on one thread anyway
+
+
+def test_the_cpu_wait_is_schedstats_second_field_in_seconds(tmp_path):
+    write(tmp_path / "schedstat", "5843021 1500000000 37\n")
+    assert cpu_wait_s(tmp_path / "schedstat") == 1.5
+
+
+@pytest.mark.parametrize("text", [None, "", "garbage here"])
+def test_an_unreadable_schedstat_counts_no_wait(tmp_path, text):
+    if text is not None:
+        write(tmp_path / "schedstat", text)
+    assert cpu_wait_s(tmp_path / "schedstat") == 0.0
+
+
+@pytest.mark.skipif(not SCHEDSTAT.exists(), reason="needs Linux's /proc/thread-self/schedstat")
+def test_a_thread_sharing_its_cpu_with_a_busy_process_waits_for_it():
+    """This thread and a busy process pinned to one CPU: while the thread does 0.2 s of work,
+    it waits for the CPU too, and its wait counts it (an idle machine would show none)."""
+    cpu = min(os.sched_getaffinity(0))
+    affinity = os.sched_getaffinity(0)
+    busy = subprocess.Popen(
+        [sys.executable, "-c", f"import os; os.sched_setaffinity(0, {{{cpu}}})\nwhile True: pass"]
+    )
+    try:
+        os.sched_setaffinity(0, {cpu})  # this thread only
+        waited_before, work_before = cpu_wait_s(), time.thread_time()
+        while time.thread_time() - work_before < 0.2:
+            pass
+        assert cpu_wait_s() - waited_before > 0.05
+    finally:
+        os.sched_setaffinity(0, affinity)
+        busy.kill()
+        busy.wait()
+
+
+@pytest.mark.skipif(not SCHEDSTAT.exists(), reason="needs Linux's /proc/thread-self/schedstat")
+def test_a_thread_that_sleeps_does_not_wait_for_a_cpu():
+    """Waiting on I/O or a timer is not waiting for a CPU: a slow env that sleeps keeps its
+    calls' time, and AsyncSamples keeps as many in flight as before. (Once awake, the thread may
+    wait for a CPU on a busy machine: that part may count.)"""
+    waited_before, start = cpu_wait_s(), time.perf_counter()
+    time.sleep(0.3)
+    waited = cpu_wait_s() - waited_before
+    assert time.perf_counter() - start - waited >= 0.3

@@ -1,5 +1,5 @@
 """The CPUs this process may use: those it may run on (its affinity), bounded by its cgroup's CPU
-quota, which is what a Kubernetes CPU limit becomes.
+quota, which is what a Kubernetes CPU limit becomes; and how long a thread waited for one.
 
 A learner's pod limited to 2 CPUs on a 64-core node has all 64 in its affinity. A CNN learner with
 64 torch threads there would get 2 CPUs' worth of time per scheduling period, used up by its
@@ -14,6 +14,7 @@ import os
 from pathlib import Path
 
 CGROUP = Path("/sys/fs/cgroup")
+SCHEDSTAT = Path("/proc/thread-self/schedstat")
 
 
 def usable_cpus(cgroup: Path | None = None) -> int:
@@ -38,3 +39,13 @@ def cpu_quota(cgroup: Path) -> float | None:
             continue
         return None if quota <= 0 or period <= 0 else quota / period
     return None
+
+
+def cpu_wait_s(schedstat: Path = SCHEDSTAT) -> float:
+    """Seconds the calling thread has spent runnable but waiting for a CPU (the second field of
+    Linux's schedstat), or 0.0 where that cannot be read: the part of a call's time that came
+    from sharing oversubscribed CPUs, not from its own work or its waits on I/O."""
+    try:
+        return int(schedstat.read_text().split()[1]) / 1e9
+    except (OSError, ValueError, IndexError):
+        return 0.0

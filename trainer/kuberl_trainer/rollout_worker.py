@@ -16,6 +16,7 @@ import numpy as np
 import torch
 
 from kuberl_trainer.config import AnyTrainerConfig
+from kuberl_trainer.cpu_quota import cpu_wait_s
 from kuberl_trainer.envs import encode_obs, episode_steps, job_space_info, make_vector_env
 from kuberl_trainer.normalization import Normalizer, make_normalizer
 from kuberl_trainer.policy.base import Policy, Stats, Weights
@@ -135,7 +136,7 @@ class RolloutWorker:
 
         The envs reset on the step after an episode's end (see `make_vector_env`); that step is
         marked invalid, so the policy learns nothing from it and it counts as no env step."""
-        start = time.perf_counter()
+        start, waited_before = time.perf_counter(), cpu_wait_s()
         if self.resetting.all():  # a window opening with every env's reset step could be empty
             raw_obs, *_ = self.envs.step(self.envs.action_space.sample())  # actions are ignored
             self.obs = self._observed(raw_obs)
@@ -187,6 +188,7 @@ class RolloutWorker:
             np.concatenate([np.zeros(0), *finished_returns]).astype(np.float32),
             np.concatenate([np.zeros(0, np.int64), *finished_lengths]),
             sample_s=time.perf_counter() - start,
+            cpu_wait_s=cpu_wait_s() - waited_before,
             normalization=self.normalizer.hand_over(),
         )
 

@@ -43,6 +43,10 @@ class SampleBatch:
     sample_s: float = 0.0
     """Seconds the worker took to sample it (its `sample()` call; 0 for a concatenation):
     AsyncSamples keeps as many calls in flight as its learner takes batches in that time."""
+    cpu_wait_s: float = 0.0
+    """Of sample_s, the seconds the sampling thread waited for a CPU (see cpu_quota.cpu_wait_s):
+    on CPUs shared by more processes than they hold, a call is slow because others run, and
+    more calls in flight would only slow each other and the learner down."""
     normalization: dict | None = None
     """With spec.trainer.normalization on, the statistics of what the remote worker that sampled
     the batch saw since its previous one (a NormalizationStats state), which the driver's

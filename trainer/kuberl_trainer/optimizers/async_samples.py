@@ -96,9 +96,11 @@ class AsyncSamplesOptimizer(PolicyOptimizer):
         self._last_return: dict[int, float] = {}  # worker index → when it last returned a batch
         self._last_call: dict[int, float] = {}  # worker index → when its latest call went out
         # Moving averages that size the calls in flight (calls_to_keep_in_flight), with the
-        # learner's own of its learn calls' seconds: a sample call's seconds on its worker, and
-        # the sample calls in a train batch.
+        # learner's own of its learn calls' seconds: a sample call's seconds on its worker less
+        # those it waited for a CPU, and the sample calls in a train batch. The calls' whole
+        # seconds set the patience with a straggler.
         self._sample_s: float | None = None
+        self._sampling_s: float | None = None
         self._calls_per_step = 1.0
 
     @property
@@ -144,9 +146,9 @@ class AsyncSamplesOptimizer(PolicyOptimizer):
         capacity = len(healthy) * self.requests_per_worker
         wanted = capacity
         learn_s = self.learner.call_s
-        if learn_s is not None and self._sample_s is not None:
+        if learn_s is not None and self._sampling_s is not None:
             wanted = calls_to_keep_in_flight(
-                self._sample_s, learn_s, self._calls_per_step, capacity
+                self._sampling_s, learn_s, self._calls_per_step, capacity
             )
         for index in sorted(healthy, key=lambda index: self._last_return.get(index, 0.0)):
             while in_flight < wanted and self.workers.in_flight(index) < self.requests_per_worker:
@@ -159,6 +161,9 @@ class AsyncSamplesOptimizer(PolicyOptimizer):
             arrived = self.workers.completed(timeout=_POLL_S)
         for index, batch in arrived:
             self._sample_s = moving_average(self._sample_s, batch.sample_s)
+            self._sampling_s = moving_average(
+                self._sampling_s, max(0.0, batch.sample_s - batch.cpu_wait_s)
+            )
             self._last_return[index] = time.monotonic()
         batches = [(batch, self._call_versions[index].popleft()) for index, batch in arrived]
         for index, versions in self._call_versions.items():
