@@ -15,7 +15,14 @@ batches older are dropped, never learned on.
 Since AsyncSamples keeps only the calls in flight that its learner takes (2-3 here, lag about
 3, where every worker sampling lagged 10-16), IMPALA 12 x 64 reached 475 within 0.34-2.97M env
 steps in 24 runs of 24 (seeds 0-23, two at a time; median 0.79M), against 0.39-4.0M with one of
-12 at its budget before, and APPO within 344-420k (seeds 0-3)."""
+12 at its budget before, and APPO within 344-420k (seeds 0-3).
+
+IMPALA's return still fell back on its way now and then, in a few runs to a policy of one action
+(a return of 9), and 2 runs of 68 were below 475 at 4M env steps. Since IMPALA's entropy bonus
+of 1e-3, and since AsyncSamples leaves a call's waits for a CPU out of its sampling time (with
+another busy process on the two cores, batches lagged about 9 learner steps; now 2), 12 x 64
+reached 475 within 0.52-1.91M env steps in 16 runs of 16, two at a time, and within 0.27-3.20M
+in 12 of 12 beside a busy process. The budget, 6M, is about twice the longest."""
 
 from pathlib import Path
 
@@ -42,7 +49,7 @@ def assert_lag_bounded(tmp_path: Path) -> None:
 
 
 @pytest.mark.parametrize("seed", [0, 1, 2])
-@pytest.mark.parametrize(("algorithm", "budget"), [("APPO", 1_500_000), ("IMPALA", 4_000_000)])
+@pytest.mark.parametrize(("algorithm", "budget"), [("APPO", 1_500_000), ("IMPALA", 6_000_000)])
 def test_12_workers_of_64_envs_reach_475(tmp_path, algorithm, budget, seed):
     stop = {"episodeReturnMean": 475, "timesteps": budget}
     result: TrainResult = train(tmp_path, algorithm, 12, 64, seed, stop=stop)

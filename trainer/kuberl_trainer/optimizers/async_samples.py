@@ -5,9 +5,13 @@ The workers keep as many sample calls in flight as the learner takes batches whi
 samples, plus one train batch's worth (at most `requests_in_flight_per_worker` per worker, the
 calls going to the workers idle longest): enough that the learner never waits for a batch, and no
 more, since a call beyond those only waits for the learner, and grows the lag of every batch by
-its turn. Until the learner's step and a call's sampling have been timed, every worker samples;
-a starting worker's first call, and the call of a worker that keeps it far longer than calls take
-(a hung env), are not counted, so that the others go on sampling meanwhile.
+its turn. A call's sampling is timed without the time its worker waited for a CPU: where more
+processes share the CPUs than they hold (12 workers, their learner and a busy process on 2
+cores), a call's wall time grows with the calls in flight, and counting it would ask for more
+calls still, until every worker sampled and batches lagged about 9 learner steps instead of 2.
+Until the learner's step and a call's sampling have been timed, every worker samples; a starting
+worker's first call, and the call of a worker that keeps it far longer than calls take (a hung
+env), are not counted, so that the others go on sampling meanwhile.
 
 Returned batches go to a learner thread behind a bounded queue, concatenated up to the policy's
 train_batch_size (one by one when it has none, as PPO). When the learner falls behind, the driver
@@ -238,11 +242,11 @@ def calls_to_keep_in_flight(
     sample_s: float, learn_s: float, calls_per_step: float, capacity: int
 ) -> int:
     """Sample calls to keep in flight, of the `capacity` the workers take, when a call samples
-    for `sample_s` seconds, a learn call takes `learn_s` and a train batch holds
-    `calls_per_step` calls: the calls the learner takes while one samples, plus one train
-    batch's. With 12 workers of 64 CartPole envs on 2 cores (a call samples in about half a learn
-    call), 2: batches lag about 3 learner steps where, every worker sampling, they lagged 10-16,
-    and the learner is as busy."""
+    for `sample_s` seconds (not counting its waits for a CPU), a learn call takes `learn_s` and a
+    train batch holds `calls_per_step` calls: the calls the learner takes while one samples, plus
+    one train batch's. With 12 workers of 64 CartPole envs on 2 cores (a call samples in about
+    half a learn call), 2: batches lag about 3 learner steps where, every worker sampling, they
+    lagged 10-16, and the learner is as busy."""
     steps_while_sampling = math.ceil(sample_s / learn_s) if learn_s > 0 else capacity
     return max(1, min(capacity, math.ceil(calls_per_step * (steps_while_sampling + 1))))
 
