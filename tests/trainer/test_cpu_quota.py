@@ -100,10 +100,10 @@ def test_a_thread_sharing_its_cpu_with_a_busy_process_waits_for_it():
     it waits for the CPU too, and its wait counts it (an idle machine would show none)."""
     cpu = min(os.sched_getaffinity(0))
     affinity = os.sched_getaffinity(0)
-    busy = subprocess.Popen(
-        [sys.executable, "-c", f"import os; os.sched_setaffinity(0, {{{cpu}}})\nwhile True: pass"]
-    )
+    spin = f"import os; os.sched_setaffinity(0, {{{cpu}}}); print(flush=True)\nwhile True: pass"
+    busy = subprocess.Popen([sys.executable, "-c", spin], stdout=subprocess.PIPE)
     try:
+        busy.stdout.readline()  # pinned, and spinning from now on
         os.sched_setaffinity(0, {cpu})  # this thread only
         waited_before, work_before = cpu_wait_s(), time.thread_time()
         while time.thread_time() - work_before < 0.2:
