@@ -98,8 +98,8 @@ def test_an_unreadable_schedstat_counts_no_wait(tmp_path, text):
 def test_a_thread_sharing_its_cpu_with_a_busy_process_waits_for_it():
     """This thread and a busy process pinned to one CPU: while the thread does 0.2 s of work,
     it waits for the CPU too, and its wait counts it (an idle machine would show none)."""
-    cpu = min(os.sched_getaffinity(0))
     affinity = os.sched_getaffinity(0)
+    cpu = min(affinity)
     spin = f"import os; os.sched_setaffinity(0, {{{cpu}}}); print(flush=True)\nwhile True: pass"
     busy = subprocess.Popen([sys.executable, "-c", spin], stdout=subprocess.PIPE)
     try:

@@ -42,7 +42,9 @@ class SampleBatch:
     in it); 0 where sampling and learning take turns. IMPALA splits a batch by it."""
     sample_s: float = 0.0
     """Seconds the worker took to sample it (its `sample()` call; 0 for a concatenation):
-    AsyncSamples keeps as many calls in flight as its learner takes batches in that time."""
+    AsyncSamples keeps as many calls in flight as its learner takes batches in that time less
+    cpu_wait_s, and counts a worker as held up once it has kept a call ten times that long (at
+    least 1 s)."""
     cpu_wait_s: float = 0.0
     """Of sample_s, the seconds the sampling thread waited for a CPU (see cpu_quota.cpu_wait_s):
     on CPUs shared by more processes than they hold, a call is slow because others run, and
