@@ -137,25 +137,19 @@ class LoopbackCluster:
         return {**self.env, "RAY_ADDRESS": self.address, RAY_CAPACITY_ENV: capacity.to_json()}
 
     def start_head(self) -> None:
-        ports = node_ports(head=True, taken=self._taken_ports)
-        self.head_port, self.dashboard_port = ports["port"], unused_port(self._taken_ports)
-        temp_dir = self._temp_dir("head")
-        command = ray_start_command(
-            temp_dir,
-            self.dashboard_port,
-            1,
-            ports,
-            (f"--object-store-memory={OBJECT_STORE_BYTES}",),
-        )
-        self.head = self._start("head", command)
-        self._wait(lambda: any(n.get("is_head_node") for n in self.alive_nodes()), self.head)
+        def command(temp_dir: str) -> list[str]:
+            ports = node_ports(head=True, taken=self._taken_ports)
+            self.head_port, self.dashboard_port = ports["port"], unused_port(self._taken_ports)
+            options = (f"--object-store-memory={OBJECT_STORE_BYTES}",)
+            return ray_start_command(temp_dir, self.dashboard_port, 1, ports, options)
+
+        def joined() -> bool:
+            return any(n.get("is_head_node") for n in self.alive_nodes())
+
+        self.head = self._start_joined("head", command, joined)
 
     def add_spot_node(self) -> RayNode:
-        """Start a worker node advertising one unit of `spot`; returns once Ray lists it alive.
-
-        `ray start` gives up when its raylet has not registered within a fixed 30 s, which an
-        overloaded machine can take: a node that exits so is started again, on fresh ports, up
-        to START_ATTEMPTS times in all."""
+        """Start a worker node advertising one unit of `spot`; returns once Ray lists it alive."""
         name = f"spot-{len(self.spot_nodes) + 1}"
         options = (
             f"--address={self.address}",
@@ -163,23 +157,48 @@ class LoopbackCluster:
             f"--resources={json.dumps({SPOT: 1})}",
             f"--object-store-memory={OBJECT_STORE_BYTES}",
         )
+
+        def command(temp_dir: str) -> list[str]:
+            return ray_node_command(
+                temp_dir, 1, node_ports(head=False, taken=self._taken_ports), options
+            )
+
+        def joined() -> bool:
+            return any(n.get("node_name") == name for n in self.alive_nodes())
+
+        node = self._start_joined(name, command, joined, self.spot_nodes)
+        node.joined = True
+        return node
+
+    def _start_joined(
+        self,
+        name: str,
+        command: Callable[[str], list[str]],
+        joined: Callable[[], bool],
+        started: list[RayNode] | None = None,
+    ) -> RayNode:
+        """Start node `name` (`command(temp_dir)`, on fresh ports each time) until `joined()`.
+
+        `ray start` gives up when its raylet has not registered within a fixed 30 s, which an
+        overloaded machine can take: a node that exits so is started again, up to
+        START_ATTEMPTS times in all. Each node started is appended to `started`, so that
+        `stop` ends it whatever happens."""
         for attempt in range(1, START_ATTEMPTS + 1):
-            ports = node_ports(head=False, taken=self._taken_ports)
-            temp_dir = self._temp_dir(name if attempt == 1 else f"{name}-{attempt}")
-            node = self._start(name, ray_node_command(temp_dir, 1, ports, options))
-            self.spot_nodes.append(node)
+            node = self._start(
+                name, command(self._temp_dir(name if attempt == 1 else f"{name}-{attempt}"))
+            )
+            if started is not None:
+                started.append(node)
             try:
-                self._wait(
-                    lambda: any(n.get("node_name") == name for n in self.alive_nodes()), node
-                )
-                break
+                self._wait(joined, node)
+                return node
             except RuntimeError:
                 if node.process.poll() is None or attempt == START_ATTEMPTS:
                     raise
                 node.stop()  # whatever it started before giving up
-                self.spot_nodes.remove(node)
-        node.joined = True
-        return node
+                if started is not None:
+                    started.remove(node)
+        raise AssertionError("unreachable")
 
     def live_spot_nodes(self) -> list[RayNode]:
         """The spot nodes that have joined and were not killed, oldest first."""

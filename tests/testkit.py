@@ -96,6 +96,17 @@ def wait_until(condition, timeout: float = 10, what: str = "", interval: float =
     return result
 
 
+def all_started(workers, timeout: float = 120):
+    """Wait until every remote worker of `workers` (a WorkerSet) has started. No more start at
+    once than the Ray cluster has CPUs to spare (one at a time on ray_local's two, beside the
+    learner's), so a test of what running workers do waits for all of them first."""
+    wait_until(
+        lambda: len(workers.healthy_indices) == workers.num_remote,
+        timeout,
+        what="every remote worker to start",
+    )
+
+
 def rljob(
     name: str,
     *,

@@ -235,13 +235,14 @@ def test_killed_remote_worker_is_replaced_and_training_finishes(tmp_path):
     job = manifest(
         tmp_path,
         trainer={"stop": {"iterations": 25}},
-        rolloutWorkers={"replicas": 2, "cpusPerWorker": 0.5},
+        # One: a second would start once the first had, and might still be starting below.
+        rolloutWorkers={"replicas": 1, "cpusPerWorker": 0.5},
     )
     run_dir = tmp_path / "run"
     process = start(job, run_dir)
     wait_for_rows(run_dir, 3, process, timeout=180)
     workers = ray_rollout_workers(process.pid)
-    assert len(workers) == 2, workers
+    assert len(workers) == 1, workers
     os.kill(workers[0], signal.SIGKILL)
     output, _ = process.communicate(timeout=300)
     assert process.returncode == 0, output

@@ -12,7 +12,7 @@ from mock_worker import MockWorker
 from kuberl_trainer.optimizers.async_gradients import AsyncGradientsOptimizer
 from kuberl_trainer.rollout_worker import Gradients
 from kuberl_trainer.worker_set import WorkerSet
-from testkit import trainer_config
+from testkit import all_started, trainer_config
 
 ROWS = 10
 
@@ -82,6 +82,7 @@ def test_each_gradient_is_applied_once_and_answered_with_weights_to_its_worker_o
         GradientWorker, lambda index: {"index": index}, num_remote=2, cpus_per_worker=0.5
     )
     try:
+        all_started(workers)
         optimizer = AsyncGradientsOptimizer(workers, config(requests_in_flight))
         for _ in range(10):
             # At least one gradient per worker: every one that has arrived is applied.
@@ -92,10 +93,11 @@ def test_each_gradient_is_applied_once_and_answered_with_weights_to_its_worker_o
         assert workers.most_in_flight == {1: requests_in_flight, 2: requests_in_flight}
 
         for index, calls, received in workers.foreach_remote("report"):
-            # The start's broadcast (version 0), then after each of its own gradients the version
-            # that gradient made, and nothing after anyone else's.
+            # The start's broadcast (version 0; worker 2, started once worker 1 had, took it as it
+            # joined too), then after each of its own gradients the version that gradient made,
+            # and nothing after anyone else's.
             own = [version for version, (w, _) in enumerate(applied, start=1) if w == index]
-            assert received == [0, *own]
+            assert received == [0] * index + own
             # Its gradients were applied in the order it computed them; the calls beyond them
             # are still in flight.
             assert [c for w, c in applied if w == index] == list(range(1, len(own) + 1))

@@ -12,6 +12,7 @@ import threading
 import numpy as np
 import pytest
 from mock_worker import MockWorker
+from test_lost_workers import NoneReady
 
 from kuberl_trainer.optimizers.async_replay import AsyncReplayOptimizer
 from kuberl_trainer.optimizers.learner_thread import LearnerError
@@ -283,6 +284,23 @@ def test_training_intensity_holds_replay_to_sampling(ray_local):
         # on the workers (2 each) and the learner's queue.
         assert replayed <= 2 * sampled + call
         assert replayed >= 2 * (sampled - 2 * 2 * ROWS) - (QUEUE + 1) * call
+    finally:
+        stop(optimizer)
+
+
+def test_training_intensity_holds_the_local_worker_while_no_remote_one_is_up(ray_local):
+    """As after losing every worker, or while they start: the local worker samples, and no faster
+    than replay keeps up with (unheld, it spent a job's 150k env steps in seconds)."""
+    kwargs = {"index": 0, "release": None, "fail": False}
+    workers = NoneReady(SamplingWorker, lambda index: kwargs, num_remote=0)
+    optimizer = CheckedAsyncReplay(workers, config(training_intensity=2.0))
+    try:
+        wait_until(lambda: optimizer.step() and workers.local_worker.policy.steps >= 100, 120)
+        sampled = optimizer.counters.steps_sampled
+        call = PER_CALL * BATCH
+        replayed = sum(r["replays"] for r in shard_reports(ray_local, optimizer)) * call
+        assert replayed <= 2 * sampled + call
+        assert replayed >= 2 * (sampled - ROWS) - (QUEUE + 1) * call
     finally:
         stop(optimizer)
 

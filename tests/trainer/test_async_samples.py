@@ -21,7 +21,7 @@ from kuberl_trainer.optimizers.learner_thread import LearnerError, LearnerThread
 from kuberl_trainer.rollout_worker import RolloutWorker
 from kuberl_trainer.sample_batch import SampleBatch
 from kuberl_trainer.worker_set import WorkerSet
-from testkit import trainer_config, wait_until
+from testkit import all_started, trainer_config, wait_until
 
 ROWS = 10
 
@@ -72,6 +72,9 @@ class MockWorker:
 
     def set_weights(self, weights, global_timesteps):
         self.received.append(int(weights["w"][0]))
+
+    def get_weights(self):  # the local worker's, for a remote worker that joins later
+        return self.policy.get_weights()
 
     def report(self):
         return self.samples, self.received
@@ -173,6 +176,8 @@ def test_local_only_samples_with_the_learners_policy_and_learns_every_batch():
 def test_calls_stay_in_flight_and_weights_go_only_to_the_worker_that_returned(ray_local):
     workers, optimizer = make_optimizer(2, requests_in_flight_per_worker=3, broadcast_interval=2)
     try:
+        all_started(workers)  # worker 2 took the policy as built when it joined: a put of its own
+        joined = len(workers.puts)
         sampled = 0
         while optimizer.learner.num_steps < 30:
             sampled += optimizer.step().steps_sampled
@@ -191,9 +196,11 @@ def test_calls_stay_in_flight_and_weights_go_only_to_the_worker_that_returned(ra
                 last_version[index] = version
         sent = Counter(event[0] for event in workers.log)["weights"]
         assert sent > 2, "no worker ever got fresh weights"
-        assert len(workers.puts) == len(set(workers.puts))  # one put per version
+        puts = workers.puts[joined:]
+        assert len(puts) == len(set(puts))  # one put per version
         for index, (_, received) in zip((1, 2), workers.foreach_remote("report"), strict=True):
-            assert received == [e[2] for e in workers.log if e[:2] == ("weights", index)]
+            sent = [e[2] for e in workers.log if e[:2] == ("weights", index)]
+            assert received == [0] * (index - 1) + sent
     finally:
         stopped(workers, optimizer)
 

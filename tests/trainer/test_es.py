@@ -23,7 +23,7 @@ from kuberl_trainer.optimizers.perturbations import (
 from kuberl_trainer.policy.es import ESPolicy, ObservationStats, noise_rows, noise_table
 from kuberl_trainer.rollout_worker import RolloutWorker
 from kuberl_trainer.worker_set import WorkerSet
-from testkit import progress_rows, trainer_config
+from testkit import all_started, progress_rows, trainer_config
 
 NOISE_SIZE = 100_000
 
@@ -221,6 +221,7 @@ def test_remote_workers_share_one_noise_table_and_the_step_waits_for_every_call(
         calls.append((index, args)) or call(index, method, *args)
     )
     try:
+        all_started(workers)
         optimizer = PerturbationsOptimizer(workers, config)
         for _ in range(2):
             result = optimizer.step()

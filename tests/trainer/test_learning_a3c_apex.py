@@ -41,10 +41,10 @@ def test_a3c_keeps_learning_through_a_killed_worker(tmp_path, monkeypatch):
     monkeypatch.setattr(algorithms, "optimizer_class", lambda config: killing)
     result = train(tmp_path, "A3C", target=200)
     assert result.stopped_by == "episodeReturnMean>=200", result
-    last = progress_rows(tmp_path)[-1]
-    assert last["worker_restarts"] >= 1
+    rows = progress_rows(tmp_path)
+    assert rows[-1]["worker_restarts"] >= 1
     # Two workers: each applies gradients computed on weights the other's have since changed.
-    assert last["policy_lag"] > 0
+    assert max(row["policy_lag"] for row in rows) > 0
 
 
 def test_apex_cartpole_reaches_400(tmp_path):

@@ -25,7 +25,7 @@ from kuberl_trainer.progress_row import (
 )
 from kuberl_trainer.rollout_worker import RolloutWorker
 from kuberl_trainer.worker_set import WorkerSet
-from testkit import trainer_config, wait_until
+from testkit import all_started, trainer_config, wait_until
 
 
 @ray.remote(num_cpus=0, resources={"spot": 1})
@@ -50,6 +50,7 @@ def test_local_worker_samples_while_replacements_wait_for_room_then_they_join(ra
     local = workers.local_worker
     holders = []
     try:
+        all_started(workers)
         assert len(workers.sample()) == 2 and local.calls["sample"] == 0
         assert workers.downtime_s == 0
         for pid in workers.foreach_remote("pid"):  # both "nodes" lost, their room taken

@@ -20,7 +20,7 @@ from kuberl_trainer.policy.ppo import PPOPolicy
 from kuberl_trainer.rollout_worker import RolloutWorker
 from kuberl_trainer.trainer import Trainer
 from kuberl_trainer.worker_set import WorkerSet
-from testkit import trainer_config
+from testkit import all_started, trainer_config
 
 ON = {"observations": True, "rewards": True}
 EXAMPLES = Path(__file__).parents[2] / "deploy" / "examples"
@@ -125,6 +125,7 @@ def test_statistics_travel_with_the_weights_to_remote_workers(ray_local):
 
     workers = WorkerSet(RolloutWorker, kwargs, num_remote=2, cpus_per_worker=0.5)
     try:
+        all_started(workers)
         optimizer = SyncSamplesOptimizer(workers, config)
         optimizer.step()
         driver = workers.normalization.state()
@@ -164,6 +165,7 @@ def test_asynchronous_optimizers_send_the_statistics_with_their_weights(
     trainer.build()
     try:
         workers = trainer.optimizer.workers
+        all_started(workers)
         for _ in range(20):
             trainer.step()
             received = received_statistics(ray_local, workers)

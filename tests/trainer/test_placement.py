@@ -15,7 +15,7 @@ from kuberl_trainer.resources import (
     rollout_workers_request,
 )
 from kuberl_trainer.worker_set import WorkerSet
-from testkit import trainer_config, wait_until
+from testkit import all_started, trainer_config, wait_until
 
 SPOT = 2  # units of `spot` the node advertises
 
@@ -36,6 +36,7 @@ def test_workers_requiring_spot_are_placed_and_hold_it(ray_spot):
         MockWorker, lambda index: {}, num_remote=2, cpus_per_worker=0.5, ray_resources={"spot": 1}
     )
     try:
+        all_started(workers)
         assert len(workers.foreach_remote("pid")) == 2  # both placed and answering
         wait_until(lambda: ray_spot.available_resources().get("spot", 0) == 0, timeout=30)
     finally:

@@ -14,7 +14,7 @@ from kuberl_trainer.optimizers.sync_replay import SyncReplayOptimizer
 from kuberl_trainer.optimizers.sync_samples import SyncSamplesOptimizer
 from kuberl_trainer.sample_batch import SampleBatch
 from kuberl_trainer.worker_set import WorkerSet
-from testkit import trainer_config, wait_until
+from testkit import all_started, trainer_config, wait_until
 
 TIMEOUT = 0.3  # seconds; the fast worker is always waited for, so nothing races this
 STARTUP = 300  # seconds allowed for actors to start (import torch) on a loaded machine
@@ -96,6 +96,7 @@ def test_a_step_learns_without_the_stragglers_and_never_on_their_late_batches(ra
     gate = Gate.remote()
     workers = gated_workers(gate, gated={2, 3})
     try:
+        all_started(workers)
         optimizer = SyncSamplesOptimizer(workers, timeout_config())
         learned = workers.local_worker.policy.learned
 
@@ -123,6 +124,7 @@ def test_without_a_timeout_every_worker_is_waited_for(ray_local):
     gate = Gate.remote()
     workers = gated_workers(gate, gated={2})
     try:
+        all_started(workers)
         optimizer = SyncSamplesOptimizer(workers, trainer_config(algorithm="PPO"))
         results = []
         stepping = threading.Thread(target=lambda: results.append(optimizer.step()))
@@ -144,6 +146,7 @@ def test_sync_replay_keeps_the_stragglers_batches_out_of_its_buffer(ray_local):
     gate = Gate.remote()
     workers = gated_workers(gate, gated={2}, replicas=2)
     try:
+        all_started(workers)
         config = timeout_config("DQN", learning_starts=1_000_000)  # fill only, never learn
         optimizer = SyncReplayOptimizer(workers, config)
         optimizer.step()

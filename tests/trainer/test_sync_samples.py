@@ -15,6 +15,7 @@ from kuberl_trainer.optimizers.sync_samples import SyncSamplesOptimizer
 from kuberl_trainer.rollout_worker import RolloutWorker
 from kuberl_trainer.sample_batch import SampleBatch
 from kuberl_trainer.worker_set import WorkerSet
+from testkit import all_started
 
 ROWS = 10
 
@@ -80,17 +81,20 @@ def test_local_only_samples_and_learns_once_per_step_without_broadcasting():
 def test_remote_workers_get_one_broadcast_and_one_sample_call_per_step(ray_local):
     workers = WorkerSet(MockWorker, lambda index: {}, num_remote=2, cpus_per_worker=0.5)
     try:
+        all_started(workers)
         optimizer = SyncSamplesOptimizer(workers, config=None)
         for _ in range(3):
             result = optimizer.step()
         local = workers.local_worker
-        # one get_weights → one ray.put per step, however many workers there are
-        assert local.calls == Counter(get_weights=3)
+        # one get_weights → one ray.put per step, however many workers there are (and one for
+        # worker 2, which joined once worker 1 had started)
+        assert local.calls == Counter(get_weights=1 + 3)
         assert local.policy.learned == [2 * ROWS] * 3  # the batches of both workers, together
-        for calls, received in workers.foreach_remote("report"):
-            assert calls == {"set_weights": 3, "sample": 3}
+        for index, (calls, received) in enumerate(workers.foreach_remote("report"), 1):
+            joined = index > 1  # started once worker 1 had: it took the weights as it joined
+            assert calls == {"set_weights": 3 + joined, "sample": 3}
             # step k broadcasts the weights after k updates and the steps sampled so far
-            assert received == [(0.0, 0), (1.0, 2 * ROWS), (2.0, 4 * ROWS)]
+            assert received == [(0.0, 0)] * joined + [(0.0, 0), (1.0, 2 * ROWS), (2.0, 4 * ROWS)]
         assert result.steps_sampled == 2 * ROWS
         assert optimizer.counters.steps_sampled == 6 * ROWS
     finally:
@@ -132,7 +136,7 @@ def test_replacements_that_fail_to_start_are_retried_without_counting_again(
         # meanwhile. (The replacement that joins below is the retry.)
         deadline = time.monotonic() + 300  # the condition ends the wait: a busy machine is slow
         with caplog.at_level(logging.WARNING, logger="kuberl_trainer.worker_set"):
-            while "replacement rollout worker 1 failed" not in caplog.text:
+            while "starting rollout worker 1 failed" not in caplog.text:
                 assert time.monotonic() < deadline, "no replacement was ever started"
                 assert optimizer.step().steps_sampled == ROWS
         assert workers.restarts == 1 and not workers.remote_workers

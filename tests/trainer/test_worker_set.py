@@ -9,7 +9,7 @@ from kuberl_trainer.optimizers.sync_samples import SyncSamplesOptimizer
 from kuberl_trainer.policy.ppo import PPOPolicy
 from kuberl_trainer.rollout_worker import RolloutWorker
 from kuberl_trainer.worker_set import WorkerSet
-from testkit import trainer_config
+from testkit import all_started, trainer_config
 
 ROLLOUT, ENVS = 16, 2
 BATCH = ROLLOUT * ENVS  # env steps of a worker's batch at most (less the envs' reset steps)
@@ -23,6 +23,7 @@ def test_killed_worker_is_replaced_and_training_continues(ray_local):
 
     workers = WorkerSet(RolloutWorker, kwargs, num_remote=2, cpus_per_worker=0.5)
     try:
+        all_started(workers)
         optimizer = SyncSamplesOptimizer(workers, config)
         assert BATCH < optimizer.step().steps_sampled <= 2 * BATCH  # both workers' batches
         victim = ray_local.get(workers.remote_workers[0].pid.remote())

@@ -13,6 +13,12 @@ the batch arrives (`completed`, which every remote call's result passes), and th
 statistics travel with the weights: each `put_weights` puts a copy beside them, and every weight
 call (`send_weights`, a replacement's first) hands both to the worker.
 
+Start-up: at most as many remote workers start at once as the Ray cluster has CPUs to spare
+(`startup_slots`: its CPUs, less the one the learner takes where it shares a node with them),
+the others as those have started. Starting one takes a CPU for over a second (Python, Ray and
+torch imported), so workers started all at once on a laptop share its CPUs and all come late;
+one at a time, training starts with the first and the others join as replacements do.
+
 Calls on remote workers go through one task pool (`call`, `completed`): the synchronous
 `sample()` and the asynchronous optimizers alike, so a dead worker's calls are dropped, the worker
 replaced and the loss counted in one place.
@@ -66,7 +72,8 @@ class WorkerSet:
         self._worker_kwargs = worker_kwargs
         self._remote_class = None
         self._healthy: dict[int, Any] = {}  # index → actor handle ready to sample
-        self._starting: dict[int, tuple[Any, Any]] = {}  # index → (handle, ready ref)
+        # index → (handle, its first call's ref: the weight sync, the weights it sent)
+        self._starting: dict[int, tuple[Any, Any, Any]] = {}
         self._in_flight: dict[Any, int] = {}  # object ref of a call → index of its worker
         self._calls: Counter[int] = Counter()  # worker index → its calls in flight
         self._abandoned: set[Any] = set()  # calls whose results nobody wants (stragglers)
@@ -79,6 +86,11 @@ class WorkerSet:
         self._weights_ref = None
         self._global_timesteps = 0
         self._torch_threads = max(1, int(cpus_per_worker))
+        # Remote workers not started yet, and those started first (healthy at once) whose actor
+        # is still being constructed, with its ready ref: at most _max_starting start at once.
+        self._queued: list[int] = []
+        self._first_starting: dict[int, Any] = {}
+        self._max_starting = 1
         # What the remote workers ask of the Ray cluster: an optimizer that places actors of
         # its own checks them together with these (`check_resources`).
         self.resource_requests: list[ResourceRequest] = []
@@ -93,13 +105,13 @@ class WorkerSet:
             self._remote_class = worker_class.as_remote(num_cpus=cpus_per_worker).options(
                 scheduling_strategy="SPREAD", resources=resources
             )
-            for index in range(1, num_remote + 1):
-                self._healthy[index] = self._start_remote(index)
-                self._last_heard[index] = time.monotonic()
+            self._max_starting = _startup_slots()
+            self._queued = list(range(1, num_remote + 1))
+            self._launch_queued(first=True)
 
     @property
     def num_remote(self) -> int:
-        return len(self._healthy) + len(self._starting)
+        return len(self._healthy) + len(self._starting) + len(self._queued)
 
     @property
     def remote_workers(self) -> list:
@@ -331,13 +343,38 @@ class WorkerSet:
         self.restarts += 1
         self._start_replacement(index)
 
+    def _launch_queued(self, first: bool = False) -> None:
+        """Start queued workers while fewer than `_max_starting` are starting (`startup_slots`).
+        Starting a worker is CPU-bound (Python, Ray and torch imported: 1.6 CPU-seconds on a
+        2-core VM), and workers that start together share the CPUs: 12 at once on 2 cores
+        answered their first call after 12 s, beside a learner that had nothing to learn on.
+        Those started `first` are healthy at once, so the first step waits for their batches as
+        for any; the others join in the background (`_starting`) while training goes on with
+        the workers already up."""
+        import ray
+
+        if self._first_starting:
+            refs = list(self._first_starting.values())
+            done, _ = ray.wait(refs, num_returns=len(refs), timeout=0)
+            for index in [i for i, ref in self._first_starting.items() if ref in done]:
+                del self._first_starting[index]
+        while self._queued and len(self._starting) + len(self._first_starting) < self._max_starting:
+            index = self._queued.pop(0)
+            if first:
+                handle = self._healthy[index] = self._start_remote(index)
+                self._first_starting[index] = handle.__ray_ready__.remote()
+                self._last_heard[index] = time.monotonic()
+            else:
+                self._start_replacement(index)
+
     def _start_replacement(self, index: int) -> None:
         """A new actor for slot `index`; it joins the healthy ones once its first call (the
         weight sync) has returned, so sampling never waits for it."""
         handle = self._start_remote(index)
         if self._weights_ref is None:
             self.put_weights(self.local_worker.get_weights(), self._global_timesteps)
-        self._starting[index] = (handle, self._set_weights(handle, self._weights_ref))
+        sent = self._weights_ref
+        self._starting[index] = (handle, self._set_weights(handle, sent), sent)
 
     def _start_remote(self, index: int):
         return self._remote_class.remote(
@@ -345,12 +382,13 @@ class WorkerSet:
         )
 
     def _promote_started_workers(self) -> None:
-        """Move replacements whose first call (the weight sync) finished into the healthy set."""
-        if not self._starting:
+        """Move replacements and queued workers whose first call (the weight sync) finished into
+        the healthy set, and start more queued ones in their place."""
+        if not self._starting and not self._queued:
             return
         import ray
 
-        for index, (handle, ready) in list(self._starting.items()):
+        for index, (handle, ready, sent) in list(self._starting.items()):
             done, _ = ray.wait([ready], timeout=0)
             if not done:
                 continue
@@ -359,15 +397,16 @@ class WorkerSet:
                 ray.get(ready)
             except _worker_lost() as exc:
                 # The same loss, retried: not a new restart.
-                log.warning("replacement rollout worker %d failed (%s); retrying", index, exc)
+                log.warning("starting rollout worker %d failed (%s); retrying", index, exc)
                 self._start_replacement(index)
                 continue
-            # Weights may have moved on while it started.
-            self._set_weights(handle, self._weights_ref)
+            if self._weights_ref is not sent:  # they moved on while it started
+                self._set_weights(handle, self._weights_ref)
             self._healthy[index] = handle
             now = time.monotonic()
             self._downtime_ended_s += now - self._down_since.pop(index, now)
             self._last_heard[index] = now
+        self._launch_queued()
 
     def stop(self) -> None:
         self.local_worker.close()
@@ -375,15 +414,33 @@ class WorkerSet:
             return
         import ray
 
-        for handle in [*self._healthy.values(), *(h for h, _ in self._starting.values())]:
+        for handle in [*self._healthy.values(), *(h for h, _, _ in self._starting.values())]:
             ray.kill(handle)
         self._healthy.clear()
         self._starting.clear()
+        self._queued.clear()
+        self._first_starting.clear()
         self._in_flight.clear()
         self._calls.clear()
         self._abandoned.clear()
         self._last_heard.clear()
         self._down_since.clear()
+
+
+def _startup_slots() -> int:
+    """How many remote workers may start at once: the Ray cluster's CPUs, less one where the
+    driver's own node has CPUs in Ray (a local Ray: its learner needs one), and at least 1."""
+    import ray
+
+    node = ray.get_runtime_context().get_node_id()
+    own = sum(n["Resources"].get("CPU", 0) for n in ray.nodes() if n["NodeID"] == node)
+    return startup_slots(ray.cluster_resources().get("CPU", 0), own)
+
+
+def startup_slots(cluster_cpus: float, driver_node_cpus: float) -> int:
+    """Remote workers that may start at once (see WorkerSet._launch_queued): 1 on a 2-CPU
+    laptop, 12 on a cluster of 12 one-CPU worker pods beside a head that offers Ray no CPUs."""
+    return max(1, int(cluster_cpus) - (1 if driver_node_cpus >= 1 else 0))
 
 
 def _worker_lost() -> tuple[type[Exception], ...]:

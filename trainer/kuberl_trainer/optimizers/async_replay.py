@@ -100,7 +100,10 @@ class AsyncReplayOptimizer(PolicyOptimizer):
         batches: list[tuple[int, SampleBatch]] = []
         learned: list[dict[str, float]] = []
         while len(batches) < self.workers.num_remote:
-            if not self._request_samples():  # no remote worker up: the local one samples
+            # No remote worker up (lost, or still starting): the local one samples, held back
+            # by training_intensity as they are, or it would spend the job's env steps in
+            # seconds while the learner took a few steps.
+            if not self._request_samples() and not self._replay_behind():
                 self.workers.refresh_local_copy(lock=self.learner.lock)
                 batch = self.workers.local_worker.sample()
                 self._add(batch, len(batch))
