@@ -114,7 +114,7 @@ def test_policy_lag_counts_the_gradients_applied_since_a_workers_weights(
         GradientWorker, lambda index: {"index": index}, num_remote=2, cpus_per_worker=0.5
     )
     try:
-        workers.foreach_remote("pid")  # both started: neither's gradients wait for its process
+        all_started(workers)  # neither's gradients wait for its process; both hold the weights
         optimizer = AsyncGradientsOptimizer(workers, config(requests_in_flight))
         applied = workers.local_worker.policy.applied
         lags = []

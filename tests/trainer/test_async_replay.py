@@ -22,7 +22,7 @@ from kuberl_trainer.replay_shard import ReplayShard
 from kuberl_trainer.rollout_worker import RolloutWorker
 from kuberl_trainer.sample_batch import SampleBatch
 from kuberl_trainer.worker_set import WorkerSet
-from testkit import trainer_config, wait_until
+from testkit import all_started, trainer_config, wait_until
 
 ROWS = 10
 BATCH = 4
@@ -202,14 +202,16 @@ def test_weights_go_to_a_returning_worker_every_broadcast_interval(ray_local, in
     optimizer = make(ray_local, optimizer_config={"broadcastInterval": interval})
     learner = optimizer.workers.local_worker.policy
     try:
+        all_started(optimizer.workers)  # worker 2 joined with the weights as built: version 0
 
         def received():
             optimizer.step()
             return [received for _, _, received in optimizer.workers.foreach_remote("report")]
 
         wait_until(lambda: all(len(r) >= 4 for r in received()), timeout=120, what="4 pushes")
-        for versions in received():
-            assert versions[0] == 0  # the start's broadcast
+        for index, versions in enumerate(received(), 1):
+            assert versions[:index] == [0] * index  # the start's broadcast (and worker 2's join)
+            versions = versions[index - 1 :]
             assert (np.diff(versions) >= interval).all(), versions
         assert learner.steps >= 3 * interval
     finally:
