@@ -146,7 +146,11 @@ class LoopbackCluster:
         def joined() -> bool:
             return any(n.get("is_head_node") for n in self.alive_nodes())
 
-        self.head = self._start_joined("head", command, joined)
+        started: list[RayNode] = []
+        try:
+            self._start_joined("head", command, joined, started)
+        finally:  # a head still running after a failed start is stopped with the cluster too
+            self.head = started[-1] if started else None
 
     def add_spot_node(self) -> RayNode:
         """Start a worker node advertising one unit of `spot`; returns once Ray lists it alive."""
@@ -175,7 +179,7 @@ class LoopbackCluster:
         name: str,
         command: Callable[[str], list[str]],
         joined: Callable[[], bool],
-        started: list[RayNode] | None = None,
+        started: list[RayNode],
     ) -> RayNode:
         """Start node `name` (`command(temp_dir)`, on fresh ports each time) until `joined()`.
 
@@ -187,8 +191,7 @@ class LoopbackCluster:
             node = self._start(
                 name, command(self._temp_dir(name if attempt == 1 else f"{name}-{attempt}"))
             )
-            if started is not None:
-                started.append(node)
+            started.append(node)
             try:
                 self._wait(joined, node)
                 return node
@@ -196,8 +199,7 @@ class LoopbackCluster:
                 if node.process.poll() is None or attempt == START_ATTEMPTS:
                     raise
                 node.stop()  # whatever it started before giving up
-                if started is not None:
-                    started.remove(node)
+                started.remove(node)
         raise AssertionError("unreachable")
 
     def live_spot_nodes(self) -> list[RayNode]:
