@@ -9,8 +9,11 @@ IMPALA 12 x 64 within 0.77-1.15M alone; with the current defaults 19 runs of 20 
 3.0M (with the earlier defaults, one run of 17 was at 73 after 4M); seeds 0-5 again with two
 such runs at once (load average 29-44), all within 0.63-1.09M; Ape-X with 12 workers of 8
 envs reached 400 at 141-151k (84-99 s: its learner is the ceiling), A3C with 8 at 46-48k (seeds
-0-1, beside another run). The policy lag each progress row reports stays within maxPolicyLag (32):
-batches older are dropped, never learned on.
+0-1, beside another run). Since workers start one at a time on 2 cores, Ape-X's in the order of
+APEXPolicy.worker_start_order: 400 at 83-202k env steps (14-31 s, seeds 0-2), 79-125k (21-29 s,
+seeds 0-3) beside a busy process; in index order, one run in a full suite ended at 400k and 33x
+with its reported (least exploring) workers only just started. The policy lag each progress row
+reports stays within maxPolicyLag (32): batches older are dropped, never learned on.
 
 Since AsyncSamples keeps only the calls in flight that its learner takes (2-3 here, lag about
 3, where every worker sampling lagged 10-16), IMPALA 12 x 64 reached 475 within 0.34-2.97M env

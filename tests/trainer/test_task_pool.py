@@ -134,6 +134,16 @@ def test_workers_start_one_at_a_time_where_the_learner_shares_two_cpus(ray_local
         workers.stop()
 
 
+def test_workers_start_in_the_order_given(ray_local):
+    workers = LaunchRecording(MockWorker, lambda index: {}, 3, 0.25, start_order=[3, 1, 2])
+    try:
+        assert workers.healthy_indices == [3] and workers.num_remote == 3
+        all_started(workers)
+        assert workers.launched == [3, 1, 2] and sorted(workers.healthy_indices) == [1, 2, 3]
+    finally:
+        workers.stop()
+
+
 def test_as_many_workers_start_at_once_as_cpus_not_the_learners():
     assert startup_slots(cluster_cpus=2, driver_node_cpus=2) == 1  # a laptop's local Ray
     assert startup_slots(cluster_cpus=1, driver_node_cpus=1) == 1

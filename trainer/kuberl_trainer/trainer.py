@@ -174,6 +174,7 @@ class Trainer:
             self.rollout.replicas,
             self.rollout.cpus_per_worker,
             self.rollout.ray_resources,
+            policy_class.worker_start_order(self.rollout.replicas),
         )
 
     # -- iterations ---------------------------------------------------------------------------

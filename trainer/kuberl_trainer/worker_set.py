@@ -17,7 +17,8 @@ Start-up: at most as many remote workers start at once as the Ray cluster has CP
 (`startup_slots`: its CPUs, less the one the learner takes where it shares a node with them),
 the others as those have started. Starting one takes a CPU for over a second (Python, Ray and
 torch imported), so workers started all at once on a laptop share its CPUs and all come late;
-one at a time, training starts with the first and the others join as replacements do.
+one at a time, training starts with the first and the others join as replacements do, in the
+order the policy gives (`Policy.worker_start_order`: Ape-X's span its exploration rates).
 
 Calls on remote workers go through one task pool (`call`, `completed`): the synchronous
 `sample()` and the asynchronous optimizers alike, so a dead worker's calls are dropped, the worker
@@ -37,7 +38,7 @@ from __future__ import annotations
 import logging
 import time
 from collections import Counter
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from contextlib import AbstractContextManager
 from typing import TYPE_CHECKING, Any
 
@@ -60,11 +61,14 @@ class WorkerSet:
         num_remote: int,
         cpus_per_worker: float = 1.0,
         ray_resources: Mapping[str, float] | None = None,
+        start_order: Sequence[int] | None = None,
     ):
         """`worker_kwargs(index)` gives the constructor arguments of worker `index` (0 is the
         local worker, 1.. the remote ones), so every worker gets its own seed. `ray_resources`
         are custom Ray resources each remote worker requires (`{"spot": 1}` pins them to the
-        nodes that advertise `spot`)."""
+        nodes that advertise `spot`). `start_order` is the order in which the remote workers
+        start where not all can start at once (`Policy.worker_start_order`; by index if not
+        given)."""
         self.local_worker = worker_class(**worker_kwargs(0))
         self.normalization = GlobalNormalization(self.local_worker)
         self.local_copy = False  # the local worker acts with a CPU copy of the learner's policy
@@ -106,7 +110,8 @@ class WorkerSet:
                 scheduling_strategy="SPREAD", resources=resources
             )
             self._max_starting = _startup_slots()
-            self._queued = list(range(1, num_remote + 1))
+            self._queued = list(start_order or range(1, num_remote + 1))
+            assert sorted(self._queued) == list(range(1, num_remote + 1)), start_order
             self._launch_queued(first=True)
 
     @property

@@ -84,6 +84,13 @@ class Policy(ABC):
         decaying learning rate."""
         self.global_timesteps = timesteps
 
+    @staticmethod
+    def worker_start_order(num_workers: int) -> list[int]:
+        """The remote workers' indices (1..num_workers) in the order they start where not all
+        can start at once (see WorkerSet): any order serves workers that differ only in their
+        seeds."""
+        return list(range(1, num_workers + 1))
+
 
 class TorchPolicy(Policy):
     """A policy whose parameters live in one torch module trained with Adam, on `device`.
