@@ -8,7 +8,11 @@ takes 1e-3, the rate its docstring names for 8 envs per worker, with the policy 
 call in flight per worker, two batches queued), so that a learner slowed by a busy machine does not
 learn on batches old enough to collapse the policy: 400 came within 79-189k env steps over 9 runs
 with 1 and 2 workers beside a CPU-bound process, and with IMPALA's entropy bonus of 1e-3 within
-76-157k over 12 (1 and 2 workers, seeds 0-5, two runs at a time; 67-226k without)."""
+76-157k over 12 (1 and 2 workers, seeds 0-5, two runs at a time; 67-226k without). Its tail is
+longer than those runs showed: 1 worker, seeds 0-4, beside a CPU-bound process or two runs at a
+time, reached 400 within 66-192k env steps in 50 runs of 54, and the other 4 oscillated between
+130 and 350 on their way (at 326k and 452k; two stopped at the 300k budget then, at 225 and 354),
+once in a full suite. IMPALA's budget is therefore 600k."""
 
 from pathlib import Path
 
@@ -23,6 +27,7 @@ from testkit import killing_optimizer, progress_rows, trainer_config
 pytestmark = [pytest.mark.slow, pytest.mark.usefixtures("ray_local")]
 
 CARTPOLE_BUDGET = 300_000  # env steps; APPO reached 400 within 70-100k on the seeds tried
+IMPALA_CARTPOLE_BUDGET = 600_000  # see the docstring: its tail is longer
 PENDULUM_BUDGET = 400_000  # env steps; -300 came within 124-245k over 14 runs, clip 0.2
 
 
@@ -48,7 +53,8 @@ def assert_lags_reported(tmp_path: Path) -> None:
 # IMPALA with 2 workers: below, through a killed worker.
 @pytest.mark.parametrize(("algorithm", "replicas"), [("IMPALA", 1), ("APPO", 1), ("APPO", 2)])
 def test_cartpole_reaches_400(tmp_path, algorithm, replicas):
-    stop = {"episodeReturnMean": 400, "timesteps": CARTPOLE_BUDGET}
+    budget = IMPALA_CARTPOLE_BUDGET if algorithm == "IMPALA" else CARTPOLE_BUDGET
+    stop = {"episodeReturnMean": 400, "timesteps": budget}
     result = train(tmp_path, algorithm, replicas, stop=stop)
     assert result.stopped_by == "episodeReturnMean>=400", result
     assert_lags_reported(tmp_path)
@@ -83,7 +89,7 @@ KillingOptimizer = killing_optimizer(AsyncSamplesOptimizer, after_steps=20_000)
 
 def test_impala_keeps_learning_through_a_killed_worker(tmp_path, monkeypatch):
     monkeypatch.setattr(algorithms, "optimizer_class", lambda config: KillingOptimizer)
-    stop = {"episodeReturnMean": 400, "timesteps": CARTPOLE_BUDGET}
+    stop = {"episodeReturnMean": 400, "timesteps": IMPALA_CARTPOLE_BUDGET}
     result = train(tmp_path, "IMPALA", 2, stop=stop)
     assert result.stopped_by == "episodeReturnMean>=400", result
     assert progress_rows(tmp_path)[-1]["worker_restarts"] >= 1
