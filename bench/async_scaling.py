@@ -23,9 +23,11 @@ CPUs (the machine's; floored to Ray's unit of 1/10000 so that the sum never exce
 the driver with its learner thread reserves none. Ray schedules by these numbers only: 16
 workers on 2 cores reserve 0.125 CPU each and share the two cores, one thread each.
 
-Each run warms up for --warmup iterations (actors starting, first weights, Ape-X's
-learning_starts, a learner queue that falls behind filling up), then --iterations iterations are
-timed (an iteration is one batch from every worker for every optimizer). Per run:
+Each run warms up until every worker has started (they start one at a time where the Ray
+cluster has no CPU to spare for more; the iterations until then are `startup_iterations`) and
+for --warmup iterations more (first weights, Ape-X's learning_starts, a learner queue that falls
+behind filling up), then --iterations iterations are timed (an iteration is one batch from every
+worker for every optimizer). Per run:
 
 - env steps/s: env steps sampled per second of wall time;
 - learned/s: env steps learned on per second (the progress rows' timesteps_trained_this_iter;
@@ -58,6 +60,7 @@ at 2" can be checked with --workers 2 12.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import math
 import os
 import statistics
@@ -78,6 +81,7 @@ from kuberl_trainer.progress_row import (
     POLICY_LAG_P90,
     STALE_BATCHES_DROPPED,
     TIME_TOTAL_S,
+    WORKERS_READY,
 )
 
 BENCH = Path(__file__).parent
@@ -104,6 +108,7 @@ ROW_KEYS = (
 )
 TIME_TO_ALGORITHMS = ("IMPALA", "APPO")
 WALL_CAP_S = 300.0
+MEASURE_CAP_S = 600.0
 
 
 def cases(sync_algorithm: str) -> list[tuple[str, str]]:
@@ -131,6 +136,31 @@ class RowClock(IterationClock):
     def update(self, row: dict[str, Any]) -> None:
         super().update(row)
         self.rows.append({key: row.get(key) for key in ROW_KEYS})
+
+
+class WindowDone(Exception):
+    """Raised by a WindowClock through the driver once its timed iterations have run."""
+
+
+class WindowClock(RowClock):
+    """A RowClock that ends the run (WindowDone) `iterations` iterations after the warm-up: the
+    iteration where all `workers` are ready, and `warmup` more."""
+
+    def __init__(self, workers: int, warmup: int, iterations: int) -> None:
+        super().__init__()
+        self.workers, self.warmup, self.iterations = workers, warmup, iterations
+        self.all_ready: int | None = None  # iterations until every worker was ready
+
+    @property
+    def warmed_up(self) -> int | None:
+        return None if self.all_ready is None else self.all_ready + self.warmup
+
+    def update(self, row: dict[str, Any]) -> None:
+        super().update(row)
+        if self.all_ready is None and (row.get(WORKERS_READY) or 0) >= self.workers:
+            self.all_ready = len(self.rows)
+        if self.warmed_up is not None and len(self.rows) >= self.warmed_up + self.iterations:
+            raise WindowDone
 
 
 def present(values) -> list[float]:
@@ -167,7 +197,8 @@ def measure(algorithm: str, workers: int, step_ms: float, args, cpus: float, see
         env=SLOW_ENV if step_ms else ENV,
         envConfig={"step_ms": step_ms} if step_ms else {},
         seed=seed,
-        stop={"iterations": args.warmup + args.iterations},
+        # The WindowClock ends the run; this only bounds one whose workers never all start.
+        stop={"wallTimeSeconds": MEASURE_CAP_S},
         hyperparameters=FREE_RUNNING.get(algorithm, {}),
     )
     rollout = RolloutConfig(
@@ -175,10 +206,18 @@ def measure(algorithm: str, workers: int, step_ms: float, args, cpus: float, see
         envs_per_worker=args.envs,
         cpus_per_worker=cpus_per_worker(workers, cpus),
     )
-    clock = RowClock()
-    run_driver(config, rollout, clock)
-    window = clock.window(args.warmup)
-    return window | learner_window(clock.rows[args.warmup :], window["seconds"])
+    clock = WindowClock(workers, args.warmup, args.iterations)
+    with contextlib.suppress(WindowDone):  # how the clock ends the run
+        run_driver(config, rollout, clock)
+    warmed_up = clock.warmed_up
+    if warmed_up is None:
+        raise RuntimeError(f"the run ended before its {workers} workers were all ready")
+    window = clock.window(warmed_up)
+    return (
+        window
+        | learner_window(clock.rows[warmed_up:], window["seconds"])
+        | {"startup_iterations": clock.all_ready}
+    )
 
 
 def time_to(algorithm: str, workers: int, args, cpus: float, seed: int) -> dict:
@@ -267,7 +306,8 @@ def throughput(args, selected: list[tuple[str, str]], cpus: float) -> None:
                 f"{label}: {result['steps_per_s']:,.0f} steps/s, learned "
                 f"{result['learned_per_s']:,.0f}/s{lag}, driver {result['driver_cpu']:.2f} cores "
                 f"(main thread {result['main_thread_cpu']:.2f}), machine "
-                f"{result['machine_cpu']:.2f} cores, {result['seconds']:.1f} s timed",
+                f"{result['machine_cpu']:.2f} cores, {result['seconds']:.1f} s timed after "
+                f"{result['startup_iterations']} iteration(s) to start every worker",
                 flush=True,
             )
     elapsed = time.perf_counter() - started
@@ -320,7 +360,8 @@ def throughput(args, selected: list[tuple[str, str]], cpus: float) -> None:
 
     print(
         f"\n{args.envs} envs per worker, each worker min(1, {cpus:g} CPUs / workers) CPUs; "
-        f"{args.iterations} iterations timed after {args.warmup}, median of {args.rounds} "
+        f"{args.iterations} iterations timed after every worker had started and {args.warmup} "
+        f"more, median of {args.rounds} "
         f"interleaved rounds ({elapsed / 60:.1f} min); load average {load_before[0]:.1f} -> "
         f"{os.getloadavg()[0]:.1f} on {os.cpu_count()} CPUs. Scaling: steps/s at N / "
         f"(N x steps/s at {base}); lag: mean / p90 / max learner steps\n"
