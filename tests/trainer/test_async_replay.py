@@ -325,11 +325,13 @@ def test_without_remote_workers_the_local_worker_explores_as_worker_one():
     assert RolloutWorker(APEXPolicy, config, 1, 0, 0, 0).policy.epsilon == 0.4
 
 
-def test_apex_starts_its_least_and_most_exploring_workers_first_alternately():
-    # Where workers start one at a time (a loaded laptop), the first already span the rates, and
-    # the first of all is among the least exploring third, whose episodes are reported.
-    assert APEXPolicy.worker_start_order(12) == [12, 1, 11, 2, 10, 3, 9, 4, 8, 5, 7, 6]
-    assert APEXPolicy.worker_start_order(5) == [5, 1, 4, 2, 3]
+def test_apex_starts_its_most_and_least_exploring_workers_first_alternately():
+    # Where workers start one at a time (a loaded laptop), the first already span the rates: the
+    # first explores most, the second is among the least exploring third, whose episodes are
+    # reported.
+    assert APEXPolicy.worker_start_order(12) == [1, 12, 2, 11, 3, 10, 4, 9, 5, 8, 6, 7]
+    assert APEXPolicy.worker_start_order(5) == [1, 5, 2, 4, 3]
+    assert APEXPolicy.worker_start_order(2) == [1, 2]
     assert APEXPolicy.worker_start_order(1) == [1]
     assert DQNPolicy.worker_start_order(3) == [1, 2, 3]  # one rate for all: by index
 

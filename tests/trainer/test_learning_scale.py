@@ -10,7 +10,7 @@ IMPALA 12 x 64 within 0.77-1.15M alone; with the current defaults 19 runs of 20 
 such runs at once (load average 29-44), all within 0.63-1.09M; Ape-X with 12 workers of 8
 envs reached 400 at 141-151k (84-99 s: its learner is the ceiling), A3C with 8 at 46-48k (seeds
 0-1, beside another run). Since workers start one at a time on 2 cores, Ape-X's in the order of
-APEXPolicy.worker_start_order: 400 at 83-202k env steps (14-31 s, seeds 0-2), 79-125k (21-29 s,
+APEXPolicy.worker_start_order: 400 at 59-129k env steps (10-21 s, seeds 0-2), 88-119k (25-32 s,
 seeds 0-3) beside a busy process; in index order, one run in a full suite ended at 400k and 33x
 with its reported (least exploring) workers only just started. The policy lag each progress row
 reports stays within maxPolicyLag (32): batches older are dropped, never learned on.
