@@ -155,11 +155,16 @@ class WindowClock(RowClock):
     def warmed_up(self) -> int | None:
         return None if self.all_ready is None else self.all_ready + self.warmup
 
+    @property
+    def complete(self) -> bool:
+        """Whether the timed iterations have all run."""
+        return self.warmed_up is not None and len(self.rows) >= self.warmed_up + self.iterations
+
     def update(self, row: dict[str, Any]) -> None:
         super().update(row)
         if self.all_ready is None and (row.get(WORKERS_READY) or 0) >= self.workers:
             self.all_ready = len(self.rows)
-        if self.warmed_up is not None and len(self.rows) >= self.warmed_up + self.iterations:
+        if self.complete:
             raise WindowDone
 
 
@@ -209,9 +214,12 @@ def measure(algorithm: str, workers: int, step_ms: float, args, cpus: float, see
     clock = WindowClock(workers, args.warmup, args.iterations)
     with contextlib.suppress(WindowDone):  # how the clock ends the run
         run_driver(config, rollout, clock)
+    if not clock.complete:  # a shorter window would be reported as if it were the one asked
+        raise RuntimeError(
+            f"the run reached its {MEASURE_CAP_S:g} s cap before its timed iterations ended "
+            f"(all {workers} workers ready after {clock.all_ready} iterations, None: never)"
+        )
     warmed_up = clock.warmed_up
-    if warmed_up is None:
-        raise RuntimeError(f"the run ended before its {workers} workers were all ready")
     window = clock.window(warmed_up)
     return (
         window
