@@ -350,8 +350,8 @@ class WorkerSet:
 
     def _launch_queued(self, first: bool = False) -> None:
         """Start queued workers while fewer than `_max_starting` are starting (`startup_slots`).
-        Starting a worker is CPU-bound (Python, Ray and torch imported: 1.6 CPU-seconds on a
-        2-core VM), and workers that start together share the CPUs: 12 at once on 2 cores
+        Starting a worker is CPU-bound (Python, Ray and torch imported: 1.25-1.4 CPU-seconds
+        on a 2-core VM), and workers that start together share the CPUs: 12 at once on 2 cores
         answered their first call after 12 s, beside a learner that had nothing to learn on.
         Those started `first` are healthy at once, so the first step waits for their batches as
         for any; the others join in the background (`_starting`) while training goes on with
