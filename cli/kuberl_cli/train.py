@@ -16,11 +16,18 @@ import signal
 import sys
 import time
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import yaml
 
 from kuberl_cli.overrides import OverrideError, with_overrides
-from kuberl_cli.validate import EXIT_INVALID, check_manifest, describe_job, job_problems
+from kuberl_cli.validate import (
+    EXIT_INVALID,
+    check_manifest,
+    describe_job,
+    job_problems,
+    warm_start_checked,
+)
 from kuberl_operator.spec import RLJob
 from kuberl_operator.validation import InvalidManifest, parse_yaml_document, read_manifest_file
 from kuberl_trainer.final_record import (
@@ -32,6 +39,9 @@ from kuberl_trainer.final_record import (
     Outcome,
 )
 from kuberl_trainer.progress_row import PROGRESS_FILE, format_return
+
+if TYPE_CHECKING:
+    from kuberl_trainer.checkpoint import Checkpoint
 
 RESUME_COMMAND_ENV = "KUBERL_RESUME_COMMAND"
 """The command that resumes an interrupted run, when another program started this one and resumes
@@ -53,7 +63,7 @@ def train_command(
     cluster never offers), 1 when training failed, 2 when the file is missing.
     `tensorboard` turns on spec.trainer.tensorboard; `overrides` (PATH=VALUE) and `seed` change
     the manifest before it is checked."""
-    job, exit_code, problems = _overridden_job(file, overrides or [], seed)
+    job, warm_start, exit_code, problems = _job_to_train(file, overrides or [], seed)
     if job is None:
         print("\n".join(problems), file=sys.stderr)
         if exit_code != EXIT_INVALID:
@@ -83,6 +93,7 @@ def train_command(
             report=report,
             learner_gpus=job.spec.learner.gpus,
             learner_device=job.spec.learner.device,
+            warm_start=warm_start,
         ).run()
     except InvalidJobError as exc:
         print(f"{job.name}: invalid job: {exc}", file=sys.stderr)
@@ -164,21 +175,38 @@ def _terminal_report(job: RLJob):
     return TerminalReport(title, trainer.stop.timesteps).start()
 
 
+def _job_to_train(
+    file: Path, overrides: list[str], seed: int | None
+) -> tuple[RLJob | None, Checkpoint | None, int, list[str]]:
+    """As _overridden_job, with the checkpoint of a local warmStart checked and returned as read,
+    for the driver to start from without reading it again (None where the job has no warm start,
+    or has it in an object store)."""
+    job, exit_code, problems = _overridden_job(file, overrides, seed)
+    if job is None:
+        return None, None, exit_code, problems
+    warm_start, problem = warm_start_checked(job.spec.trainer)
+    if problem is not None:
+        return None, None, EXIT_INVALID, [f"{file}: {problem}"]
+    return job, warm_start, exit_code, problems
+
+
 def _overridden_job(
     file: Path, overrides: list[str], seed: int | None
 ) -> tuple[RLJob | None, int, list[str]]:
-    """As validate.job_problems, for the manifest with the overrides applied."""
+    """As validate.job_problems, for the manifest with the overrides applied, leaving out the
+    warm start's checkpoint (train_command checks it, and keeps what it read)."""
     if not overrides and seed is None:
-        return job_problems(file)
+        return job_problems(file, check_warm_start=False)
     try:
         document = parse_yaml_document(read_manifest_file(file))
     except (InvalidManifest, OSError, UnicodeDecodeError):
-        return job_problems(file)  # what is wrong with the file itself, said as usual
+        # what is wrong with the file itself, said as usual
+        return job_problems(file, check_warm_start=False)
     try:
         changed = with_overrides(document, overrides, seed)
     except OverrideError as exc:
         return None, EXIT_INVALID, [f"{file}: {exc}"]
-    job, problems = check_manifest(yaml.safe_dump(changed, sort_keys=False))
+    job, problems = check_manifest(yaml.safe_dump(changed, sort_keys=False), check_warm_start=False)
     if job is None or problems:
         return None, EXIT_INVALID, [f"{file}: {problem}" for problem in problems]
     return job, 0, []

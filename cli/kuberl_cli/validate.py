@@ -29,6 +29,7 @@ from kuberl_operator.validation import (
 )
 
 if TYPE_CHECKING:
+    from kuberl_trainer.checkpoint import Checkpoint
     from kuberl_trainer.envs import EnvProblem
 
 EXIT_OK, EXIT_INVALID, EXIT_NO_FILE = 0, 1, 2
@@ -54,9 +55,11 @@ def checked_job(file: Path, check_env: bool = True) -> tuple[RLJob | None, int]:
     return job, exit_code
 
 
-def job_problems(file: Path, check_env: bool = True) -> tuple[RLJob | None, int, list[str]]:
+def job_problems(
+    file: Path, check_env: bool = True, check_warm_start: bool = True
+) -> tuple[RLJob | None, int, list[str]]:
     """The valid job in `file` and EXIT_OK, or None, the exit code and every problem found, each
-    a line naming the file."""
+    a line naming the file (check_manifest says what the checks are)."""
     if file.is_dir() or not file.exists():
         reason = "is a directory, not a manifest" if file.is_dir() else "no such file"
         return None, EXIT_NO_FILE, [f"{file}: {reason}"]
@@ -68,15 +71,18 @@ def job_problems(file: Path, check_env: bool = True) -> tuple[RLJob | None, int,
         return None, EXIT_NO_FILE, [f"{file}: cannot read the file: {exc.strerror or exc}"]
     except UnicodeDecodeError as exc:
         return None, EXIT_INVALID, [f"{file}: not UTF-8 text (byte {exc.start})"]
-    job, problems = check_manifest(text, check_env)
+    job, problems = check_manifest(text, check_env, check_warm_start)
     if job is None or problems:
         return None, EXIT_INVALID, [f"{file}: {problem}" for problem in problems]
     return job, EXIT_OK, []
 
 
-def check_manifest(text: str, check_env: bool = True) -> tuple[RLJob | None, list[Problem]]:
+def check_manifest(
+    text: str, check_env: bool = True, check_warm_start: bool = True
+) -> tuple[RLJob | None, list[Problem]]:
     """The job (None when the spec is invalid) and every problem found, the env's included unless
-    `check_env` is false."""
+    `check_env` is false, and a local warmStart checkpoint's unless `check_warm_start` is false
+    (`kuberl train` checks it itself with warm_start_checked, and keeps what it read)."""
     try:
         document = parse_yaml_document(text)
     except InvalidManifest as exc:
@@ -91,31 +97,38 @@ def check_manifest(text: str, check_env: bool = True) -> tuple[RLJob | None, lis
     # Even when other fields are wrong, the env can be checked: report everything in one run.
     if problem := _env_problem(_trainer_of(document)):
         problems = [*problems, Problem(f"spec.trainer.{problem.field}", problem.message)]
-    elif job is not None and (problem := _warm_start_problem(job.spec.trainer)):
-        problems = [*problems, problem]
+    elif check_warm_start and job is not None:
+        _, problem = warm_start_checked(job.spec.trainer)
+        problems = problems if problem is None else [*problems, problem]
     return job, problems
 
 
-def _warm_start_problem(trainer: Any) -> Problem | None:
-    """Why the checkpoint of spec.trainer.warmStart cannot start this job, when it is on a local
-    path (an object store is read by the driver, with the job's credentials): it names none, or
-    its networks are of other shapes than a policy built for the job's env."""
+def warm_start_checked(trainer: Any) -> tuple[Checkpoint | None, Problem | None]:
+    """The checkpoint of spec.trainer.warmStart as read (only what a warm start takes of it:
+    resume.warm_start_part), or why it cannot start this job: it names none, or its networks are
+    of other shapes than a policy built for the job's env. (None, None) when the job has no warm
+    start, or has it in an object store, which the driver reads with the job's credentials."""
     if trainer.warm_start is None:
-        return None
+        return None, None
     named = trainer.warm_start.checkpoint
     if "://" in named and not named.startswith("file://"):
-        return None
+        return None, None
     from kuberl_trainer.algorithms import policy_class
     from kuberl_trainer.checkpoint import CheckpointError
     from kuberl_trainer.envs import job_space_info, make_vector_env
     from kuberl_trainer.errors import IncompatibleCheckpointError, InvalidJobError
-    from kuberl_trainer.resume import WARM_START_FIELD, warm_start_misfit, warm_start_source
+    from kuberl_trainer.resume import (
+        WARM_START_FIELD,
+        warm_start_misfit,
+        warm_start_part,
+        warm_start_source,
+    )
 
     try:
-        source = warm_start_source(named)
+        source = warm_start_part(warm_start_source(named))
     except (InvalidJobError, CheckpointError) as exc:
         message = str(exc).removeprefix(f"{WARM_START_FIELD}: ")
-        return Problem(WARM_START_FIELD, message)
+        return None, Problem(WARM_START_FIELD, message)
     envs = make_vector_env(trainer.env, trainer.env_config, 1, trainer.wrappers)
     try:
         policy = policy_class(trainer)(job_space_info(envs, trainer), trainer, 0)
@@ -125,8 +138,8 @@ def _warm_start_problem(trainer: Any) -> Problem | None:
         policy.warm_start(source.state["policy"])
     except IncompatibleCheckpointError as exc:
         message = warm_start_misfit(source, exc).removeprefix(f"{WARM_START_FIELD}: ")
-        return Problem(WARM_START_FIELD, message)
-    return None
+        return None, Problem(WARM_START_FIELD, message)
+    return source, None
 
 
 def _may_make_env(document: Any) -> bool:

@@ -7,8 +7,15 @@ from pathlib import Path
 
 import pytest
 
+from kuberl_cli.train import train_command
+from kuberl_trainer import resume
 from kuberl_trainer.checkpoint import checkpoint_named
-from kuberl_trainer.final_record import EXIT_INVALID_JOB, Outcome, read_final_record
+from kuberl_trainer.final_record import (
+    EXIT_INVALID_JOB,
+    EXIT_SUCCEEDED,
+    Outcome,
+    read_final_record,
+)
 from testkit import fast_cartpole_job, run_kuberl
 
 
@@ -54,6 +61,28 @@ def test_a_warm_start_solves_in_fewer_steps_than_from_scratch(solved, tmp_path):
     # The observation statistics came along: the new run's count starts at the source's.
     started = checkpoint_named(str(tmp_path / "run")).state["normalization"]["obs"]["count"]
     assert started > source_checkpoint.state["normalization"]["obs"]["count"]
+
+
+def test_kuberl_train_reads_a_local_warm_start_once(solved, tmp_path, monkeypatch, capsys):
+    """Checked before anything starts and used by the driver: one read of the checkpoint (a
+    replay buffer saved with it can be gigabytes)."""
+    source, _ = solved
+    reads = []
+    read = resume.checkpoint_named
+    monkeypatch.setattr(
+        resume, "checkpoint_named", lambda named: reads.append(named) or read(named)
+    )
+    job = fast_job(
+        tmp_path / "job.yaml",
+        normalization={"observations": True},
+        warmStart={"checkpoint": str(source)},
+        stop={"iterations": 1, "timesteps": 50_000},
+    )
+
+    assert train_command(job, tmp_path / "run", None) == EXIT_SUCCEEDED
+
+    assert reads == [str(source)]
+    assert "Warm start from" in capsys.readouterr().out
 
 
 def test_a_run_with_checkpoints_of_its_own_resumes_from_them_not_from_the_warm_start(

@@ -134,8 +134,13 @@ class Driver:
         report: ConsoleReport | None = None,
         learner_gpus: int = 0,
         learner_device: LearnerDevice = "auto",
+        warm_start: Checkpoint | None = None,
     ):
+        """`warm_start`: spec.trainer.warmStart's checkpoint where the caller has read it already
+        (`kuberl train` reads a local one to check it before anything starts); else the driver
+        reads it."""
         self.config = config
+        self._warm_start_source = warm_start
         self.rollout = rollout
         self.run_dir = run_dir
         self.job_name = job_name
@@ -258,7 +263,8 @@ class Driver:
 
     def _warm_start(self, named: str) -> None:
         """Load the trained policy of spec.trainer.warmStart into the new run's learner."""
-        source = warm_start_source(named)
+        source = self._warm_start_source or warm_start_source(named)
+        self._warm_start_source = None  # not held for the rest of the run
         try:
             self.trainer.warm_start(source.state)
         except IncompatibleCheckpointError as exc:

@@ -79,6 +79,18 @@ def warm_start_source(named: str) -> Checkpoint:
     return source
 
 
+WARM_START_STATE = ("policy", "normalization")
+"""What a warm start takes of a checkpoint's state (Trainer.warm_start): the policy's weights and
+moments, and the observation statistics where the source normalized."""
+
+
+def warm_start_part(source: Checkpoint) -> Checkpoint:
+    """`source` with only WARM_START_STATE of its state, so that a replay buffer or counters saved
+    with it are not held while the run starts."""
+    state = {key: source.state[key] for key in WARM_START_STATE if key in source.state}
+    return Checkpoint(source.uri, source.meta, state)
+
+
 def warm_start_misfit(source: Checkpoint, exc: IncompatibleCheckpointError) -> str:
     """Why the job cannot start from `source`, its networks being of other shapes."""
     meta = source.meta
