@@ -1,12 +1,14 @@
-"""The checks behind resuming a changed job: which fields changed, which weights do not fit."""
+"""The checks behind resuming a changed job: which fields changed, which weights do not fit; what
+a warm start keeps of its checkpoint."""
 
 from __future__ import annotations
 
 import numpy as np
 from torch import nn
 
+from kuberl_trainer.checkpoint import Checkpoint
 from kuberl_trainer.policy.base import weight_mismatches
-from kuberl_trainer.resume import config_changes
+from kuberl_trainer.resume import config_changes, warm_start_part
 
 
 def test_config_changes_name_each_field_by_its_path():
@@ -34,3 +36,20 @@ def test_weight_mismatches_name_the_layers_and_both_shapes():
         "1.bias (2,) is not in the checkpoint",
         "extra.bias (3,) is in the checkpoint only",
     ]
+
+
+def test_a_warm_start_keeps_the_policy_and_the_statistics_of_its_checkpoint_only():
+    state = {
+        "policy": {"weights": {}},
+        "normalization": {"obs": {"count": 3}},
+        "optimizer": {"replay": np.zeros(1_000, np.uint8)},
+        "driver": {"iteration": 7},
+    }
+    source = Checkpoint("/runs/a/checkpoints/checkpoint-00000007", {"iteration": 7}, state)
+
+    kept = warm_start_part(source)
+
+    assert (kept.uri, kept.meta) == (source.uri, source.meta)
+    assert kept.state == {"policy": state["policy"], "normalization": state["normalization"]}
+    without_statistics = Checkpoint(source.uri, source.meta, {"policy": state["policy"]})
+    assert warm_start_part(without_statistics).state == {"policy": state["policy"]}
