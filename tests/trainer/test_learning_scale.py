@@ -25,7 +25,9 @@ IMPALA's return still fell back on its way now and then, in a few runs to a poli
 of 1e-3, and since AsyncSamples leaves a call's waits for a CPU out of its sampling time (with
 another busy process on the two cores, batches lagged about 9 learner steps; now 2), 12 x 64
 reached 475 within 0.52-1.91M env steps in 16 runs of 16, two at a time, and within 0.27-3.20M
-in 12 of 12 beside a busy process. The budget, 6M, is about twice the longest."""
+in 12 of 12 beside a busy process. The budget, 6M, is about twice the longest. Since workers
+start one at a time on 2 cores, 12 x 64 (1/6 of a CPU each) reached 475 within 170-539k env
+steps in 9 runs of 9 (seeds 0-5), 2 x 64 within 166-386k."""
 
 from pathlib import Path
 
