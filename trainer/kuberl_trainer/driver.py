@@ -255,16 +255,17 @@ class Driver:
         trainer = self.trainer
         trainer.build(resumed_iteration=found.meta["iteration"] if found else 0)
         self._say_placement()
+        # Taken either way, so that a run resuming from its own checkpoint does not hold it.
+        read, self._warm_start_source = self._warm_start_source, None
         if found:
             return self._resume(found)
         if self.config.warm_start is not None:
-            self._warm_start(self.config.warm_start.checkpoint)
+            self._warm_start(read or warm_start_source(self.config.warm_start.checkpoint))
         return None
 
-    def _warm_start(self, named: str) -> None:
-        """Load the trained policy of spec.trainer.warmStart into the new run's learner."""
-        source = self._warm_start_source or warm_start_source(named)
-        self._warm_start_source = None  # not held for the rest of the run
+    def _warm_start(self, source: Checkpoint) -> None:
+        """Load the trained policy of spec.trainer.warmStart (`source`) into the new run's
+        learner."""
         try:
             self.trainer.warm_start(source.state)
         except IncompatibleCheckpointError as exc:
