@@ -66,6 +66,26 @@ def test_a_changed_step_size_applies_from_the_next_step():
     train_both_alike((ours_model, ours), (torchs_model, torchs), 5, seed=2)
 
 
+def test_scaled_parameters_step_as_a_param_group_of_their_own_and_follow_lr():
+    ours_model, torchs_model = two_models()
+    ours = Adam(ours_model.parameters(), lr=1e-3, eps=1e-5)
+    ours.scale_steps(ours_model[2].parameters(), 30.0)
+    torchs = torch.optim.Adam(
+        [
+            {"params": torchs_model[0].parameters()},
+            {"params": torchs_model[2].parameters(), "lr": 1e-3 * 30.0},
+        ],
+        lr=1e-3,
+        eps=1e-5,
+        fused=True,
+    )
+    train_both_alike((ours_model, ours), (torchs_model, torchs), 10)
+    ours.lr = 2e-4  # a schedule's change: the scaled group takes 30x the new rate
+    torchs.param_groups[0]["lr"], torchs.param_groups[1]["lr"] = 2e-4, 2e-4 * 30.0
+    train_both_alike((ours_model, ours), (torchs_model, torchs), 5, seed=2)
+    assert ours.state_dict()["param_groups"][0]["lr"] == 2e-4  # the scales are settings
+
+
 def test_state_dicts_load_both_ways_and_training_goes_on_alike():
     ours_model, torchs_model = two_models()
     ours = Adam(ours_model.parameters(), lr=1e-2, eps=1e-5)

@@ -325,9 +325,10 @@ def test_rllib_names_are_settings_of_rllib():
     from ray.rllib.models import MODEL_DEFAULTS
 
     settings = set(MODEL_DEFAULTS) | {
-        name.lstrip("_")  # settings behind a property (_train_batch_size_per_learner)
+        spelling  # and without the underscore of those behind a property (_train_batch_size...)
         for config in (PPOConfig, DQNConfig, IMPALAConfig, APPOConfig, SACConfig)
         for name in vars(config())
+        for spelling in (name, name.lstrip("_"))
     }
     names = {known.name for known in KNOWN_NAMES.values() if RLLIB in known.library}
 

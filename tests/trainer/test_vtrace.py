@@ -305,3 +305,30 @@ def test_impala_minibatches_go_by_size_without_lag_or_with_a_minibatch_size():
     assert policy.learn_on_batch(batch)["sgd_steps"] == batch.env_steps // 250
     batch, policy = impala_batch(12.0, minibatch_size=300)
     assert policy.learn_on_batch(batch)["sgd_steps"] == batch.env_steps // 300
+
+
+@pytest.mark.parametrize("policy_class", [IMPALAPolicy, APPOPolicy])
+def test_the_value_network_steps_at_its_ratio_of_the_learning_rate(policy_class):
+    """Adam's first step moves every parameter by about its step size: the value network's by
+    vf_learning_rate_ratio x learning_rate, the policy network's by learning_rate."""
+    hyperparameters = {"learning_rate": 1e-4, "vf_learning_rate_ratio": 10.0}
+    if policy_class is APPOPolicy:  # one SGD step: one pass over one minibatch
+        hyperparameters |= {"num_epochs": 1, "minibatch_size": 4096}
+    config = trainer_config(
+        algorithm="IMPALA" if policy_class is IMPALAPolicy else "APPO",
+        hyperparameters=hyperparameters | {"train_batch_size": 4096},
+    )
+    worker = RolloutWorker(policy_class, config, num_envs=8, seed=0)
+    batch = worker.sample()
+    model = worker.policy.model
+    before = copy.deepcopy(model)
+    assert worker.policy.learn_on_batch(batch)["sgd_steps"] == 1
+
+    def largest_step(net: torch.nn.Module, was: torch.nn.Module) -> float:
+        return max(
+            (a - b).abs().max().item()
+            for a, b in zip(net.parameters(), was.parameters(), strict=True)
+        )
+
+    assert largest_step(model.critic, before.critic) == pytest.approx(1e-3, rel=0.02)
+    assert largest_step(model.actor, before.actor) == pytest.approx(1e-4, rel=0.02)

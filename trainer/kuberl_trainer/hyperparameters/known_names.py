@@ -521,6 +521,22 @@ _KNOWN_NAMES = (
         for name, library in (("vf_coef", SB3), ("vf_loss_coeff", RLLIB))
     ),
     KnownName(
+        "_lr_vf",
+        RLLIB,
+        _pointers(
+            (ALGORITHM_NAMES, Pointer(None, "one Adam step size for all its networks")),
+            (
+                VTRACE,
+                Pointer(
+                    "vf_learning_rate_ratio",
+                    "the value network's Adam step size as a multiple of learning_rate: "
+                    "_lr_vf / lr",
+                ),
+            ),
+            (ES, Pointer(None, _NO_LOSS)),
+        ),
+    ),
+    KnownName(
         "clip_range",
         SB3,
         _pointers((_all_but(*CLIPPED), _NO_CLIP)),

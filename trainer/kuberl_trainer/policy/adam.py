@@ -22,7 +22,8 @@ BETAS = (0.9, 0.999)
 class Adam:
     """Adam (Kingma and Ba, 2015) over one group of parameters, with L2 weight decay added to the
     gradient as torch.optim.Adam does. `lr` and `weight_decay` may be changed between steps (a
-    schedule, a population's explore step)."""
+    schedule, a population's explore step). Parameters given to `scale_steps` step by a multiple
+    of `lr`, as a param group of their own would in torch.optim.Adam."""
 
     def __init__(self, params: Iterable[torch.Tensor], lr: float, eps: float = 1e-8):
         self.params = list(params)
@@ -32,6 +33,14 @@ class Adam:
         # Per parameter, once it has had a gradient: the step count (a float tensor, as the
         # fused kernel takes it) and the first and second moments.
         self.state: dict[torch.Tensor, dict[str, torch.Tensor]] = {}
+        self.step_scales: dict[torch.Tensor, float] = {}  # parameter → its multiple of lr
+
+    def scale_steps(self, params: Iterable[torch.Tensor], scale: float) -> None:
+        """From now on step `params` by `scale` x lr (IMPALA's value network, which must follow
+        returns faster than its policy changes: IMPALAHyperparameters.vf_learning_rate_ratio).
+        A setting, as lr is: not part of the state_dict."""
+        for param in params:
+            self.step_scales[param] = scale
 
     def zero_grad(self) -> None:
         for param in self.params:
@@ -45,20 +54,22 @@ class Adam:
             return
         states = [self.state.get(p) or self._fresh_state(p) for p in params]
         steps = [s["step"] for s in states]
-        # One kernel call per device, as torch groups them.
-        for device in {p.device for p in params}:
-            on = [i for i, p in enumerate(params) if p.device == device]
-            device_steps = [steps[i] for i in on]
-            torch._foreach_add_(device_steps, 1)
+        # One kernel call per device and step size, as torch groups them.
+        groups: dict[tuple[torch.device, float], list[int]] = {}
+        for i, param in enumerate(params):
+            groups.setdefault((param.device, self.step_scales.get(param, 1.0)), []).append(i)
+        for (_, scale), on in groups.items():
+            group_steps = [steps[i] for i in on]
+            torch._foreach_add_(group_steps, 1)
             torch._fused_adam_(
                 [params[i] for i in on],
                 [params[i].grad for i in on],
                 [states[i]["exp_avg"] for i in on],
                 [states[i]["exp_avg_sq"] for i in on],
                 [],  # no AMSGrad maxima
-                device_steps,
+                group_steps,
                 amsgrad=False,
-                lr=self.lr,
+                lr=self.lr * scale,
                 beta1=BETAS[0],
                 beta2=BETAS[1],
                 weight_decay=self.weight_decay,
