@@ -10,7 +10,10 @@ import pytest
 import torch
 from torch import nn
 
+from kuberl_trainer.algorithms import policy_class
+from kuberl_trainer.envs import job_space_info, make_vector_env
 from kuberl_trainer.policy.adam import Adam
+from testkit import trainer_config
 
 
 def two_models() -> tuple[nn.Module, nn.Module]:
@@ -154,3 +157,17 @@ print(result.timesteps, result.policy, "torch._dynamo" in sys.modules)
     timesteps, policy, dynamo = out.stdout.split()[-3:]
     assert int(timesteps) >= 512 and dynamo == "False"
     assert policy.endswith("policy.onnx") and Path(policy).stat().st_size > 0
+
+
+@pytest.mark.parametrize(("algorithm", "ratio"), [("A2C", 1.0), ("PPO", 3.0), ("IMPALA", 30.0)])
+def test_an_actor_critic_steps_its_value_network_at_its_ratio(algorithm, ratio):
+    """vf_learning_rate_ratio scales the steps of the value network's parameters, and only
+    theirs (its default where the ratio is 1 or 30)."""
+    hyperparameters = {"vf_learning_rate_ratio": ratio} if ratio == 3.0 else {}
+    config = trainer_config(algorithm=algorithm, hyperparameters=hyperparameters)
+    spaces = job_space_info(make_vector_env(config.env, {}, 1, config.wrappers), config)
+    policy = policy_class(config)(spaces, config, 0)
+    scaled = {id(p) for p, scale in policy.optimizer.step_scales.items() if scale != 1.0}
+    expected = {id(p) for p in policy.model.critic.parameters()} if ratio != 1.0 else set()
+    assert scaled == expected
+    assert set(policy.optimizer.step_scales.values()) == {ratio}

@@ -526,7 +526,7 @@ _KNOWN_NAMES = (
         _pointers(
             (ALGORITHM_NAMES, Pointer(None, "one Adam step size for all its networks")),
             (
-                VTRACE,
+                ACTOR_CRITIC + PPO + VTRACE,
                 Pointer(
                     "vf_learning_rate_ratio",
                     "the value network's Adam step size as a multiple of learning_rate: "

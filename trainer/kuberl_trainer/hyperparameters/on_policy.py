@@ -39,7 +39,20 @@ class PGHyperparameters(Hyperparameters):
     baseline)."""
 
 
-class A2CHyperparameters(Hyperparameters):
+class CriticHyperparameters(Hyperparameters):
+    """Base of the actor-critics' hyperparameters: a value network beside the policy."""
+
+    vf_learning_rate_ratio: Positive = 1.0
+    """Adam step size of the value network's own parameters, as a multiple of learning_rate (the
+    value head's alone where a CNN encoder is shared; RLlib's IMPALA had `_lr_vf`, an absolute
+    rate). Adam moves every parameter by about its step size whatever its gradient, so changing
+    the value loss's weight barely changes how fast the critic follows the returns; this does.
+    IMPALA and APPO default to 30 (see theirs). On `deploy/examples/cartpole-ppo.yaml`, 3 reached
+    475 within 15.5-28k env steps (median 21k) against 25-53k (40k) at 1 (seeds 0-9); the
+    default stays 1, as Stable-Baselines3 and RLlib step both networks alike."""
+
+
+class A2CHyperparameters(CriticHyperparameters):
     """Synchronous advantage actor-critic."""
 
     learning_rate: StepSize = 7e-4
@@ -91,7 +104,7 @@ class A3CHyperparameters(A2CHyperparameters):
     clipping."""
 
 
-class PPOHyperparameters(Hyperparameters):
+class PPOHyperparameters(CriticHyperparameters):
     """Proximal policy optimization with the clipped surrogate objective."""
 
     learning_rate: StepSize = 3e-4
@@ -136,7 +149,7 @@ class PPOHyperparameters(Hyperparameters):
     """Starting log standard deviation of the Gaussian policy (continuous actions only)."""
 
 
-class IMPALAHyperparameters(Hyperparameters):
+class IMPALAHyperparameters(CriticHyperparameters):
     """Importance-weighted actor-learner architecture (Espeholt et al. 2018): an actor-critic that
     learns while the workers sample, correcting for their policy lag with V-trace.
 
@@ -167,16 +180,14 @@ class IMPALAHyperparameters(Hyperparameters):
 
     vf_learning_rate_ratio: Positive = 30.0
     """Adam step size of the value network's own parameters, as a multiple of learning_rate (the
-    value head's alone where a CNN encoder is shared; RLlib's IMPALA had `_lr_vf`, an absolute
-    rate). Adam moves every parameter by about its step size whatever its gradient, so a change of
-    the value loss's weight barely changes how fast the critic learns: at 5e-4 it followed
-    CartPole's returns, which climb toward 100 at gamma 0.99, over thousands of learner steps,
-    its loss stayed at 40-110 and the policy learned on advantages averaging +6 to +12 for
-    hundreds of thousands of env steps. Env steps to 475 on CartPole-v1 (seeds 0-7, median and
-    range), at 30x against 1x: 2 workers x 8 envs 142k (122-166k) against 310k (257-764k), 12 x 8
-    151k (131-170k) against 475k (230k-1.13M), 2 x 64 146k (137-158k) against 256k (182-300k),
-    12 x 64 182k (146-219k) against 304k (219-390k). 10x and 100x did about as well (158k and 165k
-    at 2 x 8, 195k at 12 x 64)."""
+    value head's alone where a CNN encoder is shared). At 1x the critic followed CartPole's
+    returns, which climb toward 100 at gamma 0.99, over thousands of learner steps: its loss
+    stayed at 40-110 and the policy learned on advantages averaging +6 to +12 for hundreds of
+    thousands of env steps. Env steps to 475 on CartPole-v1 (seeds 0-7, median and range), at 30x
+    against 1x: 2 workers x 8 envs 142k (122-166k) against 310k (257-764k), 12 x 8 151k
+    (131-170k) against 475k (230k-1.13M), 2 x 64 146k (137-158k) against 256k (182-300k), 12 x 64
+    182k (146-219k) against 304k (219-390k). 10x and 100x did about as well (158k and 165k at
+    2 x 8, 195k at 12 x 64)."""
 
     entropy_coeff: Coefficient = 1e-3
     """Weight of the entropy bonus in the loss (RLlib's IMPALA 0.01, 0 in its tuned CartPole

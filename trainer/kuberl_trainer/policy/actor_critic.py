@@ -38,6 +38,8 @@ class ActorCriticPolicy(TorchPolicy):
         )
         super().__init__(spaces, config, seed, model)
         self.model: ActorCritic
+        if self.model.critic is not None:  # see CriticHyperparameters.vf_learning_rate_ratio
+            self.optimizer.scale_steps(self.model.critic.parameters(), hp.vf_learning_rate_ratio)
         self.noise = NoiseSource(self.generator)
         self.records_values = (
             self.values_while_acting and self.with_critic and self.model.encoder is not None

@@ -16,8 +16,6 @@ import numpy as np
 import torch
 from torch import nn
 
-from kuberl_trainer.config import AnyTrainerConfig
-from kuberl_trainer.envs import SpaceInfo
 from kuberl_trainer.policy.actor_critic import ActorCriticPolicy
 from kuberl_trainer.policy.base import Stats, TensorStats, mean_stats
 from kuberl_trainer.progress_row import ENTROPY, GRAD_NORM, POLICY_LOSS, SGD_STEPS, VF_LOSS
@@ -121,12 +119,6 @@ class IMPALAPolicy(ActorCriticPolicy):
     # A learn call of one whole-batch SGD step shares its forward pass with V-trace (APPO's
     # V-trace takes the target network's log-probabilities: it cannot).
     one_forward = True
-
-    def __init__(self, spaces: SpaceInfo, config: AnyTrainerConfig, seed: int):
-        super().__init__(spaces, config, seed)
-        critic = self.model.critic
-        assert critic is not None  # V-trace needs values
-        self.optimizer.scale_steps(critic.parameters(), self.hp.vf_learning_rate_ratio)
 
     def postprocess_trajectory(self, rollout: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
         columns = {key: rollout[key] for key in SEQUENCE_COLUMNS}
