@@ -27,7 +27,6 @@ import copy
 import importlib.metadata
 import io
 import json
-import logging
 import warnings
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -375,18 +374,12 @@ def _notices_hidden() -> Iterator[None]:
     """The exporters' warnings that no user can act on hidden, their errors raised as ever: torch
     2.13 deprecates TorchScript (torch.jit) in favour of torch.export, yet libtorch loads nothing
     else, and warns that its ONNX exporter is not the default one (see _write_onnx)."""
-    logger = logging.getLogger("torch.onnx")
-    level = logger.level
-    logger.setLevel(logging.ERROR)
-    try:
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore", FutureWarning)
-            warnings.filterwarnings("ignore", r"`torch\.jit\.", DeprecationWarning)
-            warnings.filterwarnings("ignore", "You are using the legacy", DeprecationWarning)
-            warnings.filterwarnings("ignore", category=DeprecationWarning, module=r"torch\.onnx")
-            yield
-    finally:
-        logger.setLevel(level)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", FutureWarning)
+        warnings.filterwarnings("ignore", r"`torch\.jit\.", DeprecationWarning)
+        warnings.filterwarnings("ignore", "You are using the legacy", DeprecationWarning)
+        warnings.filterwarnings("ignore", category=DeprecationWarning, module=r"torch\.onnx")
+        yield
 
 
 def _check(policy: TrainedPolicy, exported: ExportedPolicy) -> None:
