@@ -11,8 +11,8 @@ import torch
 from torch import nn
 
 from kuberl_trainer.algorithms import policy_class
-from kuberl_trainer.envs import job_space_info, make_vector_env
 from kuberl_trainer.policy.adam import Adam
+from kuberl_trainer.rollout_worker import RolloutWorker
 from testkit import trainer_config
 
 
@@ -165,8 +165,7 @@ def test_an_actor_critic_steps_its_value_network_at_its_ratio(algorithm, ratio):
     theirs (its default where the ratio is 1 or 30)."""
     hyperparameters = {"vf_learning_rate_ratio": ratio} if ratio == 3.0 else {}
     config = trainer_config(algorithm=algorithm, hyperparameters=hyperparameters)
-    spaces = job_space_info(make_vector_env(config.env, {}, 1, config.wrappers), config)
-    policy = policy_class(config)(spaces, config, 0)
+    policy = RolloutWorker(policy_class(config), config, num_envs=1, seed=0).policy
     scaled = {id(p) for p, scale in policy.optimizer.step_scales.items() if scale != 1.0}
     expected = {id(p) for p in policy.model.critic.parameters()} if ratio != 1.0 else set()
     assert scaled == expected

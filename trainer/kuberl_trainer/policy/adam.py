@@ -36,9 +36,10 @@ class Adam:
         self.step_scales: dict[torch.Tensor, float] = {}  # parameter → its multiple of lr
 
     def scale_steps(self, params: Iterable[torch.Tensor], scale: float) -> None:
-        """From now on step `params` by `scale` x lr (IMPALA's value network, which must follow
-        returns faster than its policy changes: IMPALAHyperparameters.vf_learning_rate_ratio).
-        A setting, as lr is: not part of the state_dict."""
+        """From now on step `params` by `scale` x lr (an actor-critic's value network, which may
+        need to follow the returns faster than its policy changes:
+        CriticHyperparameters.vf_learning_rate_ratio). A setting, as lr is: not part of the
+        state_dict."""
         for param in params:
             self.step_scales[param] = scale
 
