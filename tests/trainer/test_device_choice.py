@@ -12,6 +12,7 @@ from __future__ import annotations
 import pytest
 import torch
 
+from kuberl_trainer import device_choice
 from kuberl_trainer import trainer as trainer_module
 from kuberl_trainer.config import RolloutConfig
 from kuberl_trainer.device_choice import LEARN_METHODS, DeviceTrial
@@ -192,6 +193,10 @@ def trained(learner_device: str, monkeypatch) -> tuple[Trainer, dict, list]:
 
 
 def test_learning_through_the_trial_is_learning_without_it(monkeypatch):
+    # Both sides are this CPU, so which is faster is noise: on a loaded machine the first CPU
+    # call once took 2.2x the GPU side's and ended the trial a call early. The early end is
+    # tested with set timings above; here the trial runs its whole plan.
+    monkeypatch.setattr(device_choice, "CLEARLY_SLOWER", float("inf"))
     _, without, _ = trained("gpu", monkeypatch)
     trainer, with_trial, placements = trained("auto", monkeypatch)
     assert with_trial.keys() == without.keys()
