@@ -8,7 +8,7 @@ in this one process, for each number of envs of --envs and each number of CPUs a
 --cpus (1 and 2 by default): as many torch threads on both sides, and what each system does
 with a worker's CPUs besides:
 
-- kuberl:         RolloutWorker.sample() of a PPO job of a worker with C CPUs (torch_threads, as a
+- kuberl:         RolloutWorker.sample() of a PPO job of a worker with C CPUs (cpus, as a
                   remote worker of cpusPerWorker C gets them): ale-py's native vector env (C++
                   stepping and preprocessing, uint8 stacks) on as many stepping threads (its
                   default for such a worker), actions, episode bookkeeping, and the GAE
@@ -114,7 +114,7 @@ def kuberl_samplers(
             "model": {"precision": precision},
         }
     )
-    worker = RolloutWorker(policy_class(config), config, num_envs, seed, torch_threads=cpus)
+    worker = RolloutWorker(policy_class(config), config, num_envs, seed, cpus=cpus)
     policy = worker.acting_policy
     # One rollout as sample() hands it to the policy, kept for the postprocess sampler.
     rollouts: list[dict[str, np.ndarray]] = []

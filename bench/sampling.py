@@ -1,12 +1,14 @@
 """Sampling throughput per core: kuberl's RolloutWorker against the raw ceiling and RLlib.
 
-Three samplers step the same envs in this one process with 1 torch thread, for each case (an env
+Four samplers step the same envs in this one process with 1 torch thread, for each case (an env
 and a number of envs per sampler):
 
 - ceiling: the envs as `gymnasium.make_vec` makes them by default (natively vectorized where the id
            has a vector entry point, as CartPole; else a SyncVectorEnv) plus one 64x64 tanh MLP
-           forward per step; nothing else.
-- kuberl:  RolloutWorker.sample() with a PPO policy (actions, log-probs, GAE postprocessing).
+           forward per step in numpy (faster than torch's at these sizes); nothing else.
+- kuberl:  a remote RolloutWorker's sample() with a PPO policy (actions, log-probs, GAE
+           postprocessing): the numpy policy that only acts (policy/acting.py).
+- kuberl-torch: the same with the torch policy, as the driver's local worker samples.
 - rllib:   RLlib 2.60's SingleAgentEnvRunner (new API stack, PPO config, same 64x64 tanh policy),
            built and sampled locally without Ray actors, so it also runs on one core; its envs
            natively vectorized too where the id allows (`gym_env_vectorize_mode`), its best setting.
@@ -30,9 +32,12 @@ import statistics
 import time
 from pathlib import Path
 
+# One core for every sampler: numpy's BLAS reads this when numpy loads (torch imports it).
+os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
+
 import torch
 
-torch.set_num_threads(1)  # before anything builds a model: all three samplers get one core
+torch.set_num_threads(1)  # before anything builds a model: all the samplers get one core
 
 import gymnasium as gym  # noqa: E402
 import numpy as np  # noqa: E402
@@ -49,18 +54,23 @@ def ceiling_sampler(env_id: str, num_envs: int, rollout_length: int, seed: int):
     space = envs.single_action_space
     discrete = isinstance(space, gym.spaces.Discrete)
     out = space.n if discrete else int(np.prod(space.shape))
-    sizes = [int(np.prod(envs.single_observation_space.shape)), *HIDDEN]
-    layers: list[torch.nn.Module] = []
-    for a, b in itertools.pairwise(sizes):
-        layers += [torch.nn.Linear(a, b), torch.nn.Tanh()]
-    net = torch.nn.Sequential(*layers, torch.nn.Linear(sizes[-1], out))
+    sizes = [int(np.prod(envs.single_observation_space.shape)), *HIDDEN, out]
+    rng = np.random.default_rng(seed)
+    layers = [
+        (rng.normal(size=(a, b)).astype(np.float32) / np.sqrt(a), np.zeros(b, np.float32))
+        for a, b in itertools.pairwise(sizes)
+    ]
     obs, _ = envs.reset(seed=seed)
 
     def sample() -> int:
         nonlocal obs
         for _ in range(rollout_length):
-            with torch.inference_mode():
-                y = net(torch.from_numpy(np.asarray(obs, dtype=np.float32))).numpy()
+            y = np.asarray(obs, dtype=np.float32)
+            for index, (weight, bias) in enumerate(layers):
+                y = y @ weight
+                y += bias
+                if index < len(layers) - 1:
+                    np.tanh(y, out=y)
             actions = y.argmax(-1) if discrete else np.clip(y, space.low, space.high)
             obs, *_ = envs.step(actions)
         return rollout_length * num_envs
@@ -68,8 +78,10 @@ def ceiling_sampler(env_id: str, num_envs: int, rollout_length: int, seed: int):
     return sample
 
 
-def kuberl_sampler(env_id: str, num_envs: int, rollout_length: int, seed: int):
-    from kuberl_trainer.algorithms import policy_class
+def kuberl_sampler(env_id: str, num_envs: int, rollout_length: int, seed: int, remote: bool = True):
+    """A rollout worker's sample(): a remote one's (its policy in numpy), or with `remote` False
+    the driver's local worker's (the torch policy)."""
+    from kuberl_trainer.algorithms import policy_class, remote_policy
     from kuberl_trainer.config import TrainerConfig
     from kuberl_trainer.rollout_worker import RolloutWorker
 
@@ -82,8 +94,17 @@ def kuberl_sampler(env_id: str, num_envs: int, rollout_length: int, seed: int):
             "hyperparameters": {"rollout_length": rollout_length, "hidden_sizes": HIDDEN},
         }
     )
-    worker = RolloutWorker(policy_class(config), config, num_envs, seed, torch_threads=1)
+    learner = policy_class(config)
+    worker = RolloutWorker(
+        remote_policy(config) if remote else learner, config, num_envs, seed, cpus=1
+    )
+    if remote:  # the learner's weights, as a remote worker gets them before its first call
+        worker.set_weights(learner(worker.spaces, config, seed).get_weights(), 0)
     return lambda: len(worker.sample())
+
+
+def kuberl_torch_sampler(env_id: str, num_envs: int, rollout_length: int, seed: int):
+    return kuberl_sampler(env_id, num_envs, rollout_length, seed, remote=False)
 
 
 def rllib_sampler(env_id: str, num_envs: int, rollout_length: int, seed: int):
@@ -118,7 +139,12 @@ def rllib_sampler(env_id: str, num_envs: int, rollout_length: int, seed: int):
     return lambda: sum(len(episode) for episode in runner.sample(num_timesteps=steps))
 
 
-SAMPLERS = {"ceiling": ceiling_sampler, "kuberl": kuberl_sampler, "rllib": rllib_sampler}
+SAMPLERS = {
+    "ceiling": ceiling_sampler,
+    "kuberl": kuberl_sampler,
+    "kuberl-torch": kuberl_torch_sampler,
+    "rllib": rllib_sampler,
+}
 
 
 def measure(sample, seconds: float) -> dict[str, float]:

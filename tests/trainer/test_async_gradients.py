@@ -33,7 +33,7 @@ class MockPolicy:
 
 
 class GradientWorker(MockWorker):
-    def __init__(self, index, torch_threads=None):
+    def __init__(self, index, cpus=None):
         super().__init__(index, MockPolicy())
 
     def compute_gradients(self) -> Gradients:

@@ -59,7 +59,7 @@ class MockPolicy:
 
 
 class SamplingWorker(MockWorker):
-    def __init__(self, index, release=None, fail=False, torch_threads=None):
+    def __init__(self, index, release=None, fail=False, cpus=None):
         super().__init__(index, MockPolicy(release, fail))
 
     def sample(self) -> SampleBatch:

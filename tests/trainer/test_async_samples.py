@@ -61,7 +61,7 @@ class MockPolicy:
 class MockWorker:
     as_remote = classmethod(RolloutWorker.as_remote.__func__)
 
-    def __init__(self, torch_threads=None):
+    def __init__(self, cpus=None):
         self.policy = MockPolicy()
         self.samples = 0
         self.received: list[int] = []  # versions of the weights set, in order
@@ -95,9 +95,9 @@ class TimedWorker(MockWorker):
         sample_s: float,
         cpu_wait_s: float = 0.0,
         hang_at: int | None = None,
-        torch_threads=None,
+        cpus=None,
     ):
-        super().__init__(torch_threads)
+        super().__init__(cpus)
         self.sample_s = sample_s
         self.cpu_wait_s = cpu_wait_s
         self.hang_at = hang_at

@@ -237,5 +237,5 @@ def test_ale_steps_on_as_many_threads_as_the_worker_has_cpus(ale_kwargs, env_con
 
 def test_a_remote_worker_of_one_cpu_steps_ale_on_one_thread(ale_kwargs):
     config = atari_config("PPO").model_copy(update={"env_config": {}})
-    RolloutWorker(policy_class(config), config, 4, seed=0, torch_threads=1).envs.close()
+    RolloutWorker(policy_class(config), config, 4, seed=0, cpus=1).envs.close()
     assert [kwargs["num_threads"] for kwargs in ale_kwargs] == [1]

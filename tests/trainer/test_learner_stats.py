@@ -13,8 +13,8 @@ from test_metrics import LABELS, row
 from kuberl_trainer.algorithms import policy_class
 from kuberl_trainer.config import ALGORITHMS, OptimizerName
 from kuberl_trainer.metrics import LEARNER_GAUGES, UNGAUGED_POLICY_STATS, TrainerMetrics
-from kuberl_trainer.policy.base import Policy
 from kuberl_trainer.policy.es import ESPolicy
+from kuberl_trainer.policy.interface import Policy
 from kuberl_trainer.policy.replay import ReplayPolicy
 from kuberl_trainer.progress_row import GRAD_NORM, POLICY_STATS, RowGroup, row_group
 from kuberl_trainer.rollout_worker import RolloutWorker

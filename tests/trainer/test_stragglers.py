@@ -61,8 +61,8 @@ class GatedWorker(MockWorker):
     """Samples one row tagged (worker index, call number); with a gate, each sample waits for
     the gate to open."""
 
-    def __init__(self, index: int, gate=None, torch_threads=None):
-        super().__init__(torch_threads)
+    def __init__(self, index: int, gate=None, cpus=None):
+        super().__init__(cpus)
         self.policy = TaggingPolicy()
         self.index, self.gate, self.samples = index, gate, 0
 

@@ -38,7 +38,7 @@ class MockPolicy:
 class MockWorker:
     as_remote = classmethod(RolloutWorker.as_remote.__func__)
 
-    def __init__(self, torch_threads=None):
+    def __init__(self, cpus=None):
         self.policy = MockPolicy()
         self.calls: Counter = Counter()
         self.received: list[tuple[float, int]] = []
@@ -115,10 +115,10 @@ class FlakyWorker(MockWorker):
     """A worker that cannot start while the file `marker` exists (a node without capacity, an
     image that does not pull)."""
 
-    def __init__(self, marker: str, torch_threads=None):
+    def __init__(self, marker: str, cpus=None):
         if Path(marker).exists():
             raise RuntimeError("cannot start")
-        super().__init__(torch_threads)
+        super().__init__(cpus)
 
 
 def test_replacements_that_fail_to_start_are_retried_without_counting_again(

@@ -84,8 +84,8 @@ class GatedWorker(MockWorker):
     """A remote worker that says it is starting (gate/started-<index>) and then starts only
     once the test lets it (gate/go-<index>): a start-up as slow as the test wants."""
 
-    def __init__(self, gate: str, index: int, torch_threads=None):
-        super().__init__(torch_threads)
+    def __init__(self, gate: str, index: int, cpus=None):
+        super().__init__(cpus)
         if index:  # 0 is the driver's local worker
             (Path(gate) / f"started-{index}").touch()
             wait_until(lambda: (Path(gate) / f"go-{index}").exists(), timeout=300)

@@ -46,9 +46,9 @@ from kuberl_trainer.envs import SpaceInfo, make_vector_env
 from kuberl_trainer.inference import Evaluation, Provenance, TrainedPolicy
 from kuberl_trainer.normalization import Normalizer
 from kuberl_trainer.policy.actor_critic import ActorCriticPolicy
-from kuberl_trainer.policy.base import Policy
 from kuberl_trainer.policy.dqn import DQNPolicy
 from kuberl_trainer.policy.es import ESPolicy, ObservationStats
+from kuberl_trainer.policy.interface import Policy
 from kuberl_trainer.policy.sac import SACPolicy
 from kuberl_trainer.rollout_worker import run_episodes
 from kuberl_trainer.video import Recording

@@ -9,6 +9,13 @@ from __future__ import annotations
 
 import numpy as np
 
+from kuberl_trainer.sample_batch import VALID
+
+# What V-trace's learner needs of each step (IMPALA, APPO); next_obs for every step (not only where
+# an episode was cut or the window ends) keeps the layout plain, and costs one critic pass without
+# gradients.
+SEQUENCE_COLUMNS = ("obs", "next_obs", "actions", "rewards", "terminateds", "truncateds", VALID)
+
 
 def compute_gae(
     rewards: np.ndarray,
@@ -81,3 +88,91 @@ def compute_n_step(
         open_window = active & ~done[index, cols]
     discounts = (gamma**steps) * (~ended_terminated)
     return returns, last_step, discounts.astype(np.float32)
+
+
+def flatten_time_major(columns: dict[str, np.ndarray], valid: np.ndarray) -> dict[str, np.ndarray]:
+    """(T, N, ...) → (rows, ...): the steps where `valid` (T, N) holds, in time-major order
+    (reset steps, which are no transitions, left out)."""
+    return {k: v[valid] for k, v in columns.items()}
+
+
+def gae_columns(
+    rollout: dict[str, np.ndarray],
+    values: np.ndarray,
+    last_values: np.ndarray,
+    logp: np.ndarray,
+    gamma: float,
+    lam: float,
+) -> dict[str, np.ndarray]:
+    """The training rows of A2C, A3C and PPO from a rollout: `values` (T, N) are V of each step's
+    observation and `last_values` (1, N) V of the observation the next window starts from, `logp`
+    (T, N) the log-probabilities of the actions taken."""
+    # V of every step's next observation: the next step's own, also where an episode ended (the
+    # envs return its final observation and reset a step later).
+    next_values = np.concatenate([values[1:], last_values])
+    advantages, targets = compute_gae(
+        rollout["rewards"],
+        values,
+        next_values,
+        rollout["terminateds"],
+        rollout["truncateds"],
+        gamma,
+        lam,
+    )
+    return flatten_time_major(
+        {
+            "obs": rollout["obs"],
+            "actions": rollout["actions"],
+            "logp": logp,
+            "values": values,
+            "advantages": advantages,
+            "value_targets": targets,
+        },
+        rollout[VALID],
+    )
+
+
+def returns_to_go_columns(
+    rollout: dict[str, np.ndarray], gamma: float, normalize: bool
+) -> dict[str, np.ndarray]:
+    """PG's training rows: each step's discounted return to the end of its episode or window as
+    its advantage, standardized over the batch when `normalize`."""
+    returns = discounted_returns(
+        rollout["rewards"], rollout["terminateds"], rollout["truncateds"], gamma
+    )
+    columns = flatten_time_major(
+        {"obs": rollout["obs"], "actions": rollout["actions"], "advantages": returns},
+        rollout[VALID],
+    )
+    if normalize:
+        returns = columns["advantages"]
+        columns["advantages"] = (returns - returns.mean()) / (returns.std() + 1e-8)
+    return columns
+
+
+def sequence_columns(rollout: dict[str, np.ndarray], logp: np.ndarray) -> dict[str, np.ndarray]:
+    """V-trace's training rows (IMPALA, APPO): whole sequences, env-major (row n*T + t for env n and
+    step t), with the behaviour policy's log-probabilities `logp` (T, N): these weights sampled
+    the whole rollout."""
+    columns = {key: rollout[key] for key in SEQUENCE_COLUMNS} | {"logp": logp}
+    return {k: v.swapaxes(0, 1).reshape(-1, *v.shape[2:]) for k, v in columns.items()}
+
+
+def n_step_columns(rollout: dict[str, np.ndarray], gamma: float, n: int) -> dict[str, np.ndarray]:
+    """Q-learning's n-step transitions (DQN, Ape-X): the discounted sum of up to n rewards, the
+    observation to bootstrap from, and its discount (0 when the episode terminated inside the
+    window)."""
+    returns, last_step, bootstrap_discounts = compute_n_step(
+        rollout["rewards"], rollout["terminateds"], rollout["truncateds"], gamma, n
+    )
+    envs = np.arange(last_step.shape[1])[None, :]
+    return flatten_time_major(
+        {
+            "obs": rollout["obs"],
+            "actions": rollout["actions"],
+            "rewards": returns,
+            "next_obs": rollout["next_obs"][last_step, envs],
+            "bootstrap_discounts": bootstrap_discounts,
+        },
+        rollout[VALID],
+    )

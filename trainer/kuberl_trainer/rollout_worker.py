@@ -13,13 +13,12 @@ from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass
 
 import numpy as np
-import torch
 
 from kuberl_trainer.config import AnyTrainerConfig
 from kuberl_trainer.cpu_quota import cpu_wait_s
 from kuberl_trainer.envs import encode_obs, episode_steps, job_space_info, make_vector_env
 from kuberl_trainer.normalization import Normalizer, make_normalizer
-from kuberl_trainer.policy.base import Policy, Stats, Weights
+from kuberl_trainer.policy.interface import PolicyFactory, Stats, Weights
 from kuberl_trainer.sample_batch import VALID, SampleBatch
 
 Observer = Callable[[object, np.ndarray], None]
@@ -54,32 +53,34 @@ class Perturbations:
 class RolloutWorker:
     def __init__(
         self,
-        policy_class: type[Policy],
+        policy_class: PolicyFactory,
         config: AnyTrainerConfig,
         num_envs: int,
         seed: int,
         worker_index: int = 0,
         num_workers: int = 0,
-        torch_threads: int | None = None,
+        cpus: int | None = None,
     ):
         """`worker_index` is 0 for the driver's local worker and 1..`num_workers` for the remote
-        ones (Ape-X gives each its own exploration rate from them).
+        ones (Ape-X gives each its own exploration rate from them). `cpus`: a remote worker's
+        CPUs (WorkerSet), which its policy and its vector env compute on; the local worker has
+        the driver's. `policy_class` builds the policy: the algorithm's class, or for a remote
+        worker that only acts `ActingOnly` (kuberl_trainer.policy.acting), with which its
+        process never imports torch.
 
         `policy` is the worker's policy (on the local worker, the learner's); `acting_policy` is
         the one that acts in the envs (sampling, evaluation, ES's perturbations): `policy`
         itself, or on the local worker of a learner off the CPU a CPU copy of it
         (`act_with_a_cpu_copy`)."""
-        if torch_threads is not None:
-            torch.set_num_threads(torch_threads)
         self.config = config
-        # A remote worker's CPUs are its torch threads (WorkerSet); the local worker has the
-        # driver's.
-        self.cpus = torch_threads
+        self.cpus = cpus
         self.envs = make_vector_env(
             config.env, config.env_config, num_envs, config.wrappers, cpus=self.cpus
         )
         self.spaces = job_space_info(self.envs, config)
         self.policy = policy_class(self.spaces, config, seed)
+        if cpus is not None:
+            self.policy.limit_threads(cpus)
         # Where this copy of the policy acts: Ape-X's exploration rate depends on it.
         self.policy.worker_index = worker_index
         self.policy.num_workers = num_workers

@@ -154,13 +154,15 @@ class Trainer:
 
     def _make_workers(self, resumed_iteration: int) -> WorkerSet:
         policy_class = algorithms.policy_class(self.config)
+        # Remote workers only act: where they can, without torch (see policy/acting.py).
+        remote_policy = algorithms.remote_policy(self.config)
         starts: Counter[int] = Counter()  # of each worker slot in this run
 
         def worker_kwargs(index: int) -> dict[str, Any]:
             seed = worker_seed(self.seed, index, resumed_iteration, starts[index])
             starts[index] += 1
             return {
-                "policy_class": policy_class,
+                "policy_class": remote_policy if index else policy_class,
                 "config": self.config,
                 "num_envs": self.rollout.envs_per_worker,
                 "seed": seed,

@@ -15,8 +15,9 @@ call (`send_weights`, a replacement's first) hands both to the worker.
 
 Start-up: at most as many remote workers start at once as the Ray cluster has CPUs to spare
 (`startup_slots`: its CPUs, less the one the learner takes where it shares a node with them),
-the others as those have started. Starting one takes a CPU for over a second (Python, Ray and
-torch imported), so workers started all at once on a laptop share its CPUs and all come late;
+the others as those have started. Starting one takes a CPU for half a second (Python, Ray, kuberl
+and its envs; 1.4-1.6 CPU-seconds where its policy needs torch: Atari's CNN, Q-learning and SAC,
+A3C), so workers started all at once on a laptop share its CPUs and all come late;
 one at a time, training starts with the first and the others join as replacements do, in the
 order the policy gives (`Policy.worker_start_order`: Ape-X's span its exploration rates).
 
@@ -48,7 +49,7 @@ from kuberl_trainer.resources import ResourceRequest, check_resources, rollout_w
 from kuberl_trainer.sample_batch import SampleBatch
 
 if TYPE_CHECKING:
-    from kuberl_trainer.policy.base import Weights
+    from kuberl_trainer.policy.interface import Weights
 
 log = logging.getLogger(__name__)
 
@@ -89,7 +90,7 @@ class WorkerSet:
         self._downtime_ended_s = 0.0  # downtime of the outages already over
         self._weights_ref = None
         self._global_timesteps = 0
-        self._torch_threads = max(1, int(cpus_per_worker))
+        self._cpus = max(1, int(cpus_per_worker))
         # Remote workers not started yet, and those started first (healthy at once) whose actor
         # is still being constructed, with its ready ref: at most _max_starting start at once.
         self._queued: list[int] = []
@@ -350,9 +351,10 @@ class WorkerSet:
 
     def _launch_queued(self, first: bool = False) -> None:
         """Start queued workers while fewer than `_max_starting` are starting (`startup_slots`).
-        Starting a worker is CPU-bound (Python, Ray and torch imported: 1.25-1.4 CPU-seconds
-        on a 2-core VM), and workers that start together share the CPUs: 12 at once on 2 cores
-        answered their first call after 12 s, beside a learner that had nothing to learn on.
+        Starting a worker is CPU-bound (Python and Ray, kuberl and its envs: 0.55 CPU-seconds on
+        a 2-core VM, 1.4-1.6 with torch), and workers that start together share the CPUs: 12 at
+        once on 2 cores, each importing torch, answered their first call after 12 s, beside a
+        learner that had nothing to learn on.
         Those started `first` are healthy at once, so the first step waits for their batches as
         for any; the others join in the background (`_starting`) while training goes on with
         the workers already up."""
@@ -382,9 +384,7 @@ class WorkerSet:
         self._starting[index] = (handle, self._set_weights(handle, sent), sent)
 
     def _start_remote(self, index: int):
-        return self._remote_class.remote(
-            **self._worker_kwargs(index), torch_threads=self._torch_threads
-        )
+        return self._remote_class.remote(**self._worker_kwargs(index), cpus=self._cpus)
 
     def _promote_started_workers(self) -> None:
         """Move replacements and queued workers whose first call (the weight sync) finished into

@@ -26,6 +26,10 @@ class AlgorithmRow:
     """Its hyperparameters: a class of kuberl_trainer.hyperparameters, one docstring per field."""
     policy: str
     """The policy class as module:Class, imported only by the trainer (this module stays light)."""
+    acting: str | None
+    """The numpy policy its remote rollout workers act with where the networks are MLPs
+    (module:Class, kuberl_trainer.policy.acting), so that they never import torch; None: they
+    hold the policy itself."""
     optimizers: tuple[OptimizerName, ...]
     """The default optimizer first, then the swaps its numerics allow."""
     learns: str
@@ -49,42 +53,49 @@ ALGORITHMS: dict[str, AlgorithmRow] = {
     "PG": AlgorithmRow(
         on_policy.PGHyperparameters,
         "kuberl_trainer.policy.pg:PGPolicy",
+        "kuberl_trainer.policy.acting:ActingPGPolicy",
         (SYNC_SAMPLES, ASYNC_GRADIENTS),
         _ON_POLICY,
     ),
     "A2C": AlgorithmRow(
         on_policy.A2CHyperparameters,
         "kuberl_trainer.policy.a2c:A2CPolicy",
+        "kuberl_trainer.policy.acting:ActingPolicy",
         (SYNC_SAMPLES, ASYNC_GRADIENTS),
         _ON_POLICY,
     ),
     "A3C": AlgorithmRow(
         on_policy.A3CHyperparameters,
         "kuberl_trainer.policy.a2c:A2CPolicy",
+        "kuberl_trainer.policy.acting:ActingPolicy",
         (ASYNC_GRADIENTS, SYNC_SAMPLES),
         _ON_POLICY,
     ),
     "PPO": AlgorithmRow(
         on_policy.PPOHyperparameters,
         "kuberl_trainer.policy.ppo:PPOPolicy",
+        "kuberl_trainer.policy.acting:ActingPolicy",
         (SYNC_SAMPLES, ASYNC_SAMPLES, LOCAL_MULTI_GPU),
         _SGD_EPOCHS,
     ),
     "APPO": AlgorithmRow(
         on_policy.APPOHyperparameters,
         "kuberl_trainer.policy.appo:APPOPolicy",
+        "kuberl_trainer.policy.acting:ActingIMPALAPolicy",
         (ASYNC_SAMPLES, SYNC_SAMPLES),
         _VTRACE,
     ),
     "IMPALA": AlgorithmRow(
         on_policy.IMPALAHyperparameters,
         "kuberl_trainer.policy.impala:IMPALAPolicy",
+        "kuberl_trainer.policy.acting:ActingIMPALAPolicy",
         (ASYNC_SAMPLES, SYNC_SAMPLES),
         _VTRACE,
     ),
     "DQN": AlgorithmRow(
         off_policy.DQNHyperparameters,
         "kuberl_trainer.policy.dqn:DQNPolicy",
+        "kuberl_trainer.policy.acting:ActingDQNPolicy",
         (SYNC_REPLAY, ASYNC_REPLAY),
         _REPLAY,
         discrete_actions_only=True,
@@ -92,6 +103,7 @@ ALGORITHMS: dict[str, AlgorithmRow] = {
     "APEX": AlgorithmRow(
         off_policy.APEXHyperparameters,
         "kuberl_trainer.policy.apex:APEXPolicy",
+        "kuberl_trainer.policy.acting:ActingAPEXPolicy",
         (ASYNC_REPLAY, SYNC_REPLAY),
         _REPLAY,
         discrete_actions_only=True,
@@ -99,6 +111,7 @@ ALGORITHMS: dict[str, AlgorithmRow] = {
     "SAC": AlgorithmRow(
         off_policy.SACHyperparameters,
         "kuberl_trainer.policy.sac:SACPolicy",
+        None,
         (SYNC_REPLAY,),
         _SOFT_REPLAY,
         continuous_actions_only=True,
@@ -107,6 +120,7 @@ ALGORITHMS: dict[str, AlgorithmRow] = {
     "ES": AlgorithmRow(
         evolution.ESHyperparameters,
         "kuberl_trainer.policy.es:ESPolicy",
+        None,
         (PERTURBATIONS,),
         _PERTURBED,
         image_observations=False,

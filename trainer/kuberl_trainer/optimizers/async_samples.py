@@ -62,7 +62,7 @@ from kuberl_trainer.sample_batch import SampleBatch
 from kuberl_trainer.worker_set import WorkerSet
 
 if TYPE_CHECKING:
-    from kuberl_trainer.policy.base import Weights
+    from kuberl_trainer.policy.interface import Weights
 
 # The longest the driver waits on its workers before it looks at the learner (which may have
 # failed) and for replacement workers that have started.

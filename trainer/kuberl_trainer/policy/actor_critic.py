@@ -10,9 +10,8 @@ import torch
 from kuberl_trainer.config import AnyTrainerConfig
 from kuberl_trainer.envs import SpaceInfo
 from kuberl_trainer.models import ActorCritic, NoiseSource
-from kuberl_trainer.policy.base import TorchPolicy, flatten_time_major
-from kuberl_trainer.postprocessing import compute_gae
-from kuberl_trainer.sample_batch import VALID
+from kuberl_trainer.policy.base import TorchPolicy
+from kuberl_trainer.postprocessing import gae_columns
 
 
 class ActorCriticPolicy(TorchPolicy):
@@ -76,27 +75,13 @@ class ActorCriticPolicy(TorchPolicy):
 
     def postprocess_trajectory(self, rollout: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
         values = rollout["values"] if "values" in rollout else self._values(rollout["obs"])
-        next_values = self._next_values(values, rollout)
-        logp = self._logp(rollout["dist_inputs"], rollout["actions"])
-        advantages, targets = compute_gae(
-            rollout["rewards"],
+        return gae_columns(
+            rollout,
             values,
-            next_values,
-            rollout["terminateds"],
-            rollout["truncateds"],
+            self._values(rollout["next_obs"][-1:]),
+            self._logp(rollout["dist_inputs"], rollout["actions"]),
             self.hp.gamma,
             self.hp.gae_lambda,
-        )
-        return flatten_time_major(
-            {
-                "obs": rollout["obs"],
-                "actions": rollout["actions"],
-                "logp": logp,
-                "values": values,
-                "advantages": advantages,
-                "value_targets": targets,
-            },
-            rollout[VALID],
         )
 
     def _logp(self, dist_inputs: np.ndarray, actions: np.ndarray) -> np.ndarray:
@@ -107,12 +92,6 @@ class ActorCriticPolicy(TorchPolicy):
             flat_actions = self.as_tensor(actions.reshape(len(flat_inputs), *actions.shape[2:]))
             logp = self.model.logp_of(flat_inputs, flat_actions)
         return logp.numpy(force=True).reshape(actions.shape[:2])
-
-    def _next_values(self, values: np.ndarray, rollout: dict[str, np.ndarray]) -> np.ndarray:
-        """V of every step's next observation: the next step's own observation, also where an
-        episode ended (the envs return its final observation and reset a step later), and after
-        the window's last step the observation the next window starts from."""
-        return np.concatenate([values[1:], self._values(rollout["next_obs"][-1:])])
 
     def _values(self, obs: np.ndarray) -> np.ndarray:
         """V for (T, N, *obs_shape) observations, in forward passes of a few thousand rows (of a

@@ -14,7 +14,8 @@ from torch import nn
 from kuberl_trainer.config import AnyTrainerConfig, ModelConfig
 from kuberl_trainer.envs import EnvError, SpaceInfo
 from kuberl_trainer.models import ACTIVATIONS, ConvEncoder, mlp
-from kuberl_trainer.policy.base import Stats
+from kuberl_trainer.policy.acting import linear_epsilon
+from kuberl_trainer.policy.interface import Stats
 from kuberl_trainer.policy.replay import ReplayPolicy
 from kuberl_trainer.progress_row import EPSILON, GRAD_NORM, Q_MEAN, TD_ERROR_MEAN, TD_LOSS
 
@@ -84,12 +85,7 @@ class DQNPolicy(ReplayPolicy):
 
     @property
     def epsilon(self) -> float:
-        """Exploration rate: linear from epsilon_initial to epsilon_final over
-        epsilon_timesteps env steps, then constant."""
-        progress = min(1.0, self.global_timesteps / self.hp.epsilon_timesteps)
-        return self.hp.epsilon_initial + progress * (
-            self.hp.epsilon_final - self.hp.epsilon_initial
-        )
+        return linear_epsilon(self.hp, self.global_timesteps)
 
     def exploration_stats(self) -> Stats:
         return {EPSILON: self.epsilon}

@@ -15,7 +15,8 @@ from torch import nn
 from kuberl_trainer.config import AnyTrainerConfig
 from kuberl_trainer.envs import SpaceInfo
 from kuberl_trainer.models import ACTIVATIONS, mlp
-from kuberl_trainer.policy.base import Stats, TorchPolicy
+from kuberl_trainer.policy.base import TorchPolicy
+from kuberl_trainer.policy.interface import Stats
 from kuberl_trainer.progress_row import ES_GRADIENT_NORM, ES_UPDATE_RATIO, ES_WEIGHTS_NORM
 
 # The same table in every process and every run: only where a perturbation starts travels.

@@ -17,13 +17,11 @@ import torch
 from torch import nn
 
 from kuberl_trainer.policy.actor_critic import ActorCriticPolicy
-from kuberl_trainer.policy.base import Stats, TensorStats, mean_stats
+from kuberl_trainer.policy.base import TensorStats, mean_stats
+from kuberl_trainer.policy.interface import Stats
+from kuberl_trainer.postprocessing import sequence_columns
 from kuberl_trainer.progress_row import ENTROPY, GRAD_NORM, POLICY_LOSS, SGD_STEPS, VF_LOSS
 from kuberl_trainer.sample_batch import VALID, SampleBatch
-
-# The columns the learner needs; next_obs for every step (not only where an episode was cut or
-# the window ends) keeps the layout plain, and costs one critic pass without gradients.
-SEQUENCE_COLUMNS = ("obs", "next_obs", "actions", "rewards", "terminateds", "truncateds", VALID)
 
 
 def pg_weights(log_rhos: torch.Tensor, pg_rho_bar: float) -> torch.Tensor:
@@ -121,10 +119,7 @@ class IMPALAPolicy(ActorCriticPolicy):
     one_forward = True
 
     def postprocess_trajectory(self, rollout: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
-        columns = {key: rollout[key] for key in SEQUENCE_COLUMNS}
-        # The behaviour policy's log-probabilities: these weights sampled the whole rollout.
-        columns["logp"] = self._logp(rollout["dist_inputs"], rollout["actions"])
-        return {k: v.swapaxes(0, 1).reshape(-1, *v.shape[2:]) for k, v in columns.items()}
+        return sequence_columns(rollout, self._logp(rollout["dist_inputs"], rollout["actions"]))
 
     def learn_on_batch(self, batch: SampleBatch) -> Stats:
         transitions = batch.env_steps

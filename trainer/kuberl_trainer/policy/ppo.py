@@ -5,7 +5,8 @@ from __future__ import annotations
 import torch
 
 from kuberl_trainer.policy.actor_critic import ActorCriticPolicy
-from kuberl_trainer.policy.base import Stats, TensorStats, mean_stats
+from kuberl_trainer.policy.base import TensorStats, mean_stats
+from kuberl_trainer.policy.interface import Stats
 from kuberl_trainer.progress_row import (
     CLIP_FRACTION,
     ENTROPY,

@@ -14,16 +14,10 @@ from torch import nn
 
 from kuberl_trainer.config import AnyTrainerConfig
 from kuberl_trainer.envs import SpaceInfo
-from kuberl_trainer.policy.base import (
-    Stats,
-    TorchPolicy,
-    check_weights_fit,
-    flatten_time_major,
-    mean_stats,
-    numpy_weights,
-)
-from kuberl_trainer.postprocessing import compute_n_step
-from kuberl_trainer.sample_batch import VALID, SampleBatch
+from kuberl_trainer.policy.base import TorchPolicy, check_weights_fit, mean_stats, numpy_weights
+from kuberl_trainer.policy.interface import Stats
+from kuberl_trainer.postprocessing import n_step_columns
+from kuberl_trainer.sample_batch import SampleBatch
 
 
 class ReplayPolicy(TorchPolicy):
@@ -66,26 +60,7 @@ class ReplayPolicy(TorchPolicy):
         return {}
 
     def postprocess_trajectory(self, rollout: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
-        """n-step transitions: the discounted sum of up to n rewards, the observation to
-        bootstrap from, and its discount (0 when the episode terminated inside the window)."""
-        returns, last_step, bootstrap_discounts = compute_n_step(
-            rollout["rewards"],
-            rollout["terminateds"],
-            rollout["truncateds"],
-            self.hp.gamma,
-            self.hp.n_step,
-        )
-        envs = np.arange(last_step.shape[1])[None, :]
-        return flatten_time_major(
-            {
-                "obs": rollout["obs"],
-                "actions": rollout["actions"],
-                "rewards": returns,
-                "next_obs": rollout["next_obs"][last_step, envs],
-                "bootstrap_discounts": bootstrap_discounts,
-            },
-            rollout[VALID],
-        )
+        return n_step_columns(rollout, self.hp.gamma, self.hp.n_step)
 
     def learn_on_batch(self, batch: SampleBatch) -> Stats:
         stats, _ = self.learn_on_replay_batch(batch.columns)

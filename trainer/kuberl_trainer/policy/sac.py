@@ -19,7 +19,7 @@ from torch.func import functional_call
 from kuberl_trainer.config import AnyTrainerConfig
 from kuberl_trainer.envs import EnvError, SpaceInfo
 from kuberl_trainer.models import NoiseSource, gaussian_logp, mlp
-from kuberl_trainer.policy.base import Stats
+from kuberl_trainer.policy.interface import Stats
 from kuberl_trainer.policy.replay import ReplayPolicy
 from kuberl_trainer.progress_row import (
     ALPHA,

@@ -1,0 +1,260 @@
+"""Remote workers that only act hold numpy policies (policy/acting.py): the same networks as the
+torch policy's, the same action distributions, the same postprocessing, and a process that never
+imports torch."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+from kuberl_trainer.algorithms import policy_class, remote_policy
+from kuberl_trainer.config import ALGORITHMS
+from kuberl_trainer.policy.acting import (
+    ActingAPEXPolicy,
+    ActingDQNPolicy,
+    ActingIMPALAPolicy,
+    ActingOnly,
+    ActingPGPolicy,
+    ActingPolicy,
+    acts_in_numpy,
+    load_class,
+)
+from kuberl_trainer.rollout_worker import RolloutWorker
+from kuberl_trainer.sample_batch import VALID
+from testkit import ROOT, trainer_config
+
+# (algorithm, env, hyperparameters): both activations, both action kinds, one to three layers.
+CASES = {
+    "PPO/CartPole/tanh": ("PPO", "CartPole-v1", {}),
+    "PPO/Pendulum/relu": ("PPO", "Pendulum-v1", {"hidden_sizes": [32], "activation": "relu"}),
+    "A2C/Acrobot": ("A2C", "Acrobot-v1", {"hidden_sizes": [16, 16, 16]}),
+    "PG/CartPole": ("PG", "CartPole-v1", {}),
+    "IMPALA/CartPole": ("IMPALA", "CartPole-v1", {"activation": "relu"}),
+    "APPO/Pendulum": ("APPO", "Pendulum-v1", {}),
+    "DQN/CartPole/dueling": ("DQN", "CartPole-v1", {"dueling": True}),
+    "DQN/Acrobot/relu": ("DQN", "Acrobot-v1", {"dueling": False, "activation": "relu"}),
+    "APEX/CartPole/dueling": ("APEX", "CartPole-v1", {"hidden_sizes": [32], "dueling": True}),
+}
+
+
+def torch_and_numpy(algorithm: str, env: str, hyperparameters: dict, seed: int = 3):
+    """The algorithm's torch policy (on a worker of 8 envs) and its numpy one with its weights
+    (a Gaussian's log standard deviations made to differ from 0 and from each other)."""
+    config = trainer_config(algorithm=algorithm, env=env, hyperparameters=hyperparameters)
+    worker = RolloutWorker(policy_class(config), config, 8, seed)
+    worker.envs.close()
+    weights = worker.policy.get_weights()
+    if "log_std" in weights:
+        weights["log_std"] = weights["log_std"] - 0.3 - 0.1 * np.arange(len(weights["log_std"]))
+        worker.policy.set_weights(weights)
+    acting = load_class(ALGORITHMS[algorithm].acting)(worker.spaces, config, seed)
+    acting.set_weights(weights)
+    return worker.policy, acting
+
+
+def rollout_of(policy, spaces, steps: int = 12, envs: int = 8, seed: int = 0) -> dict:
+    """A time-major rollout acted by `policy` on random observations, with episode ends, cut
+    episodes and reset steps."""
+    rng = np.random.default_rng(seed)
+    obs = rng.normal(size=(steps + 1, envs, *spaces.obs_shape)).astype(np.float32)
+    recorded = [policy.compute_actions(obs[t])[1] for t in range(steps)]
+    terminateds = rng.random((steps, envs)) < 0.1
+    truncateds = ~terminateds & (rng.random((steps, envs)) < 0.05)
+    return {
+        "obs": obs[:steps],
+        "next_obs": obs[1:],
+        "rewards": rng.normal(size=(steps, envs)).astype(np.float32),
+        "terminateds": terminateds,
+        "truncateds": truncateds,
+        VALID: rng.random((steps, envs)) > 0.1,
+        **{key: np.stack([step[key] for step in recorded]) for key in recorded[0]},
+    }
+
+
+@pytest.mark.parametrize("case", CASES)
+def test_a_numpy_policy_computes_what_the_torch_policy_computes(case):
+    torch_policy, acting = torch_and_numpy(*CASES[case])
+    obs = np.random.default_rng(1).normal(size=(8, *torch_policy.spaces.obs_shape))
+    obs = obs.astype(np.float32)
+    torch_actions, torch_columns = torch_policy.compute_actions(obs, explore=False)
+    actions, columns = acting.compute_actions(obs, explore=False)
+    assert columns.keys() == torch_columns.keys()
+    for key in columns:
+        assert columns[key].dtype == torch_columns[key].dtype, key
+        np.testing.assert_allclose(columns[key], torch_columns[key], 1e-5, 1e-6, err_msg=key)
+    np.testing.assert_allclose(actions, torch_actions, 1e-5, 1e-6)
+    if isinstance(acting, ActingDQNPolicy):
+        with torch.inference_mode():
+            q_values = torch_policy.model(torch.from_numpy(obs)).numpy()
+        np.testing.assert_allclose(acting._q_values(obs), q_values, 1e-5, 1e-6)
+    elif acting.with_critic:
+        np.testing.assert_allclose(
+            acting._values(obs[None]), torch_policy._values(obs[None]), 1e-5, 1e-6
+        )
+    # Postprocessing on one rollout, acted by the torch policy: every column as the torch one's.
+    rollout = rollout_of(torch_policy, torch_policy.spaces)
+    expected = torch_policy.postprocess_trajectory(dict(rollout))
+    got = acting.postprocess_trajectory(dict(rollout))
+    assert got.keys() == expected.keys()
+    for key in expected:
+        assert got[key].dtype == expected[key].dtype, key
+        np.testing.assert_allclose(got[key], expected[key], 1e-5, 1e-5, err_msg=key)
+
+
+def test_a_numpy_policy_samples_the_torch_policys_distributions():
+    """Gumbel-max draws follow the softmax of the logits; Gaussian draws have the policy's
+    standard deviation around the mean, and the env gets them clipped to its bounds."""
+    _, acting = torch_and_numpy("PPO", "CartPole-v1", {})
+    obs = np.random.default_rng(2).normal(size=(1, 4)).astype(np.float32) * 3
+    logits = acting.compute_actions(obs, explore=False)[1]["dist_inputs"][0]
+    draws = np.array([acting.compute_actions(obs)[0][0] for _ in range(20_000)])
+    expected = np.exp(logits - logits.max()) / np.exp(logits - logits.max()).sum()
+    np.testing.assert_allclose(np.bincount(draws, minlength=2) / len(draws), expected, atol=0.015)
+
+    _, acting = torch_and_numpy("PPO", "Pendulum-v1", {"initial_log_std": -1.0})
+    obs = np.zeros((4096, 3), dtype=np.float32)
+    env_actions, columns = acting.compute_actions(obs)
+    spread = columns["actions"] - columns["dist_inputs"]
+    assert abs(spread.std() - np.exp(-1.3)) < 0.02
+    assert abs(spread.mean()) < 0.02
+    np.testing.assert_array_equal(env_actions, np.clip(columns["actions"], -2.0, 2.0))
+
+
+@pytest.mark.parametrize("algorithm", ["DQN", "APEX"])
+def test_q_learning_workers_explore_as_the_torch_policy_does(algorithm):
+    """Epsilon-greedy from a generator seeded as the torch policy's: the same actions, at the
+    same rate (DQN's schedule; Ape-X's rate of its worker)."""
+    torch_policy, acting = torch_and_numpy(algorithm, "CartPole-v1", {})
+    for policy in (torch_policy, acting):
+        policy.worker_index, policy.num_workers = 2, 4
+        policy.set_global_timesteps(3_000)
+    assert acting.epsilon == torch_policy.epsilon
+    assert 0.02 < acting.epsilon < 0.9
+    obs = np.random.default_rng(4).normal(size=(64, 4)).astype(np.float32)
+    for _ in range(5):
+        np.testing.assert_array_equal(
+            acting.compute_actions(obs)[0], torch_policy.compute_actions(obs)[0]
+        )
+
+
+def test_the_algorithm_table_names_each_numpy_policy():
+    assert load_class(ALGORITHMS["PPO"].acting) is ActingPolicy
+    assert load_class(ALGORITHMS["A2C"].acting) is ActingPolicy
+    assert load_class(ALGORITHMS["PG"].acting) is ActingPGPolicy
+    assert load_class(ALGORITHMS["IMPALA"].acting) is ActingIMPALAPolicy
+    assert load_class(ALGORITHMS["APPO"].acting) is ActingIMPALAPolicy
+    assert load_class(ALGORITHMS["DQN"].acting) is ActingDQNPolicy
+    assert load_class(ALGORITHMS["APEX"].acting) is ActingAPEXPolicy
+    for algorithm in ("SAC", "ES"):  # their workers act with the policy itself
+        assert ALGORITHMS[algorithm].acting is None
+
+
+@pytest.mark.parametrize(
+    ("algorithm", "optimizer", "expected"),
+    [
+        ("PPO", None, "acting"),
+        ("IMPALA", None, "acting"),
+        ("APPO", "SyncSamples", "acting"),
+        ("A2C", None, "acting"),
+        ("A3C", None, "kuberl_trainer.policy.a2c:A2CPolicy"),  # its workers compute gradients
+        ("PG", "AsyncGradients", "kuberl_trainer.policy.pg:PGPolicy"),
+        ("DQN", None, "acting"),
+        ("APEX", None, "acting"),
+        ("SAC", None, "kuberl_trainer.policy.sac:SACPolicy"),
+        ("ES", None, "kuberl_trainer.policy.es:ESPolicy"),
+    ],
+)
+def test_remote_workers_act_in_numpy_unless_the_optimizer_needs_more(
+    algorithm, optimizer, expected
+):
+    fields = {"algorithm": algorithm} | ({"optimizer": optimizer} if optimizer else {})
+    factory = remote_policy(trainer_config(**fields))
+    if expected == "acting":
+        assert factory == ActingOnly(ALGORITHMS[algorithm].policy, ALGORITHMS[algorithm].acting)
+    else:
+        assert factory is load_class(expected)
+
+
+def test_images_and_shared_trunks_take_the_torch_policy():
+    """A CNN, or one trunk under the actor and the critic (model.vfShareLayers), is the torch
+    model's other layout: the worker builds the torch policy for it."""
+    config = trainer_config(algorithm="PPO")
+    worker = RolloutWorker(policy_class(config), config, 2, 0)
+    worker.envs.close()
+    factory = remote_policy(config)
+    assert acts_in_numpy(worker.spaces, config)
+    assert isinstance(factory(worker.spaces, config, 0), ActingPolicy)
+    shared = trainer_config(algorithm="PPO", model={"vfShareLayers": True})
+    assert not acts_in_numpy(worker.spaces, shared)
+    assert isinstance(factory(worker.spaces, shared, 0), policy_class(shared))
+    image = dataclasses.replace(worker.spaces, image=object())
+    assert not acts_in_numpy(image, config)
+
+
+def test_a_numpy_policy_acts_only():
+    torch_policy, acting = torch_and_numpy("IMPALA", "CartPole-v1", {})
+    fresh = ActingIMPALAPolicy(acting.spaces, acting.config, 0)
+    with pytest.raises(RuntimeError, match="no weights yet"):
+        fresh.compute_actions(np.zeros((2, 4), dtype=np.float32))
+    for call in (
+        lambda: acting.learn_on_batch(None),
+        lambda: acting.compute_gradients(None),
+        lambda: acting.get_state(),
+    ):
+        with pytest.raises(TypeError, match="only acts"):
+            call()
+    assert acting.get_weights().keys() == torch_policy.get_weights().keys()
+
+
+def test_a_remote_worker_that_only_acts_never_imports_torch(tmp_path: Path):
+    """The worker as a remote one is built (ActingOnly, CPUs given), in a process of its own:
+    it samples with the learner's weights, and torch is never imported there."""
+    config = trainer_config(algorithm="IMPALA")
+    torch_policy, _ = torch_and_numpy("IMPALA", "CartPole-v1", {})
+    np.savez(tmp_path / "weights.npz", **torch_policy.get_weights())
+    (tmp_path / "config.json").write_text(config.model_dump_json(by_alias=True))
+    script = f"""
+import json, sys
+import numpy as np
+from pydantic import TypeAdapter
+from kuberl_trainer.algorithms import remote_policy
+from kuberl_trainer.config import TrainerConfig
+from kuberl_trainer.rollout_worker import RolloutWorker
+config = TypeAdapter(TrainerConfig).validate_json(open({str(tmp_path / "config.json")!r}).read())
+worker = RolloutWorker(remote_policy(config), config, 8, seed=5, worker_index=1, cpus=1)
+weights = dict(np.load({str(tmp_path / "weights.npz")!r}))
+worker.set_weights(weights, global_timesteps=0)
+batch = worker.sample()
+print(json.dumps({{
+    "policy": type(worker.policy).__name__,
+    "rows": len(batch["obs"]),
+    "columns": sorted(batch.columns),
+    "torch": "torch" in sys.modules,
+}}))
+"""
+    done = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, cwd=ROOT, timeout=120
+    )
+    assert done.returncode == 0, done.stderr
+    result = json.loads(done.stdout.strip().splitlines()[-1])
+    assert result["policy"] == "ActingIMPALAPolicy"
+    assert result["rows"] == 8 * config.hyperparameters.rollout_length
+    assert {"obs", "actions", "logp", "rewards", VALID} <= set(result["columns"])
+    assert result["torch"] is False
+
+
+def test_a_torch_worker_limits_torch_to_its_cpus():
+    config = trainer_config(algorithm="SAC", env="Pendulum-v1")
+    threads = torch.get_num_threads()
+    try:
+        RolloutWorker(remote_policy(config), config, 2, 0, cpus=1).envs.close()
+        assert torch.get_num_threads() == 1
+    finally:
+        torch.set_num_threads(threads)
