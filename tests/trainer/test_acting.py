@@ -23,6 +23,7 @@ from kuberl_trainer.policy.acting import (
     ActingOnly,
     ActingPGPolicy,
     ActingPolicy,
+    ActingSACPolicy,
     acts_in_numpy,
     load_class,
 )
@@ -40,6 +41,7 @@ CASES = {
     "APPO/Pendulum": ("APPO", "Pendulum-v1", {}),
     "DQN/CartPole/dueling": ("DQN", "CartPole-v1", {"dueling": True}),
     "DQN/Acrobot/relu": ("DQN", "Acrobot-v1", {"dueling": False, "activation": "relu"}),
+    "SAC/Pendulum": ("SAC", "Pendulum-v1", {"hidden_sizes": [32, 32]}),
     "APEX/CartPole/dueling": ("APEX", "CartPole-v1", {"hidden_sizes": [32], "dueling": True}),
 }
 
@@ -94,7 +96,7 @@ def test_a_numpy_policy_computes_what_the_torch_policy_computes(case):
         with torch.inference_mode():
             q_values = torch_policy.model(torch.from_numpy(obs)).numpy()
         np.testing.assert_allclose(acting._q_values(obs), q_values, 1e-5, 1e-6)
-    elif acting.with_critic:
+    elif isinstance(acting, ActingPolicy) and acting.with_critic:
         np.testing.assert_allclose(
             acting._values(obs[None]), torch_policy._values(obs[None]), 1e-5, 1e-6
         )
@@ -126,6 +128,15 @@ def test_a_numpy_policy_samples_the_torch_policys_distributions():
     assert abs(spread.mean()) < 0.02
     np.testing.assert_array_equal(env_actions, np.clip(columns["actions"], -2.0, 2.0))
 
+    # SAC: tanh of a Gaussian sample around the mean, rescaled to the bounds.
+    _, acting = torch_and_numpy("SAC", "Pendulum-v1", {"hidden_sizes": [32]})
+    env_actions, columns = acting.compute_actions(obs)
+    mean, log_std = np.split(acting._forward(acting.actor, obs), 2, axis=-1)
+    spread = np.arctanh(np.clip(columns["actions"], -1 + 1e-6, 1 - 1e-6)) - mean
+    assert abs(spread.std() - np.exp(log_std).mean()) < 0.05
+    assert abs(spread.mean()) < 0.05
+    np.testing.assert_allclose(env_actions, 2.0 * columns["actions"], rtol=1e-6)
+
 
 @pytest.mark.parametrize("algorithm", ["DQN", "APEX"])
 def test_q_learning_workers_explore_as_the_torch_policy_does(algorithm):
@@ -152,8 +163,8 @@ def test_the_algorithm_table_names_each_numpy_policy():
     assert load_class(ALGORITHMS["APPO"].acting) is ActingIMPALAPolicy
     assert load_class(ALGORITHMS["DQN"].acting) is ActingDQNPolicy
     assert load_class(ALGORITHMS["APEX"].acting) is ActingAPEXPolicy
-    for algorithm in ("SAC", "ES"):  # their workers act with the policy itself
-        assert ALGORITHMS[algorithm].acting is None
+    assert load_class(ALGORITHMS["SAC"].acting) is ActingSACPolicy
+    assert ALGORITHMS["ES"].acting is None  # its workers evaluate perturbations of the torch one
 
 
 @pytest.mark.parametrize(
@@ -167,7 +178,7 @@ def test_the_algorithm_table_names_each_numpy_policy():
         ("PG", "AsyncGradients", "kuberl_trainer.policy.pg:PGPolicy"),
         ("DQN", None, "acting"),
         ("APEX", None, "acting"),
-        ("SAC", None, "kuberl_trainer.policy.sac:SACPolicy"),
+        ("SAC", None, "acting"),
         ("ES", None, "kuberl_trainer.policy.es:ESPolicy"),
     ],
 )
@@ -251,7 +262,7 @@ print(json.dumps({{
 
 
 def test_a_torch_worker_limits_torch_to_its_cpus():
-    config = trainer_config(algorithm="SAC", env="Pendulum-v1")
+    config = trainer_config(algorithm="ES")
     threads = torch.get_num_threads()
     try:
         RolloutWorker(remote_policy(config), config, 2, 0, cpus=1).envs.close()

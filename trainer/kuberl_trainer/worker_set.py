@@ -16,10 +16,10 @@ call (`send_weights`, a replacement's first) hands both to the worker.
 Start-up: at most as many remote workers start at once as the Ray cluster has CPUs to spare
 (`startup_slots`: its CPUs, less the one the learner takes where it shares a node with them),
 the others as those have started. Starting one takes a CPU for half a second (Python, Ray, kuberl
-and its envs; 1.4-1.6 CPU-seconds where its policy needs torch: Atari's CNN, Q-learning and SAC,
-A3C), so workers started all at once on a laptop share its CPUs and all come late;
-one at a time, training starts with the first and the others join as replacements do, in the
-order the policy gives (`Policy.worker_start_order`: Ape-X's span its exploration rates).
+and its envs; 1.4-1.6 CPU-seconds where its policy needs torch, see policy/acting.py), so
+workers started all at once on a laptop share its CPUs and all come late; one at a time,
+training starts with the first and the others join as replacements do, in the order the policy
+gives (`Policy.worker_start_order`: Ape-X's span its exploration rates).
 
 Calls on remote workers go through one task pool (`call`, `completed`): the synchronous
 `sample()` and the asynchronous optimizers alike, so a dead worker's calls are dropped, the worker

@@ -111,7 +111,7 @@ ALGORITHMS: dict[str, AlgorithmRow] = {
     "SAC": AlgorithmRow(
         off_policy.SACHyperparameters,
         "kuberl_trainer.policy.sac:SACPolicy",
-        None,
+        "kuberl_trainer.policy.acting:ActingSACPolicy",
         (SYNC_REPLAY,),
         _SOFT_REPLAY,
         continuous_actions_only=True,

@@ -19,6 +19,7 @@ from torch.func import functional_call
 from kuberl_trainer.config import AnyTrainerConfig
 from kuberl_trainer.envs import EnvError, SpaceInfo
 from kuberl_trainer.models import NoiseSource, gaussian_logp, mlp
+from kuberl_trainer.policy.acting import SAC_LOG_STD_MAX, SAC_LOG_STD_MIN
 from kuberl_trainer.policy.interface import Stats
 from kuberl_trainer.policy.replay import ReplayPolicy
 from kuberl_trainer.progress_row import (
@@ -31,8 +32,6 @@ from kuberl_trainer.progress_row import (
     TD_ERROR_MEAN,
     TD_LOSS,
 )
-
-LOG_STD_MIN, LOG_STD_MAX = -20.0, 2.0  # the clamp of Stable-Baselines3 and RLlib
 
 
 def squashed_gaussian_logp(
@@ -56,7 +55,7 @@ class SquashedGaussianActor(nn.Module):
     def forward(self, obs: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """The Gaussian's mean and log standard deviation, before squashing."""
         mean, log_std = self.net(obs).chunk(2, dim=-1)
-        return mean, log_std.clamp(LOG_STD_MIN, LOG_STD_MAX)
+        return mean, log_std.clamp(SAC_LOG_STD_MIN, SAC_LOG_STD_MAX)
 
     def sample(self, obs: torch.Tensor, noise: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """Squashed actions tanh(mean + std * noise) and their log-densities, differentiable
