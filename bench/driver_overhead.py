@@ -39,7 +39,7 @@ import ray
 import torch
 from driver_clock import FREE_RUNNING, IterationClock, run_driver, save_results, trainer_config
 
-from kuberl_trainer.algorithms import policy_class
+from kuberl_trainer.algorithms import policy_class, remote_policy
 from kuberl_trainer.config import RolloutConfig
 from kuberl_trainer.rollout_worker import RolloutWorker
 from kuberl_trainer.worker_set import WorkerSet
@@ -83,11 +83,11 @@ def task_pool(args: argparse.Namespace) -> dict[str, Any]:
         stop={"iterations": 1},
         hyperparameters={"rollout_length": args.rollout_length},
     )
-    policy = policy_class(config)
+    policy, acting = policy_class(config), remote_policy(config)
 
     def worker_kwargs(index: int) -> dict[str, Any]:  # as the driver builds them
         return {
-            "policy_class": policy,
+            "policy_class": acting if index else policy,
             "config": config,
             "num_envs": 1,
             "seed": 10_007 * index,
