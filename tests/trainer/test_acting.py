@@ -36,6 +36,7 @@ CASES = {
     "PPO/CartPole/tanh": ("PPO", "CartPole-v1", {}),
     "PPO/Pendulum/relu": ("PPO", "Pendulum-v1", {"hidden_sizes": [32], "activation": "relu"}),
     "A2C/Acrobot": ("A2C", "Acrobot-v1", {"hidden_sizes": [16, 16, 16]}),
+    "PPO/FrozenLake": ("PPO", "FrozenLake-v1", {}),  # Discrete observations, one-hot
     "PG/CartPole": ("PG", "CartPole-v1", {}),
     "IMPALA/CartPole": ("IMPALA", "CartPole-v1", {"activation": "relu"}),
     "APPO/Pendulum": ("APPO", "Pendulum-v1", {}),
@@ -84,7 +85,7 @@ def rollout_of(policy, spaces, steps: int = 12, envs: int = 8, seed: int = 0) ->
 def test_a_numpy_policy_computes_what_the_torch_policy_computes(case):
     torch_policy, acting = torch_and_numpy(*CASES[case])
     obs = np.random.default_rng(1).normal(size=(8, *torch_policy.spaces.obs_shape))
-    obs = obs.astype(np.float32)
+    obs = obs.astype(np.float32)  # what encode_obs gives the policy: float32, one-hot or not
     torch_actions, torch_columns = torch_policy.compute_actions(obs, explore=False)
     actions, columns = acting.compute_actions(obs, explore=False)
     assert columns.keys() == torch_columns.keys()
