@@ -19,6 +19,7 @@ from kuberl_trainer.config import ALGORITHMS
 from kuberl_trainer.policy.acting import (
     ActingAPEXPolicy,
     ActingDQNPolicy,
+    ActingESPolicy,
     ActingIMPALAPolicy,
     ActingOnly,
     ActingPGPolicy,
@@ -26,6 +27,7 @@ from kuberl_trainer.policy.acting import (
     ActingSACPolicy,
     acts_in_numpy,
     load_class,
+    noise_table,
 )
 from kuberl_trainer.rollout_worker import RolloutWorker
 from kuberl_trainer.sample_batch import VALID
@@ -156,6 +158,37 @@ def test_q_learning_workers_explore_as_the_torch_policy_does(algorithm):
         )
 
 
+@pytest.mark.parametrize("env", ["CartPole-v1", "Pendulum-v1"])
+def test_an_es_worker_perturbs_and_acts_as_the_torch_policy_does(env):
+    """The same flat parameters, the same perturbations drawn from the same seeded generator, the
+    same actions of every perturbed copy behind the same observation standardizer, and the same
+    observation counts reported."""
+    torch_policy, acting = torch_and_numpy("ES", env, {})
+    rng = np.random.default_rng(5)
+    seen = rng.normal(1.0, 2.0, size=(50, torch_policy.spaces.obs_dim))
+    torch_policy.add_observation_stats(len(seen), seen.sum(0), np.square(seen).sum(0))
+    acting.set_weights(torch_policy.get_weights())
+    np.testing.assert_array_equal(acting.theta, torch_policy.flat_parameters())
+
+    noise = noise_table(100_000)
+    indices = acting.draw_noise_indices(len(noise), 4)
+    np.testing.assert_array_equal(indices, torch_policy.draw_noise_indices(len(noise), 4))
+    parameters = acting.perturbed_parameters(noise, indices)
+    np.testing.assert_array_equal(parameters, torch_policy.perturbed_parameters(noise, indices))
+
+    obs = rng.normal(size=(8, torch_policy.spaces.obs_dim)).astype(np.float32)
+    np.testing.assert_allclose(
+        acting.act_perturbed(obs, parameters), torch_policy.act_perturbed(obs, parameters), 1e-5
+    )
+    for got, expected in zip(
+        acting.take_observation_stats(), torch_policy.take_observation_stats(), strict=True
+    ):
+        np.testing.assert_allclose(got, expected)
+    np.testing.assert_allclose(
+        acting.compute_actions(obs)[0], torch_policy.compute_actions(obs)[0], 1e-5
+    )
+
+
 def test_the_algorithm_table_names_each_numpy_policy():
     assert load_class(ALGORITHMS["PPO"].acting) is ActingPolicy
     assert load_class(ALGORITHMS["A2C"].acting) is ActingPolicy
@@ -165,7 +198,7 @@ def test_the_algorithm_table_names_each_numpy_policy():
     assert load_class(ALGORITHMS["DQN"].acting) is ActingDQNPolicy
     assert load_class(ALGORITHMS["APEX"].acting) is ActingAPEXPolicy
     assert load_class(ALGORITHMS["SAC"].acting) is ActingSACPolicy
-    assert ALGORITHMS["ES"].acting is None  # its workers evaluate perturbations of the torch one
+    assert load_class(ALGORITHMS["ES"].acting) is ActingESPolicy
 
 
 @pytest.mark.parametrize(
@@ -180,7 +213,7 @@ def test_the_algorithm_table_names_each_numpy_policy():
         ("DQN", None, "acting"),
         ("APEX", None, "acting"),
         ("SAC", None, "acting"),
-        ("ES", None, "kuberl_trainer.policy.es:ESPolicy"),
+        ("ES", None, "acting"),
     ],
 )
 def test_remote_workers_act_in_numpy_unless_the_optimizer_needs_more(
@@ -263,7 +296,7 @@ print(json.dumps({{
 
 
 def test_a_torch_worker_limits_torch_to_its_cpus():
-    config = trainer_config(algorithm="ES")
+    config = trainer_config(algorithm="A3C")  # its workers compute gradients: torch
     threads = torch.get_num_threads()
     try:
         RolloutWorker(remote_policy(config), config, 2, 0, cpus=1).envs.close()

@@ -20,7 +20,8 @@ from kuberl_trainer.optimizers.perturbations import (
     centered_ranks,
     weighted_noise,
 )
-from kuberl_trainer.policy.es import ESPolicy, ObservationStats, noise_rows, noise_table
+from kuberl_trainer.policy.acting import noise_rows, noise_table
+from kuberl_trainer.policy.es import ESPolicy, ObservationStats
 from kuberl_trainer.rollout_worker import RolloutWorker
 from kuberl_trainer.worker_set import WorkerSet
 from testkit import all_started, progress_rows, trainer_config

@@ -120,7 +120,7 @@ ALGORITHMS: dict[str, AlgorithmRow] = {
     "ES": AlgorithmRow(
         evolution.ESHyperparameters,
         "kuberl_trainer.policy.es:ESPolicy",
-        None,
+        "kuberl_trainer.policy.acting:ActingESPolicy",
         (PERTURBATIONS,),
         _PERTURBED,
         image_observations=False,

@@ -25,7 +25,7 @@ import numpy as np
 
 from kuberl_trainer.errors import InvalidJobError
 from kuberl_trainer.optimizers.base import PolicyOptimizer, StepResult
-from kuberl_trainer.policy.es import noise_rows, noise_table
+from kuberl_trainer.policy.acting import noise_rows, noise_table
 from kuberl_trainer.rollout_worker import Perturbations
 from kuberl_trainer.worker_set import WorkerSet
 

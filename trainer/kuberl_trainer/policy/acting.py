@@ -1,5 +1,5 @@
 """Policies that only act, in numpy: what the remote rollout workers of PG, A2C, PPO, IMPALA,
-APPO, DQN, Ape-X and SAC hold when the networks are MLPs (`ActingOnly`).
+APPO, DQN, Ape-X, SAC and ES hold when the networks are MLPs (`ActingOnly`).
 
 A remote worker never learns: it needs the policy network's forward pass, the action distribution
 and the postprocessing, none of torch. Without torch a worker starts in 0.55 CPU-seconds instead
@@ -8,7 +8,8 @@ spot node's are replaced), with 135 MB of memory instead of 324, and at a few en
 64x64 MLP's step over 8 envs takes 8 µs in numpy against 19 in torch, whose per-call overhead is
 most of it.
 
-The networks are the torch ones (models.ActorCritic, dqn.QNetwork, sac.SACModel's actor), read
+The networks are the torch ones (models.ActorCritic, dqn.QNetwork, sac.SACModel's actor,
+es.ESNetwork), read
 from the weights the learner sends (their state dicts: `actor.0.weight`, `actor.0.bias`,
 `actor.2.weight`, ..., `log_std`), computing the same functions to float32 rounding; actions are
 drawn as the torch policy draws them (Gumbel-max, a Gaussian around the mean, epsilon-greedy),
@@ -18,6 +19,7 @@ from a numpy generator seeded with the worker's seed.
 from __future__ import annotations
 
 import importlib
+import itertools
 from dataclasses import dataclass
 from typing import Any
 
@@ -299,6 +301,111 @@ class ActingSACPolicy(OnlyActs):
     def set_weights(self, weights: Weights) -> None:
         self.weights = weights
         self.actor = _linear_layers(weights, "actor.net")
+
+
+class ActingESPolicy(OnlyActs):
+    """ES's acting half: the network behind its observation standardizer, acting in each env
+    with a perturbed copy of its flat parameters (antithetic pairs from the shared noise table,
+    `noise_rows`), and counting the observations it saw for the standardizer."""
+
+    def __init__(self, spaces: SpaceInfo, config: AnyTrainerConfig, seed: int):
+        super().__init__(spaces, config, seed)
+        self.rng = np.random.default_rng(seed)  # as the torch policy's: the same perturbations
+        out = spaces.action_discrete_n if spaces.discrete_actions else spaces.action_dim
+        sizes = [spaces.obs_dim, *self.hp.hidden_sizes, out]
+        self.shapes = list(itertools.pairwise(sizes))  # (fan_in, fan_out) of each layer
+        self.num_params = sum(fan_in * fan_out + fan_out for fan_in, fan_out in self.shapes)
+        self.net: list[tuple[np.ndarray, np.ndarray]] = []
+        self.theta = np.zeros(0, dtype=np.float32)
+        self._seen = nothing_seen(spaces.obs_dim)
+
+    def set_weights(self, weights: Weights) -> None:
+        self.weights = weights
+        self.net = _linear_layers(weights, "net")
+        # theta, as the torch policy's flat_parameters: layer by layer, weight then bias
+        self.theta = np.concatenate(
+            [part for weight_t, bias in self.net for part in (weight_t.T.ravel(), bias)]
+        )
+
+    def compute_actions(
+        self, obs: np.ndarray, explore: bool = True
+    ) -> tuple[np.ndarray, dict[str, np.ndarray]]:
+        """The network's actions whatever `explore`: ES explores in parameter space."""
+        actions = self._env_actions(self._forward(self.net, self._normalize(obs)))
+        return actions, {"actions": actions}
+
+    def act_perturbed(self, obs: np.ndarray, parameters: np.ndarray) -> np.ndarray:
+        """Actions for a (K, obs_dim) batch, row k by the network with the flat parameter vector
+        `parameters[k]`."""
+        if self.hp.normalize_observations:
+            count, total, sumsq = self._seen
+            self._seen = (count + len(obs), total + obs.sum(0), sumsq + np.square(obs).sum(0))
+        out = self._normalize(obs)[:, :, None]  # (K, D, 1)
+        start = 0
+        for layer, (fan_in, fan_out) in enumerate(self.shapes):
+            weight = parameters[:, start : start + fan_out * fan_in].reshape(-1, fan_out, fan_in)
+            start += fan_out * fan_in
+            out = weight @ out + parameters[:, start : start + fan_out, None]
+            start += fan_out
+            if layer < len(self.shapes) - 1:
+                self.activation(out)
+        return self._env_actions(out[:, :, 0])
+
+    def draw_noise_indices(self, noise_size: int, count: int) -> np.ndarray:
+        """Where `count` perturbations start in a table of `noise_size` numbers."""
+        return self.rng.integers(0, noise_size - self.num_params + 1, size=count)
+
+    def perturbed_parameters(self, noise: np.ndarray, indices: np.ndarray) -> np.ndarray:
+        """The antithetic pairs, as rows: theta + noise_stdev * eps_i, then theta - noise_stdev *
+        eps_i, for each index i in turn."""
+        eps = self.hp.noise_stdev * noise_rows(noise, indices, self.num_params)
+        return np.stack([self.theta + eps, self.theta - eps], axis=1).reshape(-1, self.num_params)
+
+    def take_observation_stats(self) -> tuple[int, np.ndarray, np.ndarray]:
+        """The count, sum and sum of squares of the observations act_perturbed saw since the last
+        call (what a worker reports for the standardizer)."""
+        seen, self._seen = self._seen, nothing_seen(self.spaces.obs_dim)
+        return seen
+
+    def postprocess_trajectory(self, rollout: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+        raise TypeError("ES learns from the returns of perturbed parameters, not from samples")
+
+    def _normalize(self, obs: np.ndarray) -> np.ndarray:
+        """(obs - mean) / std with the learner's statistics, clipped to +-5 standard deviations;
+        unchanged before any count (the torch policy's ObservationStats.normalize)."""
+        assert self.weights is not None
+        count = float(self.weights["obs_stats.count"])
+        if count < 2:
+            return obs
+        mean = self.weights["obs_stats.sum"] / count
+        std = np.sqrt(np.maximum(self.weights["obs_stats.sumsq"] / count - mean**2, 1e-8))
+        return np.clip((obs - mean) / std, -5.0, 5.0).astype(obs.dtype)
+
+    def _env_actions(self, out: np.ndarray) -> np.ndarray:
+        if self.spaces.discrete_actions:
+            return out.argmax(-1)
+        return np.clip(out, self.spaces.action_low, self.spaces.action_high)
+
+
+NOISE_SEED = 123
+"""ES's noise table is the same in every process and every run: only where a perturbation starts
+travels."""
+
+
+def noise_table(size: int) -> np.ndarray:
+    """`size` standard normal float32 numbers, the same for every caller."""
+    return np.random.default_rng(NOISE_SEED).standard_normal(size, dtype=np.float32)
+
+
+def noise_rows(noise: np.ndarray, indices: np.ndarray, dim: int) -> np.ndarray:
+    """The perturbations starting at `indices`, one per row: row i is
+    noise[indices[i] : indices[i] + dim]."""
+    return np.lib.stride_tricks.sliding_window_view(noise, dim)[indices]
+
+
+def nothing_seen(obs_dim: int) -> tuple[int, np.ndarray, np.ndarray]:
+    """No observation counted yet: count, sum and sum of squares."""
+    return 0, np.zeros(obs_dim), np.zeros(obs_dim)
 
 
 def linear_epsilon(hp: Any, timesteps: int) -> float:

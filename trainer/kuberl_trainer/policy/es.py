@@ -3,8 +3,8 @@ flat vector. A worker acts with a perturbed copy of it in each of its envs at on
 forward pass per step); the driver steps the vector with Adam along the gradient the perturbations'
 returns estimate (optimizers/perturbations.py).
 
-The noise table lives here too: the workers' perturbations and the driver's gradient estimate must
-read it the same way."""
+The noise table (policy/acting.py's `noise_table`) is read the same way by the workers'
+perturbations and the driver's gradient estimate."""
 
 from __future__ import annotations
 
@@ -15,23 +15,10 @@ from torch import nn
 from kuberl_trainer.config import AnyTrainerConfig
 from kuberl_trainer.envs import SpaceInfo
 from kuberl_trainer.models import ACTIVATIONS, mlp
+from kuberl_trainer.policy.acting import noise_rows, nothing_seen
 from kuberl_trainer.policy.base import TorchPolicy
 from kuberl_trainer.policy.interface import Stats
 from kuberl_trainer.progress_row import ES_GRADIENT_NORM, ES_UPDATE_RATIO, ES_WEIGHTS_NORM
-
-# The same table in every process and every run: only where a perturbation starts travels.
-NOISE_SEED = 123
-
-
-def noise_table(size: int) -> np.ndarray:
-    """`size` standard normal float32 numbers, the same for every caller."""
-    return np.random.default_rng(NOISE_SEED).standard_normal(size, dtype=np.float32)
-
-
-def noise_rows(noise: np.ndarray, indices: np.ndarray, dim: int) -> np.ndarray:
-    """The perturbations starting at `indices`, one per row: row i is
-    noise[indices[i] : indices[i] + dim]."""
-    return np.lib.stride_tricks.sliding_window_view(noise, dim)[indices]
 
 
 class ObservationStats(nn.Module):
@@ -90,7 +77,7 @@ class ESPolicy(TorchPolicy):
         ]
         self._activation = ACTIVATIONS[hp.activation]()  # the network's own, as a function
         # Observations act_perturbed saw since take_observation_stats(): count, sum, squares.
-        self._seen = _nothing_seen(spaces.obs_dim)
+        self._seen = nothing_seen(spaces.obs_dim)
 
     # -- acting -------------------------------------------------------------------------------
 
@@ -125,7 +112,7 @@ class ESPolicy(TorchPolicy):
     def take_observation_stats(self) -> tuple[int, np.ndarray, np.ndarray]:
         """The count, sum and sum of squares of the observations act_perturbed saw since the last
         call (what a worker reports for the normalization)."""
-        seen, self._seen = self._seen, _nothing_seen(self.spaces.obs_dim)
+        seen, self._seen = self._seen, nothing_seen(self.spaces.obs_dim)
         return seen
 
     def add_observation_stats(self, count: int, total: np.ndarray, sumsq: np.ndarray) -> None:
@@ -178,10 +165,6 @@ class ESPolicy(TorchPolicy):
 
     def loss(self, batch: dict[str, torch.Tensor]):
         raise NotImplementedError(_NO_SAMPLES)
-
-
-def _nothing_seen(obs_dim: int) -> tuple[int, np.ndarray, np.ndarray]:
-    return 0, np.zeros(obs_dim), np.zeros(obs_dim)
 
 
 _NO_SAMPLES = "ES learns from the returns of perturbed parameters (Perturbations), not from samples"
