@@ -41,8 +41,6 @@ SAC_LOG_STD_MIN, SAC_LOG_STD_MAX = -20.0, 2.0
 NOISE_CHUNK = 256
 """Env steps of noise drawn per generator call: one call per chunk rather than one per step,
 which would cost as much as the forward pass at CartPole's step cost."""
-
-
 VALUE_ROWS_PER_PASS = 4096
 """Rows of the critic's passes over a window: a pass over a whole window of a thousand envs would
 spill its activations out of the cache (PPO sampled 6% slower at 1,024 CartPole envs)."""
@@ -85,7 +83,10 @@ class OnlyActs(Policy):
         self.weights: Weights | None = None
 
     def _forward(
-        self, layers: list[tuple[np.ndarray, np.ndarray]], x: np.ndarray, last_activated=False
+        self,
+        layers: list[tuple[np.ndarray, np.ndarray]],
+        x: np.ndarray,
+        last_activated: bool = False,
     ) -> np.ndarray:
         """The MLP of `layers`, (W^T, b) each, with the activation between them (and after the
         last with `last_activated`)."""
