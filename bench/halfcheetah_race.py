@@ -190,7 +190,7 @@ def main() -> None:
     settings = {
         "minutes": args.minutes,
         "seed": args.seed,
-        "cpus": TORCH_THREADS,
+        "torch_threads": TORCH_THREADS,
         "eval_steps": EVAL_STEPS,
         "eval_episodes": EVAL_EPISODES,
         "return_window": RETURN_WINDOW,

@@ -94,12 +94,12 @@ def kuberl_sampler(env_id: str, num_envs: int, rollout_length: int, seed: int, r
             "hyperparameters": {"rollout_length": rollout_length, "hidden_sizes": HIDDEN},
         }
     )
-    learner = policy_class(config)
+    torch_policy = policy_class(config)
     worker = RolloutWorker(
-        remote_policy(config) if remote else learner, config, num_envs, seed, cpus=1
+        remote_policy(config) if remote else torch_policy, config, num_envs, seed, cpus=1
     )
     if remote:  # the learner's weights, as a remote worker gets them before its first call
-        worker.set_weights(learner(worker.spaces, config, seed).get_weights(), 0)
+        worker.set_weights(torch_policy(worker.spaces, config, seed).get_weights(), 0)
     return lambda: len(worker.sample())
 
 

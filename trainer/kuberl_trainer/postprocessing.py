@@ -159,9 +159,9 @@ def sequence_columns(rollout: dict[str, np.ndarray], logp: np.ndarray) -> dict[s
 
 
 def n_step_columns(rollout: dict[str, np.ndarray], gamma: float, n: int) -> dict[str, np.ndarray]:
-    """Q-learning's n-step transitions (DQN, Ape-X): the discounted sum of up to n rewards, the
-    observation to bootstrap from, and its discount (0 when the episode terminated inside the
-    window)."""
+    """The replay policies' n-step transitions (DQN, Ape-X, SAC): the discounted sum of up to n
+    rewards, the observation to bootstrap from, and its discount (0 when the episode terminated
+    inside the window)."""
     returns, last_step, bootstrap_discounts = compute_n_step(
         rollout["rewards"], rollout["terminateds"], rollout["truncateds"], gamma, n
     )

@@ -318,15 +318,25 @@ class ActingESPolicy(OnlyActs):
         self.num_params = sum(fan_in * fan_out + fan_out for fan_in, fan_out in self.shapes)
         self.net: list[tuple[np.ndarray, np.ndarray]] = []
         self.theta = np.zeros(0, dtype=np.float32)
+        # The standardizer's mean and standard deviation; None before it has counted 2.
+        self.obs_mean_std: tuple[np.ndarray, np.ndarray] | None = None
         self._seen = nothing_seen(spaces.obs_dim)
 
     def set_weights(self, weights: Weights) -> None:
+        """The learner's weights, and what acting derives from them once: theta (as the torch
+        policy's flat_parameters: layer by layer, weight then bias) and the standardizer (as its
+        ObservationStats.normalize computes it)."""
         self.weights = weights
         self.net = _linear_layers(weights, "net")
-        # theta, as the torch policy's flat_parameters: layer by layer, weight then bias
         self.theta = np.concatenate(
             [part for weight_t, bias in self.net for part in (weight_t.T.ravel(), bias)]
         )
+        count = float(weights["obs_stats.count"])
+        self.obs_mean_std = None
+        if count >= 2:
+            mean = weights["obs_stats.sum"] / count
+            std = np.sqrt(np.maximum(weights["obs_stats.sumsq"] / count - mean**2, 1e-8))
+            self.obs_mean_std = (mean, std)
 
     def compute_actions(
         self, obs: np.ndarray, explore: bool = True
@@ -339,8 +349,7 @@ class ActingESPolicy(OnlyActs):
         """Actions for a (K, obs_dim) batch, row k by the network with the flat parameter vector
         `parameters[k]`."""
         if self.hp.normalize_observations:
-            count, total, sumsq = self._seen
-            self._seen = (count + len(obs), total + obs.sum(0), sumsq + np.square(obs).sum(0))
+            self._seen = seen_with(self._seen, obs)
         out = self._normalize(obs)[:, :, None]  # (K, D, 1)
         start = 0
         for layer, (fan_in, fan_out) in enumerate(self.shapes):
@@ -374,12 +383,9 @@ class ActingESPolicy(OnlyActs):
     def _normalize(self, obs: np.ndarray) -> np.ndarray:
         """(obs - mean) / std with the learner's statistics, clipped to +-5 standard deviations;
         unchanged before any count (the torch policy's ObservationStats.normalize)."""
-        assert self.weights is not None
-        count = float(self.weights["obs_stats.count"])
-        if count < 2:
+        if self.obs_mean_std is None:
             return obs
-        mean = self.weights["obs_stats.sum"] / count
-        std = np.sqrt(np.maximum(self.weights["obs_stats.sumsq"] / count - mean**2, 1e-8))
+        mean, std = self.obs_mean_std
         return np.clip((obs - mean) / std, -5.0, 5.0).astype(obs.dtype)
 
     def _env_actions(self, out: np.ndarray) -> np.ndarray:
@@ -407,6 +413,14 @@ def noise_rows(noise: np.ndarray, indices: np.ndarray, dim: int) -> np.ndarray:
 def nothing_seen(obs_dim: int) -> tuple[int, np.ndarray, np.ndarray]:
     """No observation counted yet: count, sum and sum of squares."""
     return 0, np.zeros(obs_dim), np.zeros(obs_dim)
+
+
+def seen_with(
+    seen: tuple[int, np.ndarray, np.ndarray], obs: np.ndarray
+) -> tuple[int, np.ndarray, np.ndarray]:
+    """The count, sum and sum of squares `seen` with the (K, obs_dim) observations `obs` added."""
+    count, total, sumsq = seen
+    return count + len(obs), total + obs.sum(0), sumsq + np.square(obs).sum(0)
 
 
 def linear_epsilon(hp: Any, timesteps: int) -> float:

@@ -15,7 +15,7 @@ from torch import nn
 from kuberl_trainer.config import AnyTrainerConfig
 from kuberl_trainer.envs import SpaceInfo
 from kuberl_trainer.models import ACTIVATIONS, mlp
-from kuberl_trainer.policy.acting import noise_rows, nothing_seen
+from kuberl_trainer.policy.acting import noise_rows, nothing_seen, seen_with
 from kuberl_trainer.policy.base import TorchPolicy
 from kuberl_trainer.policy.interface import Stats
 from kuberl_trainer.progress_row import ES_GRADIENT_NORM, ES_UPDATE_RATIO, ES_WEIGHTS_NORM
@@ -93,8 +93,7 @@ class ESPolicy(TorchPolicy):
         """Actions for a (K, obs_dim) batch, row k by the network with the flat parameter vector
         `parameters[k]`, in one batched forward pass."""
         if self.hp.normalize_observations:
-            count, total, sumsq = self._seen
-            self._seen = (count + len(obs), total + obs.sum(0), sumsq + np.square(obs).sum(0))
+            self._seen = seen_with(self._seen, obs)
         with torch.inference_mode():
             out = self.model.obs_stats.normalize(self.as_tensor(obs)).unsqueeze(1)  # (K, 1, D)
             flat = self.as_tensor(parameters)
