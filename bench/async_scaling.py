@@ -45,9 +45,12 @@ N / (N x steps/s at 1), both the median of the per-round ratios (with --workers 
 1: per-worker rates against the fewest workers'). Issue target: scaling >= 0.8 at 16 workers for
 IMPALA, APPO and Ape-X on the latency-bound env.
 
---time-to R instead trains CartPole-v1 (not slowed) to a mean return of R (e.g. 475) at each
-worker count, IMPALA and APPO by default (--algorithms), with their defaults, one seed per
-round, stopping at --wall-cap seconds of training. It reports the wall time from the start of
+--time-to R instead trains CartPole-v1 (not slowed, unless --step-ms M gives one wait) to a mean
+return of R (e.g. 475) at each worker count, IMPALA and APPO by default (--algorithms), with their
+defaults, one seed per round, stopping at --wall-cap seconds of training. On plain CartPole-v1 a
+2-core machine runs every worker on the same two cores, the learner's, so 12 workers pay 12
+start-ups there for no more CPU; with --step-ms the env's latency, not the cores, bounds the
+workers, as where each worker has a CPU of its own. It reports the wall time from the start of
 the run (Ray already up: building the workers counts) to the first iteration at R, the env steps
 by then, and the median time against the fewest workers', so that "at 12 workers no slower than
 at 2" can be checked with --workers 2 12.
@@ -55,6 +58,7 @@ at 2" can be checked with --workers 2 12.
     python bench/async_scaling.py [--workers 1 2 4 8 16] [--step-ms 2 0] [--rounds 3]
         [--warmup 10] [--iterations 100] [--optimizers ...] [--algorithms ...] [--quick]
     python bench/async_scaling.py --time-to 475 [--workers 2 12] [--rounds 3] [--wall-cap 300]
+        [--step-ms 0]
 """
 
 from __future__ import annotations
@@ -229,10 +233,13 @@ def measure(algorithm: str, workers: int, step_ms: float, args, cpus: float, see
 
 
 def time_to(algorithm: str, workers: int, args, cpus: float, seed: int) -> dict:
-    """One run of CartPole-v1 to a mean return of args.time_to, or to --wall-cap s of training."""
+    """One run of CartPole-v1 (latency-bound with --step-ms) to a mean return of args.time_to,
+    or to --wall-cap s of training."""
+    step_ms = args.step_ms[0]
     config = trainer_config(
         algorithm=algorithm,
-        env=ENV,
+        env=SLOW_ENV if step_ms else ENV,
+        envConfig={"step_ms": step_ms} if step_ms else {},
         seed=seed,
         stop={"episodeReturnMean": args.time_to, "wallTimeSeconds": args.wall_cap},
     )
@@ -484,7 +491,8 @@ def time_to_target(args, algorithms: list[str], cpus: float) -> None:
             )
 
     print(
-        f"\nCartPole-v1 to a mean return of {args.time_to:g}, {args.envs} envs per worker, each "
+        f"\n{env_label(args.step_ms[0])} to a mean return of {args.time_to:g}, {args.envs} envs "
+        f"per worker, each "
         f"worker min(1, {cpus:g} CPUs / workers) CPUs, one seed per round ({args.rounds}), "
         f"capped at {args.wall_cap:g} s of training ({elapsed / 60:.1f} min); wall time from "
         f"the run's start (Ray already up); load average {load_before[0]:.1f} -> "
@@ -506,7 +514,8 @@ def time_to_target(args, algorithms: list[str], cpus: float) -> None:
 
     meta = {
         "mode": "time-to",
-        "env": ENV,
+        "env": env_label(args.step_ms[0]),
+        "step_ms": args.step_ms[0],
         "target": args.time_to,
         "wall_cap_s": args.wall_cap,
         "workers": workers,
@@ -534,8 +543,9 @@ def main() -> None:
         "--step-ms",
         type=float,
         nargs="+",
-        default=list(STEP_MS),
-        help="one env per value: wait per env step, off the CPU (0: plain CartPole-v1) [2 0]",
+        default=None,
+        help="one env per value: wait per env step, off the CPU (0: plain CartPole-v1) [2 0]; "
+        "with --time-to one value [0]",
     )
     parser.add_argument("--sync", default="A2C", choices=["A2C", "PPO"], help="SyncSamples' algo")
     optimizers = list(dict.fromkeys(o for o, _ in cases("A2C")))
@@ -571,6 +581,12 @@ def main() -> None:
         set(args.workers or (QUICK_WORKER_COUNTS if args.quick else WORKER_COUNTS))
     )
     args.wall_cap = args.wall_cap or WALL_CAP_S
+    if args.step_ms is None:
+        args.step_ms = [0.0] if args.time_to is not None else list(STEP_MS)
+    if args.time_to is not None and len(args.step_ms) != 1:
+        parser.error("--step-ms: one value with --time-to")
+    if min(args.step_ms) < 0:
+        parser.error("--step-ms: a wait cannot be negative")
     if min(args.workers) < 1:
         parser.error("--workers: every count must be 1 or more")
     if args.time_to is None and args.warmup < 1:
