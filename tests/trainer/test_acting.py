@@ -1,6 +1,6 @@
 """Remote workers that only act hold numpy policies (policy/acting.py): the same networks as the
-torch policy's, the same action distributions, the same postprocessing, and a process that never
-imports torch."""
+torch policy's, the same action distributions, the same postprocessing, read from a Frozen copy of
+the config (frozen.py), and a process that never imports torch nor the config package."""
 
 from __future__ import annotations
 
@@ -13,9 +13,11 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
+from ray import cloudpickle
 
 from kuberl_trainer.algorithms import policy_class, remote_policy
-from kuberl_trainer.config import ALGORITHMS
+from kuberl_trainer.config import ALGORITHMS, frozen, thawed
+from kuberl_trainer.frozen import Frozen
 from kuberl_trainer.policy.acting import (
     ActingAPEXPolicy,
     ActingDQNPolicy,
@@ -51,7 +53,8 @@ CASES = {
 
 def torch_and_numpy(algorithm: str, env: str, hyperparameters: dict, seed: int = 3):
     """The algorithm's torch policy (on a worker of 8 envs) and its numpy one with its weights
-    (a Gaussian's log standard deviations made to differ from 0 and from each other)."""
+    (a Gaussian's log standard deviations made to differ from 0 and from each other), the numpy
+    one reading the Frozen copy of the config that remote workers get."""
     config = trainer_config(algorithm=algorithm, env=env, hyperparameters=hyperparameters)
     worker = RolloutWorker(policy_class(config), config, 8, seed)
     worker.envs.close()
@@ -59,7 +62,7 @@ def torch_and_numpy(algorithm: str, env: str, hyperparameters: dict, seed: int =
     if "log_std" in weights:
         weights["log_std"] = weights["log_std"] - 0.3 - 0.1 * np.arange(len(weights["log_std"]))
         worker.policy.set_weights(weights)
-    acting = load_class(ALGORITHMS[algorithm].acting)(worker.spaces, config, seed)
+    acting = load_class(ALGORITHMS[algorithm].acting)(worker.spaces, frozen(config), seed)
     acting.set_weights(weights)
     return worker.policy, acting
 
@@ -239,6 +242,11 @@ def test_images_and_shared_trunks_take_the_torch_policy():
     shared = trainer_config(algorithm="PPO", model={"vfShareLayers": True})
     assert not acts_in_numpy(worker.spaces, shared)
     assert isinstance(factory(worker.spaces, shared, 0), policy_class(shared))
+    # From the Frozen copy a remote worker gets, the torch policy reads the config itself again.
+    assert not acts_in_numpy(worker.spaces, frozen(shared))
+    torch_policy = factory(worker.spaces, frozen(shared), 0)
+    assert isinstance(torch_policy, policy_class(shared))
+    assert torch_policy.config == shared
     image = dataclasses.replace(worker.spaces, image=object())
     assert not acts_in_numpy(image, config)
 
@@ -258,22 +266,22 @@ def test_a_numpy_policy_acts_only():
     assert acting.get_weights().keys() == torch_policy.get_weights().keys()
 
 
-def test_a_remote_worker_that_only_acts_never_imports_torch(tmp_path: Path):
-    """The worker as a remote one is built (ActingOnly, CPUs given), in a process of its own:
-    it samples with the learner's weights, and torch is never imported there."""
+def test_a_remote_worker_that_only_acts_never_imports_torch_nor_the_config(tmp_path: Path):
+    """The worker as a remote one is built, in a process of its own, from what the driver sends
+    it pickled as Ray pickles it (ActingOnly, the Frozen config, CPUs given): it samples with the
+    learner's weights, and neither torch nor the config package is imported (nor pydantic,
+    which a Ray worker imports for serializers of its own)."""
     config = trainer_config(algorithm="IMPALA")
     torch_policy, _ = torch_and_numpy("IMPALA", "CartPole-v1", {})
     np.savez(tmp_path / "weights.npz", **torch_policy.get_weights())
-    (tmp_path / "config.json").write_text(config.model_dump_json(by_alias=True))
+    (tmp_path / "sent.pkl").write_bytes(cloudpickle.dumps((remote_policy(config), frozen(config))))
     script = f"""
 import json, sys
 import numpy as np
-from pydantic import TypeAdapter
-from kuberl_trainer.algorithms import remote_policy
-from kuberl_trainer.config import TrainerConfig
+from ray import cloudpickle
 from kuberl_trainer.rollout_worker import RolloutWorker
-config = TypeAdapter(TrainerConfig).validate_json(open({str(tmp_path / "config.json")!r}).read())
-worker = RolloutWorker(remote_policy(config), config, 8, seed=5, worker_index=1, cpus=1)
+factory, config = cloudpickle.loads(open({str(tmp_path / "sent.pkl")!r}, "rb").read())
+worker = RolloutWorker(factory, config, 8, seed=5, worker_index=1, cpus=1)
 weights = dict(np.load({str(tmp_path / "weights.npz")!r}))
 worker.set_weights(weights, global_timesteps=0)
 batch = worker.sample()
@@ -281,7 +289,7 @@ print(json.dumps({{
     "policy": type(worker.policy).__name__,
     "rows": len(batch["obs"]),
     "columns": sorted(batch.columns),
-    "torch": "torch" in sys.modules,
+    "imported": [m for m in ("torch", "pydantic", "kuberl_trainer.config") if m in sys.modules],
 }}))
 """
     done = subprocess.run(
@@ -292,7 +300,34 @@ print(json.dumps({{
     assert result["policy"] == "ActingIMPALAPolicy"
     assert result["rows"] == 8 * config.hyperparameters.rollout_length
     assert {"obs", "actions", "logp", "rewards", VALID} <= set(result["columns"])
-    assert result["torch"] is False
+    assert result["imported"] == []
+
+
+@pytest.mark.parametrize("algorithm", sorted(ALGORITHMS))
+def test_a_frozen_config_reads_as_the_config_and_thaws_back_to_it(algorithm):
+    config = trainer_config(
+        algorithm=algorithm,
+        envConfig={"sizes": [1, 2], "nested": {"a": 1}},
+        wrappers=[{"name": "TimeLimit", "kwargs": {"max_episode_steps": 50}}],
+    )
+    copy = frozen(config)
+    assert copy.algorithm == config.algorithm
+    assert copy.env_config == {"sizes": [1, 2], "nested": {"a": 1}}
+    assert copy.wrappers[0].name == "TimeLimit"
+    assert copy.wrappers[0].kwargs == {"max_episode_steps": 50}
+    assert copy.optimizer_name == config.optimizer_name  # an enum, as its string
+    assert type(copy.optimizer_name) is str
+    assert copy.image_observations == config.image_observations  # properties too
+    assert copy.normalization.enabled == config.normalization.enabled
+    for name, value in config.hyperparameters:
+        assert getattr(copy.hyperparameters, name) == value, name
+    for name, value in config.model:
+        assert getattr(copy.model, name) == value, name
+    assert thawed(copy) == config
+    assert thawed(config) is config
+    with pytest.raises(AttributeError, match="read-only"):
+        copy.env = "Pendulum-v1"
+    assert isinstance(copy.model, Frozen)
 
 
 def test_a_torch_worker_limits_torch_to_its_cpus():

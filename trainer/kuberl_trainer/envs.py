@@ -20,14 +20,16 @@ import inspect
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from functools import partial
-from typing import Any, NamedTuple
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 import gymnasium as gym
 import numpy as np
 
 from kuberl_trainer import atari, mujoco_logging
-from kuberl_trainer.config import ALGORITHMS, NORMALIZED_OBSERVATIONS, ModelConfig, WrapperConfig
 from kuberl_trainer.errors import InvalidJobError
+
+if TYPE_CHECKING:  # a remote worker imports this module, not the config (frozen.py says why)
+    from kuberl_trainer.config import ModelConfig, WrapperConfig
 
 
 @dataclass(frozen=True)
@@ -247,7 +249,10 @@ def space_info(
     """Checks the spaces are supported by the model (`spec.trainer.model`, its defaults when
     None) and describes them; `images` is False for an algorithm whose networks take flat
     observations only."""
-    model = model or ModelConfig()
+    if model is None:
+        from kuberl_trainer.config import ModelConfig
+
+        model = ModelConfig()
     image = None
     if isinstance(obs_space, gym.spaces.Box):
         obs_dim, obs_n = int(np.prod(obs_space.shape)), None
@@ -287,17 +292,19 @@ def space_info(
 
 
 def job_space_info(envs: gym.vector.VectorEnv, config: Any) -> SpaceInfo:
-    """The spaces of a job's envs as its networks take them (`config` is a trainer's config)."""
-    row = ALGORITHMS.get(config.algorithm)
+    """The spaces of a job's envs as its networks take them (`config` is a trainer's config, or
+    its Frozen copy)."""
     return space_info(
         envs.single_observation_space,
         envs.single_action_space,
         config.model,
-        row is None or row.image_observations,
+        config.image_observations,
     )
 
 
 MODEL_ENCODER = "model.encoder"
+NORMALIZED_OBSERVATIONS = "normalization.observations"
+"""The field under spec.trainer that turns observation normalization on."""
 """The field under spec.trainer that picks the encoder."""
 
 

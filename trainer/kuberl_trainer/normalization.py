@@ -21,12 +21,19 @@ algorithms that learn from samples, whose filter belongs to the rollout worker, 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from kuberl_trainer.config import NORMALIZED_OBSERVATIONS, NormalizationConfig
-from kuberl_trainer.envs import EnvError, SpaceInfo, observation_normalization_problem
+from kuberl_trainer.envs import (
+    NORMALIZED_OBSERVATIONS,
+    EnvError,
+    SpaceInfo,
+    observation_normalization_problem,
+)
+
+if TYPE_CHECKING:
+    from kuberl_trainer.config import NormalizationConfig
 
 DEFAULT_GAMMA = 0.99  # VecNormalize's, for an algorithm without a discount of its own
 

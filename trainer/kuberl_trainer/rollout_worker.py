@@ -11,15 +11,18 @@ import time
 from collections.abc import Callable
 from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import numpy as np
 
-from kuberl_trainer.config import AnyTrainerConfig
 from kuberl_trainer.cpu_quota import cpu_wait_s
 from kuberl_trainer.envs import encode_obs, episode_steps, job_space_info, make_vector_env
 from kuberl_trainer.normalization import Normalizer, make_normalizer
 from kuberl_trainer.policy.interface import PolicyFactory, Stats, Weights
 from kuberl_trainer.sample_batch import VALID, SampleBatch
+
+if TYPE_CHECKING:  # a remote worker gets a Frozen copy, the config never imported (frozen.py)
+    from kuberl_trainer.config import AnyTrainerConfig
 
 Observer = Callable[[object, np.ndarray], None]
 """`run_episodes`'s `observe`: the envs, and the episode each one shows (-1: none)."""
@@ -66,7 +69,8 @@ class RolloutWorker:
         CPUs (WorkerSet), which its policy and its vector env compute on; the local worker has
         the driver's. `policy_class` builds the policy: the algorithm's class, or for a remote
         worker that only acts `ActingOnly` (kuberl_trainer.policy.acting), with which its
-        process never imports torch.
+        process never imports torch; `config` is then the job's config as a Frozen copy
+        (kuberl_trainer.frozen), with which it never imports the config package either.
 
         `policy` is the worker's policy (on the local worker, the learner's); `acting_policy` is
         the one that acts in the envs (sampling, evaluation, ES's perturbations): `policy`

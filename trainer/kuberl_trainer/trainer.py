@@ -19,11 +19,12 @@ import numpy as np
 import torch
 
 from kuberl_trainer import algorithms
-from kuberl_trainer.config import AnyTrainerConfig, LearnerDevice, RolloutConfig
+from kuberl_trainer.config import AnyTrainerConfig, LearnerDevice, RolloutConfig, frozen
 from kuberl_trainer.cpu_quota import usable_cpus
 from kuberl_trainer.device_choice import DeviceTrial
 from kuberl_trainer.envs import SpaceInfo
 from kuberl_trainer.interrupt import StopRequest
+from kuberl_trainer.policy.acting import ActingOnly
 from kuberl_trainer.policy.base import TorchPolicy
 from kuberl_trainer.progress_row import (
     EPISODE_LEN_MEAN,
@@ -154,16 +155,19 @@ class Trainer:
 
     def _make_workers(self, resumed_iteration: int) -> WorkerSet:
         policy_class = algorithms.policy_class(self.config)
-        # Remote workers only act: where they can, without torch (see policy/acting.py).
+        # Remote workers only act: where they can, without torch (see policy/acting.py), and
+        # then reading a Frozen copy of the config, without pydantic (see frozen.py).
         remote_policy = algorithms.remote_policy(self.config)
+        only_acts = isinstance(remote_policy, ActingOnly)
         starts: Counter[int] = Counter()  # of each worker slot in this run
 
         def worker_kwargs(index: int) -> dict[str, Any]:
             seed = worker_seed(self.seed, index, resumed_iteration, starts[index])
             starts[index] += 1
+            remote = index > 0
             return {
-                "policy_class": remote_policy if index else policy_class,
-                "config": self.config,
+                "policy_class": remote_policy if remote else policy_class,
+                "config": frozen(self.config) if remote and only_acts else self.config,
                 "num_envs": self.rollout.envs_per_worker,
                 "seed": seed,
                 "worker_index": index,

@@ -26,9 +26,11 @@ names RL practitioners know from RLlib, Stable-Baselines3 and CleanRL.
 - here: TrainerConfig, the whole of `spec.trainer`, and JobTrainerConfig.
 """
 
-from typing import Annotated, Union
+from enum import Enum
+from functools import cache
+from typing import Annotated, Any, Union
 
-from pydantic import Discriminator, Tag
+from pydantic import BaseModel, Discriminator, Tag, TypeAdapter
 
 from kuberl_trainer.config.algorithms import ALGORITHMS, AlgorithmRow
 from kuberl_trainer.config.base import Spec
@@ -39,7 +41,7 @@ from kuberl_trainer.config.checkpoint import (
 )
 from kuberl_trainer.config.evaluation import EvaluationConfig
 from kuberl_trainer.config.model import NATURE_CNN, ModelConfig
-from kuberl_trainer.config.normalization import NORMALIZED_OBSERVATIONS, NormalizationConfig
+from kuberl_trainer.config.normalization import NormalizationConfig
 from kuberl_trainer.config.optimizer import (
     LEARNER_GPUS_NEEDED,
     OPTIMIZERS,
@@ -59,6 +61,7 @@ from kuberl_trainer.config.trainer import (
     with_hyperparameters,
 )
 from kuberl_trainer.config.wrappers import WrapperConfig
+from kuberl_trainer.frozen import Frozen
 
 __all__ = [
     "ALGORITHMS",
@@ -66,7 +69,6 @@ __all__ = [
     "DNS_SUBDOMAIN_PATTERN",
     "LEARNER_GPUS_NEEDED",
     "NATURE_CNN",
-    "NORMALIZED_OBSERVATIONS",
     "OPTIMIZERS",
     "PBT",
     "TRAINER_CONFIGS",
@@ -88,7 +90,9 @@ __all__ = [
     "StopConditions",
     "TrainerConfig",
     "WrapperConfig",
+    "frozen",
     "optimizers_using",
+    "thawed",
     "with_hyperparameters",
 ]
 
@@ -105,3 +109,47 @@ TrainerConfig = Annotated[
 
 JobTrainerConfig = AnyTrainerConfig | PBTConfig
 """What a job trains: one algorithm's trainer, or a population of them."""
+
+
+def frozen(config: AnyTrainerConfig) -> Frozen:
+    """`config` as plain read-only values, for a remote rollout worker that only reads it
+    (kuberl_trainer.frozen says why): its fields and the properties kuberl's models define,
+    nested models frozen too, enums as their values; with its manifest document, for `thawed`."""
+    return Frozen(_frozen_values(config), config.model_dump(mode="json", by_alias=True))
+
+
+def thawed(config: AnyTrainerConfig | Frozen) -> AnyTrainerConfig:
+    """The config itself: a Frozen copy's document validated again, or `config` as it is."""
+    if isinstance(config, Frozen):
+        return _trainer_configs().validate_python(config.document)
+    return config
+
+
+@cache
+def _trainer_configs() -> TypeAdapter:
+    return TypeAdapter(TrainerConfig)
+
+
+def _frozen_values(model: BaseModel) -> dict[str, Any]:
+    kind = type(model)
+    properties = [
+        name
+        for base in kind.__mro__
+        if base.__module__.startswith("kuberl_trainer.")
+        for name, member in vars(base).items()
+        if isinstance(member, property)
+    ]
+    names = dict.fromkeys([*kind.model_fields, *properties])
+    return {name: _frozen(getattr(model, name)) for name in names}
+
+
+def _frozen(value: Any) -> Any:
+    if isinstance(value, BaseModel):
+        return Frozen(_frozen_values(value))
+    if isinstance(value, Enum):
+        return value.value
+    if isinstance(value, list | tuple):
+        return type(value)(_frozen(item) for item in value)
+    if isinstance(value, dict):
+        return {key: _frozen(item) for key, item in value.items()}
+    return value

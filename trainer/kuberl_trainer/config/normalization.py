@@ -7,9 +7,6 @@ from pydantic import Field
 
 from kuberl_trainer.config.base import Spec
 
-NORMALIZED_OBSERVATIONS = "normalization.observations"
-"""The field under spec.trainer that turns observation normalization on."""
-
 
 class NormalizationConfig(Spec):
     """Observation normalization and reward scaling by running statistics of what the rollout

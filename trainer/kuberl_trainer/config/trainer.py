@@ -142,6 +142,11 @@ class _TrainerBase(Spec):
         """The optimizer that runs: the override, or the algorithm's default."""
         return self.optimizer or ALGORITHMS[self.algorithm].optimizers[0]
 
+    @property
+    def image_observations(self) -> bool:
+        """Whether the algorithm's networks take images (its row's image_observations)."""
+        return ALGORITHMS[self.algorithm].image_observations
+
 
 class AlgorithmTrainerConfig(_TrainerBase):
     """`spec.trainer` of one algorithm of the table (ALGORITHMS): each algorithm's config class

@@ -21,11 +21,10 @@ from __future__ import annotations
 import importlib
 import itertools
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from kuberl_trainer.config import AnyTrainerConfig
 from kuberl_trainer.envs import SpaceInfo
 from kuberl_trainer.policy.interface import Policy, Stats, Weights
 from kuberl_trainer.postprocessing import (
@@ -35,6 +34,9 @@ from kuberl_trainer.postprocessing import (
     sequence_columns,
 )
 from kuberl_trainer.sample_batch import SampleBatch
+
+if TYPE_CHECKING:  # a remote worker gets a Frozen copy, the config never imported (frozen.py)
+    from kuberl_trainer.config import AnyTrainerConfig
 
 SAC_LOG_STD_MIN, SAC_LOG_STD_MAX = -20.0, 2.0
 """SAC's clamp of its actor's log standard deviation (Stable-Baselines3's and RLlib's)."""
@@ -58,14 +60,20 @@ class ActingOnly:
     """How a remote worker that only acts builds its policy (RolloutWorker's `policy_class`): the
     numpy policy `acting` where it computes what the torch policy `policy` would
     (`acts_in_numpy`), the torch policy otherwise. Both are `module:Class` paths, imported in
-    the worker's process only as needed, so that the driver never sends it a torch class."""
+    the worker's process only as needed, so that the driver never sends it a torch class. The
+    driver sends such a worker a Frozen copy of the job's config (kuberl_trainer.frozen), which
+    the numpy policies read as they would the config."""
 
     policy: str
     acting: str
 
     def __call__(self, spaces: SpaceInfo, config: AnyTrainerConfig, seed: int) -> Policy:
-        path = self.acting if acts_in_numpy(spaces, config) else self.policy
-        return load_class(path)(spaces, config, seed)
+        if acts_in_numpy(spaces, config):
+            return load_class(self.acting)(spaces, config, seed)
+        # The torch policy reads the config itself, not a Frozen copy of it: imported here only.
+        from kuberl_trainer.config import thawed
+
+        return load_class(self.policy)(spaces, thawed(config), seed)
 
 
 def load_class(path: str) -> Any:

@@ -5,13 +5,15 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from collections.abc import Callable
-from typing import Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar
 
 import numpy as np
 
-from kuberl_trainer.config import AnyTrainerConfig
 from kuberl_trainer.envs import SpaceInfo
 from kuberl_trainer.sample_batch import SampleBatch
+
+if TYPE_CHECKING:  # a remote worker gets a Frozen copy, the config never imported (frozen.py)
+    from kuberl_trainer.config import AnyTrainerConfig
 
 Weights = dict[str, np.ndarray]
 Stats = dict[str, float]
@@ -90,6 +92,6 @@ class Policy(ABC):
         return list(range(1, num_workers + 1))
 
 
-PolicyFactory = Callable[[SpaceInfo, AnyTrainerConfig, int], Policy]
+PolicyFactory = Callable[[SpaceInfo, "AnyTrainerConfig", int], Policy]
 """What a rollout worker builds its policy with from its spaces, the config and its seed: a policy
 class, or policy.acting.ActingOnly."""
