@@ -478,7 +478,9 @@ def test_workers_sample_only_as_much_as_the_learner_takes(
     behind 6 workers' others; calls that sample for 10 s keep all 6 workers sampling, unless
     all but 10 ms of them went on waiting for a CPU: on oversubscribed CPUs more calls would
     only wait longer. A worker's first call, made while it starts, is not counted (the actor
-    may take long to start)."""
+    may take long to start). The calls kept go to the workers that returned last, so no more
+    workers sample than calls are in flight: the same few go on, their envs' episodes ending as
+    fast as they can."""
     config = trainer_config(algorithm="PPO", optimizer="AsyncSamples")
     timing = {"sample_s": sample_s, "cpu_wait_s": cpu_wait_s}
     workers = SpyWorkerSet(TimedWorker, lambda index: timing, 6, 0.25)
@@ -500,6 +502,7 @@ def test_workers_sample_only_as_much_as_the_learner_takes(
             optimizer.step()
         started: set[int] = set()
         in_flight, most = 0, 0
+        sampling: set[int] = set()  # the workers that returned batches once settled
         for position, (kind, index, *_) in enumerate(workers.log):
             if kind == "returned" and index not in started:
                 started.add(index)  # its first call, made while it started
@@ -507,7 +510,10 @@ def test_workers_sample_only_as_much_as_the_learner_takes(
                 in_flight += {"call": 1, "returned": -1}.get(kind, 0)
             if position >= settled:
                 most = max(most, in_flight)
+                if kind == "returned":
+                    sampling.add(index)
         assert most == most_in_flight
+        assert len(sampling) <= most
     finally:
         stopped(workers, optimizer)
 
