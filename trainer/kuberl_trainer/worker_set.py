@@ -351,7 +351,7 @@ class WorkerSet:
 
     def _launch_queued(self, first: bool = False) -> None:
         """Start queued workers while fewer than `_max_starting` are starting (`startup_slots`).
-        Starting a worker is CPU-bound (Python and Ray, kuberl and its envs: 0.55 CPU-seconds on
+        Starting a worker is CPU-bound (Python and Ray, kuberl and its envs: 0.41 CPU-seconds on
         a 2-core VM, 1.4-1.6 with torch), and workers that start together share the CPUs: 12 at
         once on 2 cores, each importing torch, answered their first call after 12 s, beside a
         learner that had nothing to learn on.
