@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Annotated, Any
 
-from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, SecretStr, ValidationError
+from pydantic import BeforeValidator, ConfigDict, Field, SecretStr, ValidationError
 
 from kuberl_operator.constants import (
     GPU_TYPE_LABEL,
@@ -26,6 +26,7 @@ from kuberl_operator.spec import (
     LabelMap,
     Quantity,
 )
+from kuberl_trainer.docstrings import Described
 
 ENV_PREFIX = "KUBERL_"
 
@@ -74,10 +75,10 @@ class InvalidSettings(ValueError):
     """An environment variable holds a value the operator cannot use; the message names it."""
 
 
-class OperatorSettings(BaseModel):
+class OperatorSettings(Described):
     """How the operator builds every job's objects; one value per operator process."""
 
-    model_config = ConfigDict(extra="forbid", frozen=True, use_attribute_docstrings=True)
+    model_config = ConfigDict(extra="forbid", frozen=True)
 
     trainer_image: str = Field("ghcr.io/kuberl/trainer:0.1.0", pattern=IMAGE_PATTERN)
     """Image of the Ray head and workers for jobs whose spec.image is empty (KUBERL_TRAINER_IMAGE).

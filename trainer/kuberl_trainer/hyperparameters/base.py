@@ -5,7 +5,9 @@ from __future__ import annotations
 
 from typing import Annotated, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import ConfigDict, Field
+
+from kuberl_trainer.docstrings import Described
 
 # Upper bounds where a larger count would not train but crash (a replay buffer is allocated whole
 # at its capacity; a batch is drawn at once) or never finish an iteration: far above what any
@@ -58,13 +60,11 @@ Activation = Literal["tanh", "relu"]
 """A nonlinearity between hidden layers."""
 
 
-class NetworkHyperparameters(BaseModel):
+class NetworkHyperparameters(Described):
     """Base of every algorithm's hyperparameters (snake_case, unknown keys rejected): its networks
     and their step size."""
 
-    model_config = ConfigDict(
-        extra="forbid", use_attribute_docstrings=True, frozen=True, allow_inf_nan=False
-    )
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
 
     learning_rate: StepSize = 5e-4
     """Adam step size."""

@@ -5,8 +5,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import ConfigDict, Field, field_validator, model_validator
 
+from kuberl_trainer.docstrings import Described
 from kuberl_trainer.hyperparameters.base import (
     Coefficient,
     Count,
@@ -75,15 +76,13 @@ class ESHyperparameters(NetworkHyperparameters):
         return episodes
 
 
-class Mutation(BaseModel):
+class Mutation(Described):
     """How explore changes one hyperparameter of the inner trainer: between `min` and `max`, or
     among `values`. As Ray Tune's PBT: a resampled value is drawn from that range (log-uniform
     with `log`) or a random one of the values; otherwise a number is multiplied by a random one
     of perturbation_factors and kept within the range, and a listed value moves to a neighbour."""
 
-    model_config = ConfigDict(
-        extra="forbid", use_attribute_docstrings=True, frozen=True, allow_inf_nan=False
-    )
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
 
     min: float | None = None
     """Smallest value explore may set."""
@@ -112,16 +111,14 @@ class Mutation(BaseModel):
         return self
 
 
-class PBTHyperparameters(BaseModel):
+class PBTHyperparameters(Described):
     """Population-based training (Jaderberg et al. 2017, as Ray Tune's synchronous PBT): a
     population of trials, each a whole inner trainer (`trainer`) with its own rollout workers in a
     Ray actor, trained in rounds of perturbation_interval env steps each. After every round the
     trials in the bottom quantile exploit one of the top quantile (copy its weights and its
     hyperparameters) and explore (change the copied hyperparameters as their mutations say)."""
 
-    model_config = ConfigDict(
-        extra="forbid", use_attribute_docstrings=True, frozen=True, allow_inf_nan=False
-    )
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
 
     population: int = Field(4, ge=2, le=256)
     """Trials trained side by side."""
