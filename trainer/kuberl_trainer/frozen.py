@@ -2,15 +2,15 @@
 
 A remote rollout worker that acts in numpy (policy/acting.py) reads a few dozen of its job's
 settings: the env and its wrappers, the network's sizes, gamma, the normalization switches. The
-config itself is pydantic models, and defining them in a fresh process costs 0.1 CPU-seconds
-(pydantic reads every field's docstring from the source and builds the validators), a fifth of
-such a worker's start, paid once per worker, from the learner's cores where workers share them.
-So the driver sends those workers `config.frozen(...)`, a `Frozen` copy that unpickles without
-the config package: the same attribute names with the same values (the properties' values
-included), enums as their strings. (Ray's workers import pydantic itself anyway, for serializers
-of their own: the models are the cost.) Where a worker needs the config itself after all (a
-policy that falls back to torch), `config.thawed` validates the document it carries back into
-the config.
+config itself is pydantic models, and defining them in a fresh process costs 0.065 CPU-seconds
+(pydantic builds their validators and schemas, docstrings.py reads their fields' docstrings; 0.1
+when pydantic read those), a sixth of such a worker's start, paid once per worker, from the
+learner's cores where workers share them. So the driver sends those workers `config.frozen(...)`, a
+`Frozen` copy that unpickles without the config package: the same attribute names with the same
+values (the properties' values included), enums as their strings. (Ray's workers import pydantic
+itself anyway, for serializers of their own: the models are the cost.) Where a worker needs the
+config itself after all (a policy that falls back to torch), `config.thawed` validates the document
+it carries back into the config.
 
 This module imports nothing of kuberl's (an import-linter contract holds that of the modules a
 remote worker imports).
