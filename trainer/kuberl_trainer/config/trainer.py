@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from typing import Annotated, Any, Literal, Union
 
-from pydantic import ConfigDict, Discriminator, Field, Tag, create_model, model_validator
+from pydantic import Discriminator, Field, Tag, create_model, model_validator
 from pydantic.alias_generators import to_camel
 
 from kuberl_trainer.config.algorithms import ALGORITHMS, AlgorithmRow
@@ -150,12 +150,8 @@ class _TrainerBase(Spec):
 
 class AlgorithmTrainerConfig(_TrainerBase):
     """`spec.trainer` of one algorithm of the table (ALGORITHMS): each algorithm's config class
-    is made from its row, with its name as the algorithm and its hyperparameters class."""
-
-    # Its fields and those of the classes made from it are described in Field(description=...);
-    # reading docstrings from the source would scan every module loaded (inspect.getmodule) once
-    # per class: 0.2 s of every rollout worker's start, once torch is loaded.
-    model_config = ConfigDict(use_attribute_docstrings=False)
+    is made from its row, with its name as the algorithm and its hyperparameters class. Its fields
+    and those of the classes made from it are described in Field(description=...)."""
 
     algorithm: str
     hyperparameters: Hyperparameters

@@ -148,8 +148,8 @@ class AsyncSamplesOptimizer(PolicyOptimizer):
     def _collect(self) -> list[tuple[SampleBatch, int]]:
         """The batches that arrived, each with the weights version it was sampled with."""
         healthy = self.workers.healthy_indices
-        for index in set(healthy) - self._healthy_before:  # started, or replaced: no batch yet
-            self._last_return.pop(index, None)
+        for index in set(healthy) - self._healthy_before:  # started, or replaced
+            self._forget(index)
         self._healthy_before = set(healthy)
         if not healthy:  # none asked for, or all being replaced: the local worker samples
             with self.timer("sample"), self.learner.lock:
@@ -182,8 +182,14 @@ class AsyncSamplesOptimizer(PolicyOptimizer):
         for index, versions in self._call_versions.items():
             if len(versions) > self.workers.in_flight(index):  # it died, and its calls with it
                 versions.clear()
-                self._worker_versions.pop(index, None)  # its replacement gets weights first
+                self._forget(index)
         return batches
+
+    def _forget(self, index: int) -> None:
+        """What is known of the worker in slot `index` no longer holds: a new one (started, or
+        replacing one that died) has returned no batch and gets weights before its first call."""
+        self._last_return.pop(index, None)
+        self._worker_versions.pop(index, None)
 
     def _call_order(self, index: int) -> tuple[bool, float]:
         """The order in which workers get calls: those that have not returned a batch yet, then

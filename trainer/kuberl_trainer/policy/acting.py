@@ -9,11 +9,10 @@ after another beside the learner, and a spot node's are replaced), with 131 MB o
 torch, whose per-call overhead is most of it.
 
 The networks are the torch ones (models.ActorCritic, dqn.QNetwork, sac.SACModel's actor,
-es.ESNetwork), read
-from the weights the learner sends (their state dicts: `actor.0.weight`, `actor.0.bias`,
-`actor.2.weight`, ..., `log_std`), computing the same functions to float32 rounding; actions are
-drawn as the torch policy draws them (Gumbel-max, a Gaussian around the mean, epsilon-greedy),
-from a numpy generator seeded with the worker's seed.
+es.ESNetwork), read from the weights the learner sends (their state dicts: `actor.0.weight`,
+`actor.0.bias`, `actor.2.weight`, ..., `log_std`), computing the same functions to float32
+rounding; actions are drawn as the torch policy draws them (Gumbel-max, a Gaussian around the
+mean, epsilon-greedy), from a numpy generator seeded with the worker's seed.
 """
 
 from __future__ import annotations
