@@ -6,7 +6,9 @@ when it does not start at one of the manifest's top-level fields (`trainer.stop.
 number picks an item of a list, and `\\.` is a dot inside a key (`metadata.labels.kuberl\\.io/x`).
 VALUE is YAML, read with the bounds every manifest is read with: `0.001`, `true`, `[64, 64]`,
 `{a: 1}`, or a string. Missing mappings on the way are made; the changed manifest is then
-checked as a whole, so an unknown or ill-typed field gets the usual problem line naming it.
+checked as a whole, so an unknown or ill-typed field gets the usual problem line naming it. A PATH
+and its VALUE together nest at most as deep as any manifest may (bounded.MAX_DEPTH), so that no
+PATH, however long, can make the manifest too deep to write out and check.
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ import copy
 import re
 from typing import Any
 
+from kuberl_operator.bounded import MAX_DEPTH
 from kuberl_operator.validation import InvalidManifest, parse_yaml_document
 
 TOP_LEVEL = frozenset({"apiVersion", "kind", "metadata", "spec", "status"})
@@ -24,6 +27,9 @@ SEED_PATH = "spec.trainer.seed"
 """What --seed sets (kuberl_trainer.config.trainer's `seed`)."""
 
 _UNESCAPED_DOT = re.compile(r"(?<!\\)\.")
+
+_SHOWN_KEYS = 8
+"""How many of a PATH's keys a problem line repeats: a PATH may be arbitrarily long."""
 
 
 class OverrideError(ValueError):
@@ -40,6 +46,11 @@ def parse_override(text: str) -> tuple[list[str], Any]:
         raise OverrideError(f"--set {text}: {path!r} has an empty key between dots")
     if keys[0] not in TOP_LEVEL:
         keys = ["spec", *keys]
+    if len(keys) >= MAX_DEPTH:  # the manifest's own mapping is a level too
+        raise OverrideError(
+            f"--set {_shown(keys)}: {len(keys)} keys, and a PATH has at most {MAX_DEPTH - 1} (a "
+            f"manifest nests at most {MAX_DEPTH} levels)"
+        )
     if not raw.strip():
         raise OverrideError(f"--set {text}: no value: write {path}=null, or {path}='' for ''")
     try:
@@ -47,7 +58,29 @@ def parse_override(text: str) -> tuple[list[str], Any]:
     except InvalidManifest as exc:
         reasons = "; ".join(problem.message for problem in exc.problems)
         raise OverrideError(f"--set {text}: the value is not YAML: {reasons}") from None
+    if (levels := 1 + len(keys) + _nesting(value)) > MAX_DEPTH:
+        raise OverrideError(
+            f"--set {_shown(keys)}: its value would nest the manifest {levels} levels deep, and a "
+            f"manifest nests at most {MAX_DEPTH}"
+        )
     return keys, value
+
+
+def _shown(keys: list[str]) -> str:
+    """The PATH of `keys` for a problem line, its middle left out when it is long."""
+    if len(keys) <= _SHOWN_KEYS:
+        return ".".join(keys)
+    return f"{'.'.join(keys[: _SHOWN_KEYS - 1])}...{keys[-1]}"
+
+
+def _nesting(value: Any) -> int:
+    """How many levels `value` holds below itself (0 for a scalar, 1 for a list of scalars), as
+    the bounded YAML reader counts them. The value was parsed within bounds, so this walk is
+    too."""
+    children = (
+        value.values() if isinstance(value, dict) else value if isinstance(value, list) else ()
+    )
+    return max((1 + _nesting(child) for child in children), default=0)
 
 
 def with_overrides(document: Any, overrides: list[str], seed: int | None = None) -> Any:

@@ -18,6 +18,7 @@ from rich.console import Console
 
 from kuberl_cli.overrides import OverrideError, parse_override, with_overrides
 from kuberl_cli.terminal_report import TerminalReport
+from kuberl_operator.bounded import MAX_DEPTH
 from kuberl_trainer.final_record import (
     EXIT_INVALID_JOB,
     FINAL_RECORD_PREFIX,
@@ -106,6 +107,21 @@ def test_a_bad_override_is_named_with_the_reason(override, message):
         with_overrides(document, [override])
 
 
+def test_a_path_and_its_value_nest_no_deeper_than_a_manifest_may():
+    document = {"spec": {"trainer": {"env": "CartPole-v1"}}}
+    # spec, trainer and 61 more keys: 63 keys and the manifest's own mapping make 64 levels
+    deepest = "trainer." + ".".join(["a"] * 61)
+    assert len(parse_override(f"{deepest}=1")[0]) == MAX_DEPTH - 1
+    for override, message in (
+        (f"{deepest}.b=1", f"64 keys, and a PATH has at most {MAX_DEPTH - 1}"),
+        (f"{deepest}=[1]", "its value would nest the manifest 65 levels deep"),
+        ("trainer." + ".".join(["a"] * 5000) + "=1", "5002 keys"),
+    ):
+        with pytest.raises(OverrideError, match=re.escape(message)) as raised:
+            with_overrides(document, [override])
+        assert len(str(raised.value)) < 200, "a long PATH is not repeated whole"
+
+
 # --- kuberl train with overrides ----------------------------------------------------------------
 
 
@@ -151,6 +167,14 @@ def test_a_bad_override_is_an_invalid_job_naming_the_field(tmp_path):
         assert named in out.stderr and f"{job}: " in out.stderr, out.stderr
         assert read_final_record(out.stdout).outcome == Outcome.INVALID_JOB
     assert not (tmp_path / "runs").exists()
+
+
+def test_a_path_thousands_of_keys_deep_is_an_invalid_job_in_one_line(tmp_path):
+    job = manifest(tmp_path)
+    out = train(job, "--set", "trainer." + ".".join(["a"] * 3000) + "=1", cwd=tmp_path)
+    assert out.returncode == EXIT_INVALID_JOB, out.stdout + out.stderr
+    assert out.stderr.count("\n") == 1 and "3002 keys" in out.stderr, out.stderr
+    assert read_final_record(out.stdout).outcome == Outcome.INVALID_JOB
 
 
 # --- on a terminal ------------------------------------------------------------------------------
