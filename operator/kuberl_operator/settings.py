@@ -171,9 +171,14 @@ class OperatorSettings(Described):
 
     prometheus_namespace: str | None = Field(None, max_length=63, pattern=DNS_LABEL_PATTERN)
     """Namespace of the Prometheus that scrapes the drivers' metrics (KUBERL_PROMETHEUS_NAMESPACE):
-    each job's NetworkPolicy lets only pods there reach the metrics port. Empty: pods of every
-    namespace may, since where Prometheus runs differs between clusters and the metrics (training
-    curves, no secrets) are what it serves; no other port is opened that way."""
+    each job's NetworkPolicy lets only pods there reach the metrics port. Empty: the operator's own
+    namespace (operator_namespace), since the metrics name every job and its figures, which pods of
+    other teams' namespaces are not owed."""
+
+    prometheus_pod_labels: Labels = Field(default_factory=dict)
+    """Labels of the Prometheus pods that scrape the drivers' metrics, as `key=value,key=value`
+    (KUBERL_PROMETHEUS_POD_LABELS): with them, only those pods of prometheus_namespace reach the
+    metrics port. Empty: any pod of that namespace."""
 
     metrics_port: int = Field(8080, ge=0, le=65535)
     """Port of the operator's own Prometheus metrics (/metrics); 0 turns them off

@@ -65,7 +65,11 @@ EVERYTHING = {
     "imagePullSecrets": [{"name": "registry-credentials"}],
     "operator": {
         "verbose": True,
-        "settings": {"watchNamespace": "training", "prometheusNamespace": "monitoring"},
+        "settings": {
+            "watchNamespace": "training",
+            "prometheusNamespace": "monitoring",
+            "prometheusPodLabels": {"app.kubernetes.io/name": "prometheus"},
+        },
         "nodeSelector": {"kubernetes.io/os": "linux"},
         "tolerations": [{"key": "infra", "operator": "Exists", "effect": "NoSchedule"}],
         "priorityClassName": "system-cluster-critical",
@@ -557,6 +561,34 @@ def test_operator_accepts_connections_on_its_own_ports_only_and_the_relays_from_
     assert relay["from"] == [{"podSelector": api["spec"]["selector"]}]
 
 
+def metrics_from(objects: list[dict[str, Any]], policy: str) -> list[dict[str, Any]]:
+    """Who the operator's NetworkPolicy admits to its metrics port."""
+    rules = chart.find(objects, "NetworkPolicy", policy)["spec"]["ingress"]
+    return next(r for r in rules if r["ports"][0]["port"] == "metrics")["from"]
+
+
+def test_only_the_prometheus_named_scrapes_the_operator_by_default_the_releases_namespace(
+    defaults,
+):
+    release_namespace = {"matchLabels": {"kubernetes.io/metadata.name": chart.NAMESPACE}}
+    assert metrics_from(defaults, "kuberl-operator") == [{"namespaceSelector": release_namespace}]
+
+    prometheus = {"prometheusNamespace": "monitoring", "prometheusPodLabels": {"app": "prom"}}
+    told = chart.render({"operator": {"settings": prometheus}})
+    assert metrics_from(told, "kuberl-operator") == [
+        {
+            "namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "monitoring"}},
+            "podSelector": {"matchLabels": {"app": "prom"}},
+        }
+    ]
+    # The drivers' policies, which the operator builds, admit the same pods
+    settings = OperatorSettings.from_env(operator_environ(told, "kuberl-operator"))
+    assert (settings.prometheus_namespace, settings.prometheus_pod_labels) == (
+        "monitoring",
+        {"app": "prom"},
+    )
+
+
 def test_the_api_reads_logs_through_the_operators_relay_and_holds_no_ray_key(defaults):
     api = {var["name"]: var for var in container(defaults, "kuberl-api")["env"]}
     operator = {var["name"]: var for var in container(defaults, "kuberl-operator")["env"]}
@@ -605,14 +637,8 @@ def test_api_accepts_its_port_from_anyone_unless_told(rendered):
     narrowed = chart.find(rendered["everything"], "NetworkPolicy", "rl-api")["spec"]
     (rule,) = narrowed["ingress"]
     assert rule["from"] == EVERYTHING["api"]["networkPolicy"]["ingressFrom"]
-    metrics_rule = next(
-        r
-        for r in chart.find(rendered["everything"], "NetworkPolicy", "rl-operator")["spec"][
-            "ingress"
-        ]
-        if r["ports"][0]["port"] == "metrics"
-    )
-    assert metrics_rule["from"] == EVERYTHING["networkPolicy"]["metricsFrom"]
+    metrics_rule = metrics_from(rendered["everything"], "rl-operator")
+    assert metrics_rule == EVERYTHING["networkPolicy"]["metricsFrom"]
     assert not [o for o in rendered["monitoring-off"] if o["kind"] == "NetworkPolicy"]
 
 

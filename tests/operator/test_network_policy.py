@@ -16,6 +16,14 @@ from kuberl_operator.settings import InvalidSettings, OperatorSettings
 METRICS = SETTINGS.trainer_metrics_port
 OPERATOR_NS = {"kubernetes.io/metadata.name": SETTINGS.operator_namespace}
 MONITORING_NS = {"kubernetes.io/metadata.name": "monitoring"}
+PROMETHEUS_LABELS = {"app.kubernetes.io/name": "prometheus"}
+SCRAPERS = {  # column: settings
+    "default": OperatorSettings(),
+    "namespace": OperatorSettings(prometheus_namespace="monitoring"),
+    "namespace and pods": OperatorSettings(
+        prometheus_namespace="monitoring", prometheus_pod_labels=PROMETHEUS_LABELS
+    ),
+}
 
 
 def pod_labels(job: Any, settings: OperatorSettings = SETTINGS) -> list[dict[str, str]]:
@@ -53,9 +61,8 @@ def admits(policy: dict[str, Any], source: tuple[dict, dict], port: int, same_ns
     return False
 
 
-@pytest.mark.parametrize("prometheus_namespace", [None, "monitoring"])
-def test_the_policy_passes_the_schema(prometheus_namespace):
-    settings = OperatorSettings(prometheus_namespace=prometheus_namespace)
+@pytest.mark.parametrize("settings", SCRAPERS.values(), ids=list(SCRAPERS))
+def test_the_policy_passes_the_schema(settings):
     check_kubernetes_schema(build_network_policy(job_with(), settings))
 
 
@@ -91,30 +98,32 @@ def sources(job: Any, other: Any) -> dict[str, tuple[tuple[dict, dict], bool]]:
         "operator": ((OPERATOR_NS, operator_labels), False),
         "operator's namespace, other pod": ((OPERATOR_NS, {"app": "shell"}), False),
         "operator's labels, other namespace": ((MONITORING_NS, operator_labels), False),
-        "prometheus": ((MONITORING_NS, {"app.kubernetes.io/name": "prometheus"}), False),
+        "prometheus": ((MONITORING_NS, PROMETHEUS_LABELS), False),
         "any pod of the namespace": (({}, {"app": "notebook"}), True),
     }
 
 
-# Who may connect to which port: with the default settings, where Prometheus may scrape from any
-# namespace, and with prometheus_namespace "monitoring". The dashboard (the Ray Jobs API) and Ray's
-# other ports: the job's pods and the operator only, either way.
+# Who may connect to which port: with the default settings, where Prometheus may scrape from the
+# operator's namespace only; with prometheus_namespace "monitoring"; and with Prometheus's pod
+# labels too. The dashboard (the Ray Jobs API) and Ray's other ports: the job's pods and the
+# operator only, always. No pod of another namespace, nor another pod of the job's, reads the
+# drivers' figures unless it is the Prometheus named.
 PORTS = {"gcs": RAY_GCS_PORT, "dashboard": RAY_DASHBOARD_PORT, "metrics": METRICS, "other": 10001}
 EVERY_PORT = set(PORTS)
-ADMITTED = {  # who: (by default, with prometheus_namespace "monitoring")
-    "same job": (EVERY_PORT, EVERY_PORT),
-    "other job": ({"metrics"}, set()),
-    "operator": ({"dashboard", "metrics"}, {"dashboard", "metrics"}),
-    "operator's namespace, other pod": ({"metrics"}, set()),
-    "operator's labels, other namespace": ({"metrics"}, {"metrics"}),  # it is in monitoring
-    "prometheus": ({"metrics"}, {"metrics"}),
-    "any pod of the namespace": ({"metrics"}, set()),
+ADMITTED = {  # who: what it reaches, column by column of SCRAPERS
+    "same job": (EVERY_PORT, EVERY_PORT, EVERY_PORT),
+    "other job": (set(), set(), set()),
+    "operator": ({"dashboard", "metrics"}, {"dashboard", "metrics"}, {"dashboard", "metrics"}),
+    "operator's namespace, other pod": ({"metrics"}, set(), set()),
+    "operator's labels, other namespace": (set(), {"metrics"}, set()),  # it is in monitoring
+    "prometheus": (set(), {"metrics"}, {"metrics"}),
+    "any pod of the namespace": (set(), set(), set()),
 }
 
 
-@pytest.mark.parametrize(("prometheus_namespace", "column"), [(None, 0), ("monitoring", 1)])
-def test_only_the_job_the_operator_and_prometheus_get_in(prometheus_namespace, column):
-    settings = OperatorSettings(prometheus_namespace=prometheus_namespace)
+@pytest.mark.parametrize("column", range(len(SCRAPERS)), ids=list(SCRAPERS))
+def test_only_the_job_the_operator_and_prometheus_get_in(column):
+    settings = list(SCRAPERS.values())[column]
     job, other = job_with(), job_with(**{"metadata.name": "runner"})
     policy = build_network_policy(job, settings)
 
@@ -143,14 +152,23 @@ def test_the_operators_pods_come_from_the_settings():
             "KUBERL_OPERATOR_NAMESPACE": "platform",
             "KUBERL_OPERATOR_POD_LABELS": "app.kubernetes.io/name=kuberl, team=ml",
             "KUBERL_PROMETHEUS_NAMESPACE": "monitoring",
+            "KUBERL_PROMETHEUS_POD_LABELS": "app.kubernetes.io/name=prometheus",
         }
     )
-    operator_rule = build_network_policy(job_with(), settings)["spec"]["ingress"][1]
+    operator_rule, prometheus_rule = build_network_policy(job_with(), settings)["spec"]["ingress"][
+        1:
+    ]
 
     assert operator_rule["from"] == [
         {
             "namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "platform"}},
             "podSelector": {"matchLabels": {"app.kubernetes.io/name": "kuberl", "team": "ml"}},
+        }
+    ]
+    assert prometheus_rule["from"] == [
+        {
+            "namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "monitoring"}},
+            "podSelector": {"matchLabels": PROMETHEUS_LABELS},
         }
     ]
 
@@ -163,6 +181,7 @@ def test_the_operators_pods_come_from_the_settings():
         ("KUBERL_OPERATOR_POD_LABELS", ",", "at least 1 item"),
         ("KUBERL_OPERATOR_NAMESPACE", "Kuberl_System", "should match pattern"),
         ("KUBERL_PROMETHEUS_NAMESPACE", "-monitoring", "should match pattern"),
+        ("KUBERL_PROMETHEUS_POD_LABELS", "prometheus", "'prometheus' is not key=value"),
     ],
 )
 def test_bad_network_settings_name_the_variable(variable, value, reason):

@@ -124,8 +124,9 @@ def build_network_policy(job: RLJob, settings: OperatorSettings) -> Object:
     - the Ray dashboard's port (which serves the Jobs API) and the driver's metrics port, from the
       operator's pods (settings.operator_namespace and operator_pod_labels), which submit and watch
       the driver there and read its progress;
-    - the driver's metrics port, from Prometheus (pods of settings.prometheus_namespace, or of any
-      namespace when that is empty).
+    - the driver's metrics port, from Prometheus: pods of settings.prometheus_namespace (the
+      operator's namespace when that is empty) that carry settings.prometheus_pod_labels (any pod
+      there when those are empty).
     Anything else (the dashboard from other pods, the kuberl API's included, which reads drivers'
     output through the operator's log relay; Ray's client port; Ray's own metrics) is refused.
     Egress is left alone: drivers and workers fetch packages, environments and checkpoints from
@@ -137,11 +138,14 @@ def build_network_policy(job: RLJob, settings: OperatorSettings) -> Object:
         "namespaceSelector": release_namespace,
         "podSelector": {"matchLabels": dict(settings.operator_pod_labels)},
     }
-    scraper = (
-        {"matchLabels": {NAMESPACE_NAME_LABEL: settings.prometheus_namespace}}
-        if settings.prometheus_namespace
-        else {}  # every namespace
-    )
+    scraper = {
+        "namespaceSelector": {
+            "matchLabels": {
+                NAMESPACE_NAME_LABEL: settings.prometheus_namespace or settings.operator_namespace
+            }
+        },
+        "podSelector": {"matchLabels": dict(settings.prometheus_pod_labels)},
+    }
     metrics = settings.trainer_metrics_port
     return {
         "apiVersion": "networking.k8s.io/v1",
@@ -153,7 +157,7 @@ def build_network_policy(job: RLJob, settings: OperatorSettings) -> Object:
             "ingress": [
                 {"from": [ray_pods]},
                 {"from": [operator], "ports": _tcp(RAY_DASHBOARD_PORT, metrics)},
-                {"from": [{"namespaceSelector": scraper}], "ports": _tcp(metrics)},
+                {"from": [scraper], "ports": _tcp(metrics)},
             ],
         },
     }
