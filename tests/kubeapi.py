@@ -29,6 +29,8 @@ small one below, served as kmock fallback reactions. What it fixes (see DESIGN.m
   expects on a stale resourceVersion), and PUT replaces.
 - DELETE with finalizers: sets `deletionTimestamp` (MODIFIED) while finalizers remain; the object
   is removed (DELETED) when a write leaves it with no finalizers.
+- UIDs as preconditions: a DELETE whose DeleteOptions' `preconditions.uid` is not the object's is a
+  409, and a write that would change `metadata.uid` is a 422 (the field is immutable).
 - A POSTed CustomResourceDefinition registers its served versions (kind, plural, singular,
   shortNames, scope, status subresource), so `/apis/<group>/<version>` lists the resource; a
   deleted one unregisters them and deletes their objects, as uninstalling an operator does.
@@ -380,6 +382,11 @@ class KubeAPI(kmock.KubernetesScaffold):
             raise _error(415, "UnsupportedMediaType", f"unsupported patch type {kind!r}")
         if expected and expected != old["metadata"]["resourceVersion"]:
             raise _error(409, "Conflict", "the object has been modified; apply to the latest")
+        uid = (new.get("metadata") or {}).get("uid")
+        if uid and uid != old["metadata"]["uid"]:
+            raise _error(
+                422, "Invalid", f"metadata.uid: Invalid value: {uid!r}: field is immutable"
+            )
         if request.subresource == "status":
             new = {**old, "status": new.get("status")}
         elif "status" in self.info(request.resource).subresources:
@@ -391,6 +398,15 @@ class KubeAPI(kmock.KubernetesScaffold):
 
     async def _delete(self, request: kmock.Request) -> dict:
         old = self._get(request)
+        options = request.data if isinstance(request.data, dict) else {}
+        uid = (options.get("preconditions") or {}).get("uid")
+        if uid and uid != old["metadata"]["uid"]:
+            raise _error(
+                409,
+                "Conflict",
+                f"Precondition failed: UID in precondition: {uid}, "
+                f"UID in object meta: {old['metadata']['uid']}",
+            )
         if old["metadata"].get("deletionTimestamp"):
             return old  # already being deleted: waits for its finalizers
         obj = self.store(request.resource, copy.deepcopy(old), old=old, deleting=True)

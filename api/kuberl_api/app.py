@@ -12,6 +12,7 @@ they depend on in deps.py, the exception handlers in exception_handlers.py.
 
 from __future__ import annotations
 
+import os
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 
@@ -20,9 +21,11 @@ from fastapi import FastAPI
 from kuberl_api.backend import Authorizer, Backend
 from kuberl_api.exception_handlers import EXCEPTION_HANDLERS
 from kuberl_api.guard import RequestGuard
+from kuberl_api.log_follows import FollowLimits, Follows
 from kuberl_api.metrics import ApiMetrics, RequestMetricsMiddleware
 from kuberl_api.routes import docs, jobs, ops, page
 from kuberl_api.schemas import Status
+from kuberl_api.sessions import PageSessions
 
 # Any route can answer the request guard's 421 (guard.py); its 403 and 415 only some, which
 # declare them.
@@ -39,9 +42,18 @@ async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         await backend.close()
 
 
-def create_app(backend: Backend, authorizer: Authorizer, loopback_hosts_only: bool) -> FastAPI:
+def create_app(
+    backend: Backend,
+    authorizer: Authorizer,
+    loopback_hosts_only: bool,
+    secure_cookies: bool = False,
+    follow_limits: FollowLimits | None = None,
+) -> FastAPI:
     """The API over `backend`; starting and closing the backend follow the app's lifespan.
-    `loopback_hosts_only`: serve only requests to a loopback Host (when nobody is authenticated)."""
+    `loopback_hosts_only`: serve only requests to a loopback Host (when nobody is authenticated);
+    `secure_cookies`: mark the status page's session cookie `Secure` even on a request that did
+    not come over HTTPS (page.cookie_is_secure); `follow_limits`: the most log follows open at
+    once (by default from the environment: log_follows.FollowLimits.from_environ)."""
     metrics = ApiMetrics(counts_jobs=backend.counts_jobs)
     app = FastAPI(
         title="kuberl API",
@@ -60,6 +72,9 @@ def create_app(backend: Backend, authorizer: Authorizer, loopback_hosts_only: bo
     app.state.backend = backend
     app.state.authorizer = authorizer
     app.state.metrics = metrics
+    app.state.follows = Follows(follow_limits or FollowLimits.from_environ(os.environ))
+    app.state.sessions = PageSessions()
+    app.state.secure_cookies = secure_cookies
     app.add_middleware(RequestGuard, loopback_hosts_only=loopback_hosts_only)
     app.add_middleware(RequestMetricsMiddleware, metrics=metrics)  # outermost: refusals count too
     app.include_router(jobs.router(backend.history_source))

@@ -12,9 +12,11 @@ import hashlib
 import os
 from pathlib import Path
 
-from kuberl_api.backend import Action, ApiError
+from kuberl_api.backend import Action, ApiError, Identity
 
 TOKEN_ENV = "KUBERL_API_TOKEN"
+TOKEN_HOLDER = Identity()
+"""Whoever holds a valid token (or anyone, without tokens): nobody has a name here."""
 
 
 def unauthorized(message: str) -> ApiError:
@@ -29,15 +31,28 @@ class StaticTokens:
             raise ValueError("StaticTokens needs at least one token")
         self._digests = frozenset(_digest(token) for token in tokens)
 
-    async def authorize(self, token: str | None, action: Action) -> None:
+    async def authenticate(self, token: str | None) -> Identity:
         if not token:
             raise unauthorized("missing bearer token: send 'Authorization: Bearer <token>'")
         if _digest(token) not in self._digests:
             raise unauthorized("invalid bearer token")
+        return TOKEN_HOLDER
+
+    async def check(self, identity: Identity, action: Action) -> None:
+        return None  # a valid token may do everything
+
+    async def authorize(self, token: str | None, action: Action) -> None:
+        await self.authenticate(token)
 
 
 class NoAuth:
     """Lets every request through (only ever served on a loopback address)."""
+
+    async def authenticate(self, token: str | None) -> Identity:
+        return TOKEN_HOLDER
+
+    async def check(self, identity: Identity, action: Action) -> None:
+        return None
 
     async def authorize(self, token: str | None, action: Action) -> None:
         return None

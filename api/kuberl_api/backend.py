@@ -9,7 +9,7 @@ is behind the API.
 from __future__ import annotations
 
 from collections.abc import AsyncIterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Literal, NamedTuple, Protocol
 
 from kuberl_operator.spec import Progress, RLJob
@@ -56,13 +56,6 @@ def bad_request(field_path: str, message: str) -> ApiError:
     return ApiError(400, "BadRequest", f"{field_path}: {message}", [Cause(field_path, message)])
 
 
-def last_lines(text: str, count: int | None) -> str:
-    """The last `count` lines of `text` (all of it when None), as `tailLines` reads them."""
-    if count is None:
-        return text
-    return "".join(text.splitlines(keepends=True)[-count:]) if count else ""
-
-
 class Action(NamedTuple):
     """What a caller asks to do, in RBAC's terms: a verb on rljobs in a namespace, or, with
     `namespace` None, at the cluster scope (in every namespace: GET /v1/jobs)."""
@@ -80,8 +73,26 @@ class Action(NamedTuple):
         return f'in namespace "{self.namespace}"'
 
 
+@dataclass(frozen=True)
+class Identity:
+    """Whose a bearer token is, as Kubernetes' UserInfo says (TokenReview's `status.user`, which a
+    SubjectAccessReview asks about). Where no Kubernetes decides, a token holder has no name."""
+
+    username: str = ""
+    uid: str = ""
+    groups: tuple[str, ...] = ()
+    extra: dict[str, list[str]] = field(default_factory=dict)
+
+
 class Authorizer(Protocol):
-    """Says who may do what; raises ApiError 401 (who are you?) or 403 (not allowed)."""
+    """Says who may do what. `authenticate` says whose a token is, or raises ApiError 401 (who
+    are you?); `check` whether they may do an action, or raises ApiError 403 (not allowed): a
+    request that asks about several actions (a scrape of /metrics) authenticates once.
+    `authorize` is the two for one action."""
+
+    async def authenticate(self, token: str | None) -> Identity: ...
+
+    async def check(self, identity: Identity, action: Action) -> None: ...
 
     async def authorize(self, token: str | None, action: Action) -> None: ...
 
@@ -202,8 +213,10 @@ class Backend(Protocol):
         `purge` (where the backend keeps it: the local one's run directory; a cluster's
         checkpoints stay on their storage whatever is asked)."""
 
-    async def logs(self, namespace: str, name: str, tail_lines: int | None) -> str:
-        """The trainer's (the driver's) output so far, or its last `tail_lines` lines."""
+    async def logs(self, namespace: str, name: str, tail_lines: int | None) -> AsyncIterator[str]:
+        """The trainer's (the driver's) output so far, or its last `tail_lines` lines (a line ends
+        at a newline), in pieces of bounded size: a log is never held whole. Raises ApiError
+        before the first piece (an unknown job is a 404)."""
         ...
 
     async def follow_logs(

@@ -2,9 +2,9 @@
 metrics, the caller (the bearer token, checked by the app's authorizer), and the guard of the routes
 that take no body (guard.py).
 
-`create_app` keeps the backend, the authorizer and the metrics on `app.state`; the dependencies
-read them from there, so a route module holds no app of its own and serves whichever app includes
-its router.
+`create_app` keeps the backend, the authorizer, the metrics and the page's sessions on
+`app.state`; the dependencies read them from there, so a route module holds no app of its own and
+serves whichever app includes its router.
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 from kuberl_api.backend import Action, Authorizer, Backend, Verb
 from kuberl_api.guard import no_body
 from kuberl_api.metrics import ApiMetrics
-from kuberl_api.page import cookie_token
+from kuberl_api.page import session_token
 
 bearer = HTTPBearer(auto_error=False, description="A bearer token, as configured for the server.")
 Credentials = Annotated[HTTPAuthorizationCredentials | None, Depends(bearer)]
@@ -52,8 +52,9 @@ def bearer_caller(request: Request, credentials: Credentials) -> Caller:
 
 
 def page_caller(request: Request, credentials: Credentials) -> Caller:
-    """The bearer token, else the status page's cookie (page.py says which routes accept it)."""
-    token = credentials.credentials if credentials else cookie_token(request)
+    """The bearer token, else the token of the status page's session (page.py says which routes
+    accept its cookie)."""
+    token = credentials.credentials if credentials else session_token(request)
     return Caller(token, request.app.state.authorizer)
 
 

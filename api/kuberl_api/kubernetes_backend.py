@@ -4,7 +4,8 @@ Each request's bearer token goes to a TokenReview and each action to a SubjectAc
 rljobs in the URL's namespace (the verb RBAC would check; for GET /v1/jobs, `list` with no
 namespace, which only a ClusterRoleBinding grants, as for `kubectl get rljobs -A`), so a user can do
 through the API exactly what `kubectl` would let them do; the API's own ServiceAccount needs only
-the reviews and rljobs.
+the reviews and rljobs. A request that asks about several actions (a scrape of /metrics) reviews
+its token once.
 The operator is the only writer of `.status`: this backend writes the spec (create, merge patch of
 `spec.suspend`) and deletes, nothing else. It calls Kubernetes through the operator's client
 (kuberl_operator.kube), as the API's own ServiceAccount; a job's logs come from its Ray head,
@@ -21,6 +22,7 @@ from typing import Any
 from kuberl_api.backend import (
     Action,
     ApiError,
+    Identity,
     JobPage,
     JobSummary,
     ListQuery,
@@ -29,11 +31,16 @@ from kuberl_api.backend import (
     no_policy,
     not_found,
 )
+from kuberl_api.listing_cache import ListingCache
 from kuberl_api.ray_logs import DriverLogs
 from kuberl_api.selectors import matches, parse_label_selector
 from kuberl_operator.constants import API_VERSION, GROUP, PLURAL, VERSION
 from kuberl_operator.kube import Kube, KubeConfig, KubeError, path
 from kuberl_operator.spec import Progress, RLJob
+
+LISTING_TTL_SECONDS = 5.0
+"""How long /metrics reuses its list of every RLJob: Prometheus replicas scraping together cost
+one list (listing_cache.py says why the listing is kept and never a caller's rights)."""
 
 
 def rljobs_path(namespace: str | None = None, name: str | None = None) -> str:
@@ -52,10 +59,20 @@ async def review_token(kube: Kube, token: str) -> dict[str, Any]:
     return answer.get("status") or {}
 
 
+def identity_of(user: dict[str, Any]) -> Identity:
+    """The Identity of a TokenReview's `status.user`."""
+    return Identity(
+        username=user.get("username") or "",
+        uid=user.get("uid") or "",
+        groups=tuple(user.get("groups") or ()),
+        extra=dict(user.get("extra") or {}),
+    )
+
+
 async def review_access(
-    kube: Kube, user: dict[str, Any], verb: str, namespace: str | None, name: str | None
+    kube: Kube, identity: Identity, verb: str, namespace: str | None, name: str | None
 ) -> dict[str, Any]:
-    """SubjectAccessReview's status (`allowed`, `reason`) for `user` doing `verb` on rljobs in
+    """SubjectAccessReview's status (`allowed`, `reason`) for `identity` doing `verb` on rljobs in
     `namespace`, or in every namespace when None: the review then names no namespace, which
     Kubernetes reads as all of them (only a ClusterRoleBinding allows that, never a
     RoleBinding)."""
@@ -64,51 +81,59 @@ async def review_access(
         attributes["namespace"] = namespace
     if name:
         attributes["name"] = name
-    spec = {
-        "user": user.get("username", ""),
-        "groups": user.get("groups") or [],
+    spec: dict[str, Any] = {
+        "user": identity.username,
+        "groups": list(identity.groups),
         "resourceAttributes": attributes,
     }
-    if user.get("uid"):
-        spec["uid"] = user["uid"]
-    if user.get("extra"):
-        spec["extra"] = user["extra"]
+    if identity.uid:
+        spec["uid"] = identity.uid
+    if identity.extra:
+        spec["extra"] = identity.extra
     review = {"apiVersion": "authorization.k8s.io/v1", "kind": "SubjectAccessReview", "spec": spec}
     url = path("authorization.k8s.io/v1", "subjectaccessreviews")
     return (await kube.request("POST", url, review)).get("status") or {}
 
 
 class KubernetesAuthorizer:
-    """TokenReview, then SubjectAccessReview, for every request."""
+    """A TokenReview per request (authenticate), then a SubjectAccessReview per action (check)."""
 
     def __init__(self, kube: Kube) -> None:
         self.kube = kube
 
-    async def authorize(self, token: str | None, action: Action) -> None:
+    async def authenticate(self, token: str | None) -> Identity:
         if not token:
             raise ApiError(
                 401, "Unauthorized", "missing bearer token: send 'Authorization: Bearer <token>'"
             )
         try:
             review = await review_token(self.kube, token)
-            if not review.get("authenticated"):
-                error = review.get("error")
-                raise ApiError(
-                    401, "Unauthorized", f"invalid bearer token{': ' + error if error else ''}"
-                )
-            user = review.get("user") or {}
+        except KubeError as exc:
+            raise upstream_error(exc) from None
+        if not review.get("authenticated"):
+            error = review.get("error")
+            raise ApiError(
+                401, "Unauthorized", f"invalid bearer token{': ' + error if error else ''}"
+            )
+        return identity_of(review.get("user") or {})
+
+    async def check(self, identity: Identity, action: Action) -> None:
+        try:
             access = await review_access(
-                self.kube, user, action.verb, action.namespace, action.name
+                self.kube, identity, action.verb, action.namespace, action.name
             )
         except KubeError as exc:
             raise upstream_error(exc) from None
         if not access.get("allowed"):
-            who = user.get("username") or "the caller"
+            who = identity.username or "the caller"
             target = f'rljobs "{action.name}"' if action.name else "rljobs"
             why = f": {access['reason']}" if access.get("reason") else ""
             raise ApiError(
                 403, "Forbidden", f"{who} cannot {action.verb} {target} {action.scope}{why}"
             )
+
+    async def authorize(self, token: str | None, action: Action) -> None:
+        await self.check(await self.authenticate(token), action)
 
 
 class KubernetesBackend:
@@ -130,6 +155,7 @@ class KubernetesBackend:
         self.kube = Kube(config)
         self.authorizer = KubernetesAuthorizer(self.kube)
         self.drivers = DriverLogs(environ)
+        self.listing: ListingCache[list[JobSummary]] = ListingCache(LISTING_TTL_SECONDS)
 
     async def start(self) -> None:
         return None
@@ -238,7 +264,7 @@ class KubernetesBackend:
             f"at {progress.exported_policy} (status.progress.exportedPolicy)",
         )
 
-    async def logs(self, namespace: str, name: str, tail_lines: int | None) -> str:
+    async def logs(self, namespace: str, name: str, tail_lines: int | None) -> AsyncIterator[str]:
         return await self.drivers.snapshot(await self.get(namespace, name), tail_lines)
 
     async def follow_logs(
@@ -253,12 +279,16 @@ class KubernetesBackend:
         return self.drivers.follow(job, read_job, tail_lines)
 
     async def summaries(self) -> list[JobSummary]:
-        """Every namespace's jobs, as the API's ServiceAccount may read them: /metrics shows each
-        caller only the namespaces its own token may list (metrics.listable)."""
+        """Every namespace's jobs, as the API's ServiceAccount may read them, listed at most once
+        per LISTING_TTL_SECONDS: /metrics shows each caller only the namespaces its own token may
+        list (metrics.visible_jobs), and lists nothing for a caller without a valid one."""
         try:
-            answer = await self.kube.request("GET", rljobs_path())
+            return list(await self.listing.get(self._list_summaries))
         except KubeError:
             return []  # /metrics still answers (request metrics) while Kubernetes is away
+
+    async def _list_summaries(self) -> list[JobSummary]:
+        answer = await self.kube.request("GET", rljobs_path())
         return [JobSummary.of(item) for item in answer.get("items") or []]
 
 

@@ -33,7 +33,6 @@ from kuberl_api.backend import (
     ListQuery,
     ProgressRow,
     already_exists,
-    last_lines,
     no_policy,
     not_found,
 )
@@ -52,9 +51,11 @@ from kuberl_api.local_lifecycle import (
 from kuberl_api.processes import TrainerFiles, TrainerProcesses, read_exit_status
 from kuberl_api.run_files import (
     last_log_line,
+    log_size,
     log_tail,
-    read_log_from,
+    read_log,
     read_progress,
+    tail_span,
     with_progress,
 )
 from kuberl_api.selectors import (
@@ -249,10 +250,20 @@ class LocalBackend:
         except FileNotFoundError:
             raise no_policy(namespace, name) from None
 
-    async def logs(self, namespace: str, name: str, tail_lines: int | None) -> str:
+    async def logs(self, namespace: str, name: str, tail_lines: int | None) -> AsyncIterator[str]:
+        """The log as it stands (its last `tail_lines` lines found from its end), streamed a block
+        at a time, each read in a worker thread."""
         self._row(namespace, name)
         path = self._files(namespace, name).log
-        return last_lines(read_log_from(path, 0).decode("utf-8", errors="replace"), tail_lines)
+        return self._snapshot(path, tail_lines)
+
+    async def _snapshot(self, path: Path, tail_lines: int | None) -> AsyncIterator[str]:
+        decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
+        start, end = await asyncio.to_thread(tail_span, path, tail_lines)
+        async for text in read_log(path, start, end, decoder):
+            yield text
+        if text := decoder.decode(b"", final=True):
+            yield text
 
     async def follow_logs(
         self, namespace: str, name: str, tail_lines: int | None
@@ -269,20 +280,19 @@ class LocalBackend:
         path = self._files(namespace, name).log
         # A character cut between two reads is completed by the next one.
         decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
-        data = read_log_from(path, 0)
-        offset = len(data)
-        if text := last_lines(decoder.decode(data), tail_lines):
-            yield text
+        ended = self._no_trainer_coming(self.store.get(namespace, name))
+        offset, end = await asyncio.to_thread(tail_span, path, tail_lines)
         while True:
-            row = self.store.get(namespace, name)
-            ended = self._no_trainer_coming(row)
-            data = read_log_from(path, offset)
-            offset += len(data)
-            if text := decoder.decode(data, final=ended):
+            async for text in read_log(path, offset, end, decoder):
                 yield text
+            offset = max(offset, end)
             if ended:
+                if text := decoder.decode(b"", final=True):
+                    yield text
                 return
             await asyncio.sleep(LOG_POLL_SECONDS)
+            ended = self._no_trainer_coming(self.store.get(namespace, name))
+            end = log_size(path)  # after the phase: a trainer that has exited wrote all of it
 
     def _no_trainer_coming(self, row: JobRow | None) -> bool:
         """Whether the job has no trainer and gets none by itself: deleted, ended (Succeeded,

@@ -11,8 +11,10 @@ namespace, rljob (the RLJob's name: `job` is Prometheus's scrape job), algorithm
 gauges are rebuilt from the backend at each scrape, so a deleted job's series disappear with it.
 
 Request series are public; job series name jobs, so each scrape shows only the namespaces whose
-rljobs the caller may list (`listable`): on the kubernetes backend that is what RBAC gives the
-scraper's token, asked anew for every scrape, never cached across callers.
+rljobs the caller may list (`visible_jobs`): on the kubernetes backend that is what RBAC gives the
+scraper's token, asked anew for every scrape, never cached. A caller without a valid token costs
+one TokenReview and no listing; the listing itself (the API's own view) is shared by the scrapes of
+a few seconds (listing_cache.py).
 """
 
 from __future__ import annotations
@@ -23,7 +25,7 @@ from typing import Any
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 
-from kuberl_api.backend import Action, ApiError, Authorizer, JobSummary
+from kuberl_api.backend import Action, ApiError, Authorizer, Backend, Identity, JobSummary
 from kuberl_operator.constants import METRIC_JOBS
 from kuberl_trainer.metrics import RLJOB_LABEL
 
@@ -107,20 +109,32 @@ class ApiMetrics:
         return generate_latest(self.registry)
 
 
-async def listable(
-    jobs: list[JobSummary], authorizer: Authorizer, token: str | None
+async def visible_jobs(
+    backend: Backend, authorizer: Authorizer, token: str | None
 ) -> list[JobSummary]:
-    """The jobs of the namespaces whose rljobs `token` may list. Any refusal (401, 403, or
-    Kubernetes away) leaves that namespace out rather than failing the scrape."""
+    """The jobs of the namespaces whose rljobs `token` may list, asking as little as that takes.
+
+    The token is authenticated once, before anything is listed: without a token, or with one
+    nobody vouches for, nothing is listed and the scrape shows the request series only. Then
+    one review at the cluster scope, which a reader of every namespace (Prometheus, as a rule)
+    passes; only when it is refused, one per namespace of the listing. Any refusal (401, 403, or
+    Kubernetes away) shows less rather than failing the scrape."""
+    try:
+        identity = await authorizer.authenticate(token)
+    except ApiError:
+        return []
+    if await _may_list(authorizer, identity, None):
+        return await backend.summaries()
+    jobs = await backend.summaries()
     namespaces = sorted({job.namespace for job in jobs})
-    allowed = await asyncio.gather(*(_may_list(authorizer, token, ns) for ns in namespaces))
+    allowed = await asyncio.gather(*(_may_list(authorizer, identity, ns) for ns in namespaces))
     shown = {namespace for namespace, ok in zip(namespaces, allowed, strict=True) if ok}
     return [job for job in jobs if job.namespace in shown]
 
 
-async def _may_list(authorizer: Authorizer, token: str | None, namespace: str) -> bool:
+async def _may_list(authorizer: Authorizer, identity: Identity, namespace: str | None) -> bool:
     try:
-        await authorizer.authorize(token, Action("list", namespace))
+        await authorizer.check(identity, Action("list", namespace))
     except ApiError:
         return False
     return True

@@ -6,11 +6,14 @@ iteration) gets no plot, and messages show no paths of the server's files, only 
 
 Authentication: a browser cannot put a bearer token on the page's `<img>` requests, so where the
 server asks for tokens the page first shows a form. `POST /login` checks the token as any request
-would and keeps it in an HttpOnly, SameSite=Strict session cookie. Only two read-only routes accept
-that cookie in place of the `Authorization` header: this page and GET .../plot. Every other route
-still needs the header, so the cookie cannot be used to change anything (no cross-site request
-forgery). Kubernetes still decides what the token may read (list for the page, get for a plot).
-The login and logout forms are refused (403) from another site's page, as every POST is (guard.py).
+would and keeps it on the server (sessions.py); the browser gets an HttpOnly, SameSite=Strict
+session cookie holding only the session's random id, `Secure` when the request came over HTTPS
+(`cookie_is_secure`). `POST /logout` ends the session on the server. Only two read-only routes
+accept that cookie in place of the `Authorization` header: this page and GET .../plot. Every
+other route still needs the header, so the cookie cannot be used to change anything (no
+cross-site request forgery). Kubernetes still decides what the session's token may read (list for
+the page, get for a plot). The login and logout forms are refused (403) from another site's page,
+as every POST is (guard.py).
 
 This module draws the page and reads the token back; the routes are in routes/page.py.
 """
@@ -27,12 +30,10 @@ from fastapi.responses import HTMLResponse
 from pydantic import ValidationError
 
 from kuberl_api.backend import JobPage
+from kuberl_api.sessions import SESSION_COOKIE, SESSION_LIFETIME_SECONDS, PageSessions
 from kuberl_operator.spec import RLJob
 from kuberl_operator.status.phases import TERMINAL
 from kuberl_trainer.progress_row import format_return
-
-TOKEN_COOKIE = "kuberl_token"
-"""The cookie holding the token given to the page's form."""
 
 PAGE_LIMIT = 100
 """Jobs shown on the page (the first, by name)."""
@@ -65,17 +66,35 @@ _SERVER_PATH = re.compile(r"(?<![\w:/.~-])/(?:[^\s/'\"]+/)+")
 """An absolute path's folders (not a URL's: those follow `:` and `/`), for `without_paths`."""
 
 
-def cookie_token(request: Request) -> str | None:
-    """The token the page's form stored, if any."""
-    return request.cookies.get(TOKEN_COOKIE) or None
+def page_sessions(request: Request) -> PageSessions:
+    """The app's sessions (create_app keeps them on `app.state`)."""
+    return request.app.state.sessions
+
+
+def session_id(request: Request) -> str | None:
+    """The id in the page's session cookie, if any."""
+    return request.cookies.get(SESSION_COOKIE) or None
+
+
+def session_token(request: Request) -> str | None:
+    """The token of the session whose id the cookie holds, if it is live."""
+    return page_sessions(request).token(session_id(request))
 
 
 def request_token(request: Request) -> str | None:
-    """The bearer token of the `Authorization` header, else the page's cookie."""
+    """The bearer token of the `Authorization` header, else the page's session's."""
     scheme, _, credentials = request.headers.get("authorization", "").partition(" ")
     if scheme.lower() == "bearer" and credentials.strip():
         return credentials.strip()
-    return cookie_token(request)
+    return session_token(request)
+
+
+def cookie_is_secure(request: Request) -> bool:
+    """Whether the session cookie is `Secure` (sent back over HTTPS only): always with
+    --secure-cookies, else when the request came over HTTPS. uvicorn says so when it serves TLS
+    itself, or when a proxy listed in --forwarded-allow-ips sent `X-Forwarded-Proto: https`; from
+    any other address that header is ignored, so a client cannot pick the answer."""
+    return request.app.state.secure_cookies or request.url.scheme == "https"
 
 
 def jobs_page(
@@ -87,7 +106,7 @@ def jobs_page(
 ) -> HTMLResponse:
     """The page of the namespace's jobs (`page`, the first PAGE_LIMIT by name): each job's
     learning curve from `plot_url(name)`, or why there are none (`no_history_reason`, the
-    backend's); `forget_form`: a form to forget the cookie's token."""
+    backend's); `forget_form`: a form to end the cookie's session."""
     plots = no_history_reason is None
     body = jobs_table(namespace, page.items, plot_url if plots else None)
     if page.continue_token:
@@ -134,8 +153,10 @@ def jobs_table(namespace: str, documents: Sequence[dict[str, Any]], plot_url: An
 
 def login_form(namespace: str, problem: str) -> str:
     body = (
-        "<p>This server needs a token to show its jobs. It is kept for this browser session in a "
-        "cookie that scripts cannot read, and is sent only to this server.</p>"
+        "<p>This server needs a token to show its jobs. The server keeps it for this browser "
+        f"session ({SESSION_LIFETIME_SECONDS // 3600} hours at most); the browser keeps only the "
+        "session's random id, in a cookie that scripts cannot read and that is sent only to this "
+        "server.</p>"
         f'<p class="error">{_e(problem)}</p>'
         '<form method="post" action="/login">'
         f'<input type="hidden" name="namespace" value="{_e(namespace)}">'

@@ -7,6 +7,10 @@ holder run anything on the job's Ray cluster, so the API holds none: it asks the
 holds them all, presenting the relay's own token (KUBERL_LOG_RELAY_TOKEN) at the relay's address
 (KUBERL_LOG_RELAY_URL), both set by the chart. The relay answers with the driver's status and
 output, and with nothing else of a head; the API's pods reach no Ray head at all.
+
+Neither side holds a log whole: a snapshot is streamed through in pieces (its last lines cut on
+the driver's node), and a follower reads, a bounded piece at a time, from the one reader of the
+driver that the relay shares between all its followers.
 """
 
 from __future__ import annotations
@@ -18,7 +22,7 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from kuberl_api.backend import ApiError, last_lines
+from kuberl_api.backend import ApiError
 from kuberl_operator.log_relay import DriverOutput, LogRelay, RelayError
 from kuberl_operator.spec import Phase, RLJob
 from kuberl_operator.status.phases import ACTIVE
@@ -35,6 +39,22 @@ class Driver:
     name: str
     uid: str
     attempt: int
+
+
+MAX_POLL_S = 10.0
+"""The longest wait between two looks for a driver that is not there yet (the wait doubles from
+poll_s while it is not)."""
+FOLLOW_WAIT_S = 10
+"""How long one read of a follower waits at the relay for something new."""
+
+
+def skipped(count: int) -> str:
+    """What a follower is told in place of output it fell too far behind to get."""
+    return (
+        f"[kuberl: {count} characters of the driver's output skipped: a follow starts at most "
+        "the relay's window back, and a follower that falls further behind goes on from there; "
+        "GET .../logs without follow streams the whole log]\n"
+    )
 
 
 class DriverLogs:
@@ -76,19 +96,28 @@ class DriverLogs:
             return None
         return Driver(namespace, model.name, uid, model.status.attempt)
 
-    async def _read(self, driver: Driver, after: int) -> DriverOutput:
+    @property
+    def _relay(self) -> LogRelay:
         assert self.relay is not None  # driver() said so
-        return await self.relay.read(
-            driver.namespace, driver.name, driver.uid, driver.attempt, after
+        return self.relay
+
+    async def _read(
+        self, driver: Driver, after: int, tail_lines: int | None = None, wait_s: int = 0
+    ) -> DriverOutput:
+        return await self._relay.read(
+            driver.namespace, driver.name, driver.uid, driver.attempt, after, tail_lines, wait_s
         )
 
-    async def snapshot(self, job: dict[str, Any], tail_lines: int | None) -> str:
-        """The driver's output so far ("" before there is a driver)."""
+    async def snapshot(self, job: dict[str, Any], tail_lines: int | None) -> AsyncIterator[str]:
+        """The driver's output so far, in pieces (none before there is a driver). Raises ApiError
+        before the first piece when the job's head cannot be read."""
         driver = self.driver(job)
-        if driver is None:
-            return ""
+        if driver is None or tail_lines == 0:
+            return _nothing()
         try:
-            return last_lines((await self._read(driver, 0)).text, tail_lines)
+            return await self._relay.snapshot(
+                driver.namespace, driver.name, driver.uid, driver.attempt, tail_lines
+            )
         except RelayError as exc:
             raise _unreachable(job, exc) from None
 
@@ -99,43 +128,59 @@ class DriverLogs:
         tail_lines: int | None,
     ) -> AsyncIterator[str]:
         """The driver's output as it is written, until the Ray job ends. Before there is a driver
-        (the job is Pending, or its head is coming up) the job is read again (`read_job`) every
-        poll; the stream ends at once when the job is not active (finished or suspended: its Ray
-        cluster is gone or going) or no longer exists."""
+        (the job is Pending, or its head is coming up) the job is read again (`read_job`) after a
+        wait that doubles from poll_s up to MAX_POLL_S; the stream ends at once when the job is
+        not active (finished or suspended: its Ray cluster is gone or going) or no longer
+        exists."""
+        wait = self.poll_s
         while True:
             driver = self.driver(job)
             if driver is not None:
                 try:
-                    output = await self._read(driver, 0)
+                    # With tail_lines, the relay answers once its reader has caught up.
+                    output = await self._read(driver, 0, tail_lines, FOLLOW_WAIT_S)
                 except RelayError:
                     output = None  # the head is not up (yet, or any more)
                 if output is not None and output.found:
-                    if shown := last_lines(output.text, tail_lines):
-                        yield shown
-                    async for chunk in self._written_after(driver, output):
+                    async for chunk in self._written_from(driver, output, tail_lines):
                         yield chunk
                     return
             if not _active(job):
                 return
-            await asyncio.sleep(self.poll_s)
+            await asyncio.sleep(wait)
+            wait = min(wait * 2, MAX_POLL_S)
             try:
                 job = await read_job()
             except ApiError:
                 return  # deleted meanwhile
 
-    async def _written_after(self, driver: Driver, output: DriverOutput) -> AsyncIterator[str]:
-        """What the driver writes after `output`, a poll at a time, until it has exited (or its
-        head goes away: a deleted cluster takes its drivers with it)."""
-        while not output.ended:
-            await asyncio.sleep(self.poll_s)
-            try:
-                output = await self._read(driver, output.length)
-            except RelayError:
-                return
+    async def _written_from(
+        self, driver: Driver, output: DriverOutput, tail_lines: int | None
+    ) -> AsyncIterator[str]:
+        """`output` and what the driver writes after it, a read at a time, until it has exited (or
+        its head goes away: a deleted cluster takes its drivers with it). Each read waits at the
+        relay until there is something new. The last `tail_lines` lines are asked for again until
+        the relay's reader has caught up with the log and answers them (length 0 until then)."""
+        expected = 0
+        while True:
+            if tail_lines is None and output.start > expected:
+                yield skipped(output.start - expected)
             if output.text:
                 yield output.text
-            if not output.found:
+            if output.ended or not output.found:
                 return
+            if output.length > 0:
+                tail_lines = None  # answered: from now on, what comes after
+            expected = output.length
+            try:
+                output = await self._read(driver, expected, tail_lines, FOLLOW_WAIT_S)
+            except RelayError:
+                return
+
+
+async def _nothing() -> AsyncIterator[str]:
+    return
+    yield
 
 
 def _active(job: dict[str, Any]) -> bool:

@@ -1,8 +1,14 @@
-"""A local trainer's run, read: its progress rows (for the history and for status.progress) and
-the end of its log (for its final record and its last words)."""
+"""A local trainer's run, read: its progress rows (for the history and for status.progress), the
+end of its log (for its final record and its last words), and its log for GET .../logs, a bounded
+block at a time in a worker thread, so that no log is held whole and the event loop never waits
+on a read."""
 
 from __future__ import annotations
 
+import asyncio
+import codecs
+import os
+from collections.abc import AsyncIterator
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -25,6 +31,8 @@ from kuberl_trainer.progress_row import (
 )
 
 _TAIL_BYTES = 64 * 1024  # enough for the last row of progress.jsonl, or the final record
+LOG_BLOCK_BYTES = 256 * 1024
+"""The most of a log read (and held) at once."""
 
 
 def with_progress(
@@ -108,14 +116,69 @@ def log_tail(path: Path) -> str:
         return ""
 
 
-def read_log_from(path: Path, offset: int) -> bytes:
-    """The trainer's log from byte `offset` on (nothing before the log exists)."""
+def read_log_from(path: Path, offset: int, most: int = LOG_BLOCK_BYTES) -> bytes:
+    """At most `most` bytes of the trainer's log from byte `offset` on (nothing before the log
+    exists)."""
     try:
         with path.open("rb") as file:
             file.seek(offset)
-            return file.read()
+            return file.read(most)
     except FileNotFoundError:
         return b""
+
+
+def log_size(path: Path) -> int:
+    """The log's size in bytes (0 before it exists)."""
+    try:
+        return os.stat(path).st_size
+    except FileNotFoundError:
+        return 0
+
+
+def tail_span(path: Path, lines: int | None, block: int = LOG_BLOCK_BYTES) -> tuple[int, int]:
+    """Where the last `lines` lines of the log start and where it ends now (all of it when None;
+    a final newline ends the last line, it does not start another). Read backwards from the end a
+    block at a time: one block in memory, however long the log."""
+    try:
+        with path.open("rb") as file:
+            end = file.seek(0, os.SEEK_END)
+            if lines is None:
+                return 0, end
+            if lines == 0:
+                return end, end
+            position, wanted, last_block = end, lines, True
+            while position > 0:
+                size = min(block, position)
+                position -= size
+                file.seek(position)
+                data = file.read(size)
+                stop = len(data) - 1 if last_block and data.endswith(b"\n") else len(data)
+                last_block = False
+                while (newline := data.rfind(b"\n", 0, stop)) != -1:
+                    wanted -= 1
+                    if wanted == 0:
+                        return position + newline + 1, end
+                    stop = newline
+            return 0, end
+    except FileNotFoundError:
+        return 0, 0
+
+
+async def read_log(
+    path: Path, start: int, end: int, decoder: codecs.IncrementalDecoder
+) -> AsyncIterator[str]:
+    """The log's bytes from `start` to `end` as text through `decoder` (which completes a
+    character cut between two blocks), a block at a time, each read in a worker thread."""
+    offset = start
+    while offset < end:
+        data = await asyncio.to_thread(
+            read_log_from, path, offset, min(LOG_BLOCK_BYTES, end - offset)
+        )
+        if not data:
+            return  # the file was truncated or removed meanwhile
+        offset += len(data)
+        if text := decoder.decode(data):
+            yield text
 
 
 def last_log_line(path: Path) -> str | None:

@@ -1,13 +1,18 @@
-"""`kuberl evaluate RUN_DIR | CHECKPOINT [--episodes N] [--seed S] [--stochastic]
-[--video FILE.mp4|FILE.gif [--video-episodes N]] [-o json]`: a trained policy on seeded episodes of
-its env, greedy unless --stochastic, recorded as a video with --video."""
+"""`kuberl evaluate RUN_DIR | CHECKPOINT | EXPORTED_FILE [--episodes N] [--seed S] [--stochastic]
+[--video FILE.mp4|FILE.gif [--video-episodes N]] [--env ID] [--trust-env-code] [-o json]`: a
+trained policy on seeded episodes of its env (or of the env named with --env), greedy unless
+--stochastic, recorded as a video with --video. An env that would run code the file names is made
+only with --trust-env-code (see kuberl_trainer.env_trust)."""
 
 from __future__ import annotations
 
 import json
 import sys
 
-from kuberl_cli.policies import EXIT_INVALID, EXIT_OK, named_policy
+from kuberl_cli.policies import EXIT_INVALID, EXIT_OK, named_policy, one_line
+
+OPT_IN = "pass --env ID to evaluate on an env you name, or --trust-env-code if you trust it"
+"""How a user lets `kuberl evaluate` play a policy whose file names code for its env."""
 
 
 def evaluate_command(
@@ -18,17 +23,23 @@ def evaluate_command(
     output: str,
     video: str | None = None,
     video_episodes: int | None = None,
+    env: str | None = None,
+    trust_env_code: bool = False,
 ) -> int:
     """0 once the episodes are played (and recorded); 2 when nothing is at `path`, 1 when what is
-    there holds no policy kuberl can load, or the video cannot be recorded (the reason on
-    stderr)."""
+    there holds no policy kuberl can load, when its env may not be made (it runs code the file
+    names, and neither `env` nor `trust_env_code` is given), cannot be made or does not fit the
+    policy, or when the video cannot be recorded (the reason on stderr, in one line)."""
     if problem := video_problem(video, video_episodes):
         print(f"kuberl evaluate: {problem}", file=sys.stderr)
         return EXIT_INVALID
+    from kuberl_trainer.errors import InvalidJobError
     from kuberl_trainer.inference import load
     from kuberl_trainer.video import RecordingError
 
-    policy, exit_code = named_policy("evaluate", path, load)
+    policy, exit_code = named_policy(
+        "evaluate", path, lambda named: load(named, trust_env_code, env), OPT_IN
+    )
     if policy is None:
         return exit_code
     try:
@@ -43,7 +54,10 @@ def evaluate_command(
         print(f"kuberl evaluate: {exc}", file=sys.stderr)
         return EXIT_INVALID
     except RecordingError as exc:  # the env cannot render, or the file cannot be written
-        print(f"kuberl evaluate: cannot record {video}: {exc}", file=sys.stderr)
+        print(f"kuberl evaluate: cannot record {video}: {one_line(exc, OPT_IN)}", file=sys.stderr)
+        return EXIT_INVALID
+    except InvalidJobError as exc:  # the env: code not trusted, unbuildable, or a misfit
+        print(f"kuberl evaluate: {one_line(exc, OPT_IN)}", file=sys.stderr)
         return EXIT_INVALID
     finally:
         policy.close()

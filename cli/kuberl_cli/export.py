@@ -1,5 +1,5 @@
-"""`kuberl export RUN_DIR | CHECKPOINT -o FILE`: a trained policy's greedy actions as one ONNX
-graph (FILE.onnx) or TorchScript module (FILE.pt) that runs without kuberl."""
+"""`kuberl export RUN_DIR | CHECKPOINT -o FILE [--trust-env-code]`: a trained policy's greedy
+actions as one ONNX graph (FILE.onnx) or TorchScript module (FILE.pt) that runs without kuberl."""
 
 from __future__ import annotations
 
@@ -8,15 +8,22 @@ from pathlib import Path
 
 from kuberl_cli.policies import EXIT_INVALID, EXIT_OK, named_policy
 
+OPT_IN = "pass --trust-env-code if you trust it"
+"""How a user lets `kuberl export` make the env of a checkpoint that records no spaces."""
 
-def export_command(path: str, output: Path) -> int:
+
+def export_command(path: str, output: Path, trust_env_code: bool = False) -> int:
     """0 once `output` is written and checked (one line says what it holds); 2 when nothing is at
     `path`, 1 when what is there holds no policy kuberl can load, or the policy cannot be
-    exported to `output` (the reason on stderr)."""
+    exported to `output` (the reason on stderr). No env is made, except for a checkpoint of an
+    older kuberl, which records no spaces: then only where it runs no code the checkpoint names,
+    or with `trust_env_code`."""
     from kuberl_trainer.export import FORMATS, ExportError, export, input_spec, output_spec
     from kuberl_trainer.inference import load_checkpoint
 
-    policy, exit_code = named_policy("export", path, load_checkpoint)
+    policy, exit_code = named_policy(
+        "export", path, lambda named: load_checkpoint(named, trust_env_code), OPT_IN
+    )
     if policy is None:
         return exit_code
     try:

@@ -215,13 +215,41 @@ def evaluate(
             show_default=False,
         ),
     ] = None,
+    env: Annotated[
+        str | None,
+        typer.Option(
+            "--env",
+            metavar="ID",
+            help="Play on this env instead of the file's (a gymnasium id, or a module:Class of "
+            "yours), without the file's envConfig and wrappers.",
+            show_default=False,
+        ),
+    ] = None,
+    trust_env_code: Annotated[
+        bool,
+        typer.Option(
+            "--trust-env-code",
+            help="Make the file's env even where it runs code the file names (a module:Class "
+            "env or wrapper): only for a file you trust.",
+        ),
+    ] = False,
 ) -> None:
     """Play a trained policy on seeded episodes of its env: mean ± std of the returns, and each
     episode's return and length; with --video, a recording of them."""
     from kuberl_cli.evaluate import evaluate_command
 
     raise typer.Exit(
-        evaluate_command(path, episodes, seed, stochastic, output.value, video, video_episodes)
+        evaluate_command(
+            path,
+            episodes,
+            seed,
+            stochastic,
+            output.value,
+            video,
+            video_episodes,
+            env,
+            trust_env_code,
+        )
     )
 
 
@@ -245,12 +273,20 @@ def export(
             show_default=False,
         ),
     ],
+    trust_env_code: Annotated[
+        bool,
+        typer.Option(
+            "--trust-env-code",
+            help="For a checkpoint of an older kuberl, which records no spaces: make its env to "
+            "learn them even where it runs code the checkpoint names. Only for one you trust.",
+        ),
+    ] = False,
 ) -> None:
     """Write a trained policy's greedy actions as one file that runs without kuberl: observation
     in, action out, with the normalization, the network and the action's mode inside."""
     from kuberl_cli.export import export_command
 
-    raise typer.Exit(export_command(path, output))
+    raise typer.Exit(export_command(path, output, trust_env_code))
 
 
 class BackendName(StrEnum):
@@ -296,13 +332,40 @@ def serve(
     kube_server: Annotated[
         str | None, typer.Option(help="Kubernetes backend: API server URL (overrides the config).")
     ] = None,
+    forwarded_allow_ips: Annotated[
+        str | None,
+        typer.Option(
+            help="Proxies (IP addresses or networks, comma-separated; * for any) whose "
+            "X-Forwarded-Proto and X-Forwarded-For are believed [default: 127.0.0.1,::1].",
+            envvar="KUBERL_FORWARDED_ALLOW_IPS",
+            show_default=False,
+        ),
+    ] = None,
+    secure_cookies: Annotated[
+        bool,
+        typer.Option(
+            "--secure-cookies",
+            help="Mark the status page's session cookie Secure on every request (every browser "
+            "reaches the API over HTTPS).",
+            envvar="KUBERL_SECURE_COOKIES",
+        ),
+    ] = False,
 ) -> None:
     """Serve the REST API: submit, list, follow, suspend, resume and delete jobs over HTTP."""
     from kuberl_cli.serve import serve_command
 
     raise typer.Exit(
         serve_command(
-            backend.value, host, port, data_dir, token_file, max_running, kubeconfig, kube_server
+            backend.value,
+            host,
+            port,
+            data_dir,
+            token_file,
+            max_running,
+            kubeconfig,
+            kube_server,
+            forwarded_allow_ips,
+            secure_cookies,
         )
     )
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import os
 import sys
 from pathlib import Path
 
@@ -16,12 +17,18 @@ def serve_command(
     max_running: int | None,
     kubeconfig: Path | None,
     kube_server: str | None,
+    forwarded_allow_ips: str | None,
+    secure_cookies: bool,
 ) -> int:
     """Serves until interrupted; 0 after a graceful stop, 1 when the configuration is refused."""
     logging.basicConfig(format="%(levelname)s: %(message)s", level=logging.WARNING)
     from kuberl_api import server
 
     try:
+        if forwarded_allow_ips is None:
+            forwarded_allow_ips = server.DEFAULT_FORWARDED_ALLOW_IPS
+        proxies = server.trusted_proxies(forwarded_allow_ips)
+        follow_limits = server.follow_limits_from_environ(os.environ)
         if backend == "local":
             chosen, authorizer = server.local_setup(
                 host,
@@ -39,5 +46,5 @@ def serve_command(
     except server.ServeError as exc:
         print(f"kuberl serve: {exc}", file=sys.stderr)
         return 1
-    server.serve(chosen, authorizer, host, port)
+    server.serve(chosen, authorizer, host, port, proxies, secure_cookies, follow_limits)
     return 0

@@ -12,6 +12,19 @@ job's: it reads the manifest as data, like the reconciler. The reconciler still 
 An update that leaves the spec as it was (kopf's finalizer and annotations, labels, a deletion) is
 always allowed: a job accepted by an older, more lenient operator must stay deletable.
 
+A create is also refused when a name one of the job's children needs is held by an object of
+someone else's (`metadata.name: RayCluster serve-prod exists and is not this job's: rename the
+job`; ownership.py), read with the operator's own rights. When it cannot read them (Kubernetes
+unreachable, a right missing) it lets the job in: the reconciler reads them again before it
+creates anything and fails such a job (NameConflict), so the check at the door only says it
+sooner. Children an earlier RLJob of the same name left behind do not refuse it: the garbage
+collector removes them, and the reconciler waits for that.
+
+Body size. An UPDATE's review carries the object twice (and kopf's own finalizer patch is one), so
+the server reads bodies up to MAX_REVIEW_BYTES, two objects as large as the API server accepts
+and the review around them, where aiohttp's default of 1 MiB would answer 413 to the update of
+any job over about 512 KiB: such a job would be admitted, then never run nor be editable.
+
 kopf serves it (`kopf.WebhookServer`) over HTTPS with the certificate in `webhook_cert_dir`
 (tls.crt and tls.key: cert-manager's Certificate or the chart's own Secret), re-read when the
 files change. The chart installs the ValidatingWebhookConfiguration; kopf does not manage one
@@ -21,23 +34,41 @@ configurations.
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import kopf
 
+from kuberl_operator import builders
 from kuberl_operator.constants import GROUP, PLURAL, VERSION
+from kuberl_operator.kube import Kube, KubeConfigError, KubeError, load_kube_config
+from kuberl_operator.ownership import taken_names
 from kuberl_operator.policy import reach_problems
 from kuberl_operator.reconciler import read_job
 from kuberl_operator.settings import OperatorSettings
+
+if TYPE_CHECKING:
+    from aiohttp import web
 
 # The handler's id, which kopf's server takes from the request path: the chart's
 # ValidatingWebhookConfiguration calls https://<service>:<port>/validate-rljob.
 WEBHOOK_ID = "validate-rljob"
 CERT_FILE, KEY_FILE = "tls.crt", "tls.key"
-# An invalid object, as the API server answers for one (HTTP 422 Unprocessable Entity).
-INVALID = 422
+# An invalid object, as the API server answers for one (HTTP 422 Unprocessable Entity); a name
+# already taken, as it answers a create of an existing one (409 Conflict).
+INVALID, CONFLICT = 422, 409
+# The largest request body kube-apiserver accepts (its MaxRequestBodyBytes), so the largest object
+# an AdmissionReview can carry.
+KUBE_API_MAX_REQUEST_BYTES = 3 * 1024 * 1024
+# An UPDATE's review: the object and the old object, and the review's own fields around them.
+MAX_REVIEW_BYTES = 2 * KUBE_API_MAX_REQUEST_BYTES + 1024 * 1024
+# The webhook answers the API server within its timeoutSeconds (10 s in the chart): names that
+# cannot be read by then are left to the reconciler.
+READ_TIMEOUT_S = 3.0
+
+logger = logging.getLogger(__name__)
 
 
 def review(
@@ -56,11 +87,40 @@ def review(
     return [str(problem) for problem in reach_problems(job, settings)]
 
 
+async def taken_name_problems(
+    kube: Kube | None, body: Mapping[str, Any], settings: OperatorSettings
+) -> list[str]:
+    """For a valid RLJob `body` being created: the names its children need that someone else's
+    objects hold, each on `metadata.name`; nothing when they cannot be read (`kube` None, or
+    Kubernetes refusing or not answering), since the reconciler checks them again."""
+    job, _ = read_job(body)
+    if kube is None or job is None:
+        return []
+    namespace = job.metadata.namespace or "default"
+    uid = body.get("metadata", {}).get("uid", "")
+    refs = builders.child_refs(job, settings)
+    try:
+        taken = await taken_names(kube, namespace, job.name, uid, refs)
+    except KubeError as exc:
+        logger.warning("%s/%s: its children's names went unread: %s", namespace, job.name, exc)
+        return []
+    return [f"metadata.name: {name.describe()}" for name in taken if not name.leftover]
+
+
+class WebhookServer(kopf.WebhookServer):
+    """kopf's HTTPS server, reading bodies up to MAX_REVIEW_BYTES. kopf builds its aiohttp
+    application with the default limit and no way to set it; each request is handed on as a copy
+    that may be read that far, before anything was read."""
+
+    async def _serve(self, fn: Any, request: web.Request) -> web.Response:
+        return await super()._serve(fn, request.clone(client_max_size=MAX_REVIEW_BYTES))
+
+
 def webhook_server(settings: OperatorSettings, address: str) -> kopf.WebhookServer:
     """kopf's HTTPS server on `address` and the settings' webhook_port, with the certificate
     in their webhook_cert_dir."""
     cert_dir = Path(settings.webhook_cert_dir)
-    return kopf.WebhookServer(
+    return WebhookServer(
         addr=address,
         port=settings.webhook_port,
         certfile=str(cert_dir / CERT_FILE),
@@ -71,14 +131,24 @@ def webhook_server(settings: OperatorSettings, address: str) -> kopf.WebhookServ
 def register(
     registry: kopf.OperatorRegistry, settings: OperatorSettings, address: str = "0.0.0.0"
 ) -> None:
-    """Adds the webhook to `registry`: its server, started with the operator, and its handler.
-    kopf refuses to start with admission handlers and no server, so both come together, and only
-    where the settings turn the webhook on (webhook_port)."""
+    """Adds the webhook to `registry`: its server, started with the operator, its Kubernetes
+    client (the operator's credentials), and its handler. kopf refuses to start with admission
+    handlers and no server, so both come together, and only where the settings turn the webhook
+    on (webhook_port)."""
     operator_settings = settings  # kopf passes its own `settings` to the startup handler
 
     @kopf.on.startup(registry=registry)
-    def serve_webhook(settings: kopf.OperatorSettings, **_: Any) -> None:
+    def serve_webhook(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) -> None:
         settings.admission.server = webhook_server(operator_settings, address)
+        try:
+            memo.admission_kube = Kube(load_kube_config(), timeout_s=READ_TIMEOUT_S)
+        except KubeConfigError as exc:
+            logger.warning("the webhook reads no names of children: %s", exc)
+
+    @kopf.on.cleanup(registry=registry)
+    async def close_webhook_client(memo: kopf.Memo, **_: Any) -> None:
+        if "admission_kube" in memo:
+            await memo.admission_kube.close()
 
     @kopf.on.validate(
         GROUP,
@@ -89,8 +159,12 @@ def register(
         side_effects=False,
         registry=registry,
     )
-    def validate_rljob(
-        body: kopf.Body, old: kopf.Body | None, operation: str | None, **_: Any
+    async def validate_rljob(
+        body: kopf.Body, old: kopf.Body | None, operation: str | None, memo: kopf.Memo, **_: Any
     ) -> None:
         if problems := review(body, old, operation, operator_settings):
             raise kopf.AdmissionError("\n".join(problems), code=INVALID)
+        if operation == "CREATE":
+            kube = memo.get("admission_kube")
+            if taken := await taken_name_problems(kube, body, operator_settings):
+                raise kopf.AdmissionError("\n".join(taken), code=CONFLICT)

@@ -120,6 +120,10 @@ KUBERAY_RECHECK_SECONDS = 60
 # A job whose RayCluster is missing believes KubeRay installed only if it was found this recently:
 # uninstalling KubeRay deletes every RayCluster with its CRD.
 KUBERAY_CONFIRM_SECONDS = 5
+# A job whose children's names are still held by those of an earlier RLJob of its name (deleted,
+# their ownerReference names its UID) looks again this often while the garbage collector removes
+# them.
+LEFTOVER_RECHECK_SECONDS = 2
 # The custom Ray resource the spot group's pods advertise, one unit each (each pod is sized for
 # one rollout worker): `rolloutWorkers.rayResources: {spot: 1}` pins the workers to spot pods, one
 # per pod. The on-demand fallback group does not advertise it.

@@ -355,10 +355,14 @@ class Kube:
             "PATCH", url_path, operations, content_type="application/json-patch+json"
         )
 
-    async def delete(self, url_path: str) -> bool:
-        """True when something was deleted (or its deletion started)."""
+    async def delete(self, url_path: str, uid: str | None = None) -> bool:
+        """True when something was deleted (or its deletion started). With `uid`, only the object
+        of that UID: Kubernetes refuses the deletion (409) when the name now holds another."""
+        options = None
+        if uid is not None:
+            options = {"apiVersion": "v1", "kind": "DeleteOptions", "preconditions": {"uid": uid}}
         try:
-            await self.request("DELETE", url_path)
+            await self.request("DELETE", url_path, options)
             return True
         except KubeError as exc:
             if exc.status == 404:

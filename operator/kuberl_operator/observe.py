@@ -15,6 +15,8 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from kuberl_operator.constants import (
     ATTEMPT_LABEL,
+    GROUP,
+    KIND,
     RAY_HEAD_NODE_TYPE,
     RAY_NODE_TYPE_LABEL,
     ROLLOUT_GROUP,
@@ -25,6 +27,7 @@ from kuberl_operator.status import (
     ObservedCluster,
     ObservedHead,
     ObservedProgress,
+    TakenName,
     UnschedulablePods,
 )
 from kuberl_trainer.final_record import FinalRecord
@@ -67,6 +70,28 @@ def _condition(obj: Object, type_: str) -> Object | None:
 
 def _labels(obj: Object) -> dict[str, str]:
     return obj.get("metadata", {}).get("labels") or {}
+
+
+def controller(obj: Object) -> Object | None:
+    """The object's controller: the ownerReference marked `controller` (at most one may be)."""
+    owners = obj.get("metadata", {}).get("ownerReferences") or []
+    return next((owner for owner in owners if owner.get("controller")), None)
+
+
+def taken_name(kind: str, obj: Object, job_name: str, job_uid: str) -> TakenName | None:
+    """None when the object (of `kind`, under a name a child of the job `job_name` needs) is the
+    job's: its controller is the job's UID, as for every child the operator creates. Else the
+    name is taken: by a child of an earlier RLJob of the same name (the garbage collector removes
+    those), or by someone else's object."""
+    owner = controller(obj) or {}
+    if job_uid and owner.get("uid") == job_uid:
+        return None
+    leftover = (
+        owner.get("kind") == KIND
+        and str(owner.get("apiVersion", "")).split("/")[0] == GROUP
+        and owner.get("name") == job_name
+    )
+    return TakenName(kind, obj["metadata"]["name"], leftover=leftover)
 
 
 def cluster_attempt(ray_cluster: Object) -> int:

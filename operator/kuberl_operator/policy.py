@@ -6,7 +6,7 @@ system mount paths, the operator's own labels: spec/); what a job may reach beyo
 cluster administrator's to say, in the operator's settings:
 - the Secrets a job hands its driver (spec.storage.secretRef, spec.trainer.checkpoint.
   credentialsSecret): `allowed_secrets`, empty by default, and never one of the operator's own
-  Secrets (every job's `<job>-ray-auth` token, the chart's `<release>-ray-auth-key` and
+  Secrets (every job's `<job>-ray-auth[-<digest>]` token, the chart's `<release>-ray-auth-key` and
   `<release>-log-relay`), so a job cannot read another job's Ray token, the key tokens derive
   from, or every job's driver output;
 - the image its pods run (spec.image): `allowed_image_prefixes`, plus the operator's own trainer
@@ -37,6 +37,7 @@ from kuberl_operator.validation import Problem
 # Secrets the operator makes or reads itself: no job may hand them to its driver.
 OPERATOR_SECRETS = (
     f"*{RAY_AUTH_SECRET_SUFFIX}",
+    f"*{RAY_AUTH_SECRET_SUFFIX}-*",  # keyed by the operator (builders.auth_secret_name)
     f"*{RAY_AUTH_KEY_SECRET_SUFFIX}",
     f"*{LOG_RELAY_SECRET_SUFFIX}",
 )
@@ -96,7 +97,8 @@ def secret_problems(job: RLJob, settings: OperatorSettings) -> list[Problem]:
                 Problem(
                     path,
                     f"{name} is a Secret of the operator's own (names ending in "
-                    f"{RAY_AUTH_SECRET_SUFFIX} hold a job's Ray auth token, names ending in "
+                    f"{RAY_AUTH_SECRET_SUFFIX} or {RAY_AUTH_SECRET_SUFFIX}-<digest> hold a job's "
+                    "Ray auth token, names ending in "
                     f"{RAY_AUTH_KEY_SECRET_SUFFIX} the key they derive from, names ending in "
                     f"{LOG_RELAY_SECRET_SUFFIX} the token of the operator's log relay), which no "
                     "job may reference; put the credentials in a Secret of their own",

@@ -11,11 +11,19 @@ the operator closes at cleanup; a client holds only a head's address and token.
 Exactly once per attempt: the submission id is fixed per attempt (`builders.submission_id`), a
 submission first looks the id up and only submits when it is unknown, and the Jobs API's refusal
 of a duplicate id (an operator restarted between the two calls) also counts as "already there".
+
+A driver's log is read in pieces, never whole into memory: `tail` follows it over the Jobs API's
+websocket (`/api/jobs/{id}/logs/tail`, which sends what the driver writes as it writes it and ends
+once it has exited), and `log_file` streams it, or only its last lines, as the head's log API
+(`/api/v0/logs/file`) cuts it on the driver's node. `logs` reads it whole, in one piece (the
+reconciler's reading of an ended driver's final record).
 """
 
 from __future__ import annotations
 
+import asyncio
 import json
+from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -24,6 +32,16 @@ import aiohttp
 from kuberl_operator.status.observed import DriverState
 
 JOBS_PATH = "/api/jobs/"
+LOG_FILE_PATH = "/api/v0/logs/file"
+DRIVER_LOG_FILE = "job-driver-{submission_id}.log"
+"""The driver's log file on its node, as Ray names it (JOB_LOGS_PATH_TEMPLATE)."""
+LOG_CHUNK_BYTES = 64 * 1024
+"""The most `log_file` holds at once."""
+TAIL_MESSAGE_BYTES = 4 * 1024 * 1024
+"""The largest message of the Jobs API's log stream taken (a longer one breaks the stream off): Ray
+sends ten lines or 20,000 characters at a time, so only a longer single line comes near it."""
+TAIL_HEARTBEAT_S = 30.0
+"""How often a quiet log stream is pinged, so that a head gone without a word is noticed."""
 ENDED = frozenset({DriverState.SUCCEEDED, DriverState.FAILED, DriverState.STOPPED})
 """The Jobs API's statuses of a driver that has exited: its log is complete."""
 
@@ -40,6 +58,8 @@ class DriverStatus:
     message: str
     exit_code: int | None = None
     """The driver's exit status once it has exited (Ray's driver_exit_code)."""
+    node_id: str | None = None
+    """The Ray node the driver runs on, whose log API holds its log (None before it starts)."""
 
     @property
     def ended(self) -> bool:
@@ -92,17 +112,86 @@ class RayJobsClient:
         info = json.loads(text)
         exit_code = info.get("driver_exit_code")
         return DriverStatus(
-            info["status"], info.get("message") or "", None if exit_code is None else int(exit_code)
+            info["status"],
+            info.get("message") or "",
+            None if exit_code is None else int(exit_code),
+            info.get("driver_node_id") or None,
         )
 
     async def logs(self, submission_id: str) -> str:
-        """The driver's whole log so far ("" when the id is unknown)."""
+        """The driver's whole log so far ("" when the id is unknown), in one piece: for logs known
+        to be short; `tail` and `log_file` read any log in bounded pieces."""
         status, text = await self._request("GET", f"{JOBS_PATH}{submission_id}/logs")
         if status == 404:
             return ""
         if status != 200:
             raise RayJobsError(f"reading the logs of {submission_id}: HTTP {status}: {text}")
         return json.loads(text).get("logs") or ""
+
+    async def tail(self, submission_id: str) -> AsyncIterator[str]:
+        """The driver's log as the Jobs API streams it: from its start, then what the driver
+        writes as it writes it (Ray reads the file each second), ending once the driver has exited
+        and all of it has been sent. Raises RayJobsError when the head cannot be reached, refuses
+        (an unknown id is its 404), or the stream breaks off before its end."""
+        url = f"{self.address}{JOBS_PATH}{submission_id}/logs/tail"
+        try:
+            async with asyncio.timeout(self._timeout.total):
+                ws = await self.session.ws_connect(
+                    url,
+                    headers=self._headers,
+                    heartbeat=TAIL_HEARTBEAT_S,
+                    max_msg_size=TAIL_MESSAGE_BYTES,
+                )
+            async with ws:
+                async for message in ws:
+                    if message.type == aiohttp.WSMsgType.TEXT:
+                        yield message.data
+                    elif message.type == aiohttp.WSMsgType.ERROR:
+                        raise RayJobsError(
+                            f"the log stream of {submission_id} broke off: {ws.exception()}"
+                        )
+            if ws.close_code != aiohttp.WSCloseCode.OK:
+                raise RayJobsError(
+                    f"the log stream of {submission_id} broke off (close code {ws.close_code})"
+                )
+        except aiohttp.WSServerHandshakeError as exc:
+            raise RayJobsError(
+                f"following the log of {submission_id} on {self.address}: HTTP {exc.status}"
+            ) from exc
+        except (aiohttp.ClientError, TimeoutError) as exc:
+            raise RayJobsError(f"the Ray Jobs API at {self.address} is unreachable: {exc}") from exc
+
+    async def log_file(
+        self, submission_id: str, node_id: str, lines: int | None = None
+    ) -> AsyncIterator[bytes]:
+        """The driver's log as it stands, or its last `lines` lines (cut on the driver's node, so
+        only those cross the network), in pieces of at most LOG_CHUNK_BYTES. Raises RayJobsError
+        before the first piece when the head refuses (no such file yet, among others), after it
+        when the stream breaks off."""
+        if lines == 0:
+            return  # Ray's log API would read 0 as its default, 1,000 lines
+        params = {
+            "node_id": node_id,
+            "filename": DRIVER_LOG_FILE.format(submission_id=submission_id),
+            "lines": str(-1 if lines is None else lines),
+        }
+        # No limit on the whole read, which takes as long as the log is long: on each wait.
+        timeout = aiohttp.ClientTimeout(
+            total=None, sock_connect=self._timeout.total, sock_read=self._timeout.total
+        )
+        try:
+            async with self.session.get(
+                self.address + LOG_FILE_PATH, params=params, headers=self._headers, timeout=timeout
+            ) as response:
+                if response.status != 200:
+                    text = (await response.content.read(LOG_CHUNK_BYTES)).decode(errors="replace")
+                    raise RayJobsError(
+                        f"reading the log of {submission_id}: HTTP {response.status}: {text}"
+                    )
+                async for chunk in response.content.iter_chunked(LOG_CHUNK_BYTES):
+                    yield chunk
+        except (aiohttp.ClientError, TimeoutError) as exc:
+            raise RayJobsError(f"the Ray log API at {self.address} is unreachable: {exc}") from exc
 
     async def stop(self, submission_id: str) -> bool:
         """Ask the driver to stop (SIGTERM, then SIGKILL after Ray's grace period); True when it

@@ -12,6 +12,9 @@ reported as such rather than as errors.)
 
 Every request to a Ray head (Jobs API, driver metrics) goes over ray_jobs.RayHeads' one session.
 
+Only the job's own children are observed and acted on (ownership.py); deletions and patches carry
+the UID observed, so Kubernetes refuses them for an object that took the name in between.
+
 A job is checked once per version: its spec (validation.py), then what it may reach against the
 operator's settings (policy.py); either's problems fail it with reason InvalidSpec.
 
@@ -55,10 +58,12 @@ from kuberl_operator.observe import (
     pending_spot_workers,
     progress_from_final_record,
     progress_from_metrics,
+    taken_name,
     unschedulable,
     waiting_from_metrics,
     workers,
 )
+from kuberl_operator.ownership import ensure_child, taken_names
 from kuberl_operator.policy import reach_problems
 from kuberl_operator.ray_jobs import RayHeads, RayJobsClient, RayJobsError
 from kuberl_operator.settings import OperatorSettings
@@ -77,6 +82,7 @@ from kuberl_operator.status import (
     Requeue,
     StatusUpdate,
     SubmitDriver,
+    TakenName,
     compute_status,
 )
 from kuberl_operator.validation import InvalidManifest, validate_rljob
@@ -87,6 +93,10 @@ RAY_CLUSTERS = (RAY_API_VERSION, "rayclusters")
 ENDED = frozenset({DriverState.SUCCEEDED, DriverState.FAILED, DriverState.STOPPED})
 # A job that waits for nothing but an edit (suspended) is still looked at now and then.
 IDLE_SECONDS = 300.0
+# The end of an ended driver's log that holds its final record (its last line, before Ray's own
+# few), and the most of it kept: lines may be long.
+FINAL_RECORD_LINES = 50
+MAX_FINAL_RECORD_BYTES = 1024 * 1024
 
 logger = logging.getLogger(__name__)
 
@@ -95,12 +105,11 @@ def read_job(body: Mapping[str, Any]) -> tuple[RLJob | None, tuple[str, ...]]:
     """The RLJob as the operator validates it (kmock and a cluster without the CRD's schema accept
     anything), or the problems, each naming its field."""
     meta = body.get("metadata", {})
+    kept = ("name", "namespace", "uid", "labels", "annotations")  # the UID keys the token Secret
     document = {
         "apiVersion": body.get("apiVersion"),
         "kind": body.get("kind"),
-        "metadata": {
-            key: meta[key] for key in ("name", "namespace", "labels", "annotations") if key in meta
-        },
+        "metadata": {key: meta[key] for key in kept if key in meta},
         "spec": body.get("spec"),
     }
     try:
@@ -160,31 +169,35 @@ class Reconciler:
 
     async def _reconcile(self, body: Mapping[str, Any]) -> float | None:
         meta = body["metadata"]
-        namespace, name = meta["namespace"], meta["name"]
+        namespace, name, uid = meta["namespace"], meta["name"], meta.get("uid", "")
         status = read_status(body.get("status"))
         job, problems = self._read_job(body)
         now = datetime.now(UTC)
         found: dict[str, Any] = {}
         ray_cluster = pods = None
+        taken: list[TakenName] = []
         kuberay = await self._kuberay_available() if job else True
         if job is not None and kuberay:
-            cluster_name = builders.ray_cluster_name(name)
-            ray_cluster = await self.kube.get(path(*RAY_CLUSTERS, namespace, cluster_name))
-            if ray_cluster is None:  # none yet, or KubeRay was uninstalled (its CRD with it)
+            ray_cluster, taken = await self._own_cluster(namespace, name, uid)
+            if ray_cluster is None and not taken:  # none yet, or KubeRay was uninstalled
                 kuberay = await self._kuberay_available(trusted_for=KUBERAY_CONFIRM_SECONDS)
-            else:
+            if ray_cluster is not None:
+                cluster_name = ray_cluster["metadata"]["name"]
                 pods = await self.kube.list(
                     path("v1", "pods", namespace), {RAY_CLUSTER_LABEL: cluster_name}
                 )
-                found = await self._observe_cluster(
-                    job, meta.get("uid", ""), status, ray_cluster, pods
-                )
+                found = await self._observe_cluster(job, uid, status, ray_cluster, pods)
+            elif kuberay and status.phase not in TERMINAL:  # its children would be created next
+                refs = builders.child_refs(job, self.settings)
+                others = [ref for ref in refs if ref.kind != "RayCluster"]
+                taken += await taken_names(self.kube, namespace, name, uid, others)
         observed = Observed(
             status=status,
             generation=int(meta.get("generation") or 1),
             now=now,
             kuberay_available=kuberay,
             spec_problems=problems,
+            taken_names=tuple(taken),
             **found,
         )
         update = compute_status(job.spec if job else None, observed)
@@ -199,7 +212,7 @@ class Reconciler:
             kopf.event(dict(body), type=event.type, reason=event.reason, message=event.message)
         if job is not None and ray_cluster is not None and update.phase not in TERMINAL:
             await self._fall_back_to_on_demand(job, ray_cluster, pods or [], now)
-        return await self._act(update, body, job)
+        return await self._act(update, body, job, ray_cluster)
 
     def _read_job(self, body: Mapping[str, Any]) -> tuple[RLJob | None, tuple[str, ...]]:
         """`read_job`, then what the job may reach (`reach_problems`), once per version of the
@@ -215,6 +228,17 @@ class Reconciler:
             job, problems = None, tuple(str(problem) for problem in beyond)
         self._jobs[key] = (version, job, problems)
         return job, problems
+
+    async def _own_cluster(
+        self, namespace: str, name: str, uid: str
+    ) -> tuple[dict | None, list[TakenName]]:
+        """The job's RayCluster (None while it has none); one of its name that is not the job's
+        is only a taken name: it is never followed nor acted on."""
+        cluster_path = path(*RAY_CLUSTERS, namespace, builders.ray_cluster_name(name))
+        found = await self.kube.get(cluster_path)
+        if found is not None and (other := taken_name("RayCluster", found, name, uid)):
+            return None, [other]
+        return found, []
 
     async def _kuberay_available(self, trusted_for: float = math.inf) -> bool:
         """Whether KubeRay's RayCluster CRD is served (API discovery). A found CRD is believed for
@@ -261,12 +285,19 @@ class Reconciler:
         return found
 
     async def _jobs_client(self, job: RLJob, uid: str) -> RayJobsClient | None:
-        return await self.jobs_client(job.metadata.namespace or "default", job.name, uid)
+        """The Jobs API of the job's own cluster (observed as such already)."""
+        namespace = job.metadata.namespace or "default"
+        if (token := await self._token(namespace, job.name, uid)) is None:
+            return None
+        return self.heads.jobs(_head_url(namespace, job.name, self.settings.dashboard_url), token)
 
     async def jobs_client(self, namespace: str, name: str, uid: str) -> RayJobsClient | None:
         """The Jobs API of the head of the job `namespace/name` with UID `uid`, with the job's
-        token (None while the token is not to be had: see `_token`). The log relay reads drivers'
-        output through it too."""
+        token, for the log relay, which reads drivers' output through it. None while the token is
+        not to be had (see `_token`), and when the RayCluster of the job's name is another's: its
+        head is not the job's, and gets neither the job's token nor its questions."""
+        if (await self._own_cluster(namespace, name, uid))[1]:
+            return None
         if (token := await self._token(namespace, name, uid)) is None:
             return None
         return self.heads.jobs(_head_url(namespace, name, self.settings.dashboard_url), token)
@@ -297,17 +328,17 @@ class Reconciler:
         self, client: RayJobsClient, job: RLJob, submission: str
     ) -> FinalRecord | None:
         """An ended driver serves no metrics: how it ended, and where training stood, is in the
-        final record that ends its log."""
+        final record that ends its log (`ended_drivers_record`)."""
         try:
-            logs = await client.logs(submission)
+            return await ended_drivers_record(client, submission)
         except RayJobsError as exc:
             logger.info("%s: %s", job.name, exc)
             return None
-        return read_final_record(logs)
 
     async def _token(self, namespace: str, name: str, uid: str) -> str | None:
         """The job's Ray auth token: derived when the settings hold a key; else read back from
-        the job's Secret (None while it is missing)."""
+        the job's Secret (None while it is missing, or when the Secret of that name is not the
+        job's: someone else's token is never used)."""
         key = (namespace, name)
         derived = builders.ray_auth_token(self.settings, *key, uid)
         if derived is not None:
@@ -316,7 +347,9 @@ class Reconciler:
             secret = await self.kube.get(
                 path("v1", "secrets", namespace, builders.child_names_of(name).auth_secret)
             )
-            data = (secret or {}).get("data") or {}
+            if secret is None or taken_name("Secret", secret, name, uid):
+                return None
+            data = secret.get("data") or {}
             if RAY_AUTH_TOKEN_SECRET_KEY not in data:
                 return None
             self._tokens[key] = base64.b64decode(data[RAY_AUTH_TOKEN_SECRET_KEY]).decode()
@@ -325,8 +358,13 @@ class Reconciler:
     # --- Act -------------------------------------------------------------------------------------
 
     async def _act(
-        self, update: StatusUpdate, body: Mapping[str, Any], job: RLJob | None
+        self,
+        update: StatusUpdate,
+        body: Mapping[str, Any],
+        job: RLJob | None,
+        ray_cluster: dict | None,
     ) -> float | None:
+        """Carry out the decision; `ray_cluster` is the job's own (None when it has none)."""
         action: Action = update.action
         namespace, name = body["metadata"]["namespace"], body["metadata"]["name"]
         poll = self.settings.poll_seconds
@@ -340,11 +378,14 @@ class Reconciler:
                 await self._submit(job, body["metadata"].get("uid", ""), attempt)
                 return poll
             case DeleteCluster():
-                cluster_name = builders.ray_cluster_name(name)
-                await self.kube.delete(path(*RAY_CLUSTERS, namespace, cluster_name))
+                assert ray_cluster is not None  # decided only for a cluster observed as the job's
+                meta = ray_cluster["metadata"]
+                cluster_path = path(*RAY_CLUSTERS, namespace, meta["name"])
+                await self.kube.delete(cluster_path, uid=meta["uid"])
                 return poll
             case DeleteJob():
-                await self.kube.delete(path(API_VERSION, PLURAL, namespace, name))
+                uid = body["metadata"].get("uid")
+                await self.kube.delete(path(API_VERSION, PLURAL, namespace, name), uid=uid)
                 return None
             case Requeue(after_seconds=seconds):
                 return max(seconds, 0.5)
@@ -356,25 +397,25 @@ class Reconciler:
 
     async def _create_children(self, body: Mapping[str, Any], job: RLJob, attempt: int) -> None:
         """Create what the attempt runs on, each unless it exists; the job's manifest and the
-        head's disruption budget are updated in place, so the attempt runs the spec as it is now."""
-        namespace = job.metadata.namespace or "default"
-        token = await self._token(
-            namespace, job.name, body["metadata"].get("uid", "")
-        ) or secrets.token_urlsafe(32)
+        head's disruption budget are updated in place, so the attempt runs the spec as it is now.
+        A name held by an object the job does not own stops it there (ownership.ensure_child)."""
+        namespace, uid = job.metadata.namespace or "default", body["metadata"].get("uid", "")
+        token = await self._token(namespace, job.name, uid) or secrets.token_urlsafe(32)
         children = builders.build_children(job, self.settings, attempt, token)
         owner = {"apiVersion": API_VERSION, "kind": KIND, "metadata": body["metadata"]}
         kopf.append_owner_reference(children, owner=owner)
+        refs = {ref.kind: ref for ref in builders.child_refs(job, self.settings)}
         for child in children:
-            api_version, plural = child["apiVersion"], _PLURALS[child["kind"]]
             try:
-                created = await self.kube.create(path(api_version, plural, namespace), child)
+                ensured = await ensure_child(
+                    self.kube, refs[child["kind"]], child, namespace, job.name, uid
+                )
             except KubeError as exc:
                 if exc.status == 404 and child["kind"] == "RayCluster":
                     self._kuberay = (False, time.monotonic())  # its CRD is gone with KubeRay
                 raise
-            if created is None and (field := _UPDATED_IN_PLACE.get(child["kind"])):
-                child_path = path(api_version, plural, namespace, child["metadata"]["name"])
-                await self.kube.merge_patch(child_path, {field: child[field]})
+            if not ensured:
+                break
         self._tokens.pop((namespace, job.name), None)  # read back: the Secret may have existed
 
     async def _submit(self, job: RLJob, uid: str, attempt: int) -> None:
@@ -394,23 +435,13 @@ class Reconciler:
         replicas = builders.fallback_replicas(job, pending, pending_for, self.settings)
         operations = builders.scale_on_demand(ray_cluster, replicas)
         if operations:
-            name = ray_cluster["metadata"]["name"]
+            meta = ray_cluster["metadata"]
+            # The `test` makes the patch fail should the name hold another cluster by now.
+            same = {"op": "test", "path": "/metadata/uid", "value": meta["uid"]}
             await self.kube.json_patch(
-                path(*RAY_CLUSTERS, job.metadata.namespace or "default", name), operations
+                path(*RAY_CLUSTERS, job.metadata.namespace or "default", meta["name"]),
+                [same, *operations],
             )
-
-
-# Children kept from an earlier attempt that take the spec as it is now: the manifest the driver
-# trains, the head's disruption budget (spec.learner.disruptionBudget).
-_UPDATED_IN_PLACE = {"ConfigMap": "data", "PodDisruptionBudget": "spec"}
-
-_PLURALS = {
-    "Secret": "secrets",
-    "ConfigMap": "configmaps",
-    "RayCluster": "rayclusters",
-    "PodDisruptionBudget": "poddisruptionbudgets",
-    "NetworkPolicy": "networkpolicies",
-}
 
 
 def _head_url(namespace: str, name: str, url: Callable[[str, str, str], str]) -> str:
@@ -418,3 +449,17 @@ def _head_url(namespace: str, name: str, url: Callable[[str, str, str], str]) ->
     one its RayCluster names."""
     names = builders.child_names_of(name)
     return url(names.head_service, names.ray_cluster, namespace)
+
+
+async def ended_drivers_record(client: RayJobsClient, submission: str) -> FinalRecord | None:
+    """The final record at the end of an ended driver's log, None without one. Only the log's
+    last FINAL_RECORD_LINES lines are read, cut on the driver's node, and at most
+    MAX_FINAL_RECORD_BYTES of them kept: a driver that wrote gigabytes costs the operator
+    kilobytes. Raises RayJobsError when the head cannot say."""
+    status = await client.status(submission)
+    if status is None or status.node_id is None:
+        return None
+    end = b""
+    async for piece in client.log_file(submission, status.node_id, FINAL_RECORD_LINES):
+        end = (end + piece)[-MAX_FINAL_RECORD_BYTES:]
+    return read_final_record(end.decode(errors="replace"))

@@ -9,7 +9,7 @@ from urllib.parse import urlsplit
 import pytest
 from apiserver import TOKEN, ApiClient, small_job
 
-from kuberl_api.page import TOKEN_COOKIE
+from kuberl_api.sessions import SESSION_COOKIE
 from kuberl_api.submission import JSON_TYPES, MAX_BODY_BYTES, YAML_TYPES
 
 pytestmark = pytest.mark.timeout(120)
@@ -62,7 +62,7 @@ def test_changes_from_another_sites_page_are_403_and_change_nothing(queue_client
             assert body["reason"] == "Forbidden"
             [(name, value)] = headers.items()
             assert f"({name}: {value})" in body["message"]
-            assert TOKEN_COOKIE not in response.cookies
+            assert SESSION_COOKIE not in response.cookies
 
     assert [queue_client.job(name, "forged") for name in ("running", "paused")] == before
     assert queue_client.request("GET", queue_client.jobs("forged", "planted")).status_code == 404

@@ -3,80 +3,24 @@ calls, SubjectAccessReview what RBAC allows them, and RLJobs are custom objects 
 
 import contextlib
 
-import kmock
 import pytest
 import requests
 import yaml
 from apiserver import ApiClient, ApiServer, small_job
+from emulated_rbac import answer_reviews
 from kubeapi import write_kubeconfig
 
 from testkit import free_port, run_kuberl, wait_until
 
 pytestmark = pytest.mark.timeout(120)
 
-TOKENS = {
-    "alice-token": {"username": "alice", "uid": "1", "groups": ["system:authenticated"]},
-    "bob-token": {"username": "bob", "uid": "2", "groups": ["system:authenticated"]},
-    "carol-token": {"username": "carol", "uid": "3", "groups": ["system:authenticated"]},
-    "dave-token": {"username": "dave", "uid": "4", "groups": ["system:authenticated"]},
-}
-# RBAC as the emulated cluster's reviews answer it: alice may do anything with rljobs in team-a,
-# bob may only read them there, carol may only read them in team-b (RoleBindings); dave may read
-# them everywhere (a ClusterRoleBinding: namespace "", which also grants in each namespace).
-ALLOWED = {
-    ("alice", "team-a"): {"create", "get", "list", "patch", "delete"},
-    ("bob", "team-a"): {"get", "list"},
-    ("carol", "team-b"): {"get", "list"},
-    ("dave", ""): {"get", "list"},
-}
-
-
-def rbac_allows(user: str, verb: str, namespace: str | None) -> bool:
-    """As RBAC decides: a review without a namespace (every namespace) is allowed only by a
-    cluster-wide grant; one in a namespace by a grant there or a cluster-wide one."""
-    where = {"", namespace or ""}
-    return any(verb in ALLOWED.get((user, scope), ()) for scope in where)
-
 
 @pytest.fixture
 def cluster(kube_api):
-    """The emulated Kubernetes API with the RLJob CRD and review endpoints; `reviews` records
-    every SubjectAccessReview's resourceAttributes."""
+    """The emulated Kubernetes API with the RLJob CRD and review endpoints (emulated_rbac);
+    `reviews` records every SubjectAccessReview's resourceAttributes."""
     kube_api.register_crd()
-    reviews = []
-
-    def token_review(request):
-        user = TOKENS.get(request.data["spec"]["token"])
-        status = {"authenticated": True, "user": user} if user else {"authenticated": False}
-        return {"apiVersion": "authentication.k8s.io/v1", "kind": "TokenReview", "status": status}
-
-    def access_review(request):
-        spec = request.data["spec"]
-        attributes = spec["resourceAttributes"]
-        reviews.append({"user": spec["user"], **attributes})
-        allowed = (
-            attributes["group"] == "kuberl.io"
-            and attributes["resource"] == "rljobs"
-            and rbac_allows(spec["user"], attributes["verb"], attributes.get("namespace"))
-        )
-        status = {"allowed": allowed, **({} if allowed else {"reason": "no RBAC rule allows it"})}
-        return {"kind": "SubjectAccessReview", "status": status}
-
-    async def react():
-        api = kube_api.api
-        api[kmock.action.CREATE, kmock.resource("authentication.k8s.io", "v1", "tokenreviews")] << (
-            token_review
-        )
-        (
-            api[
-                kmock.action.CREATE,
-                kmock.resource("authorization.k8s.io", "v1", "subjectaccessreviews"),
-            ]
-            << access_review
-        )
-
-    kube_api.call(react)
-    kube_api.reviews = reviews
+    kube_api.reviews = answer_reviews(kube_api)
     return kube_api
 
 
@@ -255,7 +199,7 @@ def test_metrics_show_each_caller_only_the_namespaces_it_may_list(api, cluster):
     assert jobs_shown("alice-token") == {"ours"}
     assert jobs_shown("stolen-token") == set()
     assert jobs_shown(None) == set()
-    lists = [(r["user"], r["namespace"]) for r in cluster.reviews if r["verb"] == "list"]
+    lists = [(r["user"], r.get("namespace")) for r in cluster.reviews if r["verb"] == "list"]
     assert {("alice", "team-a"), ("alice", "team-b"), ("carol", "team-b")} <= set(lists)
 
 

@@ -14,7 +14,8 @@ import pytest
 from apiserver import TOKEN, ApiClient, serving, small_job
 from matplotlib.image import imread
 
-from kuberl_api.page import TOKEN_COOKIE, jobs_table, without_paths
+from kuberl_api.page import jobs_table, without_paths
+from kuberl_api.sessions import SESSION_COOKIE
 from kuberl_operator.spec import RLJob
 from kuberl_trainer.plots import DPI, FIGURE_INCHES, X_LABEL, Y_LABEL
 from testkit import edited, wait_until
@@ -110,7 +111,7 @@ def test_a_token_server_asks_the_browser_for_it_once(queue_api):
 
     refused = anonymous.request("POST", "/login", data={"token": "guess", "namespace": "team"})
     assert refused.status_code == 401 and "invalid bearer token" in refused.text
-    assert TOKEN_COOKIE not in anonymous.http.cookies
+    assert SESSION_COOKIE not in anonymous.http.cookies
 
     login = anonymous.request(
         "POST", "/login", data={"token": TOKEN, "namespace": "team"}, allow_redirects=False
@@ -118,7 +119,7 @@ def test_a_token_server_asks_the_browser_for_it_once(queue_api):
     assert login.status_code == 303 and login.headers["location"] == "/?namespace=team"
     cookie = login.headers["set-cookie"].lower()
     assert "httponly" in cookie and "samesite=strict" in cookie
-    assert anonymous.http.cookies[TOKEN_COOKIE] == TOKEN
+    assert TOKEN.lower() not in cookie  # a session's id, never the token (test_page_session.py)
 
     page = anonymous.request("GET", "/?namespace=team")
     assert page.status_code == 200 and '<tr id="job-unseen">' in page.text
@@ -131,7 +132,7 @@ def test_a_token_server_asks_the_browser_for_it_once(queue_api):
     assert anonymous.submit(small_job("forged"), "team").status_code == 401
 
     assert anonymous.request("POST", "/logout", allow_redirects=False).status_code == 303
-    assert TOKEN_COOKIE not in anonymous.http.cookies
+    assert SESSION_COOKIE not in anonymous.http.cookies
     assert anonymous.request("GET", "/?namespace=team").status_code == 401
 
 

@@ -509,6 +509,21 @@ def test_api_serves_the_kubernetes_backend_behind_a_service(defaults):
     assert service["spec"]["ports"][0]["targetPort"] == "http"
 
 
+def test_the_page_keeps_a_client_on_one_replica_and_its_cookie_on_https_behind_tls(rendered):
+    def serve_command(objects: list[dict[str, Any]], name: str) -> list[str]:
+        return container(objects, name)["command"]
+
+    # Sessions live in the replica that opened them
+    assert chart.find(rendered["defaults"], "Service", "kuberl-api")["spec"]["sessionAffinity"] == (
+        "ClientIP"
+    )
+    assert "--secure-cookies" not in serve_command(rendered["defaults"], "kuberl-api")
+    assert EVERYTHING["api"]["ingress"]["tls"]  # the Ingress ends TLS: the cookie is Secure
+    assert "--secure-cookies" in serve_command(rendered["everything"], "rl-api")
+    told = chart.render({"api": {"secureCookies": True}})
+    assert "--secure-cookies" in serve_command(told, "kuberl-api")
+
+
 def test_api_disruption_budget_selects_its_pods(defaults):
     budget = chart.find(defaults, "PodDisruptionBudget", "kuberl-api")
     deployment = chart.find(defaults, "Deployment", "kuberl-api")

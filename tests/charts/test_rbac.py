@@ -409,7 +409,9 @@ def run_operator_scenario(kube_api: KubeAPIClient, tmp_path: Path, **kopf_option
         assert policy["metadata"]["ownerReferences"][0]["kind"] == "RLJob"
         # The job's Secret holds the token derived from the key and the job: nothing to read back.
         uid = kube_api.get(kube_api.rljobs(name="spot"))["metadata"]["uid"]
-        secret = kube_api.get("/api/v1/namespaces/default/secrets/spot-ray-auth")
+        secret_name = cluster_of(kube_api, "spot")["spec"]["authOptions"]["secretName"]
+        assert secret_name.startswith("spot-ray-auth-")  # keyed: no one else's can hold it
+        secret = kube_api.get(f"/api/v1/namespaces/default/secrets/{secret_name}")
         stored = base64.b64decode(secret["data"]["auth_token"]).decode()
         assert stored == ray_auth_token(settings, "default", "spot", uid)
 

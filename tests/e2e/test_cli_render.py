@@ -31,12 +31,12 @@ def test_every_example_renders_the_operators_objects(example):
     assert [(o["apiVersion"], o["kind"]) for o in objects] == [
         ("v1", "ConfigMap"),
         ("networking.k8s.io/v1", "NetworkPolicy"),
-        ("ray.io/v1", "RayCluster"),
         ("policy/v1", "PodDisruptionBudget"),
+        ("ray.io/v1", "RayCluster"),
     ]
     names = {o["kind"]: o["metadata"]["name"] for o in objects}
     assert names["RayCluster"] == example.stem
-    config_map, _, cluster, _ = objects
+    config_map, _, _, cluster = objects
     secret = cluster["spec"]["authOptions"]["secretName"]
     assert result.stderr.startswith(f"kuberl render: the Secret {secret} (the Ray cluster's")
     assert "the operator creates it" in result.stderr

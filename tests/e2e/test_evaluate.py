@@ -140,13 +140,13 @@ def test_a_normalized_policy_acts_with_its_frozen_statistics(tmp_path):
     policy = load(run_dir)
     try:
         saved = policy.checkpoint.state["normalization"]["obs"]
-        stats = policy.worker.normalizer.stats.obs
+        stats = policy.normalizer.stats.obs
         assert stats.count == saved["count"] > 0
         mean = stats.mean.copy()
         policy.evaluate(episodes=3)
         policy.predict(np.ones((8, 4), dtype=np.float32))
-        np.testing.assert_array_equal(policy.worker.normalizer.stats.obs.mean, mean)
-        assert policy.worker.normalizer.stats.obs.count == saved["count"]
+        np.testing.assert_array_equal(policy.normalizer.stats.obs.mean, mean)
+        assert policy.normalizer.stats.obs.count == saved["count"]
     finally:
         policy.close()
 

@@ -221,7 +221,7 @@ def prometheus(tmp_path_factory) -> Iterator[Prometheus]:
         try:
             assert ApiClient(api.url).submit(small_job("queued")).status_code == 201
             cluster.submit(spot_job)
-            cluster.submit(broken, own_token=False)
+            cluster.submit(broken)
             preempt_the_rollout_worker(cluster)
             yield server
         finally:

@@ -4,12 +4,14 @@ the API server sends them."""
 
 from __future__ import annotations
 
+import copy
 import datetime
 import ipaddress
 import json
 import uuid
 from pathlib import Path
 
+import kmock
 import kopf
 import pytest
 import requests
@@ -17,8 +19,11 @@ from cryptography import x509
 from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import NameOID
+from kubeapi import RAYCLUSTER_CRD
+from test_foreign_children import CHILDREN, foreign
 
 from kuberl_operator import admission
+from kuberl_operator.bounded import MAX_MANIFEST_BYTES
 from kuberl_operator.settings import OperatorSettings
 from testkit import free_port, rljob, wait_until
 
@@ -155,9 +160,12 @@ def admission_review(obj: object, operation: str = "CREATE", old: object = None)
 
 
 @pytest.fixture
-def webhook(kube_api, tmp_path):
+def webhook(kube_api, tmp_path, monkeypatch):
     """The operator's webhook served by kopf on loopback: a function that POSTs a review to it
-    over HTTPS (verifying its certificate) and returns the HTTP response."""
+    over HTTPS (verifying its certificate) and returns the HTTP response. It reads the emulated
+    Kubernetes API (with KubeRay's CRD) through the kubeconfig, as the operator does."""
+    monkeypatch.setenv("KUBECONFIG", str(kube_api.kubeconfig(tmp_path / "kubeconfig")))
+    kube_api.create("/apis/apiextensions.k8s.io/v1/customresourcedefinitions", RAYCLUSTER_CRD)
     ca = self_signed(tmp_path / "certs")
     settings = OperatorSettings(webhook_port=free_port(), webhook_cert_dir=str(tmp_path / "certs"))
     registry = kopf.OperatorRegistry()
@@ -213,3 +221,97 @@ def test_the_webhook_refuses_a_malformed_object_and_keeps_serving(webhook):
     # A body that is no AdmissionReview at all is a bad request, not a verdict, and no crash.
     assert webhook("{not json").status_code == 400
     assert webhook(admission_review(rljob("fine"))).json()["response"]["allowed"] is True
+
+
+# --- Large jobs: an UPDATE carries the object twice ----------------------------------------------
+
+
+def job_of_size(name: str, size: int) -> dict:
+    """A valid job whose JSON is `size` bytes, most of them in its envConfig."""
+    job = rljob(name)
+    job["spec"]["trainer"]["envConfig"] = {"padding": ""}
+    job["spec"]["trainer"]["envConfig"]["padding"] = "x" * (size - len(json.dumps(job)))
+    assert len(json.dumps(job)) == size
+    return job
+
+
+@pytest.mark.parametrize(
+    "size",
+    [MAX_MANIFEST_BYTES, admission.KUBE_API_MAX_REQUEST_BYTES],
+    ids=["the-manifest-bound", "the-api-servers-request-limit"],
+)
+def test_a_metadata_only_update_of_a_large_job_is_answered_and_allowed(webhook, size):
+    """kopf's finalizer is such an update: refusing it would leave the job never run and never
+    editable."""
+    old = job_of_size("large", size)
+    new = copy.deepcopy(old)
+    new["metadata"]["finalizers"] = ["kuberl.io/finalizer"]
+
+    answer = webhook(admission_review(new, "UPDATE", old=old))
+
+    assert answer.status_code == 200
+    assert answer.json()["response"]["allowed"] is True
+
+
+def test_a_job_at_the_manifest_bound_is_allowed_on_create(webhook):
+    answer = webhook(admission_review(job_of_size("large", MAX_MANIFEST_BYTES)))
+
+    assert answer.status_code == 200
+    assert answer.json()["response"]["allowed"] is True
+
+
+def test_a_review_beyond_the_body_limit_is_refused_413(webhook):
+    padding = admission.MAX_REVIEW_BYTES + 1 - len(json.dumps(admission_review(rljob("x"))))
+    review = admission_review(rljob("x") | {"padding": "x" * padding})
+    assert len(json.dumps(review)) > admission.MAX_REVIEW_BYTES
+
+    assert webhook(review).status_code == 413
+    assert webhook(admission_review(rljob("fine"))).json()["response"]["allowed"] is True
+
+
+# --- Names another object already has -----------------------------------------------------------
+
+
+@pytest.mark.parametrize("kind", [kind for kind in CHILDREN if kind != "Secret"])
+def test_a_job_named_after_another_teams_object_is_refused_naming_it(webhook, kube_api, kind):
+    kube_api.create(*foreign(kind, CHILDREN[kind]))
+
+    refused = webhook(admission_review(rljob("prod", namespace="default"))).json()["response"]
+
+    assert refused["allowed"] is False
+    assert refused["status"] == {
+        "message": f"metadata.name: {kind} {CHILDREN[kind]} exists and is not this job's: "
+        "rename the job",
+        "code": 409,
+    }
+    assert webhook(admission_review(rljob("other", namespace="default"))).json()["response"][
+        "allowed"
+    ]
+
+
+def test_children_an_earlier_job_of_the_name_left_do_not_refuse_it(webhook, kube_api):
+    """Deleted and created again: the garbage collector removes the old job's children soon."""
+    collection, leftover = foreign("ConfigMap", "prod-job")
+    owner = {"apiVersion": "kuberl.io/v1alpha1", "kind": "RLJob", "name": "prod"}
+    leftover["metadata"]["ownerReferences"] = [owner | {"uid": "old-uid", "controller": True}]
+    kube_api.create(collection, leftover)
+
+    review = admission_review(rljob("prod", namespace="default"))
+
+    assert webhook(review).json()["response"]["allowed"] is True
+
+
+def test_a_webhook_that_cannot_read_the_names_does_not_block_creation(webhook, kube_api):
+    """The reconciler checks every name anyway: Kubernetes down (or no right to read) must not
+    stop jobs at the door."""
+    kube_api.create(*foreign("RayCluster", "prod"))
+
+    async def forbid_reading_clusters() -> None:
+        clusters = kmock.resource("ray.io", "v1", "rayclusters")
+        kube_api.api[kmock.action.FETCH, clusters] << 403
+
+    kube_api.call(forbid_reading_clusters)
+
+    answer = webhook(admission_review(rljob("prod", namespace="default")))
+
+    assert answer.json()["response"]["allowed"] is True

@@ -325,8 +325,8 @@ def test_child_names_are_fixed_and_distinct():
         ("Secret", "walker-ray-auth"),
         ("ConfigMap", "walker-job"),
         ("NetworkPolicy", "walker-ray"),
-        ("RayCluster", "walker"),
         ("PodDisruptionBudget", "walker-head"),
+        ("RayCluster", "walker"),
     ]
 
 
@@ -767,12 +767,12 @@ def test_token_authentication_on_every_container():
 
 
 def test_auth_secret_holds_the_callers_token():
-    secret = build_auth_secret(job_with(), TOKEN)
+    secret = build_auth_secret(job_with(), SETTINGS, TOKEN)
 
     assert secret["stringData"] == {"auth_token": TOKEN}
     assert secret["type"] == "Opaque" and secret["immutable"] is True
     with pytest.raises(ValueError, match="empty"):
-        build_auth_secret(job_with(), "")
+        build_auth_secret(job_with(), SETTINGS, "")
 
 
 # --- Storage and the driver ---------------------------------------------------------------------

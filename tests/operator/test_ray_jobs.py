@@ -1,7 +1,9 @@
 """The operator's Ray Jobs client against a real Ray head started on loopback, with token
-authentication on, as KubeRay runs it; and its reading of the driver's metrics."""
+authentication on, as KubeRay runs it (submitting, stopping, and reading a driver's log in
+pieces); and its reading of the driver's metrics."""
 
 import asyncio
+import shlex
 import time
 from collections.abc import Awaitable, Callable
 
@@ -11,6 +13,8 @@ from aiohttp import test_utils, web
 from rayhead import running_ray_head
 
 from kuberl_operator.ray_jobs import RayHeads, RayJobsClient, RayJobsError
+from kuberl_operator.reconciler import ended_drivers_record
+from kuberl_trainer.final_record import FinalRecord, Outcome
 from testkit import free_port
 
 
@@ -53,6 +57,62 @@ def test_submission_happens_once_per_id_and_reports_the_outcome(ray_head):
         failed = await wait_for(client, "job-2", {"SUCCEEDED", "FAILED"})
         assert failed.status == "FAILED" and "65" in failed.message
         assert failed.exit_code == 65  # what tells an invalid job from a failed one
+
+    run(scenario)
+
+
+def test_a_drivers_log_is_read_in_pieces_followed_to_its_end_or_cut_at_the_head(ray_head):
+    """`tail` streams the log from its start to the driver's end; `log_file` sends it as it
+    stands, or only its last lines, cut on the driver's node."""
+    code = "import time\nfor i in range(30): print(f'line {i}')\ntime.sleep(2)\nprint('last words')"
+
+    async def scenario(session):
+        client = RayJobsClient(*ray_head, session)
+        await client.submit("talker", f"python -c {shlex.quote(code)}")
+        followed = "".join([piece async for piece in client.tail("talker")])  # ends with it
+        assert followed.endswith("line 29\nlast words\n")
+        status = await wait_for(client, "talker", {"SUCCEEDED"})
+        assert status.node_id  # where its log file is
+        whole = b"".join([piece async for piece in client.log_file("talker", status.node_id)])
+        last = [piece async for piece in client.log_file("talker", status.node_id, 2)]
+        assert whole.decode() == followed
+        assert b"".join(last) == b"line 29\nlast words\n"
+
+        with pytest.raises(RayJobsError, match="HTTP 404"):
+            [piece async for piece in client.tail("no-such-job")]
+        refused = RayJobsClient(ray_head[0], "wrong", session)
+        with pytest.raises(RayJobsError, match="HTTP 403"):
+            [piece async for piece in refused.tail("talker")]
+        with pytest.raises(RayJobsError, match="HTTP 403"):
+            [piece async for piece in refused.log_file("talker", status.node_id)]
+
+    run(scenario)
+
+
+def test_an_ended_drivers_final_record_is_read_from_its_logs_end_alone(ray_head):
+    """However much a driver printed (16 MiB here), the operator reads its final record from the
+    log's last lines, cut on the driver's node, never the whole log."""
+    record = FinalRecord(Outcome.STOPPED, 0, "stopped at iterations>=3", time.time(), 3)
+    code = f"for _ in range(200_000): print('x' * 83)\nprint({record.line()!r})"
+
+    async def scenario(session):
+        client = RayJobsClient(*ray_head, session)
+        await client.submit("chatty", f"python -c {shlex.quote(code)}")
+        await wait_for(client, "chatty", {"SUCCEEDED"})
+        read = []
+        log_file = client.log_file
+
+        async def counted(*args):
+            async for piece in log_file(*args):
+                read.append(len(piece))
+                yield piece
+
+        client.log_file = counted
+        client.logs = None  # the whole log in one piece: never
+        found = await ended_drivers_record(client, "chatty")
+        assert found is not None and found.message == record.message
+        assert 0 < sum(read) <= 64 * 1024  # the last lines, not 16 MiB
+        assert await ended_drivers_record(client, "no-such-job") is None
 
     run(scenario)
 

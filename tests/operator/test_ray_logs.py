@@ -258,20 +258,23 @@ def relay_get(cluster: Cluster, path: str, token: str | None = RELAY_TOKEN, **pa
     return requests.get(cluster.relay_url + path, params=params, headers=headers, timeout=30)
 
 
-def read_relayed(cluster: Cluster, attempt: int, uid: str, after: int = 0) -> dict:
+def read_relayed(cluster: Cluster, attempt: int, uid: str, after: int = 0, **params) -> dict:
     path = f"/v1/namespaces/{NAMESPACE}/rljobs/walker/drivers/{attempt}"
-    response = relay_get(cluster, path, uid=uid, after=str(after))
+    response = relay_get(cluster, path, uid=uid, after=str(after), **params)
     assert response.status_code == 200, response.text
     return response.json()
 
 
 def ended_driver(cluster: Cluster, attempt: int, uid: str) -> dict:
-    """The attempt's driver read through the relay until it has exited."""
-    deadline = time.monotonic() + 120
-    while not (output := read_relayed(cluster, attempt, uid))["ended"]:
+    """The attempt's driver read through the relay as a follower reads it (each read waiting at
+    the relay for news) until it has exited: the last answer, with the whole log as its text."""
+    deadline, text, after = time.monotonic() + 120, "", 0
+    while True:
+        output = read_relayed(cluster, attempt, uid, after=after, wait="10")
+        text, after = text + output["text"], output["length"]
+        if output["ended"]:
+            return {**output, "text": text}
         assert time.monotonic() < deadline, output
-        time.sleep(0.2)
-    return output
 
 
 def test_the_relay_serves_a_drivers_output_to_its_token_holder_and_nothing_else(cluster):
@@ -281,29 +284,50 @@ def test_the_relay_serves_a_drivers_output_to_its_token_holder_and_nothing_else(
     assert output["found"] and "relayed words" in output["text"]
     assert output["length"] == len(output["text"])
     rest = read_relayed(cluster, 7, uid, after=output["length"])
-    assert (rest["text"], rest["length"]) == ("", output["length"])  # only what is new
+    assert (rest["text"], rest["length"], rest["ended"]) == ("", output["length"], True)
+    last = read_relayed(cluster, 7, uid, tailLines="1")  # the last line, from the same reader
+    assert (last["text"], last["length"]) == ("relayed words\n", output["length"])
     assert read_relayed(cluster, 8, uid) == {
         "found": False,
         "ended": False,
+        "start": 0,
         "text": "",
         "length": 0,
     }
+    # The log as it stands, streamed; its last lines cut by the head.
+    log = f"/v1/namespaces/{NAMESPACE}/rljobs/walker/drivers/7/log"
+    assert relay_get(cluster, log, uid=uid).text == output["text"]
+    assert relay_get(cluster, log, uid=uid, tailLines="1").text == "relayed words\n"
+    assert relay_get(cluster, log, uid=uid, tailLines="0").text == ""
+    assert relay_get(cluster, log.replace("/7/", "/8/"), uid=uid).text == ""
 
     driver = f"/v1/namespaces/{NAMESPACE}/rljobs/walker/drivers/7"
     for token in (None, "relay-token-" + "2" * 32, KEY):
-        refused = relay_get(cluster, driver, token=token, uid=uid)
-        assert refused.status_code == 401 and "relayed" not in refused.text
+        for path in (driver, log):
+            refused = relay_get(cluster, path, token=token, uid=uid)
+            assert refused.status_code == 401 and "relayed" not in refused.text
     for path, params in [
         (f"/v1/namespaces/{NAMESPACE}/rljobs/walker/drivers/7", {}),  # no uid
         (f"/v1/namespaces/{NAMESPACE}/rljobs/walker/drivers/0", {"uid": uid}),
         (f"/v1/namespaces/{NAMESPACE}/rljobs/walker/drivers/7", {"uid": uid, "after": "-1"}),
+        (f"/v1/namespaces/{NAMESPACE}/rljobs/walker/drivers/7", {"uid": uid, "wait": "11"}),
+        (f"/v1/namespaces/{NAMESPACE}/rljobs/walker/drivers/7", {"uid": uid, "tailLines": "x"}),
+        (
+            f"/v1/namespaces/{NAMESPACE}/rljobs/walker/drivers/7/log",
+            {"uid": uid, "tailLines": "-1"},
+        ),
         ("/v1/namespaces/Team_A/rljobs/walker/drivers/7", {"uid": uid}),
         ("/v1/namespaces/team-a/rljobs/evil.com%23/drivers/7", {"uid": uid}),
     ]:
         assert relay_get(cluster, path, **params).status_code == 400, path
     # Nothing else of the head: no other path, no other method.
     assert relay_get(cluster, "/api/jobs/walker-7/logs").status_code == 404
-    stop = requests.post(cluster.relay_url + driver, params={"uid": uid}, timeout=30)
+    stop = requests.post(
+        cluster.relay_url + driver,
+        params={"uid": uid},
+        headers={"Authorization": f"Bearer {RELAY_TOKEN}"},
+        timeout=30,
+    )
     assert stop.status_code == 405
     # A job whose head refuses the token the relay has for it: the head's answer, as a 503.
     stranger = relay_get(
@@ -314,12 +338,17 @@ def test_the_relay_serves_a_drivers_output_to_its_token_holder_and_nothing_else(
 
 def test_without_a_key_the_relay_reads_the_jobs_token_from_its_secret(cluster, tmp_path):
     """An operator without ray_auth_key (a local run) gives each job a random token in the job's
-    <job>-ray-auth Secret and reads it back: so does its relay."""
+    <job>-ray-auth Secret (owned by the job) and reads it back: so does its relay."""
     uid = cluster.kube.get(cluster.kube.rljobs(NAMESPACE, "walker"))["metadata"]["uid"]
+    owner = {"apiVersion": "kuberl.io/v1alpha1", "kind": "RLJob", "name": "walker", "uid": uid}
     secret = {
         "apiVersion": "v1",
         "kind": "Secret",
-        "metadata": {"name": "walker-ray-auth", "namespace": NAMESPACE},
+        "metadata": {
+            "name": "walker-ray-auth",
+            "namespace": NAMESPACE,
+            "ownerReferences": [owner | {"controller": True}],
+        },
         "data": {"auth_token": base64.b64encode(cluster.token.encode()).decode()},
     }
     cluster.kube.create(f"/api/v1/namespaces/{NAMESPACE}/secrets", secret)

@@ -26,6 +26,7 @@ from kuberl_trainer.export import (
     sample_observations,
 )
 from kuberl_trainer.inference import TrainedPolicy, load
+from kuberl_trainer.space_record import spaces_from_record
 from testkit import trainer_config
 
 ON_POLICY = {"rollout_length": 16, "hidden_sizes": [32, 32]}
@@ -115,7 +116,7 @@ def scramble(policy: TrainedPolicy) -> None:
     must clip as the policy does."""
     generator = torch.Generator().manual_seed(0)
     with torch.no_grad():
-        for parameter in policy.worker.acting_policy.model.parameters():
+        for parameter in policy.policy.model.parameters():
             parameter.add_(torch.randn(parameter.shape, generator=generator) * 0.5)
 
 
@@ -133,8 +134,8 @@ def torchscript_actions(path: Path, obs: np.ndarray) -> np.ndarray:
 def observations_counted(policy: TrainedPolicy) -> float:
     """How many observations the frozen normalization statistics were computed from."""
     if policy.config.algorithm == "ES":
-        return float(policy.worker.policy.model.obs_stats.count)
-    return policy.worker.normalizer.stats.obs.count
+        return float(policy.policy.model.obs_stats.count)
+    return policy.normalizer.stats.obs.count
 
 
 @pytest.mark.parametrize("case", CASES)
@@ -149,7 +150,7 @@ def test_the_exported_graph_and_module_act_as_the_policy(case, run_dir, tmp_path
         onnx_path = export(policy, tmp_path / "policy.onnx")
         torchscript_path = export(policy, tmp_path / "policy.pt")
 
-        space, discrete = policy.action_space, policy.worker.spaces.discrete_actions
+        space, discrete = policy.action_space, policy.spaces.discrete_actions
         for actions in (
             onnxruntime_actions(onnx_path, obs),
             torchscript_actions(torchscript_path, obs),
@@ -196,6 +197,9 @@ def test_the_files_say_what_they_hold_and_where_it_came_from(cartpole):
         assert meta["timesteps"] == str(policy.meta["timesteps"])
         assert meta["observation_space"] == str(policy.observation_space)
         assert meta["action_space"] == "Discrete(2)"
+        # The spaces themselves, which the file acts on without an env.
+        recorded = spaces_from_record(json.loads(meta["spaces"]))
+        assert recorded == (policy.observation_space, policy.action_space)
         assert json.loads(meta["trainer"])["algorithm"] == "PPO"
     assert (onnx_meta["opset"], onnx_meta["format"]) == ("18", "ONNX opset 18")
     assert torchscript_meta["format"] == "TorchScript"
@@ -220,6 +224,8 @@ def test_an_exported_policy_predicts_one_observation_or_a_batch(cartpole, suffix
     single, _ = exported.predict(obs[5])
     assert np.ndim(single) == 0 and single == actions[5]
     assert exported.meta["algorithm"] == "PPO" and exported.config.env == "CartPole-v1"
+    assert exported.observation_space == policy.observation_space
+    assert exported.action_space == policy.action_space
     with pytest.raises(ValueError, match="greedy only"):
         exported.predict(obs, deterministic=False)
     with pytest.raises(ValueError, match=r"has shape \(4,\).*got \(3, 5\)"):

@@ -218,7 +218,9 @@ class Driver:
 
         # The final checkpoint's policy as it is in memory: reading the checkpoint back would
         # load all of it again (a replay buffer too, where it is saved) for the policy alone.
-        meta = checkpoint_meta(self.config, self.iteration, self.trainer.timesteps, None)
+        meta = checkpoint_meta(
+            self.config, self.iteration, self.trainer.timesteps, None, self.trainer.env_spaces
+        )
         try:
             policy = TrainedPolicy(Checkpoint(checkpoint, meta, self.trainer.policy_state()))
             try:
@@ -408,7 +410,9 @@ class Driver:
         unreachable, denied) training goes on: the failure is logged and counted, the previous
         checkpoints stay as they were, and the next save tries again."""
         try:
-            meta = checkpoint_meta(self.config, self.iteration, self.trainer.timesteps, row)
+            meta = checkpoint_meta(
+                self.config, self.iteration, self.trainer.timesteps, row, self.trainer.env_spaces
+            )
             self.checkpoint = self.store.save(self.iteration, self.trainer.state(), meta)
         except CheckpointError as exc:
             self.metrics.checkpoint_failed()

@@ -10,6 +10,10 @@ A rollout worker steps its envs as one vector env. An id whose gymnasium spec ha
 point (CartPole) is made natively vectorized when the job names no wrappers: one numpy computation
 steps every copy, so a worker can step thousands. Wrappers wrap single envs, so with any, such an
 id is made one by one like other ids and `module:Class` envs, and stepped in turn.
+
+These functions make what they are given: a `module:Class` is imported and called. A job's own
+manifest is made as it says; what may be made from a policy file someone else wrote (a
+checkpoint's or an exported file's spec.trainer) is decided in env_trust.py.
 """
 
 from __future__ import annotations

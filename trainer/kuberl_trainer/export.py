@@ -5,7 +5,7 @@
     from kuberl_trainer.inference import load
 
     export(load("runs/cartpole-ppo"), Path("cartpole.onnx"))
-    action, _ = load_exported("cartpole.onnx").predict(obs)
+    action, _ = load_exported("cartpole.onnx").predict(obs)  # exported.py's, imported here too
 
 The graph takes a batch of observations as the job's env returns them (after its wrappers):
 float32 for a Box, uint8 for uint8 images, int64 for a Discrete space. It gives the actions
@@ -15,10 +15,12 @@ the observation normalization with its statistics frozen as the checkpoint saved
 own too), the networks, and the distribution's mode (a Categorical's argmax, a Gaussian's mean
 clipped to the bounds), DQN's argmax or SAC's squashed mean rescaled to the bounds.
 
-Both files carry kuberl's metadata (algorithm, env, spaces, checkpoint, the job's spec.trainer):
-an ONNX model in its metadata_props, a TorchScript module in its extra file kuberl.json. Every
-export is checked before it is kept: the file, loaded back, must act as the policy does on
-observations drawn from the observation space.
+Both files carry kuberl's metadata (algorithm, env, the spaces as space_record.py writes them,
+checkpoint, the job's spec.trainer): an ONNX model in its metadata_props, a TorchScript module in
+its extra file kuberl.json. Every export is checked before it is kept: the file, loaded back
+(exported.py), must act as the policy does on observations drawn from the observation space.
+Exporting makes no env: the policy, its spaces and the observations all come from the
+checkpoint.
 """
 
 from __future__ import annotations
@@ -27,49 +29,38 @@ import copy
 import importlib.metadata
 import io
 import json
-import warnings
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 import gymnasium as gym
 import numpy as np
 import onnx
 import torch
-from pydantic import TypeAdapter
 from torch import nn
 
-from kuberl_trainer.config import TrainerConfig
-from kuberl_trainer.envs import SpaceInfo, make_vector_env
-from kuberl_trainer.inference import Evaluation, Provenance, TrainedPolicy
+from kuberl_trainer.envs import SpaceInfo
+from kuberl_trainer.exported import (
+    FORMATS,
+    INPUT,
+    METADATA_FILE,
+    OPSET,
+    OUTPUT,
+    ExportedPolicy,
+    check_suffix,
+    load_exported,
+    notices_hidden,
+)
+from kuberl_trainer.inference import TrainedPolicy
 from kuberl_trainer.normalization import Normalizer
 from kuberl_trainer.policy.actor_critic import ActorCriticPolicy
 from kuberl_trainer.policy.dqn import DQNPolicy
 from kuberl_trainer.policy.es import ESPolicy, ObservationStats
 from kuberl_trainer.policy.interface import Policy
 from kuberl_trainer.policy.sac import SACPolicy
-from kuberl_trainer.rollout_worker import run_episodes
-from kuberl_trainer.video import Recording
+from kuberl_trainer.space_record import SPACES, spaces_record
 
-OPSET = 18
-FORMATS = {".onnx": f"ONNX opset {OPSET}", ".pt": "TorchScript"}
-"""The file suffixes `export` writes, and what each one is."""
-METADATA_FILE = "kuberl.json"
-"""The TorchScript module's extra file that holds the metadata."""
-INPUT, OUTPUT = "obs", "actions"
 CHECK_OBSERVATIONS = 256
 """Observations an export is checked on before it is kept."""
-
-_TRAINER_CONFIG = TypeAdapter(TrainerConfig)
-GREEDY_ONLY = (
-    "an exported policy is greedy only: it holds the distribution's mode, not the distribution; "
-    "sample with the checkpoint it was exported from instead"
-)
-
-Runner = Callable[[np.ndarray], np.ndarray]
-"""An exported file's actions for a batch of observations."""
 
 
 class ExportError(Exception):
@@ -176,11 +167,10 @@ def greedy_module(policy: TrainedPolicy) -> nn.Module:
     """The policy's greedy acting as one module, built from copies of its networks (eval mode,
     no gradients): what `TrainedPolicy.predict` computes, from the env's raw observations to the
     env's actions."""
-    worker = policy.worker
     module = GreedyPolicy(
-        _encoder(worker.spaces),
-        _observation_filter(worker.normalizer),
-        _greedy_actions(worker.acting_policy),
+        _encoder(policy.spaces),
+        _observation_filter(policy.normalizer),
+        _greedy_actions(policy.policy),
     )
     return module.eval().requires_grad_(False)
 
@@ -257,7 +247,7 @@ class TensorSpec:
 def input_spec(policy: TrainedPolicy) -> TensorSpec:
     """Observations as the env returns them: int64 indices of a Discrete space, uint8 images,
     float32 otherwise (what `predict` casts a Box's observations to)."""
-    space, spaces = policy.observation_space, policy.worker.spaces
+    space, spaces = policy.observation_space, policy.spaces
     if isinstance(space, gym.spaces.Discrete):
         return TensorSpec((), "int64")
     dtype = spaces.obs_dtype if spaces.image is not None else np.dtype(np.float32)
@@ -266,7 +256,7 @@ def input_spec(policy: TrainedPolicy) -> TensorSpec:
 
 def output_spec(policy: TrainedPolicy) -> TensorSpec:
     """The env's actions as `predict` gives them: int64 indices, or float32 vectors."""
-    spaces = policy.worker.spaces
+    spaces = policy.spaces
     if spaces.discrete_actions:
         return TensorSpec((), "int64")
     return TensorSpec((spaces.action_dim,), "float32")
@@ -274,8 +264,8 @@ def output_spec(policy: TrainedPolicy) -> TensorSpec:
 
 def metadata(policy: TrainedPolicy, suffix: str) -> dict[str, str]:
     """What the file says about itself, as strings (ONNX's metadata_props hold strings only):
-    where it came from, its input and output, and the job's spec.trainer (JSON), which makes
-    the env to evaluate it on."""
+    where it came from, its input and output, the spaces, and the job's spec.trainer (JSON),
+    which names the env to evaluate it on."""
     observations, actions = input_spec(policy), output_spec(policy)
     meta = {
         "kuberl_version": _kuberl_version(),
@@ -284,6 +274,7 @@ def metadata(policy: TrainedPolicy, suffix: str) -> dict[str, str]:
         "env": policy.config.env,
         "observation_space": str(policy.observation_space),
         "action_space": str(policy.action_space),
+        SPACES: json.dumps(spaces_record(policy.observation_space, policy.action_space)),
         "checkpoint": policy.uri,
         "iteration": str(policy.meta["iteration"]),
         "timesteps": str(policy.meta["timesteps"]),
@@ -328,21 +319,13 @@ def export(policy: TrainedPolicy, path: Path) -> Path:
     return path
 
 
-def check_suffix(path: Path) -> str:
-    """The export format's suffix of `path`; ValueError naming the accepted ones otherwise."""
-    if path.suffix not in FORMATS:
-        accepted = ", ".join(f"{suffix} ({name})" for suffix, name in FORMATS.items())
-        raise ValueError(f"{path}: cannot export to {path.suffix or 'no suffix'}; use {accepted}")
-    return path.suffix
-
-
 def _write_onnx(module: nn.Module, example: torch.Tensor, path: Path, meta: dict[str, str]) -> None:
     """The module's ONNX graph, any batch size, as one file. Through torch's TorchScript-based
     exporter: a greedy module has no control flow for torch.export to capture, and where that
     exporter took 2 s of the first export (it imports torch._dynamo and reads the source of
     onnxscript's 500 torchlib functions: a third of `make run`), this one takes 0.06 s."""
     graph = io.BytesIO()
-    with _notices_hidden():
+    with notices_hidden():
         torch.onnx.export(
             module,
             (example,),
@@ -364,22 +347,9 @@ def _write_torchscript(
 ) -> None:
     """The module traced: every branch of the greedy module is settled when it is built (the
     layout, the spaces, whether statistics exist), so the trace is the whole computation."""
-    with _notices_hidden():
+    with notices_hidden():
         traced = torch.jit.trace(module, example)
         torch.jit.save(traced, str(path), _extra_files={METADATA_FILE: json.dumps(meta)})
-
-
-@contextmanager
-def _notices_hidden() -> Iterator[None]:
-    """The exporters' warnings that no user can act on hidden, their errors raised as ever: torch
-    2.13 deprecates TorchScript (torch.jit) in favour of torch.export, yet libtorch loads nothing
-    else, and warns that its ONNX exporter is not the default one (see _write_onnx)."""
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", FutureWarning)
-        warnings.filterwarnings("ignore", r"`torch\.jit\.", DeprecationWarning)
-        warnings.filterwarnings("ignore", "You are using the legacy", DeprecationWarning)
-        warnings.filterwarnings("ignore", category=DeprecationWarning, module=r"torch\.onnx")
-        yield
 
 
 def _check(policy: TrainedPolicy, exported: ExportedPolicy) -> None:
@@ -388,7 +358,7 @@ def _check(policy: TrainedPolicy, exported: ExportedPolicy) -> None:
     obs = sample_observations(policy.observation_space, CHECK_OBSERVATIONS, seed=0)
     expected, _ = policy.predict(obs)
     actual, _ = exported.predict(obs)
-    if policy.worker.spaces.discrete_actions:
+    if policy.spaces.discrete_actions:
         differ = np.flatnonzero(actual != expected)
     else:
         differ = np.flatnonzero(~np.isclose(actual, expected, rtol=1e-5, atol=1e-5).all(axis=-1))
@@ -418,107 +388,3 @@ def sample_observations(space: gym.Space, count: int, seed: int) -> np.ndarray:
     uniform = rng.uniform(np.where(wide, 0.0, low), np.where(wide, 1.0, high), (count, *low.shape))
     normal = np.clip(rng.standard_normal((count, *low.shape)), low, high)
     return np.where(wide, normal, uniform).astype(space.dtype)
-
-
-# -- an exported policy, loaded back ------------------------------------------------------------
-
-
-class ExportedPolicy(Provenance):
-    """An exported file loaded with its runtime (onnxruntime, or torch.jit), acting as
-    `TrainedPolicy.predict` does, greedy only."""
-
-    def __init__(self, path: str | Path):
-        self.path = Path(path)
-        suffix = check_suffix(self.path)
-        load = _load_onnx if suffix == ".onnx" else _load_torchscript
-        self.meta, self._run = load(self.path)
-        if "obs_shape" not in self.meta:
-            raise ValueError(f"{self.path} holds no kuberl metadata: was it made by kuberl export?")
-        self.obs_shape = tuple(json.loads(self.meta["obs_shape"]))
-        self.obs_dtype = np.dtype(self.meta["obs_dtype"])
-
-    def describe(self) -> str:
-        return f"{super().describe()}, exported as {self.meta['format']} to {self.path}"
-
-    def close(self) -> None:
-        """Nothing to release: for code that closes whatever `load` returned."""
-
-    @property
-    def config(self) -> Any:
-        """The job's spec.trainer, as the checkpoint recorded it."""
-        return _TRAINER_CONFIG.validate_python(json.loads(self.meta["trainer"]))
-
-    def predict(self, obs: Any, deterministic: bool = True) -> tuple[np.ndarray, None]:
-        """Actions for one observation or a batch of them (a leading axis), as
-        `TrainedPolicy.predict`: `(actions, None)`."""
-        if not deterministic:
-            raise ValueError(GREEDY_ONLY)
-        obs = np.asarray(obs)
-        single = obs.shape == self.obs_shape
-        if not single and obs.shape[1:] != self.obs_shape:
-            raise ValueError(
-                f"predict: an observation of {self.meta['env']} has shape {self.obs_shape} (a "
-                f"batch of N: {(-1, *self.obs_shape)} with N for -1), got {obs.shape}"
-            )
-        actions = self._act(obs[None] if single else obs)
-        return (actions[0] if single else actions), None
-
-    def _act(self, batch: np.ndarray) -> np.ndarray:
-        return self._run(np.ascontiguousarray(batch, dtype=self.obs_dtype))
-
-    def evaluate(
-        self,
-        episodes: int = 10,
-        seed: int = 0,
-        deterministic: bool = True,
-        video: str | Path | None = None,
-        video_episodes: int | None = None,
-    ) -> Evaluation:
-        """`episodes` greedy episodes on envs of the job's env, env k seeded with `seed + k`, as
-        `TrainedPolicy.evaluate` plays them, recorded to `video` as it records them."""
-        if not deterministic:
-            raise ValueError(GREEDY_ONLY)
-        if episodes < 1:
-            raise ValueError(f"episodes must be at least 1, got {episodes}")
-        config = self.config
-
-        def act(obs: np.ndarray, _: np.ndarray) -> np.ndarray:
-            return self._act(obs)
-
-        if video is None:
-            envs = make_vector_env(config.env, config.env_config, episodes, config.wrappers)
-            try:
-                returns, lengths = run_episodes(envs, episodes, act, seed)
-            finally:
-                envs.close()
-            return Evaluation(returns, lengths, seed, deterministic=True)
-        with Recording(video, config, episodes, video_episodes, self.obs_shape) as recording:
-            returns, lengths = run_episodes(
-                recording.envs, episodes, act, seed, observe=recording.record
-            )
-            return Evaluation(returns, lengths, seed, deterministic=True, video=recording.save())
-
-
-def _load_onnx(path: Path) -> tuple[dict[str, str], Runner]:
-    import onnxruntime
-
-    session = onnxruntime.InferenceSession(str(path), providers=["CPUExecutionProvider"])
-    meta = dict(session.get_modelmeta().custom_metadata_map)
-    return meta, lambda obs: session.run([OUTPUT], {INPUT: obs})[0]
-
-
-def _load_torchscript(path: Path) -> tuple[dict[str, str], Runner]:
-    extra_files = {METADATA_FILE: ""}
-    with _notices_hidden():
-        module = torch.jit.load(str(path), map_location="cpu", _extra_files=extra_files)
-
-    def run(obs: np.ndarray) -> np.ndarray:
-        with torch.inference_mode():
-            return module(torch.tensor(obs)).numpy()
-
-    return json.loads(extra_files[METADATA_FILE] or "{}"), run
-
-
-def load_exported(path: str | Path) -> ExportedPolicy:
-    """An exported policy (`.onnx` or `.pt`), ready to act."""
-    return ExportedPolicy(path)

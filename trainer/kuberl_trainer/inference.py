@@ -1,5 +1,5 @@
-"""Using a trained policy: `load` a run directory or a checkpoint and act with it (`predict`, as
-Stable-Baselines3's models do), or `evaluate` it on seeded episodes of its env.
+"""Using a trained policy: `load` a run directory, a checkpoint or an exported file and act with it
+(`predict`, as Stable-Baselines3's models do), or `evaluate` it on seeded episodes of its env.
 
     from kuberl_trainer.inference import load
 
@@ -13,30 +13,40 @@ What `load` takes:
   `checkpoints/`;
 - a checkpoint location (a folder of `checkpoint-*` folders, or an object store's URI of one, as
   `spec.trainer.checkpoint.uri`): its newest intact checkpoint;
-- one checkpoint (`.../checkpoint-00000042`, a folder or an object store's URI).
+- one checkpoint (`.../checkpoint-00000042`, a folder or an object store's URI);
+- a file of `kuberl export` (`.onnx`, `.pt`; export.py).
 
 The policy is the one the job trained, rebuilt from the checkpoint's own copy of the job's
-`spec.trainer` (the manifest is not needed) with its weights and, with normalization on, the
-observation statistics frozen as they were saved: acting and evaluating never update them.
+`spec.trainer` (the manifest is not needed) and the spaces it recorded, with its weights and, with
+normalization on, the observation statistics frozen as they were saved: acting and evaluating
+never update them. Acting makes no env; evaluating makes the job's env, and a file may come from
+anyone: an env or wrapper that would run code the file names is made only when the caller trusts
+the file (`trust_env_code=True`), and `env=ID` plays the policy on an env the caller names instead
+(env_trust.py says what counts as code).
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import gymnasium as gym
 import numpy as np
 from pydantic import TypeAdapter, ValidationError
 
 from kuberl_trainer.algorithms import policy_class
 from kuberl_trainer.checkpoint import Checkpoint, checkpoint_named
-from kuberl_trainer.checkpoint_format import CheckpointError
+from kuberl_trainer.checkpoint_format import CheckpointError, describe
 from kuberl_trainer.config import PBT, TrainerConfig
-from kuberl_trainer.envs import encode_obs
+from kuberl_trainer.env_trust import EnvCode, env_code, on_named_env
+from kuberl_trainer.envs import EnvError, encode_obs, make_vector_env, space_info
 from kuberl_trainer.errors import InvalidJobError
 from kuberl_trainer.models import use_float32
-from kuberl_trainer.rollout_worker import RolloutWorker
+from kuberl_trainer.normalization import make_normalizer
+from kuberl_trainer.rollout_worker import run_episodes
+from kuberl_trainer.space_record import SPACES, space_kind, spaces_from_record
 from kuberl_trainer.video import Recording, Video
 
 _TRAINER_CONFIG = TypeAdapter(TrainerConfig)
@@ -44,6 +54,29 @@ _TRAINER_CONFIG = TypeAdapter(TrainerConfig)
 
 class LoadError(InvalidJobError):
     """What was named holds no policy kuberl can load, and why."""
+
+
+LOAD_OPT_IN = (
+    "load(path, env=ID) plays it on an env you name, load(path, trust_env_code=True) trusts it"
+)
+"""How a caller of `load` opts in to a file's env that runs code."""
+
+
+class UntrustedEnvError(LoadError):
+    """The policy file's env would run code that the file names (see env_trust), and the caller
+    has not said to trust the file. `explained` says so ending with how to opt in, as the
+    caller's interface spells it (`kuberl evaluate` has flags, `load` arguments)."""
+
+    def __init__(self, source: str, asked: list[EnvCode], why_made: str = ""):
+        self.source = source
+        self.asked = asked
+        self.why_made = why_made
+        super().__init__(self.explained(LOAD_OPT_IN))
+
+    def explained(self, opt_in: str) -> str:
+        """One line: the file, why its env would be made, what it asks for, and `opt_in`."""
+        asked = " and ".join(map(str, self.asked))
+        return f"{self.source}: {self.why_made}it asks for {asked}; {opt_in}"
 
 
 @dataclass(frozen=True)
@@ -85,12 +118,24 @@ class Evaluation:
         )
 
 
-class Provenance:
-    """Where a loaded policy comes from, from its `meta`: the checkpoint's (a TrainedPolicy's),
-    or the metadata an exported file carries, which copies it."""
+class LoadedPolicy:
+    """What every loaded policy has, whatever its file: where it comes from (`meta`: the
+    checkpoint's, or the metadata an exported file carries, which copies it), the job's
+    spec.trainer (`config`), its spaces, and the env it plays on.
+
+    The spec.trainer is the file's, which anyone may have written: its env is made only when
+    env_trust finds no code in it, or when the caller trusts the file (`trust_env_code`). An
+    `env` the caller names replaces the file's env, envConfig and wrappers; it is the caller's
+    own, made as they name it."""
 
     meta: dict[str, Any]
-    config: Any
+    observation_space: gym.Space | None  # None only for a file exported by an older kuberl
+    action_space: gym.Space | None
+    observation_shape: tuple[int, ...]  # one observation's, without the batch axis
+
+    def __init__(self, trained_on: Any, trust_env_code: bool = False, env: str | None = None):
+        self.config = trained_on if env is None else on_named_env(trained_on, env)
+        self.env_trusted = trust_env_code or env is not None
 
     @property
     def iteration(self) -> int:
@@ -112,50 +157,157 @@ class Provenance:
             f"{self.timesteps:,} env steps ({self.uri})"
         )
 
+    def close(self) -> None:
+        """Nothing to release (no env is held): for code that closes what `load` returned."""
 
-class TrainedPolicy(Provenance):
-    """A job's policy as a checkpoint saved it, with an env of the job's to know its spaces."""
-
-    def __init__(self, checkpoint: Checkpoint):
-        self.checkpoint = checkpoint
-        self.meta = checkpoint.meta
-        self.config = trainer_config(checkpoint)
-        # One env: the spaces, and what predict() checks observations against. Evaluation makes
-        # envs of its own.
-        self.worker = RolloutWorker(policy_class(self.config), self.config, num_envs=1, seed=0)
-        self.worker.policy.set_state(checkpoint.state["policy"])
-        # Float32 whatever model.precision chose for training: the policy acts as its exported
-        # file does, on any CPU.
-        use_float32(self.worker.policy.model)
-        if "normalization" in checkpoint.state:
-            self.worker.normalizer.set_stats(checkpoint.state["normalization"])
-        self.observation_space = self.worker.envs.single_observation_space
-        self.action_space = self.worker.envs.single_action_space
+    def env_to_make(self, why_made: str = "") -> Any:
+        """The spec.trainer whose env this policy plays on, once that env may be made; an
+        UntrustedEnvError naming the code it would run otherwise. `why_made`: why the env is
+        needed, where that is not to play on it."""
+        if not self.env_trusted and (asked := env_code(self.config.env, self.config.wrappers)):
+            raise UntrustedEnvError(self.source, asked, why_made)
+        return self.config
 
     @property
-    def uri(self) -> str:
-        """The checkpoint's location."""
-        return self.checkpoint.uri
+    def source(self) -> str:
+        """What was loaded: the checkpoint here, the file for an exported policy."""
+        return self.uri
 
-    def predict(self, obs: Any, deterministic: bool = True) -> tuple[np.ndarray, None]:
-        """Actions for one observation or a batch of them (a leading axis), as Stable-Baselines3's
-        `predict`: the greedy ones by default (the distribution's mode, DQN's argmax, SAC's
-        squashed mean), sampled with `deterministic=False`. Returns `(actions, None)`: the
-        second item is SB3's recurrent state, which kuberl's policies do not have."""
+    def as_batch(self, obs: Any) -> tuple[np.ndarray, bool]:
+        """`obs` as a batch, and whether it was one observation; ValueError for another shape."""
         obs = np.asarray(obs)
-        single_shape = self.observation_space.shape
+        single_shape = self.observation_shape
         single = obs.shape == single_shape
         if not single and obs.shape[1:] != single_shape:
             raise ValueError(
                 f"predict: an observation of {self.config.env} has shape {single_shape} (a "
                 f"batch of N: {(-1, *single_shape)} with N for -1), got {obs.shape}"
             )
-        batch = obs[None] if single else obs
-        normalized = self.worker.normalizer.normalize_obs(encode_obs(batch, self.worker.spaces))
-        actions, _ = self.worker.acting_policy.compute_actions(
-            normalized, explore=not deterministic
+        return (obs[None] if single else obs), single
+
+    def play(
+        self,
+        act: Callable[[np.ndarray, np.ndarray], np.ndarray],
+        episodes: int,
+        seed: int,
+        deterministic: bool,
+        video: str | Path | None = None,
+        video_episodes: int | None = None,
+    ) -> Evaluation:
+        """`episodes` whole episodes acted by `act` (run_episodes'), on envs of their own made as
+        evaluation makes them, env k seeded with `seed + k`; recorded to `video` when given (see
+        video.py). The env is made once it may be (env_to_make), and must fit the policy."""
+        if episodes < 1:
+            raise ValueError(f"episodes must be at least 1, got {episodes}")
+        config = self.env_to_make()
+        if video is None:
+            envs = make_vector_env(config.env, config.env_config, episodes, config.wrappers)
+            try:
+                self.check_fits(envs)
+                returns, lengths = run_episodes(envs, episodes, act, seed)
+            finally:
+                envs.close()
+            return Evaluation(returns, lengths, seed, deterministic)
+        with Recording(
+            video, config, episodes, video_episodes, self.observation_shape
+        ) as recording:
+            self.check_fits(recording.envs)
+            returns, lengths = run_episodes(
+                recording.envs, episodes, act, seed, observe=recording.record
+            )
+            return Evaluation(returns, lengths, seed, deterministic, video=recording.save())
+
+    def check_fits(self, envs: gym.vector.VectorEnv) -> None:
+        """EnvError unless the envs' spaces are of the kinds the policy takes and gives (an env
+        named to play on may be any)."""
+        pairs = {
+            "observations": (self.observation_space, envs.single_observation_space),
+            "actions": (self.action_space, envs.single_action_space),
+        }
+        misfits = [
+            f"its {what} are {space_kind(env_space)}, the policy's {space_kind(own)}"
+            for what, (own, env_space) in pairs.items()
+            if own is not None and space_kind(own) != space_kind(env_space)
+        ]
+        shape = tuple(envs.single_observation_space.shape)
+        if not misfits and shape != self.observation_shape:  # an older export knows no spaces
+            misfits.append(
+                f"its observations have shape {shape}, the policy's {self.observation_shape}"
+            )
+        if misfits:
+            raise EnvError(f"{self.config.env} does not fit the policy: {'; '.join(misfits)}")
+
+
+OLDER_CHECKPOINT = (
+    "it records no observation and action spaces (an older kuberl wrote it), which only its env "
+    "can tell, and "
+)
+
+
+class TrainedPolicy(LoadedPolicy):
+    """A job's policy as a checkpoint saved it, built from the spaces the checkpoint recorded: it
+    acts with no env, and makes envs only to be evaluated."""
+
+    def __init__(
+        self, checkpoint: Checkpoint, trust_env_code: bool = False, env: str | None = None
+    ):
+        self.checkpoint = checkpoint
+        self.meta = checkpoint.meta
+        super().__init__(trainer_config(checkpoint), trust_env_code, env)
+        config = self.config
+        self.observation_space, self.action_space = self._trained_spaces()
+        self.observation_shape = tuple(self.observation_space.shape)
+        self.spaces = space_info(
+            self.observation_space, self.action_space, config.model, config.image_observations
         )
+        self.policy = policy_class(config)(self.spaces, config, 0)
+        try:
+            self.policy.set_state(checkpoint.state["policy"])
+        except (KeyError, TypeError, ValueError) as exc:
+            raise LoadError(
+                f"{self.uri}: its state holds no {config.algorithm} policy: {describe(exc)}"
+            ) from None
+        # Float32 whatever model.precision chose for training: the policy acts as its exported
+        # file does, on any CPU.
+        use_float32(self.policy.model)
+        self.normalizer = make_normalizer(config, self.spaces, num_envs=1)
+        if "normalization" in checkpoint.state:
+            self.normalizer.set_stats(checkpoint.state["normalization"])
+
+    @property
+    def uri(self) -> str:
+        """The checkpoint's location."""
+        return self.checkpoint.uri
+
+    def _trained_spaces(self) -> tuple[gym.Space, gym.Space]:
+        """The spaces the checkpoint recorded; for a checkpoint of an older kuberl, which did not
+        record them, those of one env of the job, if it may be made."""
+        if SPACES in self.meta:
+            try:
+                return spaces_from_record(self.meta[SPACES])
+            except ValueError as exc:
+                raise LoadError(f"{self.uri}: its meta's {SPACES}: {exc}") from None
+        config = self.env_to_make(why_made=OLDER_CHECKPOINT)
+        envs = make_vector_env(config.env, config.env_config, 1, config.wrappers)
+        try:
+            return envs.single_observation_space, envs.single_action_space
+        finally:
+            envs.close()
+
+    def predict(self, obs: Any, deterministic: bool = True) -> tuple[np.ndarray, None]:
+        """Actions for one observation or a batch of them (a leading axis), as Stable-Baselines3's
+        `predict`: the greedy ones by default (the distribution's mode, DQN's argmax, SAC's
+        squashed mean), sampled with `deterministic=False`. Returns `(actions, None)`: the
+        second item is SB3's recurrent state, which kuberl's policies do not have."""
+        batch, single = self.as_batch(obs)
+        actions = self._act(batch, explore=not deterministic)
         return (actions[0] if single else actions), None
+
+    def _act(self, obs: np.ndarray, explore: bool) -> np.ndarray:
+        """The actions for a batch of observations as the env returns them."""
+        normalized = self.normalizer.normalize_obs(encode_obs(obs, self.spaces))
+        actions, _ = self.policy.compute_actions(normalized, explore=explore)
+        return actions
 
     def evaluate(
         self,
@@ -168,22 +320,17 @@ class TrainedPolicy(Provenance):
         """`episodes` whole episodes, env k seeded with `seed + k`: the same arguments give the
         same episodes. With `video` (.mp4 or .gif), the first `video_episodes` (default: all, at
         most 10) are recorded there, on envs that render (see video.py; a RecordingError where
-        the env cannot render)."""
-        if episodes < 1:
-            raise ValueError(f"episodes must be at least 1, got {episodes}")
+        the env cannot render). An UntrustedEnvError when the env would run code the file names
+        (see `load`), an EnvError when it cannot be made or does not fit the policy."""
         explore = not deterministic
-        if video is None:
-            returns, lengths = self.worker.evaluation_episodes(episodes, seed, explore=explore)
-            return Evaluation(returns, lengths, seed, deterministic)
-        shape = self.observation_space.shape
-        with Recording(video, self.config, episodes, video_episodes, shape) as recording:
-            returns, lengths = self.worker.evaluation_episodes(
-                episodes, seed, explore, envs=recording.envs, observe=recording.record
-            )
-            return Evaluation(returns, lengths, seed, deterministic, video=recording.save())
-
-    def close(self) -> None:
-        self.worker.close()
+        return self.play(
+            lambda obs, _: self._act(obs, explore),
+            episodes,
+            seed,
+            deterministic,
+            video,
+            video_episodes,
+        )
 
 
 def trainer_config(checkpoint: Checkpoint) -> Any:
@@ -211,20 +358,24 @@ EXPORTED_SUFFIXES = (".onnx", ".pt")
 """Files of `kuberl export`, which `load` loads too."""
 
 
-def load(path: str | Path) -> Any:
+def load(path: str | Path, trust_env_code: bool = False, env: str | None = None) -> Any:
     """The policy of a run directory, a checkpoint location or one checkpoint (a TrainedPolicy),
     or of a file `kuberl export` wrote (an ExportedPolicy: greedy only, without kuberl's
-    networks)."""
+    networks). Its env, made only to evaluate it, is the file's when that runs no code the file
+    names, or when `trust_env_code`; `env` (a gymnasium id, or a `module:Class` of the caller's)
+    is played on instead when given."""
     if Path(str(path)).suffix in EXPORTED_SUFFIXES and Path(str(path)).is_file():
         from kuberl_trainer.export import load_exported  # it builds on this module
 
         try:
-            return load_exported(path)
+            return load_exported(path, trust_env_code, env)
         except Exception as exc:  # onnxruntime's and torch.jit's own errors: many kinds
             raise LoadError(f"{path}: not a policy kuberl export wrote ({exc})") from None
-    return load_checkpoint(path)
+    return load_checkpoint(path, trust_env_code, env)
 
 
-def load_checkpoint(path: str | Path) -> TrainedPolicy:
-    """The policy of a run directory, a checkpoint location or one checkpoint."""
-    return TrainedPolicy(find_checkpoint(path))
+def load_checkpoint(
+    path: str | Path, trust_env_code: bool = False, env: str | None = None
+) -> TrainedPolicy:
+    """The policy of a run directory, a checkpoint location or one checkpoint (see `load`)."""
+    return TrainedPolicy(find_checkpoint(path), trust_env_code, env)

@@ -135,6 +135,8 @@ class Population:
         self.trials: list = []
 
     needs_ray = True
+    # A population's checkpoints record no spaces: they hold many policies, loaded as none.
+    env_spaces = None
 
     # -- building and ending ----------------------------------------------------------------
 

@@ -14,6 +14,7 @@ from kuberl_trainer.checkpoint import Checkpoint, CheckpointNotFound, checkpoint
 from kuberl_trainer.config import PBT, JobTrainerConfig
 from kuberl_trainer.errors import IncompatibleCheckpointError, InvalidJobError
 from kuberl_trainer.progress_row import CHECKPOINT, ITERATION, read_progress_file
+from kuberl_trainer.space_record import SPACES, spaces_record
 
 META_ROW = "row"
 """The checkpoint meta's key for the progress row of the checkpoint's iteration."""
@@ -32,11 +33,16 @@ def checkpoint_identity(config: JobTrainerConfig) -> dict[str, Any]:
 
 
 def checkpoint_meta(
-    config: JobTrainerConfig, iteration: int, timesteps: int, row: dict[str, Any] | None
+    config: JobTrainerConfig,
+    iteration: int,
+    timesteps: int,
+    row: dict[str, Any] | None,
+    spaces: tuple[Any, Any] | None = None,
 ) -> dict[str, Any]:
     """A checkpoint's meta: the job's identity, where training stood and its config; with the
     iteration's progress row when it is not written yet (strict JSON, without its checkpoint:
-    resuming restores it naming the checkpoint)."""
+    resuming restores it naming the checkpoint); with the envs' observation and action `spaces`
+    when the job has one policy, so that using it needs no env (space_record.py)."""
     meta = {
         **checkpoint_identity(config),
         "iteration": iteration,
@@ -44,6 +50,8 @@ def checkpoint_meta(
         "created": time.time(),
         "config": config.model_dump(mode="json", by_alias=True),
     }
+    if spaces is not None:
+        meta[SPACES] = spaces_record(*spaces)
     if row is not None:
         meta[META_ROW] = json.loads(json.dumps(row), parse_constant=lambda _: None)  # NaN: null
     return meta

@@ -189,6 +189,13 @@ class Trainer:
     def timesteps(self) -> int:
         return self.optimizer.counters.steps_sampled
 
+    @property
+    def env_spaces(self) -> tuple[Any, Any]:
+        """The observation and action spaces of the job's envs (after its wrappers): what its
+        checkpoints record, so that using the policy needs no env."""
+        envs = self.workers.local_worker.envs
+        return envs.single_observation_space, envs.single_action_space
+
     def step(self) -> tuple[dict[str, Any], dict[str, float], int]:
         """One iteration: the optimizer's step, then the greedy evaluation when one is due.
         Returns the progress row (without its checkpoint, which the caller knows), the seconds

@@ -17,12 +17,22 @@ import asyncio
 from dataclasses import asdict
 from typing import Annotated, Any
 
-from fastapi import APIRouter, Path, Query, Request
-from fastapi.responses import JSONResponse, PlainTextResponse, Response, StreamingResponse
+from fastapi import APIRouter, Depends, Path, Query, Request
+from fastapi.responses import JSONResponse, Response, StreamingResponse
+from starlette.background import BackgroundTask
 
 from kuberl_api.backend import ApiError, Backend, ListQuery, bad_request
 from kuberl_api.deps import BackendDep, Caller, CurrentCaller, NoBody, PageCaller
+from kuberl_api.errors import status_response
 from kuberl_api.guard import read_body
+from kuberl_api.log_follows import (
+    Follows,
+    TooManyFollows,
+    aclose,
+    caller_of,
+    closing,
+    follows_of,
+)
 from kuberl_api.page import PLOT_ROUTE
 from kuberl_api.schemas import ProgressHistory, ProgressPoint, RLJobList, Status
 from kuberl_api.submission import JSON_TYPES, MAX_BODY_BYTES, YAML_TYPES, parse_submission
@@ -38,6 +48,8 @@ JobName = Annotated[
     Path(description="The job's name.", max_length=MAX_JOB_NAME_LENGTH, pattern=JOB_NAME_PATTERN),
 ]
 
+
+TEXT = "text/plain; charset=utf-8"
 
 WATCH_REFUSED = (
     "watching is not supported by this API: poll GET .../jobs or .../jobs/{name} instead "
@@ -193,6 +205,7 @@ async def job_logs(
     name: JobName,
     caller: CurrentCaller,
     backend: BackendDep,
+    follows: Annotated[Follows, Depends(follows_of)],
     tail_lines: Annotated[
         int | None,
         Query(
@@ -206,19 +219,34 @@ async def job_logs(
         Query(
             description="Stream the output as it is written (chunked text/plain), until the "
             "trainer has ended: at once for a job that has (Succeeded, Failed, Suspended), "
-            "waiting for one that is still to start."
+            "waiting for one that is still to start. A job is followed at most "
+            "KUBERL_LOG_FOLLOWS_PER_JOB times at once (8), and a caller follows at most "
+            "KUBERL_LOG_FOLLOWS_PER_CALLER logs at once (4): beyond that, 429 with Retry-After."
         ),
     ] = False,
 ):
-    """The trainer's output (stdout and stderr): on the local backend its log file, on the
-    kubernetes backend the driver's log as the Ray Jobs API of the job's head serves it."""
+    """The trainer's output (stdout and stderr), streamed: on the local backend its log file, on
+    the kubernetes backend the driver's log as the job's Ray head serves it (through the
+    operator's log relay)."""
     await caller.authorize("get", namespace, name)
     if not follow:
-        return PlainTextResponse(await backend.logs(namespace, name, tail_lines))
+        chunks = await backend.logs(namespace, name, tail_lines)  # errors before the stream
+        return StreamingResponse(chunks, media_type=TEXT, background=BackgroundTask(aclose, chunks))
     chunks = await backend.follow_logs(namespace, name, tail_lines)  # errors before the stream
+    try:
+        close = follows.open(caller_of(caller.token), (namespace, name))
+    except TooManyFollows as refused:
+        await aclose(chunks)
+        retry = {"Retry-After": str(refused.retry_after_s)}
+        return status_response(refused.code, refused.reason, refused.message, headers=retry)
+    stream = closing(chunks, close)  # the follow's place is given back when the stream ends
     # X-Accel-Buffering: an nginx ingress in front would otherwise hold the stream back.
     headers = {"Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
-    return StreamingResponse(chunks, media_type="text/plain; charset=utf-8", headers=headers)
+    # The background task closes the stream when the client went away mid-way (the response
+    # then stops iterating it without closing it).
+    return StreamingResponse(
+        stream, media_type=TEXT, headers=headers, background=BackgroundTask(stream.aclose)
+    )
 
 
 async def job_plot(
@@ -271,7 +299,10 @@ _SUBMISSION = {
         },
     }
 }
-_LOGS = {**_errors(404, 501), 200: {"content": {"text/plain": {"schema": {"type": "string"}}}}}
+_LOGS = {
+    **_errors(404, 429, 501),
+    200: {"content": {"text/plain": {"schema": {"type": "string"}}}},
+}
 _POLICY = {
     **_errors(404, 501),
     200: {

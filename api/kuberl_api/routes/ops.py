@@ -6,7 +6,7 @@ from fastapi import APIRouter
 from fastapi.responses import PlainTextResponse, Response
 
 from kuberl_api.deps import BackendDep, CurrentCaller, MetricsDep
-from kuberl_api.metrics import listable
+from kuberl_api.metrics import visible_jobs
 
 router = APIRouter(tags=["ops"])
 
@@ -30,8 +30,8 @@ async def readyz(backend: BackendDep):
 async def prometheus_metrics(caller: CurrentCaller, backend: BackendDep, metrics: MetricsDep):
     """Prometheus exposition. Requests and their latency, for anyone; jobs by phase and each
     job's latest return and timesteps only for the namespaces whose rljobs the caller's bearer
-    token may list (as GET .../jobs would be authorized). The series of a namespace the token
-    may not list are left out; the scrape itself never fails on it."""
-    summaries = await backend.summaries()
-    body = metrics.render(await listable(summaries, caller.authorizer, caller.token))
+    token may list (as GET .../jobs would be authorized). Without a valid token nothing is
+    listed; the series of a namespace the token may not list are left out; the scrape itself
+    never fails on it."""
+    body = metrics.render(await visible_jobs(backend, caller.authorizer, caller.token))
     return Response(body, media_type="text/plain; version=0.0.4; charset=utf-8")

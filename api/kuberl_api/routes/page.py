@@ -1,5 +1,6 @@
-"""The status page's routes: `GET /` (the page), `POST /login` and `POST /logout` (the token's
-cookie). page.py draws the page and says why the cookie cannot be used to change anything.
+"""The status page's routes: `GET /` (the page), `POST /login` and `POST /logout` (the session
+and its cookie). page.py draws the page and says why the cookie cannot be used to change anything;
+sessions.py keeps the sessions.
 
 The page and the login form take their token from the header, the cookie or the form rather than
 from a declared security scheme, so these routes ask for the authorizer itself (`AuthorizerDep`).
@@ -20,14 +21,17 @@ from kuberl_api.guard import read_body
 from kuberl_api.page import (
     PAGE_LIMIT,
     PLOT_ROUTE,
-    TOKEN_COOKIE,
-    cookie_token,
+    cookie_is_secure,
     forbidden_page,
     jobs_page,
     login_page,
+    page_sessions,
     request_token,
+    session_id,
+    session_token,
 )
 from kuberl_api.schemas import Status
+from kuberl_api.sessions import SESSION_COOKIE
 from kuberl_operator.spec import DNS_LABEL_PATTERN
 
 router = APIRouter(tags=["page"])
@@ -82,7 +86,7 @@ async def status_page(
         return f"{path}?{urlencode({'format': 'png'})}"
 
     return jobs_page(
-        namespace, page, plot_url, backend.no_history_reason, bool(cookie_token(request))
+        namespace, page, plot_url, backend.no_history_reason, bool(session_token(request))
     )
 
 
@@ -91,7 +95,7 @@ async def status_page(
     status_code=303,
     response_class=RedirectResponse,
     responses={
-        303: {"description": "The token is kept in a cookie; on to the page."},
+        303: {"description": "The token is kept in a session; on to the page."},
         401: {"content": _HTML_TEXT, "description": "The form again: the token is invalid."},
         **{code: _STATUS_BODY for code in (400, 403, 413, 415, 500, 503)},
     },
@@ -114,7 +118,8 @@ async def status_page(
     },
 )
 async def login(request: Request, authorizer: AuthorizerDep):
-    """Check the form's token and keep it in an HttpOnly session cookie for the page."""
+    """Check the form's token, keep it in a session on the server, and give the browser the
+    session's id in an HttpOnly cookie for the page."""
     fields = await _form(request)
     namespace = fields.get("namespace") or "default"
     if len(namespace) > 63 or not re.fullmatch(DNS_LABEL_PATTERN, namespace):
@@ -127,13 +132,15 @@ async def login(request: Request, authorizer: AuthorizerDep):
             return login_page(namespace, exc.message)
         if exc.code != 403:  # 403: a valid token that may not list here; the page says so
             raise
+    sessions = page_sessions(request)
+    sessions.close(session_id(request))  # a browser logging in again leaves no session behind
     response = RedirectResponse(_page_url(request, namespace), status_code=303)
     response.set_cookie(
-        TOKEN_COOKIE,
-        token,
+        SESSION_COOKIE,
+        sessions.open(token),
         httponly=True,
         samesite="strict",
-        secure=request.url.scheme == "https",
+        secure=cookie_is_secure(request),
     )
     return response
 
@@ -143,14 +150,17 @@ async def login(request: Request, authorizer: AuthorizerDep):
     status_code=303,
     response_class=RedirectResponse,
     responses={
-        303: {"description": "The cookie is cleared; back to the page."},
+        303: {"description": "The session is ended and its cookie cleared; back to the page."},
         403: _STATUS_BODY,
     },
 )
 async def logout(request: Request):
-    """Forget the page's token."""
+    """End the page's session: its id reads nothing any more, wherever a copy of it is."""
+    page_sessions(request).close(session_id(request))
     response = RedirectResponse(request.app.url_path_for("status_page"), status_code=303)
-    response.delete_cookie(TOKEN_COOKIE, httponly=True, samesite="strict")
+    response.delete_cookie(
+        SESSION_COOKIE, httponly=True, samesite="strict", secure=cookie_is_secure(request)
+    )
     return response
 
 

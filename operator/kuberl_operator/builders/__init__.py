@@ -5,7 +5,8 @@ them, and `kuberl render` prints them.
 
 Where each question is answered:
 - names.py: the fixed names of a job's children (a RayCluster name KubeRay accepts, and its head
-  Service's) and the labels every child carries.
+  Service's; the Ray auth Secret's, keyed so nobody else can hold it), where each lives in the
+  API (`child_refs`), and the labels every child carries.
 - driver.py: the driver's submission id, entrypoint and run directory (and so its storage), and
   how the head stops it (the preStop hook and the head's grace period).
 - placement.py: where the Ray pods run: the head on on-demand nodes, rollout workers on each
@@ -46,9 +47,13 @@ from kuberl_operator.builders.driver import (
 )
 from kuberl_operator.builders.fallback import fallback_replicas, max_unavailable, scale_on_demand
 from kuberl_operator.builders.names import (
+    ChildRef,
+    auth_secret_name,
     child_names,
     child_names_of,
+    child_refs,
     head_service_name,
+    job_uid,
     ray_cluster_name,
 )
 from kuberl_operator.builders.ray_cluster import build_ray_cluster
@@ -56,6 +61,8 @@ from kuberl_operator.builders.ray_cluster import build_ray_cluster
 __all__ = [
     "RAY_STOP_MARGIN_SECONDS",
     "STOP_DRIVER",
+    "ChildRef",
+    "auth_secret_name",
     "build_auth_secret",
     "build_children",
     "build_job_config_map",
@@ -64,9 +71,11 @@ __all__ = [
     "build_ray_cluster",
     "child_names",
     "child_names_of",
+    "child_refs",
     "driver_entrypoint",
     "fallback_replicas",
     "head_service_name",
+    "job_uid",
     "max_unavailable",
     "ray_auth_token",
     "ray_capacity",

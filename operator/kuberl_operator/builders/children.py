@@ -3,8 +3,8 @@ the RayCluster.
 
 The children of a job:
 - a KubeRay `RayCluster` named like the job (`build_ray_cluster`, ray_cluster.py),
-- a `Secret` with the Ray auth token (`build_auth_secret`; the caller passes the token, derived
-  by `ray_auth_token` from the operator's key and the job's identity),
+- a `Secret` with the Ray auth token (`build_auth_secret`, named by `auth_secret_name`; the caller
+  passes the token, derived by `ray_auth_token` from the operator's key and the job's identity),
 - a `ConfigMap` with the job's manifest (`build_job_config_map`), mounted into the head at
   /etc/kuberl/job.yaml for `kuberl train`,
 - a `PodDisruptionBudget` that, unless spec.learner.disruptionBudget says otherwise, lets no
@@ -19,12 +19,17 @@ The children of a job:
 from __future__ import annotations
 
 import base64
-import hashlib
-import hmac
 
 import yaml
 
-from kuberl_operator.builders.names import Object, child_labels, child_metadata, child_names
+from kuberl_operator.builders.names import (
+    Object,
+    auth_secret_name,
+    child_labels,
+    child_metadata,
+    child_names,
+    keyed_digest,
+)
 from kuberl_operator.builders.ray_cluster import build_ray_cluster
 from kuberl_operator.constants import (
     JOB_CONFIG_FILE,
@@ -45,15 +50,11 @@ def ray_auth_token(settings: OperatorSettings, namespace: str, name: str, uid: s
     ray_auth_key over the three, so the operator (restarted or not) computes it again instead of
     reading it back from the job's Secret, and a job recreated under the same name gets another.
     None without a key (the caller then generates a random token and reads it back)."""
-    if settings.ray_auth_key is None:
-        return None
-    key = settings.ray_auth_key.get_secret_value().encode()
-    message = "\n".join((namespace, name, uid)).encode()
-    digest = hmac.new(key, message, hashlib.sha256).digest()
-    return base64.urlsafe_b64encode(digest).decode().rstrip("=")
+    digest = keyed_digest(settings, namespace, name, uid)
+    return None if digest is None else base64.urlsafe_b64encode(digest).decode().rstrip("=")
 
 
-def build_auth_secret(job: RLJob, token: str) -> Object:
+def build_auth_secret(job: RLJob, settings: OperatorSettings, token: str) -> Object:
     """The Secret holding the Ray auth token of the job's cluster. Immutable: Ray reads the token
     once per process, so changing it under a running cluster would split it in two."""
     if not token:
@@ -61,7 +62,7 @@ def build_auth_secret(job: RLJob, token: str) -> Object:
     return {
         "apiVersion": "v1",
         "kind": "Secret",
-        "metadata": child_metadata(job, child_names(job).auth_secret, child_labels(job)),
+        "metadata": child_metadata(job, auth_secret_name(job, settings), child_labels(job)),
         "type": "Opaque",
         "immutable": True,
         "stringData": {RAY_AUTH_TOKEN_SECRET_KEY: token},
@@ -166,12 +167,14 @@ def build_network_policy(job: RLJob, settings: OperatorSettings) -> Object:
 def build_children(
     job: RLJob, settings: OperatorSettings, attempt: int, token: str
 ) -> list[Object]:
-    """Every object the operator creates for an attempt, in creation order: what the Ray pods
-    mount, and the policy that fences them in, come before the cluster."""
+    """Every object the operator creates for an attempt, in creation order (that of
+    names.child_refs): what the Ray pods mount, the policy that fences them in and the head's
+    disruption budget come before the cluster, so that a name found taken on the way stops the
+    attempt before any Ray pod exists."""
     return [
-        build_auth_secret(job, token),
+        build_auth_secret(job, settings, token),
         build_job_config_map(job),
         build_network_policy(job, settings),
-        build_ray_cluster(job, settings, attempt),
         build_pod_disruption_budget(job),
+        build_ray_cluster(job, settings, attempt),
     ]

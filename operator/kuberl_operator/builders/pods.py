@@ -10,8 +10,9 @@ image, PriorityClass and ServiceAccount) is checked against the settings before 
 (policy.py).
 
 Authentication. Every Ray container gets RAY_AUTH_MODE=token and RAY_AUTH_TOKEN from the job's
-Secret explicitly (KubeRay adds them only where missing), so `kuberl train` in the head and every
-`ray job` client authenticate without depending on what KubeRay injects (ray_cluster.py).
+Secret (names.auth_secret_name) explicitly (KubeRay adds them only where missing), so `kuberl
+train` in the head and every `ray job` client authenticate without depending on what KubeRay
+injects (ray_cluster.py).
 
 The head's container runs the driver: it mounts the job's manifest and the run directory's storage,
 gets the object store's credentials and the cluster's capacity (capacity.py), and stops the driver
@@ -26,7 +27,7 @@ from collections.abc import Sequence
 
 from kuberl_operator.builders.capacity import ray_capacity
 from kuberl_operator.builders.driver import STOP_DRIVER
-from kuberl_operator.builders.names import Object, child_names
+from kuberl_operator.builders.names import Object, auth_secret_name, child_names
 from kuberl_operator.builders.placement import Placement
 from kuberl_operator.constants import (
     GPU_RESOURCE,
@@ -44,8 +45,8 @@ from kuberl_operator.spec import RLJob, RolloutWorkers
 from kuberl_trainer.capacity import RAY_CAPACITY_ENV
 
 
-def _auth_env(job: RLJob) -> list[Object]:
-    secret = {"name": child_names(job).auth_secret, "key": RAY_AUTH_TOKEN_SECRET_KEY}
+def _auth_env(job: RLJob, settings: OperatorSettings) -> list[Object]:
+    secret = {"name": auth_secret_name(job, settings), "key": RAY_AUTH_TOKEN_SECRET_KEY}
     return [
         {"name": RAY_AUTH_MODE_ENV, "value": "token"},
         {"name": RAY_AUTH_TOKEN_ENV, "valueFrom": {"secretKeyRef": secret}},
@@ -84,7 +85,7 @@ def ray_container(
         "name": name,
         "image": job.spec.image or default_image,
         "resources": resources,
-        "env": _auth_env(job),
+        "env": _auth_env(job, settings),
         "volumeMounts": [shared_memory],
         "securityContext": copy.deepcopy(CONTAINER_SECURITY_CONTEXT),
     }

@@ -30,7 +30,13 @@ from typing import NamedTuple
 from kuberl_operator.builders.capacity import head_cpus, rollout_node_resources, rollout_pods
 from kuberl_operator.builders.drift import SPEC_HASHES_ANNOTATION, spec_hashes
 from kuberl_operator.builders.driver import head_grace_period_seconds
-from kuberl_operator.builders.names import Object, child_labels, child_metadata, child_names
+from kuberl_operator.builders.names import (
+    Object,
+    auth_secret_name,
+    child_labels,
+    child_metadata,
+    child_names,
+)
 from kuberl_operator.builders.placement import (
     Placement,
     head_placement,
@@ -164,7 +170,7 @@ def build_ray_cluster(
             "enableInTreeAutoscaling": False,
             # Kueue admits only clusters created suspended, then unsuspends them itself.
             "suspend": job.spec.suspend or bool(queue),
-            "authOptions": {"mode": "token", "secretName": child_names(job).auth_secret},
+            "authOptions": {"mode": "token", "secretName": auth_secret_name(job, settings)},
             "headGroupSpec": _head_group(job, settings, labels),
             "workerGroupSpecs": _worker_groups(job, settings, labels, on_demand_replicas),
         },

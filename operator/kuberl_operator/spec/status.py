@@ -84,6 +84,9 @@ class Reason(StrEnum):
     CLUSTER_LOST = "RayClusterLost"
     BACKOFF_LIMIT_EXCEEDED = "BackoffLimitExceeded"
     DEADLINE_EXCEEDED = "DeadlineExceeded"
+    NAME_CONFLICT = "NameConflict"
+    """A name one of the job's children needs is held by an object the job does not own (its
+    controller ownerReference is not the job's UID): the operator leaves it alone."""
 
     # Preempted.
     HEAD_PREEMPTED = "HeadPreempted"

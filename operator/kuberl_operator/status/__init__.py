@@ -11,7 +11,8 @@ The phase is decided by one transition function, `next_phase(current, event)`, o
 
 One module per question:
 - `observed`: what the reconciler observes (`Observed` and its parts: the RayCluster, the head
-  pod, the driver, the newest progress, pods the scheduler cannot place).
+  pod, the driver, the newest progress, pods the scheduler cannot place, children's names that
+  objects the job does not own hold).
 - `actions`: what the reconciler does next (`Nothing`, `CreateCluster`, `SubmitDriver`,
   `DeleteCluster`, `Requeue`, `DeleteJob`), the `KubeEvent`s it emits, and `StatusUpdate`.
 - `phases`: the phase machine (`PhaseEvent`, `TRANSITIONS`, `next_phase`).
@@ -47,6 +48,7 @@ from kuberl_operator.status.observed import (
     ObservedDriver,
     ObservedHead,
     ObservedProgress,
+    TakenName,
     UnschedulablePods,
 )
 from kuberl_operator.status.phases import TERMINAL, TRANSITIONS, PhaseEvent, next_phase
@@ -72,6 +74,7 @@ __all__ = [
     "Requeue",
     "StatusUpdate",
     "SubmitDriver",
+    "TakenName",
     "UnschedulablePods",
     "backoff_seconds",
     "compute_status",

@@ -17,7 +17,12 @@ InvalidSpec and the driver's own message, from the final record that ends its lo
 
 Restart backoff. A failed attempt turns Progressing False (reason RestartBackoff); the next
 attempt's cluster is created once `backoff_seconds(...)` have passed since that condition's
-lastTransitionTime, which is the moment of the failure, stored in the status itself."""
+lastTransitionTime, which is the moment of the failure, stored in the status itself.
+
+Names taken. Children are never created over objects the job does not own (`_names_taken`): a
+name held by someone else's object fails the job (NameConflict, naming the object), since only a
+new name can help; one held by a child of an earlier RLJob of the same name is waited for, since
+the garbage collector removes it."""
 
 from __future__ import annotations
 
@@ -26,6 +31,7 @@ from datetime import datetime
 
 from kuberl_operator.constants import (
     KUBERAY_RECHECK_SECONDS,
+    LEFTOVER_RECHECK_SECONDS,
     MAX_BACKOFF_SECONDS,
 )
 from kuberl_operator.spec import (
@@ -81,6 +87,24 @@ class Decision:
 
 
 def decide(spec: RLJobSpec | None, observed: Observed, phase: Phase) -> Decision:
+    """What the observation amounts to, in `phase`; children are created only over free names."""
+    decision = _decide(spec, observed, phase)
+    if isinstance(decision.action, CreateCluster) and observed.taken_names:
+        return _names_taken(decision, observed)
+    return decision
+
+
+def _names_taken(decision: Decision, observed: Observed) -> Decision:
+    """The children would be created, but objects the job does not own hold some of their names:
+    fail naming someone else's, or wait for an earlier job's to be garbage-collected."""
+    foreign = [taken.describe() for taken in observed.taken_names if not taken.leftover]
+    if foreign:
+        return _fail(decision, observed, Reason.NAME_CONFLICT, "; ".join(foreign))
+    decision.action = Requeue(LEFTOVER_RECHECK_SECONDS)
+    return decision
+
+
+def _decide(spec: RLJobSpec | None, observed: Observed, phase: Phase) -> Decision:
     status = observed.status
     # Without a recorded attempt (a status write was lost), the cluster's label is the best guess.
     attempt = status.attempt or (observed.cluster.attempt if observed.cluster else 0)

@@ -1,5 +1,6 @@
 """What the reconciler observed, in plain values: `Observed` and its parts (the RayCluster, the
-current attempt's head pod, its driver, pods the scheduler cannot place, the newest progress).
+current attempt's head pod, its driver, pods the scheduler cannot place, the newest progress, the
+names of children that other objects hold).
 
 They are frozen dataclasses that hold no Kubernetes object, so every rule of the status is tested
 with a few lines of plain values; `kuberl_operator.observe` reads them out of the API's objects."""
@@ -120,6 +121,27 @@ class ObservedProgress:
 
 
 @dataclass(frozen=True)
+class TakenName:
+    """A name one of the job's children needs, held by an object the job does not own (no
+    controller ownerReference with the job's UID). The operator never changes or deletes it."""
+
+    kind: str
+    name: str
+    leftover: bool = False
+    """The object is a child of an earlier RLJob of the same name (deleted: its controller is an
+    RLJob of this name with another UID), which the garbage collector is removing; else it is
+    someone else's."""
+
+    def describe(self) -> str:
+        if self.leftover:
+            return (
+                f"{self.kind} {self.name} is left by an earlier RLJob of this name and is being "
+                "garbage-collected"
+            )
+        return f"{self.kind} {self.name} exists and is not this job's: rename the job"
+
+
+@dataclass(frozen=True)
 class Observed:
     """Everything one reconcile observed, in plain values; `compute_status` reads nothing else."""
 
@@ -152,6 +174,10 @@ class Observed:
     unschedulable: tuple[UnschedulablePods, ...] = ()
     """The current attempt's pods the scheduler cannot place, by group (the head first); empty
     when every pod is scheduled or still waiting for the scheduler's first try."""
+    taken_names: tuple[TakenName, ...] = ()
+    """Children's names held by objects the job does not own, looked for while the job has no Ray
+    cluster of its own (the children would be created next); a RayCluster of the job's name that
+    is not the job's is here, never in `cluster`."""
 
 
 def condition_of(status: RLJobStatus, type_: str) -> Condition | None:
