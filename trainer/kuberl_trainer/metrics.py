@@ -9,6 +9,7 @@ import time
 from prometheus_client import CollectorRegistry, Counter, Gauge, Info, start_http_server
 
 from kuberl_trainer.progress_row import (
+    ADVANTAGE_STD,
     ALPHA,
     ALPHA_LOSS,
     CHECKPOINT_LABEL,
@@ -24,6 +25,7 @@ from kuberl_trainer.progress_row import (
     EVALUATION_RETURN_MEAN,
     EXPLOITS,
     GRAD_NORM,
+    IMPORTANCE_RATIO_MAX,
     ITERATION,
     KL,
     LEARNER_QUEUE_DEPTH,
@@ -121,6 +123,7 @@ LEARNER_GAUGES = {
 
 UNGAUGED_POLICY_STATS = frozenset(
     {
+        ADVANTAGE_STD,
         ALPHA,
         ALPHA_LOSS,
         CLIP_FRACTION,
@@ -129,6 +132,7 @@ UNGAUGED_POLICY_STATS = frozenset(
         ES_UPDATE_RATIO,
         ES_WEIGHTS_NORM,
         GRAD_NORM,
+        IMPORTANCE_RATIO_MAX,
         Q_MEAN,
         SGD_STEPS,
         TD_ERROR_MEAN,

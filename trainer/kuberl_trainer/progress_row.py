@@ -97,6 +97,14 @@ GRAD_NORM = "grad_norm"
 """Global norm of the gradient before clipping, when max_grad_norm clips it."""
 SGD_STEPS = "sgd_steps"
 """SGD steps the learn call took (PPO, IMPALA, APPO)."""
+ADVANTAGE_STD = "advantage_std"
+"""Standard deviation of the V-trace advantages as computed, before any standardization (IMPALA,
+APPO): it falls toward 0 once a task is solved."""
+IMPORTANCE_RATIO_MAX = "importance_ratio_max"
+"""The largest ratio pi/mu between the learner's policy and the one that sampled a row, before
+V-trace clips it, in an SGD step's rows (the iteration's mean of them; IMPALA, APPO): far above 1
+where the policy moves fast between a batch's sampling and its learning, as it did before a
+solved policy collapsed."""
 Q_MEAN = "q_mean"
 """Mean Q-value of the actions taken (DQN, SAC)."""
 TD_ERROR_MEAN = "td_error_mean"
@@ -123,6 +131,8 @@ POLICY_STATS = (
     CLIP_FRACTION,
     GRAD_NORM,
     SGD_STEPS,
+    ADVANTAGE_STD,
+    IMPORTANCE_RATIO_MAX,
     Q_MEAN,
     TD_ERROR_MEAN,
     ALPHA_LOSS,

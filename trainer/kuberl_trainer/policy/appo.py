@@ -26,7 +26,7 @@ from torch import nn
 from kuberl_trainer.config import AnyTrainerConfig
 from kuberl_trainer.envs import SpaceInfo
 from kuberl_trainer.policy.base import numpy_weights
-from kuberl_trainer.policy.impala import IMPALAPolicy
+from kuberl_trainer.policy.impala import IMPALAPolicy, vtrace_stats
 from kuberl_trainer.policy.interface import Stats
 from kuberl_trainer.progress_row import CLIP_FRACTION, ENTROPY, KL, POLICY_LOSS, VF_LOSS
 from kuberl_trainer.sample_batch import SampleBatch
@@ -90,6 +90,7 @@ class APPOPolicy(IMPALAPolicy):
             ENTROPY: entropy.detach(),
             KL: kl,
             CLIP_FRACTION: clip_fraction,
+            **vtrace_stats(batch),
         }
 
     def get_state(self) -> dict[str, Any]:

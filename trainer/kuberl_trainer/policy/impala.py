@@ -20,7 +20,15 @@ from kuberl_trainer.policy.actor_critic import ActorCriticPolicy
 from kuberl_trainer.policy.base import TensorStats, mean_stats
 from kuberl_trainer.policy.interface import Stats
 from kuberl_trainer.postprocessing import sequence_columns
-from kuberl_trainer.progress_row import ENTROPY, GRAD_NORM, POLICY_LOSS, SGD_STEPS, VF_LOSS
+from kuberl_trainer.progress_row import (
+    ADVANTAGE_STD,
+    ENTROPY,
+    GRAD_NORM,
+    IMPORTANCE_RATIO_MAX,
+    POLICY_LOSS,
+    SGD_STEPS,
+    VF_LOSS,
+)
 from kuberl_trainer.sample_batch import VALID, SampleBatch
 
 
@@ -108,11 +116,32 @@ def _discounted_sums_by_matrix(deltas: torch.Tensor, decay: torch.Tensor) -> tor
     return deltas + (discounts * deltas[1:]).sum(1)
 
 
+@torch.no_grad()
+def vtrace_stats(batch: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+    """What shows a solved policy about to be lost, on a (mini)batch's learnable rows: the scale
+    of its V-trace advantages before any standardization, and the largest importance ratio pi/mu
+    (from the reference policy, as V-trace takes it)."""
+    advantages = batch["advantages"]
+    spread = advantages.std() if len(advantages) > 1 else advantages.new_zeros(())
+    return {
+        ADVANTAGE_STD: spread,
+        IMPORTANCE_RATIO_MAX: (batch["reference_logp"] - batch["logp"]).max().exp(),
+    }
+
+
 LEARNABLE_ROWS = "learnable_rows"  # batch_tensors' indices of the rows that are transitions
 
 
 class IMPALAPolicy(ActorCriticPolicy):
-    STAT_KEYS = (POLICY_LOSS, VF_LOSS, ENTROPY, GRAD_NORM, SGD_STEPS)
+    STAT_KEYS = (
+        POLICY_LOSS,
+        VF_LOSS,
+        ENTROPY,
+        GRAD_NORM,
+        SGD_STEPS,
+        ADVANTAGE_STD,
+        IMPORTANCE_RATIO_MAX,
+    )
     values_while_acting = False  # V-trace takes the learner's values, never the behaviour's
     # A learn call of one whole-batch SGD step shares its forward pass with V-trace (APPO's
     # V-trace takes the target network's log-probabilities: it cannot).
@@ -273,4 +302,5 @@ class IMPALAPolicy(ActorCriticPolicy):
             POLICY_LOSS: policy_loss.detach(),
             VF_LOSS: vf_loss.detach(),
             ENTROPY: entropy.detach(),
+            **vtrace_stats(batch),
         }
