@@ -221,6 +221,12 @@ class IMPALAHyperparameters(CriticHyperparameters):
     """Clip the global gradient norm to this value (RLlib's IMPALA grad_clip 40); null disables
     clipping."""
 
+    adam_beta2: float = Field(0.99, gt=0.0, lt=1.0)
+    """Adam's decay rate of its averages of squared gradients (torch's and RLlib's 0.999). At
+    0.99 they follow the last hundred or so SGD steps instead of a thousand, so after a long
+    solved stretch, whose gradients are near 0, the first failed episodes move the policy about as
+    far as they would while learning, not several times as far."""
+
     minibatch_size: Count | None = None
     """Samples per SGD step: a learner batch larger than this is learned on in minibatches
     (RLlib's minibatch_size). Null (the default) lets the policy lag decide: a learner batch of

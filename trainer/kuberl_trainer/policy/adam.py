@@ -21,14 +21,16 @@ BETAS = (0.9, 0.999)
 
 class Adam:
     """Adam (Kingma and Ba, 2015) over one group of parameters, with L2 weight decay added to the
-    gradient as torch.optim.Adam does. `lr` and `weight_decay` may be changed between steps (a
-    schedule, a population's explore step). Parameters given to `scale_steps` step by a multiple
-    of `lr`, as a param group of their own would in torch.optim.Adam."""
+    gradient as torch.optim.Adam does. `lr`, `weight_decay` and `beta2` may be changed between
+    steps (a schedule, a population's explore step, a policy's own setting). Parameters given to
+    `scale_steps` step by a multiple of `lr`, as a param group of their own would in
+    torch.optim.Adam."""
 
     def __init__(self, params: Iterable[torch.Tensor], lr: float, eps: float = 1e-8):
         self.params = list(params)
         self.lr = lr
         self.eps = eps
+        self.beta2 = BETAS[1]
         self.weight_decay = 0.0
         # Per parameter, once it has had a gradient: the step count (a float tensor, as the
         # fused kernel takes it) and the first and second moments.
@@ -72,7 +74,7 @@ class Adam:
                 amsgrad=False,
                 lr=self.lr * scale,
                 beta1=BETAS[0],
-                beta2=BETAS[1],
+                beta2=self.beta2,
                 weight_decay=self.weight_decay,
                 eps=self.eps,
                 maximize=False,
@@ -100,7 +102,7 @@ class Adam:
             "param_groups": [
                 {
                     "lr": self.lr,
-                    "betas": BETAS,
+                    "betas": (BETAS[0], self.beta2),
                     "eps": self.eps,
                     "weight_decay": self.weight_decay,
                     "amsgrad": False,

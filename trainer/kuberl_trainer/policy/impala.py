@@ -12,6 +12,8 @@ the learner drops them once the targets are computed.
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import numpy as np
 import torch
 from torch import nn
@@ -30,6 +32,10 @@ from kuberl_trainer.progress_row import (
     VF_LOSS,
 )
 from kuberl_trainer.sample_batch import VALID, SampleBatch
+
+if TYPE_CHECKING:
+    from kuberl_trainer.config import AnyTrainerConfig
+    from kuberl_trainer.envs import SpaceInfo
 
 
 def pg_weights(log_rhos: torch.Tensor, pg_rho_bar: float) -> torch.Tensor:
@@ -146,6 +152,10 @@ class IMPALAPolicy(ActorCriticPolicy):
     # A learn call of one whole-batch SGD step shares its forward pass with V-trace (APPO's
     # V-trace takes the target network's log-probabilities: it cannot).
     one_forward = True
+
+    def __init__(self, spaces: SpaceInfo, config: AnyTrainerConfig, seed: int):
+        super().__init__(spaces, config, seed)
+        self.optimizer.beta2 = self.hp.adam_beta2
 
     def postprocess_trajectory(self, rollout: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
         return sequence_columns(rollout, self._logp(rollout["dist_inputs"], rollout["actions"]))
