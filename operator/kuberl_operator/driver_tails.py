@@ -11,8 +11,10 @@ to (`after`) and is answered with at most READ_CHARS characters from there, and 
 later than asked when the window has moved past it (the follower learns what it skipped), so a
 follower that falls behind, or starts following a long log from its beginning, continues from the
 oldest whole line still held. A follower that asks for the last lines (`tail_lines`) gets them
-once the reader has caught up with the log. A read with nothing new to answer waits for news
-rather than answering at once, so that nobody polls a quiet log.
+once the reader has caught up with the log, which it takes to be when Ray's stream has paused for
+settle_s: on a busy head the stream can pause sooner, and the follower then starts a few lines
+earlier than asked, never later, so no line is missed. A read with nothing new to answer waits for
+news rather than answering at once, so that nobody polls a quiet log.
 
 A reader ends with its driver, is dropped once nobody has read from it for `idle_s`, and the
 oldest is dropped first when `most` readers exist: its followers then get a fresh reader, which

@@ -226,11 +226,14 @@ def test_ten_followers_of_a_4_mib_log_cost_the_operator_one_read_of_it(tmp_path)
         f"{held['traced_peak'] / 2**20:.1f} MiB (traced), its peak RSS grew "
         f"{held['peak_rss_growth'] / 2**20:.1f} MiB"
     )
+    lines = "".join(line(i) for i in range(LOG_LINES)) + "last words\n"
     tail = "".join(line(i) for i in range(LOG_LINES - TAIL_LINES, LOG_LINES))
     for index, (start, end) in enumerate(got):
         assert end.endswith(LAST_LINE + "last words\n"), (index, end[-300:])
-        if index % 2 == 0:  # from the last lines: exactly those, then the rest
-            assert end == tail + "last words\n", (index, end[:300])
+        if index % 2 == 0:  # from the last lines, then the rest, no line missed (a busy head's
+            # stream may pause before the reader has caught up: a few lines more, never fewer)
+            assert end.endswith(tail + "last words\n"), (index, end[:300])
+            assert end.startswith("line ") and lines.endswith(end), (index, end[:300])
         else:  # from the start: from the log's first line, or told what was skipped
             assert start.startswith(("[kuberl: ", "20")), (index, start[:300])
     # The log crossed once (and a little: headers, status reads), whatever the followers.
