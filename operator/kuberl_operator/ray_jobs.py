@@ -118,16 +118,6 @@ class RayJobsClient:
             info.get("driver_node_id") or None,
         )
 
-    async def logs(self, submission_id: str) -> str:
-        """The driver's whole log so far ("" when the id is unknown), in one piece: for logs known
-        to be short; `tail` and `log_file` read any log in bounded pieces."""
-        status, text = await self._request("GET", f"{JOBS_PATH}{submission_id}/logs")
-        if status == 404:
-            return ""
-        if status != 200:
-            raise RayJobsError(f"reading the logs of {submission_id}: HTTP {status}: {text}")
-        return json.loads(text).get("logs") or ""
-
     async def tail(self, submission_id: str) -> AsyncIterator[str]:
         """The driver's log as the Jobs API streams it: from its start, then what the driver
         writes as it writes it (Ray reads the file each second), ending once the driver has exited

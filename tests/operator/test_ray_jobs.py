@@ -52,7 +52,8 @@ def test_submission_happens_once_per_id_and_reports_the_outcome(ray_head):
         assert await client.submit("job-1", "python -c 'print(42)'") is False  # idempotent
         done = await wait_for(client, "job-1", {"SUCCEEDED", "FAILED"})
         assert (done.status, done.exit_code) == ("SUCCEEDED", 0)
-        assert "42" in await client.logs("job-1")
+        log = b"".join([piece async for piece in client.log_file("job-1", done.node_id)])
+        assert "42" in log.decode()
         await client.submit("job-2", "python -c 'import sys; sys.exit(65)'")
         failed = await wait_for(client, "job-2", {"SUCCEEDED", "FAILED"})
         assert failed.status == "FAILED" and "65" in failed.message
@@ -108,7 +109,6 @@ def test_an_ended_drivers_final_record_is_read_from_its_logs_end_alone(ray_head)
                 yield piece
 
         client.log_file = counted
-        client.logs = None  # the whole log in one piece: never
         found = await ended_drivers_record(client, "chatty")
         assert found is not None and found.message == record.message
         assert 0 < sum(read) <= 64 * 1024  # the last lines, not 16 MiB
