@@ -9,7 +9,9 @@ of IMPALA and APPO steps at 30 times their policy's rate (vf_learning_rate_ratio
 more than IMPALA's: which batches a train batch combines, and at what lag, depends on when workers
 return, and with four CPU-bound processes beside it APPO took 73-196k (seeds 1, 3, 6; no batch
 dropped, lag at most 3); one run in a full suite, its learner sharing the cores with another test's
-processes, took 515k (a return of 391 at 392k). Both budgets are 1M. Ape-X with 12 workers of 8 envs
+processes, took 515k (a return of 391 at 392k). Since APPO's passes keep within lag_sgd_steps
+(its minibatch_size null), 12 x 64 took 146-222k on an idle machine (seeds 0-2). Both budgets
+are 1M. Ape-X with 12 workers of 8 envs
 reached 400 at 141-151k (84-99 s: its learner is the ceiling), A3C with 8 at 46-48k (seeds 0-1,
 beside another run). Since workers start one at a time on 2 cores, Ape-X's in the order of
 APEXPolicy.worker_start_order: 400 at 59-129k env steps (10-21 s, seeds 0-2), 88-119k (25-32 s,
@@ -55,12 +57,14 @@ def test_12_workers_of_64_envs_reach_475(tmp_path, algorithm, seed):
 def test_impala_2_workers_of_64_envs_reach_475(tmp_path):
     """Few workers with many envs each, whose batches IMPALA once oscillated on (151 -> 38 ->
     446) and, in whole-batch steps of 2,048 env steps, learned slowly on (585k-2M+ env steps to
-    475). With its defaults it now splits a batch that lags 2-4 learner steps into 2-4
-    minibatches (lag_sgd_steps 8, one batch queued for the learner): 475 came within 198-365k
+    475). With its defaults it splits a batch that lags 2-4 learner steps into minibatches: with
+    lag_sgd_steps at 8 (2-4 of them, one batch queued for the learner) 475 came within 198-365k
     env steps in 14 runs beside a CPU-bound process, and within 231-498k in 14 on an idle
     machine, where the learner is the bottleneck and the lag longest (seeds 0-5). With IMPALA's
     entropy bonus of 1e-3, within 232-479k two runs at a time (seeds 0-5; 363-449k without); with
-    its value network at 30x (vf_learning_rate_ratio), within 137-158k (seeds 0-7)."""
+    its value network at 30x (vf_learning_rate_ratio), within 137-158k (seeds 0-7); with
+    lag_sgd_steps at 4 (1-2 minibatches, which keep a solved policy on a busy node), within
+    172-395k on an idle machine (seeds 0-2)."""
     stop = {"episodeReturnMean": 475, "timesteps": 500_000}
     result = train(tmp_path, "IMPALA", 2, 64, 0, stop=stop)
     assert result.stopped_by == "episodeReturnMean>=475", result

@@ -307,6 +307,39 @@ def test_impala_minibatches_go_by_size_without_lag_or_with_a_minibatch_size():
     assert policy.learn_on_batch(batch)["sgd_steps"] == batch.env_steps // 300
 
 
+@pytest.mark.parametrize(
+    ("env_steps", "lag", "plan"),
+    [
+        (512, 0.8, (4, 1)),  # 2 workers x 8 envs on an idle machine: every pass
+        (512, 2.0, (2, 1)),
+        (2_048, 2.0, (1, 2)),  # a busy node's lag: minibatches first, then passes
+        (2_048, 0.0, (1, 4)),
+        (4_096, 1.0, (1, 4)),
+        (512, 8.0, (1, 1)),
+    ],
+)
+def test_appos_passes_and_minibatches_keep_within_the_lag(env_steps, lag, plan):
+    """APPO's defaults (minibatch_size null, num_epochs 4, lag_sgd_steps 4, train_batch_size
+    500): (passes, minibatches per pass) whose product times the lag stays within lag_sgd_steps
+    where a single step does not already pass it."""
+    config = trainer_config(algorithm="APPO")
+    policy = RolloutWorker(APPOPolicy, config, num_envs=1, seed=0).policy
+    assert policy.sgd_plan(env_steps, lag) == plan
+    assert config.hyperparameters.minibatch_size is None
+    sized = trainer_config(algorithm="APPO", hyperparameters={"minibatch_size": 128})
+    policy = RolloutWorker(APPOPolicy, sized, num_envs=1, seed=0).policy
+    assert policy.sgd_plan(env_steps, lag) == (4, env_steps // 128)  # a size: every pass
+
+
+def test_appo_learns_on_a_batch_in_its_planned_sgd_steps():
+    config = trainer_config(algorithm="APPO")
+    worker = RolloutWorker(APPOPolicy, config, num_envs=64, seed=0)
+    batch = worker.sample()
+    batch.policy_lag = 2.0
+    passes, splits = worker.policy.sgd_plan(batch.env_steps, 2.0)
+    assert worker.policy.learn_on_batch(batch)["sgd_steps"] == passes * splits == 2
+
+
 @pytest.mark.parametrize("policy_class", [IMPALAPolicy, APPOPolicy])
 def test_the_value_network_steps_at_its_ratio_of_the_learning_rate(policy_class):
     """Adam's first step moves every parameter by about its step size: the value network's by

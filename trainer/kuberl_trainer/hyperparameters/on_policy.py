@@ -233,15 +233,27 @@ class IMPALAHyperparameters(CriticHyperparameters):
     R env steps that lags L learner steps (the mean over its sample calls) is learned on in
     k = min(R // train_batch_size, lag_sgd_steps // L) minibatches (at least 1), so that
     batches of little lag take more than one SGD step each, and batches that lag more take
-    whole-batch steps. On CartPole with 64 envs per worker: 2 workers (lag 2-4, 2-4 minibatches)
-    reached 475 within 198-498k env steps in 28 runs (median 287k, 24 within 400k; seeds 0-5,
-    alone and beside a CPU-bound process), where whole batches took 585k-2M+. 12 workers on 2
-    cores, whose calls in flight AsyncSamples keeps to what the learner takes, lag about 3 and
-    take 2-3 minibatches too."""
+    whole-batch steps. On CartPole with 64 envs per worker and lag_sgd_steps at 8: 2 workers (lag
+    2-4, 2-4 minibatches) reached 475 within 198-498k env steps in 28 runs (median 287k, 24
+    within 400k; seeds 0-5, alone and beside a CPU-bound process), where whole batches took
+    585k-2M+. 12 workers on 2 cores, whose calls in flight AsyncSamples keeps to what the
+    learner takes, lag 2-3 and take 1-2 minibatches (2-4 at 8)."""
 
-    lag_sgd_steps: int = Field(8, ge=1, le=1000)
-    """With minibatch_size null: the SGD steps a batch may lag, counting every minibatch as a
-    step, that the split into minibatches keeps to (see minibatch_size). With 16, 2 workers x 64
+    lag_sgd_steps: int = Field(4, ge=1, le=1000)
+    """With minibatch_size null: the SGD steps a batch may lag, counting every minibatch of every
+    pass as a step, that its minibatches and passes keep to (see minibatch_size). 4 keeps a
+    solved policy on a busy node. There the learner waits for every batch and takes one worker's
+    sample call at a time, about 2 learner steps old: at 8 it split each into 4 minibatches, so
+    the learner went 8 SGD steps past the policy whose episodes it learned from, and once a
+    solved policy's first episodes failed, its correction overshot and the return fell to 10-200
+    (a delay in a feedback loop, and 4 steps of gain on each batch). Replayed deterministically
+    at that lag (tests/trainer/test_solved_hold.py, 12 workers x 64 envs, 2M env steps, seeds
+    0-5), 2 runs of 6 fell below a mean return of 450 over the second million at 8 (313, 409; at
+    a lag of 0 every run held 482 or more), none at 4 (496-500, minima 457-499). Beside three
+    CPU-bound processes, 12 workers x 64 envs held 498, 460, 500, 483 and 500, and 2 x 64 held
+    499, 500, 500, 494 and 497 (seeds 0-4). It
+    costs a little speed on an idle machine: 475 within 245-342k env steps with 12 workers x 64
+    envs (170-268k at 8) and 172-395k with 2 x 64 (213-248k), seeds 0-2. With 16, 2 workers x 64
     envs on an idle machine (lag about 4, 4 minibatches) collapsed the policy to returns near 10
     on their way and took 483k-1M+ env steps to 475 (seeds 0-5); with 32, 12 workers x 64 envs
     all sampling at once (lag 12-13) took 2 minibatches per batch and the policy fell apart
@@ -259,7 +271,9 @@ class APPOHyperparameters(IMPALAHyperparameters):
     network stepping at 30 times the policy's rate (vf_learning_rate_ratio; seeds 0-7 on
     CartPole, 0-3 on Pendulum): 475 on CartPole with 2 workers of 8 envs within 17-38k env steps
     (median 31k; 41-110k, median 86k, before), with 12 of 64 within 73-147k (median 73k; 73-147k,
-    median 122k, before); -300 on Pendulum (2 x 8, clip 0.2) within 78-129k (151-278k before)."""
+    median 122k, before); -300 on Pendulum (2 x 8, clip 0.2) within 78-129k (151-278k before).
+    Those figures were measured with 4 full passes of 128-sample minibatches: see minibatch_size
+    for what keeping the passes within the lag costs, and why."""
 
     learning_rate: StepSize = 1e-3
     """Adam step size (RLlib's APPO 5e-4): the clipped surrogate keeps 1e-3 stable, at 70-100k
@@ -277,11 +291,21 @@ class APPOHyperparameters(IMPALAHyperparameters):
     num_epochs: Epochs = 4
     """Passes of SGD over each learner batch, each with V-trace targets from the current
     networks: IMPACT's replay coefficient K, the draws of each batch from its circular buffer
-    (RLlib's APPO circular_buffer_iterations_per_batch 2, its tuned CartPole examples 6)."""
+    (RLlib's APPO circular_buffer_iterations_per_batch 2, its tuned CartPole examples 6). With
+    minibatch_size null, at most as many as lag_sgd_steps allows: a batch that lags takes fewer."""
 
-    minibatch_size: Count | None = 128
-    """Samples per SGD minibatch (capped at the learner batch); null splits each pass over a
-    batch as IMPALA's null does, into as many minibatches as the batch's lag allows."""
+    minibatch_size: Count | None = None
+    """Samples per SGD minibatch (capped at the learner batch), or null to learn on each batch in
+    as many minibatches and passes (up to num_epochs) as its lag allows, as IMPALA's null does
+    (see lag_sgd_steps). Null keeps a solved policy on a busy node. At 128, a worker's sample call
+    of 64 envs took 16 minibatches in each of 4 passes, 64 SGD steps, and replayed at the lag of
+    a busy node (tests/trainer/test_solved_hold.py: 12 workers x 64 envs, a lag of 2, 2M env
+    steps, seeds 0-5) 4 runs of 6 fell below a mean return of 450 over the second million
+    (141-296, minima 9-62); with null and 4 full passes of 2 minibatches, 1 of 6 (334); with
+    null, 2 passes and 2 minibatches, 2 of 6 (440, 414); within the lag (1 pass of 2
+    minibatches there), none (499-500, minima 493-500). It costs speed where the lag is short
+    and many SGD steps per batch were safe: on an idle machine, 475 within 55-80k env steps
+    with 2 workers x 8 envs (28-60k at 128) and 146-222k with 12 x 64 (98-124k), seeds 0-2."""
 
     target_update_interval: Count | None = None
     """IMPACT's target network, the surrogate's reference policy: learner steps between its

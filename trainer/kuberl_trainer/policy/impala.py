@@ -162,17 +162,21 @@ class IMPALAPolicy(ActorCriticPolicy):
 
     def learn_on_batch(self, batch: SampleBatch) -> Stats:
         transitions = batch.env_steps
-        splits = self.minibatch_count(transitions, batch.policy_lag)
-        return self.learn_on_tensors(self.batch_tensors(batch), transitions, splits)
+        passes, splits = self.sgd_plan(transitions, batch.policy_lag)
+        return self.learn_on_tensors(self.batch_tensors(batch), transitions, splits, passes)
 
-    def minibatch_count(self, transitions: int, policy_lag: float) -> int:
-        """Minibatches per pass over a batch of `transitions` env steps lagging `policy_lag`
-        learner steps: of minibatch_size rows, or as many as lag_sgd_steps allows (see
-        IMPALAHyperparameters.minibatch_size)."""
+    def sgd_plan(self, transitions: int, policy_lag: float) -> tuple[int, int]:
+        """(passes, minibatches per pass) over a batch of `transitions` env steps lagging
+        `policy_lag` learner steps: num_epochs passes (IMPALA: 1) of minibatch_size rows, or with
+        minibatch_size null as many of each as lag_sgd_steps allows, counting every minibatch of
+        every pass as a step (see IMPALAHyperparameters.minibatch_size): minibatches of at least
+        train_batch_size rows first, then passes."""
+        epochs = getattr(self.hp, "num_epochs", 1)
         if self.hp.minibatch_size:
-            return max(1, transitions // self.hp.minibatch_size)
-        within_lag = int(self.hp.lag_sgd_steps // max(1.0, policy_lag))
-        return max(1, min(transitions // self.hp.train_batch_size, within_lag))
+            return epochs, max(1, transitions // self.hp.minibatch_size)
+        within_lag = max(1, int(self.hp.lag_sgd_steps // max(1.0, policy_lag)))
+        splits = max(1, min(transitions // self.hp.train_batch_size, within_lag))
+        return max(1, min(epochs, within_lag // splits)), splits
 
     def batch_tensors(self, batch: SampleBatch) -> dict[str, torch.Tensor]:
         """The batch's columns on the device in one transfer (minibatches are cut there), with
@@ -183,17 +187,15 @@ class IMPALAPolicy(ActorCriticPolicy):
         return tensors
 
     def learn_on_tensors(
-        self, tensors: dict[str, torch.Tensor], transitions: int, splits: int
+        self, tensors: dict[str, torch.Tensor], transitions: int, splits: int, passes: int = 1
     ) -> Stats:
-        """num_epochs passes (IMPALA: 1) of SGD over a batch of `transitions` env steps in
-        `splits` minibatches, each pass with V-trace targets from the current networks (V-trace
-        needs whole sequences, so they are computed for the whole batch; the minibatches can
-        then take any rows)."""
-        epochs = getattr(self.hp, "num_epochs", 1)
-        if self.one_forward and splits == 1 and epochs == 1 and self.towers is None:
+        """`passes` passes of SGD over a batch of `transitions` env steps in `splits` minibatches,
+        each pass with V-trace targets from the current networks (V-trace needs whole sequences,
+        so they are computed for the whole batch; the minibatches can then take any rows)."""
+        if self.one_forward and splits == 1 and passes == 1 and self.towers is None:
             return mean_stats([self.whole_batch_step(tensors)]) | {SGD_STEPS: 1.0}
         steps: list[TensorStats] = []
-        for _ in range(epochs):
+        for _ in range(passes):
             epoch = self.learnable_rows(tensors)
             if splits == 1:
                 minibatches = [epoch]
