@@ -84,8 +84,8 @@ def test_a_solved_policy_holds_its_return_under_a_busy_nodes_lag(algorithm, seed
 
 @pytest.mark.slow
 def test_the_replay_provokes_the_collapse():
-    """With the old lag_sgd_steps of 8 (4 whole-batch minibatches per learn call at a lag of 2,
-    8 SGD steps between sampling and learning) the replay loses the solved policy: the defaults'
+    """With the old lag_sgd_steps of 8 (4 minibatches of about 500 rows per learn call at a lag
+    of 2: 8 SGD steps between sampling and learning) the replay loses the solved policy, so the
     test above would catch the cause coming back."""
     rows = lagged_learning("IMPALA", 0, {"lag_sgd_steps": 8})
     assert max(mean for _, mean in rows) >= 475, rows
