@@ -136,8 +136,8 @@ def main() -> None:
             held = total = 0
             for algorithm in args.algorithms:
                 default_timesteps, _, default_hold = SETTINGS[algorithm]
-                timesteps = args.timesteps or default_timesteps
-                hold = args.hold or default_hold
+                timesteps = default_timesteps if args.timesteps is None else args.timesteps
+                hold = default_hold if args.hold is None else args.hold
                 for workers in args.workers:
                     for seed in range(args.seeds):
                         result = run(
