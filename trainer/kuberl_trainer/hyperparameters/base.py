@@ -30,6 +30,9 @@ Coefficient = Annotated[float, Field(ge=0.0)]
 Positive = Annotated[float, Field(gt=0.0)]
 """A positive scale: a clip threshold, a noise level, a ratio, a share of CPUs."""
 
+AdamEpsilon = Annotated[float, Field(gt=0.0, le=1.0)]
+"""Adam's epsilon: above 0, at most 1."""
+
 GradClip = Positive | None
 """A bound on the global gradient norm; null disables clipping."""
 
@@ -74,6 +77,12 @@ class NetworkHyperparameters(Described):
 
     activation: Activation = "tanh"
     """Nonlinearity between hidden layers."""
+
+    adam_epsilon: AdamEpsilon = 1e-5
+    """Added to the root of Adam's average of squared gradients: a weight whose gradients are
+    well below it steps by less than the step size (torch's default 1e-8; Stable-Baselines3's
+    actor-critics 1e-5). Adam otherwise moves every weight by about the step size whatever the
+    size of its gradients, also when they are only noise."""
 
 
 class Hyperparameters(NetworkHyperparameters):

@@ -35,7 +35,8 @@ class TorchPolicy(Policy):
         super().__init__(spaces, config, seed)
         self.model = model
         self.device = torch.device("cpu")
-        self.optimizer = Adam(model.parameters(), lr=self.hp.learning_rate, eps=1e-5)
+        hp = self.hp
+        self.optimizer = Adam(model.parameters(), lr=hp.learning_rate, eps=hp.adam_epsilon)
         # On the CPU whatever the device: a seed draws the same numbers on every machine.
         self.generator = torch.Generator().manual_seed(seed)
         self.rng = np.random.default_rng(seed)
