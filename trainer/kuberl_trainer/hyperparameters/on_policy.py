@@ -93,14 +93,14 @@ class A3CHyperparameters(A2CHyperparameters):
     gae_lambda: Fraction = 0.95
     """GAE lambda. The A3C paper's n-step advantages (and RLlib's A3C) are 1.0; on CartPole-v1
     with 2 workers 0.95 reached a return of 400 within 70k env steps on seeds 0-5, 1.0 needed up
-    to 116k."""
+    to 116k (learning_rate 1e-3, the critic at the policy's step size)."""
 
     entropy_coeff: Coefficient = 0.0
     """Weight of the entropy bonus in the loss. The A3C paper's beta = 0.01 (Atari, clipped
     rewards) held 1 CartPole-v1 run in 6 on a plateau of returns near 200 with 2 workers beside
     another run (200k env steps, with 10- or 20-step fragments or a step size of 5e-4 alike); 0
     reached 400 within 27-91k env steps on seeds 0-9 there, and with 8 workers within 46-48k
-    (0.01: 125k)."""
+    (0.01: 125k; learning_rate 1e-3, the critic at the policy's step size)."""
 
     max_grad_norm: GradClip = 40.0
     """Clip each worker's gradient norm to this value (RLlib's A3C grad_clip 40); null disables
