@@ -62,8 +62,13 @@ def hyperparameter_lines(algorithm: str, full: bool = False) -> list[str]:
     for doc in field_docs(model):
         lines += [_heading(doc), f"{_INDENT}set: spec.trainer.hyperparameters.{doc.name}"]
         description = doc.description if full else f"{doc.summary}."
+        # whole words only: a name such as Stable-Baselines3 or actor-critic is not split
         lines += textwrap.wrap(
-            description, _WIDTH, initial_indent=_INDENT, subsequent_indent=_INDENT
+            description,
+            _WIDTH,
+            initial_indent=_INDENT,
+            subsequent_indent=_INDENT,
+            break_on_hyphens=False,
         )
         lines += [f"{_INDENT}{line}" for line in _other_names(doc.name, algorithm)]
         lines.append("")
