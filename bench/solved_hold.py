@@ -11,7 +11,8 @@ second half of 200k with 8 envs per worker, as those tests run them); the table 
 minimum there and the env steps to a first report of the hold plus 25.
 
     python bench/solved_hold.py [--algorithms IMPALA APPO A3C APEX] [--workers 2 12] [--seeds 5]
-                                [--timesteps N] [--busy 3] [--hold R] [--set PATH=VALUE ...]
+                                [--timesteps N] [--busy 3] [--hold R] [--keep DIR]
+                                [--set PATH=VALUE ...]
 """
 
 from __future__ import annotations
@@ -117,6 +118,9 @@ def main() -> None:
     parser.add_argument("--busy", type=int, default=3)
     parser.add_argument("--hold", type=float, help="the return to hold (see SETTINGS)")
     parser.add_argument(
+        "--keep", type=Path, help="keep each run's folder (progress.jsonl) under this folder"
+    )
+    parser.add_argument(
         "--set",
         action="append",
         default=[],
@@ -131,6 +135,8 @@ def main() -> None:
     busy = [subprocess.Popen([sys.executable, "-c", SPIN]) for _ in range(args.busy)]
     try:
         with tempfile.TemporaryDirectory(prefix="kuberl-hold-") as tmp:
+            folder = args.keep or Path(tmp)
+            folder.mkdir(parents=True, exist_ok=True)
             print("| algorithm | workers | seed | hold | mean, 2nd half | min | to hold+25 | s |")
             print("|---|---:|---:|---:|---:|---:|---:|---:|")
             held = total = 0
@@ -141,7 +147,7 @@ def main() -> None:
                 for workers in args.workers:
                     for seed in range(args.seeds):
                         result = run(
-                            algorithm, workers, seed, timesteps, hold, args.changes, Path(tmp)
+                            algorithm, workers, seed, timesteps, hold, args.changes, folder
                         )
                         total += 1
                         held += (result["mean"] or 0) >= hold

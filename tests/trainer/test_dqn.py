@@ -216,7 +216,9 @@ def test_sync_replay_waits_for_learning_starts_then_trains():
     results = [optimizer.step() for _ in range(4)]  # 64 env steps each, less the reset steps
 
     assert [r.steps_trained for r in results] == [0, 0, 0, 32]
-    assert set(results[0].learner_stats) == {"epsilon"}
+    assert set(results[0].learner_stats) == {"epsilon", "replay_size"}
+    sampled = np.cumsum([r.steps_sampled for r in results]).tolist()
+    assert [r.learner_stats["replay_size"] for r in results] == sampled  # the memory's fill
     assert {"loss", "q_mean", "td_error_mean", "epsilon"} <= set(results[-1].learner_stats)
     assert len(optimizer.buffer) == sum(r.steps_sampled for r in results) > 200
     assert optimizer.policy.num_gradient_steps == 4

@@ -262,7 +262,7 @@ def test_sync_replay_takes_a_gradient_step_per_env_step_once_learning_starts():
 
     assert [r.steps_trained for r in results] == [0, 0, 0, 16 * 16]
     assert optimizer.policy.num_gradient_steps == 16
-    assert set(results[0].learner_stats) == {"alpha"}
+    assert results[0].learner_stats == {"alpha": 1.0, "replay_size": 32}
     assert {"loss", "policy_loss", "alpha_loss", "alpha", "entropy", "q_mean"} <= set(
         results[-1].learner_stats
     )

@@ -1,5 +1,5 @@
-"""IMPALA, APPO and A3C hold a solved CartPole-v1 under the lag a busy node gives them, replayed
-deterministically.
+"""IMPALA, APPO, A3C and Ape-X hold a solved CartPole-v1 under the lag a busy node gives them,
+replayed deterministically.
 
 On a node whose cores are busy, the workers feed the learner slowly: it waits for every batch,
 takes each worker's sample call as it comes (2,048 env steps from 64 envs), and the batch was
@@ -13,6 +13,9 @@ a run hoping to meet it. bench/solved_hold.py measures the real thing, beside bu
 A3C's 2 workers with 2 calls each apply every gradient about 3 applies after the weights it was
 computed on, busy node or not; `lagged_gradients` replays that, and its collapse was A3C's own:
 Adam walking a solved policy along gradients that had vanished (A3CHyperparameters.adam_epsilon).
+
+Ape-X's falls are its own too: `lagged_apex` replays its sharded prioritized replay and shows
+them at a lag of 1, 4 and 8 sample calls alike; their cause is not found yet.
 """
 
 from collections import deque
@@ -21,9 +24,12 @@ import numpy as np
 import pytest
 import torch
 
+from kuberl_trainer.optimizers.async_replay import AsyncReplayOptimizer
 from kuberl_trainer.policy.a2c import A2CPolicy
+from kuberl_trainer.policy.apex import APEXPolicy
 from kuberl_trainer.policy.appo import APPOPolicy
 from kuberl_trainer.policy.impala import IMPALAPolicy
+from kuberl_trainer.replay_shard import ReplayShard
 from kuberl_trainer.rollout_worker import Gradients, RolloutWorker
 from kuberl_trainer.sample_batch import SampleBatch
 from testkit import trainer_config
@@ -51,7 +57,7 @@ def lagged_learning(
         learner.learn_on_batch(batch)
 
     return lagged_replay(
-        policy_class, config, seed, lag, workers, 64, TIMESTEPS, ROW_TIMESTEPS, sample, learn
+        policy_class, config, lag, workers, sample, learn, envs=64, row_timesteps=ROW_TIMESTEPS
     )
 
 
@@ -73,44 +79,130 @@ def lagged_gradients(
     def learn(learner, gradients: Gradients) -> None:
         learner.apply_gradients(gradients.gradients)
 
-    return lagged_replay(
-        A2CPolicy, config, seed, lag, workers, 8, A3C_TIMESTEPS, 2_000, sample, learn
-    )
+    return lagged_replay(A2CPolicy, config, lag, workers, sample, learn, timesteps=A3C_TIMESTEPS)
 
 
 def lagged_replay(
-    policy_class, config, seed, lag, workers, envs, timesteps, row_timesteps, sample, learn
+    policy_class,
+    config,
+    lag: int,
+    workers: int,
+    sample,
+    learn,
+    *,
+    envs: int = 8,
+    timesteps: int = TIMESTEPS,
+    row_timesteps: int = 2_000,
+    reported: set[int] | None = None,
+    window: int = 100,
 ) -> list[tuple[int, float]]:
-    """(env steps, mean return of the last 100 episodes) every `row_timesteps` env steps of a run
-    of `timesteps`: `workers` of `envs` envs take turns, each starting from the learner's weights
-    of `lag` learn calls before, and `learn` takes what `sample` returned."""
+    """(env steps, mean return of the last `window` episodes of the `reported` workers, 1 to
+    `workers`, all by default) every `row_timesteps` env steps of a run of `timesteps`: `workers`
+    of `envs` envs take turns, each starting from the learner's weights of `lag` learn calls
+    before, and `learn` takes what `sample` returned. The config's seed seeds them all."""
+    seed = config.seed
     threads = torch.get_num_threads()
     torch.set_num_threads(1)  # one learner thread as on a worker's share of a node: deterministic
     try:
         learner = RolloutWorker(policy_class, config, num_envs=1, seed=seed).policy
         fleet = [
-            RolloutWorker(policy_class, config, num_envs=envs, seed=1000 * seed + index)
+            RolloutWorker(
+                policy_class,
+                config,
+                num_envs=envs,
+                seed=1000 * seed + index,
+                worker_index=index,
+                num_workers=workers,
+            )
             for index in range(1, workers + 1)
         ]
         # the fleet starts with the first weights, as if `lag` calls old
         weights = deque([learner.get_weights()], maxlen=lag + 1)
-        returns: deque[float] = deque(maxlen=100)  # the progress rows' metrics_window
+        returns: deque[float] = deque(maxlen=window)
         rows: list[tuple[int, float]] = []
         steps = calls = 0
         while steps < timesteps:
-            worker = fleet[calls % workers]
+            index = calls % workers + 1
+            worker = fleet[index - 1]
             worker.set_weights(weights[0], steps)  # the oldest kept: `lag` calls before
             result, env_steps = sample(worker)
             learner.set_global_timesteps(steps := steps + env_steps)
             learn(learner, result)
             weights.append(learner.get_weights())
             calls += 1
-            returns.extend(result.episode_returns.tolist())
+            if reported is None or index in reported:
+                returns.extend(result.episode_returns.tolist())
             if steps // row_timesteps > len(rows) and returns:
                 rows.append((steps, float(np.mean(returns))))
         return rows
     finally:
         torch.set_num_threads(threads)
+
+
+APEX_TIMESTEPS = 200_000  # as bench/solved_hold.py runs it, twice the env steps to 400
+APEX_HOLD = 400.0  # its learning test's target
+
+
+def lagged_apex(
+    seed: int, hyperparameters: dict | None = None, lag: int = 4, workers: int = 2
+) -> list[tuple[int, float]]:
+    """The rows of an Ape-X run of APEX_TIMESTEPS as AsyncReplay makes it, in one process: 2
+    workers of 8 envs at the Ape-X epsilons of 2 (0.4, and 0.4^8 for the one reported, as the
+    progress rows report the least exploring third), their batches going to 2 prioritized shards
+    in turn, and after each, 512-row replay calls from the shards in turn until the learner has
+    replayed training_intensity x the transitions sampled; each sample call starts from the
+    learner's weights of `lag` calls before (4: two workers with two calls in flight). The return
+    is the progress rows' mean over the last 20 episodes (metrics_window): over 100, it would
+    reach back a quarter of the run."""
+    config = trainer_config(algorithm="APEX", seed=seed, hyperparameters=hyperparameters or {})
+    hp = config.hyperparameters
+    shards = [
+        ReplayShard(
+            -(-hp.buffer_size // 2),
+            hp.prioritized_replay_alpha,
+            hp.prioritized_replay_eps,
+            [seed, shard],
+        )
+        for shard in range(2)
+    ]
+    minibatches = AsyncReplayOptimizer.replay_rows_per_call // hp.batch_size
+    counts = {"added": 0, "replayed": 0, "calls": 0}
+
+    def sample(worker: RolloutWorker) -> tuple[SampleBatch, int]:
+        batch = worker.sample()
+        return batch, batch.env_steps
+
+    def learn(learner, batch: SampleBatch) -> None:
+        shards[counts["calls"] % 2].add(batch)
+        counts["calls"] += 1
+        counts["added"] += len(batch)
+        if sum(len(shard.buffer) for shard in shards) < hp.learning_starts:
+            return
+        while counts["replayed"] < hp.training_intensity * counts["added"]:
+            shard = shards[counts["replayed"] // AsyncReplayOptimizer.replay_rows_per_call % 2]
+            columns = shard.sample(hp.batch_size, hp.prioritized_replay_beta, minibatches)
+            indices = columns.pop("indices")
+            td_errors = [
+                learner.learn_on_replay_batch(
+                    {key: value[start : start + hp.batch_size] for key, value in columns.items()}
+                )[1]
+                for start in range(0, len(indices), hp.batch_size)
+            ]
+            shard.update_priorities(indices, np.concatenate(td_errors))
+            counts["replayed"] += len(indices)
+
+    reported = {workers}  # the least exploring
+    return lagged_replay(
+        APEXPolicy,
+        config,
+        lag,
+        workers,
+        sample,
+        learn,
+        timesteps=APEX_TIMESTEPS,
+        reported=reported,
+        window=20,
+    )
 
 
 def second_half_mean(rows: list[tuple[int, float]], timesteps: int = TIMESTEPS) -> float:
@@ -161,3 +253,15 @@ def test_the_gradient_replay_provokes_adams_walk():
     rows = lagged_gradients(11, {"adam_epsilon": 1e-5})
     assert max(mean for _, mean in rows) >= 475, rows
     assert second_half_mean(rows, A3C_TIMESTEPS) < A3C_HOLD, rows
+
+
+@pytest.mark.slow
+@pytest.mark.xfail(
+    strict=True,
+    reason="Ape-X's solved CartPole still falls on some seeds at any lag (issue 45): seed 0 at "
+    "lag 4 held 500 from 96k env steps, then fell to 155 (383 over the second half)",
+)
+def test_apex_holds_a_solved_policy_at_its_replay_lag():
+    rows = lagged_apex(0)
+    assert max(mean for _, mean in rows) >= 475, rows  # it was solved
+    assert second_half_mean(rows, APEX_TIMESTEPS) >= APEX_HOLD, rows

@@ -78,6 +78,9 @@ LEARNER_UTILISATION = "learner_utilisation"
 
 REPLAY_SHARDS_LOST = "replay_shards_lost"
 """Replay-buffer actors lost and replaced in this run (AsyncReplay)."""
+REPLAY_SIZE = "replay_size"
+"""Transitions the replay memory holds (SyncReplay, AsyncReplay: all shards together); once it
+reaches buffer_size, every new transition evicts the oldest."""
 
 # The policies' learner statistics: what a policy's learn step returns (each policy class names
 # its own in STAT_KEYS, and the exploration rate it reports in EXPLORATION_KEYS).
@@ -204,6 +207,7 @@ ROW_GROUPS: dict[str, RowGroup] = {
             STALE_BATCHES_DROPPED,
             LEARNER_QUEUE_DEPTH,
             LEARNER_UTILISATION,
+            REPLAY_SIZE,
         ),
         RowGroup.LEARNER,
     ),

@@ -33,7 +33,12 @@ import numpy as np
 from kuberl_trainer.errors import InvalidJobError
 from kuberl_trainer.optimizers.base import PolicyOptimizer, StepResult
 from kuberl_trainer.optimizers.learner_thread import LearnerThread
-from kuberl_trainer.progress_row import LEARNER_QUEUE_DEPTH, LEARNER_UTILISATION, REPLAY_SHARDS_LOST
+from kuberl_trainer.progress_row import (
+    LEARNER_QUEUE_DEPTH,
+    LEARNER_UTILISATION,
+    REPLAY_SHARDS_LOST,
+    REPLAY_SIZE,
+)
 from kuberl_trainer.replay_shard import ReplayShard, ReplayShards
 from kuberl_trainer.resources import check_resources, replay_shards_request
 from kuberl_trainer.sample_batch import SampleBatch
@@ -235,6 +240,7 @@ class AsyncReplayOptimizer(PolicyOptimizer):
             LEARNER_QUEUE_DEPTH: self.learner.queue_depth,
             LEARNER_UTILISATION: self.learner.share_busy_since(busy_before, began),
             REPLAY_SHARDS_LOST: self.shards.lost,
+            REPLAY_SIZE: sum(self.shards.sizes),
         }
         return StepResult(
             stats,

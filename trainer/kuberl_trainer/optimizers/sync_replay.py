@@ -9,6 +9,7 @@ from typing import Any
 
 from kuberl_trainer.optimizers.base import PolicyOptimizer, StepResult
 from kuberl_trainer.optimizers.sync_samples import sample_timeout
+from kuberl_trainer.progress_row import REPLAY_SIZE
 from kuberl_trainer.replay_buffer import PrioritizedReplayBuffer, ReplayBuffer
 from kuberl_trainer.worker_set import WorkerSet
 
@@ -48,7 +49,8 @@ class SyncReplayOptimizer(PolicyOptimizer):
             with self.timer("learn"):
                 stats = self._learn(gradient_steps)
         trained = gradient_steps * self.hp.batch_size
-        return self._result(batches, stats | self.policy.exploration_stats(), trained)
+        stats |= self.policy.exploration_stats() | {REPLAY_SIZE: len(self.buffer)}
+        return self._result(batches, stats, trained)
 
     def _learn(self, gradient_steps: int) -> dict[str, float]:
         """`gradient_steps` steps on fresh minibatches; the mean of each statistic."""
