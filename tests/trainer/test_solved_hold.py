@@ -14,8 +14,9 @@ A3C's 2 workers with 2 calls each apply every gradient about 3 applies after the
 computed on, busy node or not; `lagged_gradients` replays that, and its collapse was A3C's own:
 Adam walking a solved policy along gradients that had vanished (A3CHyperparameters.adam_epsilon).
 
-Ape-X's falls are its own too: `lagged_apex` replays its sharded prioritized replay and shows
-them at a lag of 1, 4 and 8 sample calls alike; their cause is not found yet.
+Ape-X's falls were its own too, at a lag of 1, 4 and 8 sample calls alike (`lagged_apex` replays
+its sharded prioritized replay): its nearly greedy worker let the cart drift off the track, a
+failure further ahead than a discount of 0.99 sees (APEXHyperparameters.gamma).
 """
 
 from collections import deque
@@ -256,12 +257,17 @@ def test_the_gradient_replay_provokes_adams_walk():
 
 
 @pytest.mark.slow
-@pytest.mark.xfail(
-    strict=True,
-    reason="Ape-X's solved CartPole still falls on some seeds at any lag (issue 45): seed 0 at "
-    "lag 4 held 500 from 96k env steps, then fell to 155 (383 over the second half)",
-)
-def test_apex_holds_a_solved_policy_at_its_replay_lag():
-    rows = lagged_apex(0)
+@pytest.mark.parametrize("seed", [0, 1])  # at gamma 0.99: 383 and 399 over the second half
+def test_apex_holds_a_solved_policy_at_its_replay_lag(seed):
+    rows = lagged_apex(seed)
     assert max(mean for _, mean in rows) >= 475, rows  # it was solved
     assert second_half_mean(rows, APEX_TIMESTEPS) >= APEX_HOLD, rows
+
+
+@pytest.mark.slow
+def test_the_apex_replay_provokes_the_drift():
+    """At DQN's discount of 0.99 the nearly greedy worker, solved, let the cart drift off the
+    track: from 500 to 155 (383 over the second half)."""
+    rows = lagged_apex(0, {"gamma": 0.99})
+    assert max(mean for _, mean in rows) >= 475, rows
+    assert second_half_mean(rows, APEX_TIMESTEPS) < APEX_HOLD, rows
