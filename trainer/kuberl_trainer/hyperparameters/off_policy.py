@@ -115,14 +115,10 @@ class APEXHyperparameters(DQNHyperparameters):
 
     gamma: PositiveFraction = 0.995
     """Discount factor applied to future rewards: 0.995, where DQN and the Ape-X paper have 0.99
-    (R2D2 0.997). Ape-X reports its nearly greedy workers, which act on nothing but the order of
-    their Q-values. On CartPole-v1, once it balanced the pole (seed 0, from 30k env steps on),
-    every episode such a worker failed ended with the cart drifted off the track, none with the
-    pole down: 0.99 weighs a failure 200 steps ahead at 0.13 of its cost, 0.995 at 0.37. Replayed
-    at 2 workers (tests/trainer/test_solved_hold.py), at 0.99 a solved policy fell from 500 to 160
-    and stayed below 380 for 40k env steps, and 2 runs of 16 ended below a mean of 400 over the
-    second half of 200k env steps; at 0.995, 14 runs held 446-500, reaching 400 about as soon
-    (59-125k env steps against 53-107k)."""
+    (R2D2 0.997). Ape-X reports its nearly greedy workers, which act on the order of their
+    Q-values alone; on CartPole-v1 such a worker, once solved, failed by letting the cart drift
+    off the track, a cost further ahead than 0.99 weighs (a failure 200 steps ahead counts 0.13
+    of its cost at 0.99, 0.37 at 0.995). bench/README.md (solved_hold) has the measurements."""
 
     prioritized_replay: bool = True
     """Sample transitions in proportion to their TD error; Ape-X is built on it."""
