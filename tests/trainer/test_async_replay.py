@@ -14,7 +14,7 @@ import pytest
 from mock_worker import MockWorker
 from test_lost_workers import NoneReady
 
-from kuberl_trainer.optimizers.async_replay import AsyncReplayOptimizer
+from kuberl_trainer.optimizers.async_replay import AsyncReplayOptimizer, reported_workers
 from kuberl_trainer.optimizers.learner_thread import LearnerError
 from kuberl_trainer.policy.apex import APEXPolicy
 from kuberl_trainer.policy.dqn import DQNPolicy
@@ -334,6 +334,13 @@ def test_apex_starts_its_most_and_least_exploring_workers_first_alternately():
     assert APEXPolicy.worker_start_order(2) == [1, 2]
     assert APEXPolicy.worker_start_order(1) == [1]
     assert DQNPolicy.worker_start_order(3) == [1, 2, 3]  # one rate for all: by index
+
+
+def test_apex_reports_the_least_exploring_third_and_the_local_worker():
+    assert reported_workers(12) == {0, 9, 10, 11, 12}
+    assert reported_workers(4) == {0, 4}
+    assert reported_workers(2) == {0, 2}
+    assert reported_workers(1) == {0, 1}
 
 
 def test_dqn_keeps_its_decaying_epsilon_on_any_worker():

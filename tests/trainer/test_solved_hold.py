@@ -16,7 +16,9 @@ Adam walking a solved policy along gradients that had vanished (A3CHyperparamete
 
 Ape-X's falls were its own too, at a lag of 1, 4 and 8 sample calls alike (`lagged_apex` replays
 its sharded prioritized replay): its nearly greedy worker let the cart drift off the track, a
-failure further ahead than a discount of 0.99 sees (APEXHyperparameters.gamma).
+failure further ahead than a discount of 0.99 sees (APEXHyperparameters.gamma), and with 12
+workers, mostly nearly greedy, a memory of 100k soon held a solved policy's successes only
+(APEXHyperparameters.buffer_size).
 """
 
 from collections import deque
@@ -25,7 +27,11 @@ import numpy as np
 import pytest
 import torch
 
-from kuberl_trainer.optimizers.async_replay import AsyncReplayOptimizer
+from kuberl_trainer.optimizers.async_replay import (
+    AsyncReplayOptimizer,
+    learn_on_replay_call,
+    reported_workers,
+)
 from kuberl_trainer.policy.a2c import A2CPolicy
 from kuberl_trainer.policy.apex import APEXPolicy
 from kuberl_trainer.policy.appo import APPOPolicy
@@ -145,16 +151,20 @@ APEX_HOLD = 400.0  # its learning test's target
 
 
 def lagged_apex(
-    seed: int, hyperparameters: dict | None = None, lag: int = 4, workers: int = 2
+    seed: int,
+    hyperparameters: dict | None = None,
+    lag: int = 4,
+    workers: int = 2,
+    timesteps: int = APEX_TIMESTEPS,
 ) -> list[tuple[int, float]]:
-    """The rows of an Ape-X run of APEX_TIMESTEPS as AsyncReplay makes it, in one process: 2
-    workers of 8 envs at the Ape-X epsilons of 2 (0.4, and 0.4^8 for the one reported, as the
-    progress rows report the least exploring third), their batches going to 2 prioritized shards
-    in turn, and after each, 512-row replay calls from the shards in turn until the learner has
-    replayed training_intensity x the transitions sampled; each sample call starts from the
-    learner's weights of `lag` calls before (4: two workers with two calls in flight). The return
-    is the progress rows' mean over the last 20 episodes (metrics_window): over 100, it would
-    reach back a quarter of the run."""
+    """The rows of an Ape-X run as AsyncReplay makes it, in one process: `workers` of 8 envs at
+    the Ape-X epsilons (of 2: 0.4, and 0.4^8 for the one reported, as the progress rows report
+    the least exploring third), their batches going to 2 prioritized shards in turn, and after
+    each, 512-row replay calls from the shards in turn until the learner has replayed
+    training_intensity x the transitions sampled; each sample call starts from the learner's
+    weights of `lag` calls before (two calls in flight per worker: 4 for two workers, 24 for
+    12). The return is the progress rows' mean over the last 20 episodes (metrics_window): over
+    100, it would reach back a quarter of the run."""
     config = trainer_config(algorithm="APEX", seed=seed, hyperparameters=hyperparameters or {})
     hp = config.hyperparameters
     shards = [
@@ -182,17 +192,10 @@ def lagged_apex(
         while counts["replayed"] < hp.training_intensity * counts["added"]:
             shard = shards[counts["replayed"] // AsyncReplayOptimizer.replay_rows_per_call % 2]
             columns = shard.sample(hp.batch_size, hp.prioritized_replay_beta, minibatches)
-            indices = columns.pop("indices")
-            td_errors = [
-                learner.learn_on_replay_batch(
-                    {key: value[start : start + hp.batch_size] for key, value in columns.items()}
-                )[1]
-                for start in range(0, len(indices), hp.batch_size)
-            ]
-            shard.update_priorities(indices, np.concatenate(td_errors))
+            indices, td_errors, _ = learn_on_replay_call(learner, columns, hp.batch_size)
+            shard.update_priorities(indices, td_errors)
             counts["replayed"] += len(indices)
 
-    reported = {workers}  # the least exploring
     return lagged_replay(
         APEXPolicy,
         config,
@@ -200,8 +203,8 @@ def lagged_apex(
         workers,
         sample,
         learn,
-        timesteps=APEX_TIMESTEPS,
-        reported=reported,
+        timesteps=timesteps,
+        reported=reported_workers(workers),
         window=20,
     )
 
@@ -257,17 +260,23 @@ def test_the_gradient_replay_provokes_adams_walk():
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("seed", [0, 1])  # at gamma 0.99: 383 and 399 over the second half
-def test_apex_holds_a_solved_policy_at_its_replay_lag(seed):
-    rows = lagged_apex(seed)
+@pytest.mark.parametrize(
+    "workers, lag, seed, timesteps",
+    [
+        (2, 4, 0, APEX_TIMESTEPS),  # at gamma 0.99 with a memory of 100k: 383
+        (12, 24, 2, 2 * APEX_TIMESTEPS),  # with a memory of 100k: 419, falling to 209
+    ],
+)
+def test_apex_holds_a_solved_policy_at_its_replay_lag(workers, lag, seed, timesteps):
+    rows = lagged_apex(seed, lag=lag, workers=workers, timesteps=timesteps)
     assert max(mean for _, mean in rows) >= 475, rows  # it was solved
-    assert second_half_mean(rows, APEX_TIMESTEPS) >= APEX_HOLD, rows
+    assert second_half_mean(rows, timesteps) >= APEX_HOLD, rows
 
 
 @pytest.mark.slow
 def test_the_apex_replay_provokes_the_drift():
-    """At DQN's discount of 0.99 the nearly greedy worker, solved, let the cart drift off the
-    track: from 500 to 155 (383 over the second half)."""
-    rows = lagged_apex(0, {"gamma": 0.99})
+    """At DQN's discount of 0.99 (and memory of 100k) the nearly greedy worker, solved, let the
+    cart drift off the track: from 500 to 155 (383 over the second half)."""
+    rows = lagged_apex(0, {"gamma": 0.99, "buffer_size": 100_000})
     assert max(mean for _, mean in rows) >= 475, rows
     assert second_half_mean(rows, APEX_TIMESTEPS) < APEX_HOLD, rows

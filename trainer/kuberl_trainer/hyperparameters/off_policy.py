@@ -120,6 +120,14 @@ class APEXHyperparameters(DQNHyperparameters):
     off the track, a cost further ahead than 0.99 weighs (a failure 200 steps ahead counts 0.13
     of its cost at 0.99, 0.37 at 0.995). bench/README.md (solved_hold) has the measurements."""
 
+    buffer_size: BufferSize = 2_000_000
+    """Capacity of the replay memory in transitions, split evenly across the replay shards: 2M,
+    as in the Ape-X paper and RLlib, where DQN has 100k. Ape-X's workers are mostly nearly
+    greedy, so once the policy is solved, a small memory soon holds successes only: the Q-values,
+    shown no failure, rise past what the returns allow, and the policy falls. A memory that keeps
+    the early episodes' failures holds it. Memory grows with the transitions held, not with the
+    capacity. bench/README.md (solved_hold) has the measurements."""
+
     prioritized_replay: bool = True
     """Sample transitions in proportion to their TD error; Ape-X is built on it."""
 

@@ -48,6 +48,28 @@ REPLAY_CALLS_PER_SHARD = 4  # calls travelling while the shard draws the next (R
 POLL_S = 0.02  # learner results are no Ray objects: the driver looks for them this often
 
 
+def reported_workers(num_remote: int) -> set[int]:
+    """The workers whose episodes a step reports under Ape-X's per-worker exploration: the least
+    exploring third of the remote workers (1 to num_remote) and the local one (0), which acts
+    greedily while no remote worker is up."""
+    return {0, *range(num_remote - max(1, num_remote // 3) + 1, num_remote + 1)}
+
+
+def learn_on_replay_call(
+    policy, columns: dict[str, np.ndarray], batch_size: int
+) -> tuple[np.ndarray, np.ndarray, list[dict[str, float]]]:
+    """One gradient step on each minibatch of batch_size rows of a replay call, in order; its
+    (indices, TD errors, per-step statistics), the TD errors for the shard's new priorities."""
+    indices = columns.pop("indices")
+    stats, td_errors = [], []
+    for start in range(0, len(indices), batch_size):
+        minibatch = {key: value[start : start + batch_size] for key, value in columns.items()}
+        step_stats, step_td_errors = policy.learn_on_replay_batch(minibatch)
+        stats.append(step_stats)
+        td_errors.append(step_td_errors)
+    return indices, np.concatenate(td_errors), stats
+
+
 class AsyncReplayOptimizer(PolicyOptimizer):
     shard_class = ReplayShard
     # Transitions a replay call brings, in whole minibatches (RLlib's Ape-X learns on 512 at once).
@@ -89,7 +111,7 @@ class AsyncReplayOptimizer(PolicyOptimizer):
         self._weights_version, self._weights_ref = 0, None
         n = workers.num_remote
         per_worker = getattr(hp, "worker_epsilon", None) is not None  # APEX
-        self.reported = {0, *range(n - max(1, n // 3) + 1, n + 1)} if per_worker else None
+        self.reported = reported_workers(n) if per_worker else None
         self._started = False
 
     @property
@@ -127,15 +149,8 @@ class AsyncReplayOptimizer(PolicyOptimizer):
     def _learn(self, item: tuple[int, int, dict[str, np.ndarray]]):
         """In the learner thread: one gradient step on each minibatch of a replay call."""
         shard, generation, columns = item
-        indices = columns.pop("indices")
-        size = self.hp.batch_size
-        stats, td_errors = [], []
-        for start in range(0, len(indices), size):
-            minibatch = {key: value[start : start + size] for key, value in columns.items()}
-            step_stats, step_td_errors = self.policy.learn_on_replay_batch(minibatch)
-            stats.append(step_stats)
-            td_errors.append(step_td_errors)
-        return shard, generation, indices, np.concatenate(td_errors), stats
+        indices, td_errors, stats = learn_on_replay_call(self.policy, columns, self.hp.batch_size)
+        return shard, generation, indices, td_errors, stats
 
     # -- rollout workers ----------------------------------------------------------------------
 
