@@ -156,6 +156,21 @@ def test_stratified_sampling_stays_within_stored_transitions():
     assert len(np.unique(indices)) == 37
 
 
+def test_several_minibatches_in_one_pass_are_those_of_as_many_calls():
+    def filled():
+        buffer = PrioritizedReplayBuffer(capacity=1000, alpha=0.6, eps=1e-6, seed=3)
+        buffer.update_priorities(buffer.add(transitions(0, 300)), np.linspace(0.1, 5.0, 300))
+        return buffer
+
+    at_once = filled().sample(64, beta=0.4, count=8)
+    one_by_one = filled()
+    calls = [one_by_one.sample(64, beta=0.4) for _ in range(8)]
+
+    assert set(at_once) == set(calls[0])
+    for key, value in at_once.items():
+        np.testing.assert_array_equal(value, np.concatenate([call[key] for call in calls]))
+
+
 def test_tree_totals_after_batch_updates_with_repeated_indices():
     rng = np.random.default_rng(0)
     capacity = 100  # not a power of two: 28 padding leaves

@@ -208,15 +208,18 @@ class PrioritizedReplayBuffer(ReplayBuffer):
         self._set_priorities(indices, np.full(len(indices), self.max_priority**self.alpha))
         return indices
 
-    def sample(self, batch_size: int, beta: float) -> Columns:
+    def sample(self, batch_size: int, beta: float, count: int = 1) -> Columns:
         """Stratified proportional sampling: one draw from each of `batch_size` equal slices of
         the total priority (lower variance than independent draws), plus `weights`, the
         importance-sampling corrections (N * P(i))^-beta divided by the largest possible one
         (that of the least likely transition in the buffer) so they only ever scale updates
-        down, and `indices`, the slots to pass back to update_priorities."""
+        down, and `indices`, the slots to pass back to update_priorities. With `count`, that many
+        such minibatches one after another (minibatch i is rows i * batch_size to
+        (i + 1) * batch_size), drawn in one pass down the tree: the same rows as `count` calls."""
         self._check_not_empty()
         total = self.sums.root
-        targets = (np.arange(batch_size) + self.rng.random(batch_size)) * (total / batch_size)
+        slices = np.tile(np.arange(batch_size), count)
+        targets = (slices + self.rng.random(batch_size * count)) * (total / batch_size)
         indices = self.sums.find_prefix_sum(targets)
         priorities = self.sums.leaves(indices)
         # (N P(i))^-beta / (N P_min)^-beta: N and the total cancel out.

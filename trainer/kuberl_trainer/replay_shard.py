@@ -12,8 +12,6 @@ import os
 from collections import Counter
 from typing import Any
 
-import numpy as np
-
 from kuberl_trainer.replay_buffer import Columns, PrioritizedReplayBuffer
 from kuberl_trainer.sample_batch import SampleBatch
 
@@ -42,11 +40,10 @@ class ReplayShard:
         self.buffer.add(batch.columns)
 
     def sample(self, batch_size: int, beta: float, count: int = 1) -> Columns:
-        """`count` prioritized minibatches, drawn one after another as that many calls would
-        draw them, concatenated (minibatch i is rows i * batch_size to (i + 1) * batch_size),
-        with their importance `weights` and the `indices` to pass back to update_priorities."""
-        draws = [self.buffer.sample(batch_size, beta) for _ in range(count)]
-        return {key: np.concatenate([draw[key] for draw in draws]) for key in draws[0]}
+        """`count` prioritized minibatches, concatenated (minibatch i is rows i * batch_size to
+        (i + 1) * batch_size), with their importance `weights` and the `indices` to pass back to
+        update_priorities."""
+        return self.buffer.sample(batch_size, beta, count)
 
     def update_priorities(self, indices, td_errors) -> None:
         self.buffer.update_priorities(indices, td_errors)
