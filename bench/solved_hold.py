@@ -154,7 +154,9 @@ def main() -> None:
                 budgets, _, default_hold = SETTINGS[algorithm]
                 hold = default_hold if args.hold is None else args.hold
                 for workers in args.workers:
-                    timesteps = args.timesteps or budget(budgets, workers)
+                    timesteps = (
+                        budget(budgets, workers) if args.timesteps is None else args.timesteps
+                    )
                     for seed in range(args.seeds):
                         result = run(
                             algorithm, workers, seed, timesteps, hold, args.changes, folder
