@@ -76,8 +76,8 @@ import ray
 import torch
 from driver_clock import FREE_RUNNING, IterationClock, run_driver, save_results, trainer_config
 
-from kuberl_trainer.config import RolloutConfig
-from kuberl_trainer.progress_row import (
+from kuberl_contract.config import RolloutConfig
+from kuberl_contract.progress_row import (
     EPISODE_RETURN_MEAN,
     LEARNER_UTILISATION,
     POLICY_LAG,

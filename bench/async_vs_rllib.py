@@ -81,7 +81,7 @@ def rllib_cpus_per_env_runner(workers: int) -> float:
 def run_kuberl(algorithm: str, seed: int, target: float, envs: int, workers: int) -> dict:
     from driver_clock import IterationClock, run_driver, trainer_config
 
-    from kuberl_trainer.config import RolloutConfig
+    from kuberl_contract.config import RolloutConfig
 
     def tick(t) -> None:
         emit(

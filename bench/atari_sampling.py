@@ -98,10 +98,10 @@ def kuberl_samplers(
 ):
     """kuberl's sample() and its parts, on one RolloutWorker of `cpus` CPUs whose CNN computes in
     `precision` (model.precision)."""
-    from kuberl_trainer.algorithms import policy_class
-    from kuberl_trainer.config import TrainerConfig
-    from kuberl_trainer.envs import encode_obs, episode_steps
-    from kuberl_trainer.rollout_worker import RolloutWorker
+    from kuberl_contract.config import TrainerConfig
+    from kuberl_trainer.envs.making import encode_obs, episode_steps
+    from kuberl_trainer.job.algorithms import policy_class
+    from kuberl_trainer.rollouts.rollout_worker import RolloutWorker
 
     rollout_length = max(1, steps_per_call // num_envs)
     config = TypeAdapter(TrainerConfig).validate_python(
@@ -253,7 +253,7 @@ def main() -> None:
     )
     args = parser.parse_args()
 
-    from kuberl_trainer.models import native_bfloat16_cpu
+    from kuberl_trainer.policies.models import native_bfloat16_cpu
 
     load_before = os.getloadavg()
     runs: dict[tuple[int, int], dict[str, list[dict[str, float]]]] = {}

@@ -28,12 +28,12 @@ import torch
 from learner import median_ms
 
 from kuberl_operator.validation import load_rljob
-from kuberl_trainer.algorithms import policy_class
-from kuberl_trainer.envs import job_space_info
-from kuberl_trainer.models import ConvEncoder, bfloat16_devices
-from kuberl_trainer.rollout_worker import RolloutWorker
-from kuberl_trainer.sample_batch import SampleBatch
-from kuberl_trainer.trainer import learner_torch_threads
+from kuberl_trainer.envs.making import job_space_info
+from kuberl_trainer.job.algorithms import policy_class
+from kuberl_trainer.job.trainer import learner_torch_threads
+from kuberl_trainer.policies.models import ConvEncoder, bfloat16_devices
+from kuberl_trainer.policies.sample_batch import SampleBatch
+from kuberl_trainer.rollouts.rollout_worker import RolloutWorker
 
 EXAMPLE = Path(__file__).resolve().parents[1] / "deploy" / "examples" / "pong-ppo.yaml"
 

@@ -23,10 +23,10 @@ from typing import Any
 from pydantic import TypeAdapter
 from rich.console import Console
 
-from kuberl_trainer.config import AnyTrainerConfig, RolloutConfig, TrainerConfig
-from kuberl_trainer.driver import Driver, TrainResult
-from kuberl_trainer.progress import ConsoleReport
-from kuberl_trainer.progress_row import EVALUATION_RETURN_MEAN
+from kuberl_contract.config import AnyTrainerConfig, RolloutConfig, TrainerConfig
+from kuberl_contract.progress_row import EVALUATION_RETURN_MEAN
+from kuberl_trainer.job.driver import Driver, TrainResult
+from kuberl_trainer.job.progress import ConsoleReport
 
 NEVER = 10**9  # a checkpoint cadence no benchmark reaches: saving is not what is measured
 RESULTS = Path(__file__).resolve().parent / "results"

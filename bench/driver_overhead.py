@@ -39,10 +39,10 @@ import ray
 import torch
 from driver_clock import FREE_RUNNING, IterationClock, run_driver, save_results, trainer_config
 
-from kuberl_trainer.algorithms import policy_class, remote_policy
-from kuberl_trainer.config import RolloutConfig
-from kuberl_trainer.rollout_worker import RolloutWorker
-from kuberl_trainer.worker_set import WorkerSet
+from kuberl_contract.config import RolloutConfig
+from kuberl_trainer.job.algorithms import policy_class, remote_policy
+from kuberl_trainer.rollouts.rollout_worker import RolloutWorker
+from kuberl_trainer.rollouts.worker_set import WorkerSet
 
 BENCH = Path(__file__).resolve().parent
 ENV = "trivial_env:Trivial"

@@ -33,7 +33,7 @@ import gymnasium as gym
 import numpy as np
 from driver_clock import save_results
 
-from kuberl_trainer.envs import make_vector_env
+from kuberl_trainer.envs.making import make_vector_env
 
 try:
     import envpool

@@ -33,7 +33,7 @@ import ray
 import torch
 from driver_clock import IterationClock, run_driver, save_results, trainer_config
 
-from kuberl_trainer.config import RolloutConfig
+from kuberl_contract.config import RolloutConfig
 
 BENCH = Path(__file__).resolve().parent
 ENV = "trivial_env:Trivial"

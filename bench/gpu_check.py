@@ -52,8 +52,8 @@ from pathlib import Path
 
 import yaml
 
-from kuberl_trainer.final_record import FinalRecord, read_final_record
-from kuberl_trainer.progress_row import POLICY_LAG, PROGRESS_FILE
+from kuberl_contract.final_record import FinalRecord, read_final_record
+from kuberl_contract.progress_row import POLICY_LAG, PROGRESS_FILE
 
 ROOT = Path(__file__).resolve().parents[1]
 EXAMPLES = ROOT / "deploy" / "examples"
@@ -378,7 +378,7 @@ def examples(runner: Runner, plan: Plan, paths: list[Path], cuda: bool, tmp: Pat
     return rows
 
 
-# The learner's device trial's outcome in a job's log (see kuberl_trainer.device_choice).
+# The learner's device trial's outcome in a job's log (see kuberl_trainer.job.device_choice).
 DEVICE_CHOICE = re.compile(r"learn calls took .*?: (learning on [^,]+, [\d.]+x faster)")
 LEARN_LINE = re.compile(r"^learn_on_batch\s+([\d.]+)\s+(\d+)", re.MULTILINE)
 BATCH_LINE = re.compile(r"^batch: (.*)$", re.MULTILINE)

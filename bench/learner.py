@@ -31,11 +31,11 @@ from pathlib import Path
 import torch
 
 from kuberl_operator.validation import load_rljob
-from kuberl_trainer.algorithms import policy_class
-from kuberl_trainer.policy import impala
-from kuberl_trainer.policy.impala import LEARNABLE_ROWS, vtrace
-from kuberl_trainer.rollout_worker import RolloutWorker
-from kuberl_trainer.sample_batch import SampleBatch
+from kuberl_trainer.job.algorithms import policy_class
+from kuberl_trainer.policies import impala
+from kuberl_trainer.policies.impala import LEARNABLE_ROWS, vtrace
+from kuberl_trainer.policies.sample_batch import SampleBatch
+from kuberl_trainer.rollouts.rollout_worker import RolloutWorker
 
 EXAMPLE = Path(__file__).resolve().parents[1] / "deploy" / "examples" / "cartpole-impala.yaml"
 

@@ -45,7 +45,7 @@ SYSTEMS = ("kuberl", "rllib")
 def run_kuberl(seed: int, seconds: float) -> None:
     from driver_clock import IterationClock, run_driver, trainer_config
 
-    from kuberl_trainer.config import RolloutConfig
+    from kuberl_contract.config import RolloutConfig
 
     config = trainer_config(
         algorithm="PPO",

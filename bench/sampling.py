@@ -81,9 +81,9 @@ def ceiling_sampler(env_id: str, num_envs: int, rollout_length: int, seed: int):
 def kuberl_sampler(env_id: str, num_envs: int, rollout_length: int, seed: int, remote: bool = True):
     """A rollout worker's sample(): a remote one's (its policy in numpy), or with `remote` False
     the driver's local worker's (the torch policy)."""
-    from kuberl_trainer.algorithms import policy_class, remote_policy
-    from kuberl_trainer.config import TrainerConfig
-    from kuberl_trainer.rollout_worker import RolloutWorker
+    from kuberl_contract.config import TrainerConfig
+    from kuberl_trainer.job.algorithms import policy_class, remote_policy
+    from kuberl_trainer.rollouts.rollout_worker import RolloutWorker
 
     config = TypeAdapter(TrainerConfig).validate_python(
         {

@@ -47,8 +47,8 @@ def run_kuberl(seed: int, example: str = "kuberl") -> dict:
     import yaml
     from pydantic import TypeAdapter
 
-    from kuberl_trainer.config import RolloutConfig, TrainerConfig
-    from kuberl_trainer.driver import Driver
+    from kuberl_contract.config import RolloutConfig, TrainerConfig
+    from kuberl_trainer.job.driver import Driver
 
     spec = yaml.safe_load(MANIFESTS[example].read_text())["spec"]
     trainer = spec["trainer"] | {

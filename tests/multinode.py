@@ -48,7 +48,7 @@ from rayhead import (
     unused_port,
 )
 
-from kuberl_trainer.capacity import RAY_CAPACITY_ENV, Capacity, NodeGroup
+from kuberl_contract.capacity import RAY_CAPACITY_ENV, Capacity, NodeGroup
 
 TESTS = Path(__file__).parent
 SPOT = "spot"  # the custom resource of an RLJob's spot worker pods (SPOT_RAY_RESOURCE)

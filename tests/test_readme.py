@@ -7,8 +7,8 @@ from pathlib import Path
 from pydantic.alias_generators import to_camel
 
 from kuberl_cli.explain import HYPERPARAMETERS
-from kuberl_trainer.config import ALGORITHMS, ModelConfig, OptimizerConfig, optimizers_using
-from kuberl_trainer.hyperparameters.fields import field_docs
+from kuberl_contract.config import ALGORITHMS, ModelConfig, OptimizerConfig, optimizers_using
+from kuberl_contract.hyperparameters.fields import field_docs
 
 README = Path(__file__).parents[1] / "README.md"
 

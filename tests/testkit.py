@@ -49,7 +49,7 @@ def trainer_config(**fields):
     """`spec.trainer` validated from manifest-style keys."""
     from pydantic import TypeAdapter
 
-    from kuberl_trainer.config import TrainerConfig
+    from kuberl_contract.config import TrainerConfig
 
     document = {"env": "CartPole-v1", "stop": {"timesteps": 100_000}, "seed": 0, **fields}
     document["checkpoint"] = without_export(document.get("checkpoint"))
@@ -165,14 +165,14 @@ def as_strict_json_schema(node: dict) -> dict:
 
 def progress_rows(run_dir) -> list[dict]:
     """The progress rows a Driver run wrote to its run directory."""
-    from kuberl_trainer.progress_row import PROGRESS_FILE, read_rows
+    from kuberl_contract.progress_row import PROGRESS_FILE, read_rows
 
     return read_rows(Path(run_dir) / PROGRESS_FILE)
 
 
 def killing_optimizer(base: type, after_steps: int) -> type:
     """`base` that SIGKILLs its first remote rollout worker once, after `after_steps` env steps
-    (installed with monkeypatch on `kuberl_trainer.algorithms.optimizer_class`)."""
+    (installed with monkeypatch on `kuberl_trainer.job.algorithms.optimizer_class`)."""
     import os
     import signal
 

@@ -67,12 +67,12 @@ from kuberl_api.selectors import (
 )
 from kuberl_api.store import DuplicateJob, JobRow, JobStore
 from kuberl_api.submission import invalid
+from kuberl_contract.final_record import read_final_record
+from kuberl_contract.progress_row import POLICY_FILE, PROGRESS_FILE
 from kuberl_operator.constants import KEPT_FILES_ANNOTATION
 from kuberl_operator.spec import Phase, Progress, Reason, RLJob, RLJobStatus
 from kuberl_operator.status.lifecycle import Entered
 from kuberl_operator.status.phases import ACTIVE
-from kuberl_trainer.final_record import read_final_record
-from kuberl_trainer.progress_row import POLICY_FILE, PROGRESS_FILE
 
 log = logging.getLogger(__name__)
 

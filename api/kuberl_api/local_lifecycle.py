@@ -16,6 +16,7 @@ from dataclasses import replace
 from datetime import UTC, datetime
 from typing import Any
 
+from kuberl_contract.final_record import EXIT_INVALID_JOB, EXIT_SIGNAL_BASE, FinalRecord
 from kuberl_operator.spec import Phase, Reason, RLJob, RLJobStatus
 from kuberl_operator.status.lifecycle import (
     Entered,
@@ -24,7 +25,6 @@ from kuberl_operator.status.lifecycle import (
     merge_conditions,
     started_at,
 )
-from kuberl_trainer.final_record import EXIT_INVALID_JOB, EXIT_SIGNAL_BASE, FinalRecord
 
 QUEUED = Entered(Reason.QUEUED, "waiting for a free trainer slot")
 RESUMED = Entered(Reason.RESUMING, "unsuspended: resuming from the newest checkpoint")

@@ -26,8 +26,8 @@ from typing import Any
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 
 from kuberl_api.backend import Action, ApiError, Authorizer, Backend, Identity, JobSummary
+from kuberl_contract.progress_row import RLJOB_LABEL
 from kuberl_operator.constants import METRIC_JOBS
-from kuberl_trainer.metrics import RLJOB_LABEL
 
 METRIC_REQUESTS = "kuberl_api_requests_total"
 """Counter: HTTP requests answered, by method, route template and status code."""

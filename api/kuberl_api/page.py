@@ -31,9 +31,9 @@ from pydantic import ValidationError
 
 from kuberl_api.backend import JobPage
 from kuberl_api.sessions import SESSION_COOKIE, SESSION_LIFETIME_SECONDS, PageSessions
+from kuberl_contract.progress_row import format_return
 from kuberl_operator.spec import RLJob
 from kuberl_operator.status.phases import TERMINAL
-from kuberl_trainer.progress_row import format_return
 
 PAGE_LIMIT = 100
 """Jobs shown on the page (the first, by name)."""

@@ -14,9 +14,8 @@ from pathlib import Path
 from typing import Any
 
 from kuberl_api.backend import ApiError, ProgressRow
-from kuberl_operator.spec import Progress
-from kuberl_trainer.final_record import FINAL_RECORD_PREFIX, FinalRecord
-from kuberl_trainer.progress_row import (
+from kuberl_contract.final_record import FINAL_RECORD_PREFIX, FinalRecord
+from kuberl_contract.progress_row import (
     CHECKPOINT,
     EPISODE_RETURN_MEAN,
     EVALUATION_RETURN_MEAN,
@@ -29,6 +28,7 @@ from kuberl_trainer.progress_row import (
     parse_rows,
     read_rows,
 )
+from kuberl_operator.spec import Progress
 
 _TAIL_BYTES = 64 * 1024  # enough for the last row of progress.jsonl, or the final record
 LOG_BLOCK_BYTES = 256 * 1024

@@ -2,7 +2,7 @@
 [--video FILE.mp4|FILE.gif [--video-episodes N]] [--env ID] [--trust-env-code] [-o json]`: a
 trained policy on seeded episodes of its env (or of the env named with --env), greedy unless
 --stochastic, recorded as a video with --video. An env that would run code the file names is made
-only with --trust-env-code (see kuberl_trainer.env_trust)."""
+only with --trust-env-code (see kuberl_trainer.envs.trust)."""
 
 from __future__ import annotations
 
@@ -34,8 +34,8 @@ def evaluate_command(
         print(f"kuberl evaluate: {problem}", file=sys.stderr)
         return EXIT_INVALID
     from kuberl_trainer.errors import InvalidJobError
-    from kuberl_trainer.inference import load
-    from kuberl_trainer.video import RecordingError
+    from kuberl_trainer.trained.inference import load
+    from kuberl_trainer.trained.video import RecordingError
 
     policy, exit_code = named_policy(
         "evaluate", path, lambda named: load(named, trust_env_code, env), OPT_IN
@@ -90,7 +90,7 @@ def video_problem(video: str | None, video_episodes: int | None) -> str | None:
         return "--video-episodes says how many episodes --video records: give --video too"
     if video is None:
         return None
-    from kuberl_trainer.video import RecordingError, check_video_path
+    from kuberl_trainer.trained.video import RecordingError, check_video_path
 
     try:
         check_video_path(video)

@@ -10,15 +10,15 @@ import textwrap
 
 from pydantic import BaseModel
 
-from kuberl_trainer.config import ALGORITHMS, PBT
-from kuberl_trainer.hyperparameters import PBTHyperparameters
-from kuberl_trainer.hyperparameters.fields import (
+from kuberl_contract.config import ALGORITHMS, PBT
+from kuberl_contract.hyperparameters import PBTHyperparameters
+from kuberl_contract.hyperparameters.fields import (
     FieldDoc,
     field_docs,
     first_sentence,
     markdown_table,
 )
-from kuberl_trainer.hyperparameters.known_names import KNOWN_NAMES, names_mapped_to
+from kuberl_contract.hyperparameters.known_names import KNOWN_NAMES, names_mapped_to
 
 EXIT_OK, EXIT_UNKNOWN = 0, 2
 

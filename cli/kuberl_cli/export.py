@@ -18,8 +18,8 @@ def export_command(path: str, output: Path, trust_env_code: bool = False) -> int
     exported to `output` (the reason on stderr). No env is made, except for a checkpoint of an
     older kuberl, which records no spaces: then only where it runs no code the checkpoint names,
     or with `trust_env_code`."""
-    from kuberl_trainer.export import FORMATS, ExportError, export, input_spec, output_spec
-    from kuberl_trainer.inference import load_checkpoint
+    from kuberl_trainer.trained.export import FORMATS, ExportError, export, input_spec, output_spec
+    from kuberl_trainer.trained.inference import load_checkpoint
 
     policy, exit_code = named_policy(
         "export", path, lambda named: load_checkpoint(named, trust_env_code), OPT_IN

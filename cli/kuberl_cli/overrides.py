@@ -24,7 +24,7 @@ TOP_LEVEL = frozenset({"apiVersion", "kind", "metadata", "spec", "status"})
 """A manifest's own fields: a PATH starting elsewhere is read below `spec`."""
 
 SEED_PATH = "spec.trainer.seed"
-"""What --seed sets (kuberl_trainer.config.trainer's `seed`)."""
+"""What --seed sets (kuberl_contract.config.trainer's `seed`)."""
 
 _UNESCAPED_DOT = re.compile(r"(?<!\\)\.")
 

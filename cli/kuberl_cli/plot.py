@@ -8,7 +8,7 @@ from collections.abc import Sequence
 from dataclasses import replace
 from pathlib import Path
 
-from kuberl_trainer.plots import MEDIA_TYPES, InvalidRun, MissingRun, PlotFormat, read_run
+from kuberl_contract.plots import MEDIA_TYPES, InvalidRun, MissingRun, PlotFormat, read_run
 
 EXIT_OK, EXIT_INVALID, EXIT_NO_FILE = 0, 1, 2
 
@@ -22,7 +22,7 @@ def output_format(output: Path) -> PlotFormat | None:
 def plot_command(run_dirs: Sequence[Path], output: Path) -> int:
     """0 once the figure is written; 2 when a run directory or its progress file is missing, 1
     for anything else that cannot be drawn (an unknown extension, an empty progress file)."""
-    from kuberl_trainer.plots import learning_curves, render
+    from kuberl_contract.plots import learning_curves, render
 
     format = output_format(output)
     if format is None:

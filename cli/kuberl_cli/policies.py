@@ -34,7 +34,7 @@ def one_line(exc: Exception, opt_in: str) -> str:
     """What the user reads of `exc`, in one line: a refusal to make a file's env with this
     command's way to opt in (`opt_in`), any other error's first line (an env's constructor may
     say much more)."""
-    from kuberl_trainer.inference import UntrustedEnvError
+    from kuberl_trainer.trained.loaded import UntrustedEnvError
 
     if isinstance(exc, UntrustedEnvError):
         return exc.explained(opt_in)

@@ -17,8 +17,8 @@ from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Column
 from rich.text import Text
 
-from kuberl_trainer.progress import figures
-from kuberl_trainer.progress_row import TIMESTEPS_TOTAL
+from kuberl_contract.progress_row import TIMESTEPS_TOTAL
+from kuberl_trainer.job.progress import figures
 
 TITLE_WIDTH = 32
 """The most columns the job's title takes on the bar's line."""
@@ -34,7 +34,7 @@ class _BarThenFigures(Progress):
 
 
 class TerminalReport:
-    """What the driver reports to (as kuberl_trainer.progress.ConsoleReport): the live bar and
+    """What the driver reports to (as kuberl_trainer.job.progress.ConsoleReport): the live bar and
     its figures, with messages printed above them."""
 
     def __init__(self, title: str, total_timesteps: int | None, console: Console | None = None):

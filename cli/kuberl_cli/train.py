@@ -1,7 +1,7 @@
 """`kuberl train FILE`: the same RLJob manifest that goes to a cluster, trained on this machine.
 
 Once the manifest is read, whatever happens, the last line on stdout is the final record
-(kuberl_trainer.final_record.FinalRecord): how the run ended and where training stood, for the
+(kuberl_contract.final_record.FinalRecord): how the run ended and where training stood, for the
 operator and the API to read. The summary above it is for people only, and so, on a terminal, is
 all of stdout: there the record is left out (the operator and the API read a pipe or a file).
 
@@ -28,9 +28,7 @@ from kuberl_cli.validate import (
     job_problems,
     warm_start_checked,
 )
-from kuberl_operator.spec import RLJob
-from kuberl_operator.validation import InvalidManifest, parse_yaml_document, read_manifest_file
-from kuberl_trainer.final_record import (
+from kuberl_contract.final_record import (
     EXIT_FAILED,
     EXIT_INVALID_JOB,
     EXIT_SIGNAL_BASE,
@@ -38,10 +36,12 @@ from kuberl_trainer.final_record import (
     FinalRecord,
     Outcome,
 )
-from kuberl_trainer.progress_row import PROGRESS_FILE, format_return
+from kuberl_contract.progress_row import PROGRESS_FILE, format_return
+from kuberl_operator.spec import RLJob
+from kuberl_operator.validation import InvalidManifest, parse_yaml_document, read_manifest_file
 
 if TYPE_CHECKING:
-    from kuberl_trainer.checkpoint import Checkpoint
+    from kuberl_trainer.job.checkpoint import Checkpoint
 
 RESUME_COMMAND_ENV = "KUBERL_RESUME_COMMAND"
 """The command that resumes an interrupted run, when another program started this one and resumes
@@ -73,8 +73,9 @@ def train_command(
     # Warnings the user must see (a corrupt checkpoint skipped, a worker replaced), one per line.
     logging.basicConfig(format="%(levelname)s: %(message)s", level=logging.WARNING)
     # The training stack loads only once the manifest is known to be good.
-    from kuberl_trainer.driver import Driver
     from kuberl_trainer.errors import InvalidJobError, TrainingError
+    from kuberl_trainer.job.driver import Driver
+    from kuberl_trainer.trained.export import export_checkpoint
 
     run_dir = run_dir or Path("runs") / (job.name if seed is None else f"{job.name}-seed{seed}")
     print(f"Training {job.name}: {describe_job(job)}; run directory {run_dir}", flush=True)
@@ -94,6 +95,7 @@ def train_command(
             learner_gpus=job.spec.learner.gpus,
             learner_device=job.spec.learner.device,
             warm_start=warm_start,
+            export=export_checkpoint,
         ).run()
     except InvalidJobError as exc:
         print(f"{job.name}: invalid job: {exc}", file=sys.stderr)

@@ -29,8 +29,8 @@ from kuberl_operator.validation import (
 )
 
 if TYPE_CHECKING:
-    from kuberl_trainer.checkpoint import Checkpoint
-    from kuberl_trainer.envs import EnvProblem
+    from kuberl_trainer.envs.making import EnvProblem
+    from kuberl_trainer.job.checkpoint import Checkpoint
 
 EXIT_OK, EXIT_INVALID, EXIT_NO_FILE = 0, 1, 2
 
@@ -113,11 +113,11 @@ def warm_start_checked(trainer: Any) -> tuple[Checkpoint | None, Problem | None]
     named = trainer.warm_start.checkpoint
     if "://" in named and not named.startswith("file://"):
         return None, None
-    from kuberl_trainer.algorithms import policy_class
-    from kuberl_trainer.checkpoint import CheckpointError
-    from kuberl_trainer.envs import job_space_info, make_vector_env
+    from kuberl_trainer.envs.making import job_space_info, make_vector_env
     from kuberl_trainer.errors import IncompatibleCheckpointError, InvalidJobError
-    from kuberl_trainer.resume import (
+    from kuberl_trainer.job.algorithms import policy_class
+    from kuberl_trainer.job.checkpoint import CheckpointError
+    from kuberl_trainer.job.resume import (
         WARM_START_FIELD,
         warm_start_misfit,
         warm_start_part,
@@ -167,8 +167,8 @@ def _env_problem(trainer: dict[str, Any]) -> EnvProblem | None:
         return None  # reported by the spec's validation
     from pydantic import TypeAdapter, ValidationError
 
-    from kuberl_trainer.config import ALGORITHMS, PBT, ModelConfig, WrapperConfig
-    from kuberl_trainer.envs import env_problem  # gymnasium: only imported when needed
+    from kuberl_contract.config import ALGORITHMS, PBT, ModelConfig, WrapperConfig
+    from kuberl_trainer.envs.making import env_problem  # gymnasium: only imported when needed
 
     algorithm, where = trainer.get("algorithm"), ""
     if algorithm == PBT and isinstance(trainer.get("trainer"), dict):  # its trials' algorithm

@@ -18,6 +18,11 @@ from panels import (
 )
 
 from kuberl_api.metrics import METRIC_REQUEST_DURATION, METRIC_REQUESTS
+from kuberl_contract.progress_row import (
+    METRIC_CHECKPOINT_FAILURES,
+    METRIC_EPISODE_RETURN_MEAN,
+    METRIC_SAMPLES_PER_SECOND,
+)
 from kuberl_operator.constants import (
     METRIC_JOB_PHASE,
     METRIC_JOBS,
@@ -27,11 +32,6 @@ from kuberl_operator.constants import (
     METRIC_RESTARTS,
 )
 from kuberl_operator.spec import Phase
-from kuberl_trainer.progress_row import (
-    METRIC_CHECKPOINT_FAILURES,
-    METRIC_EPISODE_RETURN_MEAN,
-    METRIC_SAMPLES_PER_SECOND,
-)
 
 
 def fleet() -> dict[str, Any]:

@@ -6,7 +6,7 @@ committed JSON differs from what this writes).
 - kuberl-training.json: one job's training, chosen with the `namespace` and `rljob` variables;
 - kuberl-spot.json: spot and cost (preemptions, time lost to them, worker-hours by capacity).
 
-Plain dicts. The metric names come from the code that exports them (kuberl_trainer.progress_row,
+Plain dicts. The metric names come from the code that exports them (kuberl_contract.progress_row,
 kuberl_operator.constants, kuberl_api.metrics), so a renamed metric changes its panels with it. The
 dashboards use a `${datasource}` variable, so they import into any Grafana with a Prometheus data
 source (the Helm chart ships them as ConfigMaps for Grafana's dashboard sidecar). Series carry the

@@ -17,6 +17,10 @@ from panels import (
     timeseries,
 )
 
+from kuberl_contract.progress_row import (
+    METRIC_RESOURCE_WAIT,
+    METRIC_WORKER_DOWNTIME,
+)
 from kuberl_operator.constants import (
     METRIC_JOB_PHASE_SECONDS,
     METRIC_JOBS,
@@ -25,10 +29,6 @@ from kuberl_operator.constants import (
     METRIC_ROLLOUT_WORKERS,
 )
 from kuberl_operator.spec import Phase
-from kuberl_trainer.progress_row import (
-    METRIC_RESOURCE_WAIT,
-    METRIC_WORKER_DOWNTIME,
-)
 
 # The phases of a job under way (Pending has no cluster yet, the others have ended): the share of
 # time lost to preemption is a share of the time in these.

@@ -17,13 +17,7 @@ from panels import (
     timeseries,
 )
 
-from kuberl_operator.constants import (
-    METRIC_JOB_PHASE,
-    METRIC_PREEMPTIONS,
-    METRIC_RESTARTS,
-    METRIC_ROLLOUT_WORKERS,
-)
-from kuberl_trainer.progress_row import (
+from kuberl_contract.progress_row import (
     METRIC_CHECKPOINT_AGE,
     METRIC_CHECKPOINT_FAILURES,
     METRIC_ENV_STEPS_TRAINED,
@@ -49,6 +43,12 @@ from kuberl_trainer.progress_row import (
     METRIC_WORKER_DOWNTIME,
     METRIC_WORKER_RESTARTS,
     METRIC_WORKERS_READY,
+)
+from kuberl_operator.constants import (
+    METRIC_JOB_PHASE,
+    METRIC_PREEMPTIONS,
+    METRIC_RESTARTS,
+    METRIC_ROLLOUT_WORKERS,
 )
 
 

@@ -11,6 +11,7 @@ from typing import Any
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, start_http_server
 
+from kuberl_contract.progress_row import RLJOB_LABEL
 from kuberl_operator.constants import (
     METRIC_JOB_PHASE,
     METRIC_JOB_PHASE_SECONDS,
@@ -25,7 +26,6 @@ from kuberl_operator.constants import (
 )
 from kuberl_operator.observe import RAY_GROUP_LABEL, disruption, worker_pods
 from kuberl_operator.spec import Phase, RLJobStatus
-from kuberl_trainer.metrics import RLJOB_LABEL
 
 # Values of the `capacity` label: which kind of node a rollout worker pod runs on.
 SPOT = "spot"

@@ -13,6 +13,23 @@ from typing import Any
 
 from prometheus_client.parser import text_string_to_metric_families
 
+from kuberl_contract.final_record import FinalRecord
+from kuberl_contract.progress_row import (
+    CHECKPOINT_LABEL,
+    EPISODE_RETURN_MEAN,
+    EVALUATION_RETURN_MEAN,
+    ITERATION,
+    METRIC_CHECKPOINT,
+    METRIC_EPISODE_RETURN_MEAN,
+    METRIC_EVALUATION_RETURN_MEAN,
+    METRIC_ITERATION,
+    METRIC_LAST_ITERATION_TIMESTAMP,
+    METRIC_RESOURCE_WAIT,
+    METRIC_SAMPLES_PER_SECOND,
+    METRIC_TIMESTEPS,
+    SAMPLES_PER_S,
+    TIMESTEPS_TOTAL,
+)
 from kuberl_operator.constants import (
     ATTEMPT_LABEL,
     GROUP,
@@ -29,23 +46,6 @@ from kuberl_operator.status import (
     ObservedProgress,
     TakenName,
     UnschedulablePods,
-)
-from kuberl_trainer.final_record import FinalRecord
-from kuberl_trainer.progress_row import (
-    CHECKPOINT_LABEL,
-    EPISODE_RETURN_MEAN,
-    EVALUATION_RETURN_MEAN,
-    ITERATION,
-    METRIC_CHECKPOINT,
-    METRIC_EPISODE_RETURN_MEAN,
-    METRIC_EVALUATION_RETURN_MEAN,
-    METRIC_ITERATION,
-    METRIC_LAST_ITERATION_TIMESTAMP,
-    METRIC_RESOURCE_WAIT,
-    METRIC_SAMPLES_PER_SECOND,
-    METRIC_TIMESTEPS,
-    SAMPLES_PER_S,
-    TIMESTEPS_TOTAL,
 )
 
 Object = dict[str, Any]
@@ -263,7 +263,7 @@ def _metric_values(text: str) -> tuple[dict[str, float], str | None]:
 
 def progress_from_metrics(text: str) -> ObservedProgress | None:
     """The driver's newest iteration, as its metrics report it (the names are in
-    kuberl_trainer.progress_row); None before the first iteration of this run and before a resumed
+    kuberl_contract.progress_row); None before the first iteration of this run and before a resumed
     run has reported anything."""
     values, checkpoint = _metric_values(text)
     when = values.get(METRIC_LAST_ITERATION_TIMESTAMP)

@@ -36,6 +36,7 @@ from typing import Any
 
 import kopf
 
+from kuberl_contract.final_record import FinalRecord, read_final_record
 from kuberl_operator import builders
 from kuberl_operator.constants import (
     API_VERSION,
@@ -86,7 +87,6 @@ from kuberl_operator.status import (
     compute_status,
 )
 from kuberl_operator.validation import InvalidManifest, validate_rljob
-from kuberl_trainer.final_record import FinalRecord, read_final_record
 
 RAY_CLUSTERS = (RAY_API_VERSION, "rayclusters")
 # The driver states after which it serves no metrics and its log ends with its final record.

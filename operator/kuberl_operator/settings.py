@@ -12,6 +12,7 @@ from typing import Annotated, Any
 
 from pydantic import BeforeValidator, ConfigDict, Field, SecretStr, ValidationError
 
+from kuberl_contract.docstrings import Described
 from kuberl_operator.constants import (
     GPU_TYPE_LABEL,
     JOB_CONFIG_DIR,
@@ -26,7 +27,6 @@ from kuberl_operator.spec import (
     LabelMap,
     Quantity,
 )
-from kuberl_trainer.docstrings import Described
 
 ENV_PREFIX = "KUBERL_"
 

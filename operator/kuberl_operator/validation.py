@@ -19,6 +19,9 @@ from pydantic import BaseModel, Tag, ValidationError
 from pydantic.alias_generators import to_camel, to_snake
 from pydantic.fields import FieldInfo
 
+from kuberl_contract.config import ALGORITHMS, PBT, TRAINER_CONFIGS, PBTConfig
+from kuberl_contract.hyperparameters import PBTHyperparameters
+from kuberl_contract.hyperparameters.known_names import known_name_hint
 from kuberl_operator.bounded import (
     MAX_MANIFEST_BYTES,
     InvalidManifest,
@@ -30,9 +33,6 @@ from kuberl_operator.bounded import (
 )
 from kuberl_operator.constants import API_VERSION, KIND
 from kuberl_operator.spec import PATTERN_HINTS, RLJob
-from kuberl_trainer.config import ALGORITHMS, PBT, TRAINER_CONFIGS, PBTConfig
-from kuberl_trainer.hyperparameters import PBTHyperparameters
-from kuberl_trainer.hyperparameters.known_names import known_name_hint
 
 # --- Entry points -------------------------------------------------------------------------------
 
@@ -247,7 +247,7 @@ _HYPERPARAMETERS = "hyperparameters"
 
 def _elsewhere(key: str, section: list[str | int], model: Any) -> str | None:
     """Where an unknown field of a trainer or of its hyperparameters belongs: a Stable-Baselines3
-    or RLlib name (see kuberl_trainer.hyperparameters.known_names), a hyperparameter written in
+    or RLlib name (see kuberl_contract.hyperparameters.known_names), a hyperparameter written in
     the trainer itself, or a trial's hyperparameter written in PBT's. None for anything else."""
     name = to_snake(key)
     if section and section[-1] == _HYPERPARAMETERS and model in _ALGORITHM_OF_HYPERPARAMETERS:

@@ -16,6 +16,15 @@ from typing import Any
 import kuberl_api.local
 from kuberl_api.local import LocalBackend
 from kuberl_api.processes import Started, TrainerFiles
+from kuberl_contract.final_record import EXIT_INVALID_JOB, FinalRecord, Outcome
+from kuberl_contract.progress_row import (
+    CHECKPOINT,
+    EPISODE_RETURN_MEAN,
+    ITERATION,
+    PROGRESS_FILE,
+    SAMPLES_PER_S,
+    TIMESTEPS_TOTAL,
+)
 from kuberl_operator.spec import ConditionType, Phase, RLJob, RLJobSpec, RLJobStatus
 from kuberl_operator.status import DriverState, HeadFate, Observed, compute_status
 from kuberl_operator.status.lifecycle import LIFECYCLE_CONDITIONS
@@ -24,15 +33,6 @@ from kuberl_operator.status.observed import (
     ObservedDriver,
     ObservedHead,
     ObservedProgress,
-)
-from kuberl_trainer.final_record import EXIT_INVALID_JOB, FinalRecord, Outcome
-from kuberl_trainer.progress_row import (
-    CHECKPOINT,
-    EPISODE_RETURN_MEAN,
-    ITERATION,
-    PROGRESS_FILE,
-    SAMPLES_PER_S,
-    TIMESTEPS_TOTAL,
 )
 from testkit import rljob
 

@@ -16,8 +16,8 @@ from matplotlib.image import imread
 
 from kuberl_api.page import jobs_table, without_paths
 from kuberl_api.sessions import SESSION_COOKIE
+from kuberl_contract.plots import DPI, FIGURE_INCHES, X_LABEL, Y_LABEL
 from kuberl_operator.spec import RLJob
-from kuberl_trainer.plots import DPI, FIGURE_INCHES, X_LABEL, Y_LABEL
 from testkit import edited, wait_until
 
 SVG = "{http://www.w3.org/2000/svg}"

@@ -19,8 +19,8 @@ from kuberl_api.selectors import (
     matches,
     parse_label_selector,
 )
+from kuberl_contract.final_record import EXIT_INVALID_JOB, FinalRecord, Outcome
 from kuberl_operator.spec import Phase
-from kuberl_trainer.final_record import EXIT_INVALID_JOB, FinalRecord, Outcome
 from testkit import free_port, run_kuberl
 
 LABELS = {"team": "rl", "tier": "gold"}

@@ -12,8 +12,8 @@ import pytest
 import yaml
 
 from kuberl_cli.explain import HYPERPARAMETERS
-from kuberl_trainer.hyperparameters import PPOHyperparameters
-from kuberl_trainer.hyperparameters.fields import field_docs
+from kuberl_contract.hyperparameters import PPOHyperparameters
+from kuberl_contract.hyperparameters.fields import field_docs
 from testkit import ROOT, edited, run_kuberl
 
 BASE = yaml.safe_load((ROOT / "deploy" / "examples" / "cartpole-ppo.yaml").read_text())

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from kuberl_trainer.final_record import EXIT_INVALID_JOB, Outcome, read_final_record
+from kuberl_contract.final_record import EXIT_INVALID_JOB, Outcome, read_final_record
 from testkit import ROOT, run_kuberl
 
 EXAMPLE = (ROOT / "deploy" / "examples" / "cartpole-ppo.yaml").read_text()

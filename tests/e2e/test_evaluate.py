@@ -9,8 +9,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from kuberl_trainer.final_record import read_final_record
-from kuberl_trainer.inference import LoadError, load
+from kuberl_contract.final_record import read_final_record
+from kuberl_trainer.trained.inference import load
+from kuberl_trainer.trained.loaded import LoadError
 from testkit import fast_cartpole_job, run_kuberl
 
 
@@ -152,8 +153,8 @@ def test_a_normalized_policy_acts_with_its_frozen_statistics(tmp_path):
 
 
 def test_a_pbt_checkpoint_is_refused_with_the_reason(tmp_path):
-    from kuberl_trainer.checkpoint import Checkpoint
-    from kuberl_trainer.inference import TrainedPolicy
+    from kuberl_trainer.job.checkpoint import Checkpoint
+    from kuberl_trainer.trained.inference import TrainedPolicy
 
     with pytest.raises(LoadError, match="a PBT checkpoint holds a population"):
         TrainedPolicy(Checkpoint("/x/checkpoint-00000001", {"algorithm": "PBT"}, {}))

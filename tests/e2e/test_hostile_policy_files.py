@@ -19,11 +19,12 @@ import pytest
 import torch
 from hostile_code import IMPORT_MARKER
 
-from kuberl_trainer import envs as envs_module
-from kuberl_trainer.config import RolloutConfig
-from kuberl_trainer.driver import Driver
-from kuberl_trainer.export import export
-from kuberl_trainer.inference import LoadError, load
+from kuberl_contract.config import RolloutConfig
+from kuberl_trainer.envs import making as envs_module
+from kuberl_trainer.job.driver import Driver
+from kuberl_trainer.trained.export import export
+from kuberl_trainer.trained.inference import load
+from kuberl_trainer.trained.loaded import LoadError
 from testkit import run_kuberl, trainer_config
 
 TESTS = Path(__file__).parents[1]

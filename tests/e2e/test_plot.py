@@ -9,7 +9,7 @@ import pytest
 import yaml
 from matplotlib.image import imread
 
-from kuberl_trainer.plots import (
+from kuberl_contract.plots import (
     DPI,
     EVALUATION_SUFFIX,
     FIGURE_INCHES,

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import yaml
 
-from kuberl_trainer.final_record import EXIT_INVALID_JOB, Outcome, read_final_record
+from kuberl_contract.final_record import EXIT_INVALID_JOB, Outcome, read_final_record
 from testkit import rljob, run_kuberl
 
 

@@ -14,8 +14,8 @@ from pathlib import Path
 import pytest
 import yaml
 
+from kuberl_contract.final_record import EXIT_INVALID_JOB, Outcome, read_final_record
 from kuberl_operator.observe import progress_from_metrics
-from kuberl_trainer.final_record import EXIT_INVALID_JOB, Outcome, read_final_record
 from testkit import free_port, rljob
 
 KUBERL = Path(sys.executable).with_name("kuberl")

@@ -18,13 +18,13 @@ from rich.console import Console
 
 from kuberl_cli.overrides import OverrideError, parse_override, with_overrides
 from kuberl_cli.terminal_report import TerminalReport
-from kuberl_operator.bounded import MAX_DEPTH
-from kuberl_trainer.final_record import (
+from kuberl_contract.final_record import (
     EXIT_INVALID_JOB,
     FINAL_RECORD_PREFIX,
     Outcome,
     read_final_record,
 )
+from kuberl_operator.bounded import MAX_DEPTH
 from testkit import rljob
 
 pytestmark = pytest.mark.timeout(180)

@@ -19,8 +19,8 @@ import pytest
 import yaml
 from PIL import Image, ImageSequence
 
-from kuberl_trainer.rollout_worker import run_episodes
-from kuberl_trainer.video import Recording, RecordingError
+from kuberl_trainer.rollouts.rollout_worker import run_episodes
+from kuberl_trainer.trained.video import Recording, RecordingError
 from testkit import fast_cartpole_job, rljob, run_kuberl, trainer_config
 
 CARTPOLE_SIZE = (600, 400)  # width x height of CartPole's frames

@@ -8,14 +8,14 @@ from pathlib import Path
 import pytest
 
 from kuberl_cli.train import train_command
-from kuberl_trainer import resume
-from kuberl_trainer.checkpoint import checkpoint_named
-from kuberl_trainer.final_record import (
+from kuberl_contract.final_record import (
     EXIT_INVALID_JOB,
     EXIT_SUCCEEDED,
     Outcome,
     read_final_record,
 )
+from kuberl_trainer.job import resume
+from kuberl_trainer.job.checkpoint import checkpoint_named
 from testkit import fast_cartpole_job, run_kuberl
 
 
@@ -140,9 +140,9 @@ def test_a_warm_start_that_names_nothing_is_an_invalid_job(tmp_path):
 
 def test_the_driver_refuses_a_warm_start_that_does_not_fit(solved, tmp_path):
     """What validation cannot see (an object store's checkpoint), the driver refuses alike."""
-    from kuberl_trainer.config import RolloutConfig
-    from kuberl_trainer.driver import Driver
+    from kuberl_contract.config import RolloutConfig
     from kuberl_trainer.errors import IncompatibleCheckpointError
+    from kuberl_trainer.job.driver import Driver
     from testkit import trainer_config
 
     source, _ = solved

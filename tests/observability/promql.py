@@ -98,7 +98,7 @@ def exported_metric_names(*components: str) -> set[str]:
     as Prometheus stores them (counters with _total, histograms with _bucket/_count/_sum, infos
     with _info). The API's are those it exports on the local backend, the count of jobs included."""
     from kuberl_operator.metrics import OperatorMetrics
-    from kuberl_trainer.metrics import TrainerMetrics
+    from kuberl_trainer.job.metrics import TrainerMetrics
 
     registries = {
         "trainer": lambda: TrainerMetrics("ns", "job", "PPO").registry,

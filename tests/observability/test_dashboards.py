@@ -158,7 +158,7 @@ def test_dashboards_and_rules_read_only_metrics_that_exist():
 
 def test_the_generator_imports_the_metric_names_it_reads():
     """The trainer's, the operator's and the API's metric names are defined once
-    (kuberl_trainer.progress_row, kuberl_operator.constants, kuberl_api.metrics): the generator
+    (kuberl_contract.progress_row, kuberl_operator.constants, kuberl_api.metrics): the generator
     imports them rather than spelling them out, so a renamed metric cannot leave a panel reading
     nothing. Every module of the generator is read: generate.py, and the dashboards' and panels'
     modules beside it."""

@@ -14,7 +14,7 @@ from kuberl_api.backend import JobSummary
 from kuberl_api.metrics import ApiMetrics
 from kuberl_operator.metrics import OperatorMetrics
 from kuberl_operator.spec import Phase, RLJobStatus
-from kuberl_trainer.metrics import RLJOB_LABEL, TrainerMetrics
+from kuberl_trainer.job.metrics import RLJOB_LABEL, TrainerMetrics
 
 SCRAPE_JOBS = {"kuberl-trainer", "kuberl-operator", "kuberl-api"}
 """The scrape jobs the chart's monitors name (charts/kuberl/templates/monitoring.yaml)."""

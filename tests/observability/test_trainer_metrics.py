@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import math
 
-from kuberl_trainer.metrics import (
+from kuberl_trainer.job.metrics import (
     LEARNER_GAUGES,
     METRIC_RETURN_TARGET,
     TrainerMetrics,

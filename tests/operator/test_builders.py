@@ -17,6 +17,7 @@ import kubernetes_validate
 import pytest
 import yaml
 
+from kuberl_contract.capacity import RAY_CAPACITY_ENV, Capacity
 from kuberl_operator.builders import (
     RAY_STOP_MARGIN_SECONDS,
     STOP_DRIVER,
@@ -51,7 +52,6 @@ from kuberl_operator.constants import (
 from kuberl_operator.settings import InvalidSettings, OperatorSettings
 from kuberl_operator.spec import JOB_NAME_PATTERN, RLJob
 from kuberl_operator.validation import InvalidManifest, load_rljob, validate_rljob
-from kuberl_trainer.capacity import RAY_CAPACITY_ENV, Capacity
 from testkit import as_strict_json_schema, edited, rljob
 
 ROOT = Path(__file__).resolve().parents[2]

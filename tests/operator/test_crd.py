@@ -12,10 +12,10 @@ import jsonschema
 import pytest
 import yaml
 
+from kuberl_contract.config import ALGORITHMS, PBT
 from kuberl_operator.constants import CRD_NAME, GROUP, KIND, PLURAL, SHORT_NAMES
 from kuberl_operator.crd import crd_yaml, rljob_crd
 from kuberl_operator.validation import load_rljob
-from kuberl_trainer.config import ALGORITHMS, PBT
 from testkit import as_strict_json_schema
 
 ROOT = Path(__file__).resolve().parents[2]

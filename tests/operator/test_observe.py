@@ -5,6 +5,7 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
+from kuberl_contract.final_record import FinalRecord, Outcome
 from kuberl_operator.builders import build_ray_cluster, scale_on_demand, stale_spec
 from kuberl_operator.observe import (
     disruption,
@@ -23,7 +24,6 @@ from kuberl_operator.status import HEAD_GROUP, HeadFate, UnschedulablePods
 from kuberl_operator.status.compute import merge_progress
 from kuberl_operator.status.observed import ObservedProgress
 from kuberl_operator.validation import validate_rljob
-from kuberl_trainer.final_record import FinalRecord, Outcome
 from testkit import edited, rljob
 
 NOW = datetime(2026, 3, 1, 12, 0, tzinfo=UTC)
@@ -193,7 +193,7 @@ def exposition(metrics) -> str:
 
 
 def test_the_drivers_metrics_are_read_as_the_trainer_writes_them():
-    from kuberl_trainer.metrics import TrainerMetrics
+    from kuberl_trainer.job.metrics import TrainerMetrics
 
     metrics = TrainerMetrics("default", "walker", "PPO")
     assert progress_from_metrics(exposition(metrics)) is None  # no iteration yet

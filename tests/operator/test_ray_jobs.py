@@ -12,9 +12,9 @@ import pytest
 from aiohttp import test_utils, web
 from rayhead import running_ray_head
 
+from kuberl_contract.final_record import FinalRecord, Outcome
 from kuberl_operator.ray_jobs import RayHeads, RayJobsClient, RayJobsError
 from kuberl_operator.reconciler import ended_drivers_record
-from kuberl_trainer.final_record import FinalRecord, Outcome
 from testkit import free_port
 
 

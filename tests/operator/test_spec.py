@@ -10,6 +10,7 @@ from typing import Any
 import pytest
 import yaml
 
+from kuberl_contract.config import ALGORITHMS, TRAINER_CONFIGS, RolloutConfig
 from kuberl_operator.constants import DEFAULT_RAY_VERSION, KUEUE_QUEUE_LABEL
 from kuberl_operator.spec import Phase, PreemptionPolicy, RLJob, RLJobStatus, SpotProvider
 from kuberl_operator.validation import (
@@ -20,7 +21,6 @@ from kuberl_operator.validation import (
     parse_rljob_text,
     validate_rljob,
 )
-from kuberl_trainer.config import ALGORITHMS, TRAINER_CONFIGS, RolloutConfig
 from testkit import edited, rljob
 
 MINIMAL: dict[str, Any] = rljob("cartpole", minimal=True)

@@ -16,6 +16,7 @@ import pytest
 
 import kuberl_operator.status
 import kuberl_operator.status.compute
+from kuberl_contract.final_record import EXIT_FAILED, EXIT_INVALID_JOB, Outcome
 from kuberl_operator.constants import (
     KUBERAY_RECHECK_SECONDS,
     MAX_BACKOFF_SECONDS,
@@ -54,7 +55,6 @@ from kuberl_operator.status import (
     compute_status,
     next_phase,
 )
-from kuberl_trainer.final_record import EXIT_FAILED, EXIT_INVALID_JOB, Outcome
 
 NOW = datetime(2026, 3, 1, 12, 0, tzinfo=UTC)
 NAME = "walker"

@@ -4,7 +4,7 @@ module adds its sampling or gradient method and its mock policy."""
 
 import os
 
-from kuberl_trainer.rollout_worker import RolloutWorker
+from kuberl_trainer.rollouts.rollout_worker import RolloutWorker
 
 
 class MockWorker:

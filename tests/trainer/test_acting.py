@@ -15,10 +15,10 @@ import pytest
 import torch
 from ray import cloudpickle
 
-from kuberl_trainer.algorithms import policy_class, remote_policy
-from kuberl_trainer.config import ALGORITHMS, frozen, thawed
-from kuberl_trainer.frozen import Frozen
-from kuberl_trainer.policy.acting import (
+from kuberl_contract.config import ALGORITHMS, frozen, thawed
+from kuberl_contract.frozen import Frozen
+from kuberl_trainer.job.algorithms import policy_class, remote_policy
+from kuberl_trainer.policies.acting import (
     ActingAPEXPolicy,
     ActingDQNPolicy,
     ActingESPolicy,
@@ -31,8 +31,8 @@ from kuberl_trainer.policy.acting import (
     load_class,
     noise_table,
 )
-from kuberl_trainer.rollout_worker import RolloutWorker
-from kuberl_trainer.sample_batch import VALID
+from kuberl_trainer.policies.sample_batch import VALID
+from kuberl_trainer.rollouts.rollout_worker import RolloutWorker
 from testkit import ROOT, trainer_config
 
 # (algorithm, env, hyperparameters): both activations, both action kinds, one to three layers.
@@ -211,8 +211,8 @@ def test_the_algorithm_table_names_each_numpy_policy():
         ("IMPALA", None, "acting"),
         ("APPO", "SyncSamples", "acting"),
         ("A2C", None, "acting"),
-        ("A3C", None, "kuberl_trainer.policy.a2c:A2CPolicy"),  # its workers compute gradients
-        ("PG", "AsyncGradients", "kuberl_trainer.policy.pg:PGPolicy"),
+        ("A3C", None, "kuberl_trainer.policies.a2c:A2CPolicy"),  # its workers compute gradients
+        ("PG", "AsyncGradients", "kuberl_trainer.policies.pg:PGPolicy"),
         ("DQN", None, "acting"),
         ("APEX", None, "acting"),
         ("SAC", None, "acting"),
@@ -279,7 +279,7 @@ def test_a_remote_worker_that_only_acts_never_imports_torch_nor_the_config(tmp_p
 import json, sys
 import numpy as np
 from ray import cloudpickle
-from kuberl_trainer.rollout_worker import RolloutWorker
+from kuberl_trainer.rollouts.rollout_worker import RolloutWorker
 factory, config = cloudpickle.loads(open({str(tmp_path / "sent.pkl")!r}, "rb").read())
 worker = RolloutWorker(factory, config, 8, seed=5, worker_index=1, cpus=1)
 weights = dict(np.load({str(tmp_path / "weights.npz")!r}))
@@ -289,7 +289,7 @@ print(json.dumps({{
     "policy": type(worker.policy).__name__,
     "rows": len(batch["obs"]),
     "columns": sorted(batch.columns),
-    "imported": [m for m in ("torch", "pydantic", "kuberl_trainer.config") if m in sys.modules],
+    "imported": [m for m in ("torch", "pydantic", "kuberl_contract.config") if m in sys.modules],
 }}))
 """
     done = subprocess.run(

@@ -10,9 +10,9 @@ import pytest
 import torch
 from torch import nn
 
-from kuberl_trainer.algorithms import policy_class
-from kuberl_trainer.policy.adam import Adam
-from kuberl_trainer.rollout_worker import RolloutWorker
+from kuberl_trainer.job.algorithms import policy_class
+from kuberl_trainer.policies.adam import Adam
+from kuberl_trainer.rollouts.rollout_worker import RolloutWorker
 from testkit import trainer_config
 
 
@@ -144,12 +144,14 @@ def test_a_training_run_and_its_export_leave_torch_dynamo_unimported(tmp_path):
 import sys
 from pathlib import Path
 from pydantic import TypeAdapter
-from kuberl_trainer.config import RolloutConfig, TrainerConfig
-from kuberl_trainer.driver import Driver
+from kuberl_contract.config import RolloutConfig, TrainerConfig
+from kuberl_trainer.job.driver import Driver
+from kuberl_trainer.trained.export import export_checkpoint
 config = TypeAdapter(TrainerConfig).validate_python(
     {{"algorithm": "PPO", "env": "CartPole-v1", "stop": {{"timesteps": 512}}}}
 )
-result = Driver(config, RolloutConfig(replicas=0), Path({str(tmp_path)!r}), "adam").run()
+run_dir = Path({str(tmp_path)!r})
+result = Driver(config, RolloutConfig(replicas=0), run_dir, "adam", export=export_checkpoint).run()
 print(result.timesteps, result.policy, "torch._dynamo" in sys.modules)
 """
     out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True)

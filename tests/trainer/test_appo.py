@@ -5,8 +5,8 @@ taken to it."""
 import numpy as np
 import torch
 
-from kuberl_trainer.policy.appo import APPOPolicy
-from kuberl_trainer.rollout_worker import RolloutWorker
+from kuberl_trainer.policies.appo import APPOPolicy
+from kuberl_trainer.rollouts.rollout_worker import RolloutWorker
 from testkit import trainer_config
 
 

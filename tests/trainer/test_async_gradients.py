@@ -10,8 +10,8 @@ import pytest
 from mock_worker import MockWorker
 
 from kuberl_trainer.optimizers.async_gradients import AsyncGradientsOptimizer
-from kuberl_trainer.rollout_worker import Gradients
-from kuberl_trainer.worker_set import WorkerSet
+from kuberl_trainer.rollouts.rollout_worker import Gradients
+from kuberl_trainer.rollouts.worker_set import WorkerSet
 from testkit import all_started, trainer_config
 
 ROWS = 10
@@ -140,8 +140,8 @@ def test_policy_lag_counts_the_gradients_applied_since_a_workers_weights(
 
 @pytest.mark.parametrize("algorithm", ["PG", "A2C", "A3C"])
 def test_real_policies_train_on_async_gradients_without_remote_workers(tmp_path, algorithm):
-    from kuberl_trainer.config import RolloutConfig
-    from kuberl_trainer.driver import Driver
+    from kuberl_contract.config import RolloutConfig
+    from kuberl_trainer.job.driver import Driver
 
     optimizer = {} if algorithm == "A3C" else {"optimizer": "AsyncGradients"}
     config = trainer_config(algorithm=algorithm, stop={"iterations": 3}, **optimizer)

@@ -16,12 +16,12 @@ from test_lost_workers import NoneReady
 
 from kuberl_trainer.optimizers.async_replay import AsyncReplayOptimizer, reported_workers
 from kuberl_trainer.optimizers.learner_thread import LearnerError
-from kuberl_trainer.policy.apex import APEXPolicy
-from kuberl_trainer.policy.dqn import DQNPolicy
-from kuberl_trainer.replay_shard import ReplayShard
-from kuberl_trainer.rollout_worker import RolloutWorker
-from kuberl_trainer.sample_batch import SampleBatch
-from kuberl_trainer.worker_set import WorkerSet
+from kuberl_trainer.optimizers.replay_shard import ReplayShard
+from kuberl_trainer.policies.apex import APEXPolicy
+from kuberl_trainer.policies.dqn import DQNPolicy
+from kuberl_trainer.policies.sample_batch import SampleBatch
+from kuberl_trainer.rollouts.rollout_worker import RolloutWorker
+from kuberl_trainer.rollouts.worker_set import WorkerSet
 from testkit import all_started, trainer_config, wait_until
 
 ROWS = 10
@@ -250,7 +250,7 @@ def test_a_killed_replay_shard_is_reported_replaced_and_counted(ray_local, caplo
         wait_until(lambda: optimizer.step() and learner.steps >= 5, timeout=120)
         victim = optimizer.shards.actors[0]
         os.kill(ray_local.get(victim.pid.remote()), signal.SIGKILL)
-        with caplog.at_level(logging.WARNING, logger="kuberl_trainer.replay_shard"):
+        with caplog.at_level(logging.WARNING, logger="kuberl_trainer.optimizers.replay_shard"):
             wait_until(
                 lambda: optimizer.step().learner_stats["replay_shards_lost"] == 1,
                 timeout=120,
@@ -388,8 +388,8 @@ def test_checkpoints_leave_the_shards_out_by_default(ray_local):
 
 
 def test_dqn_trains_on_async_replay_with_real_workers(ray_local, tmp_path):
-    from kuberl_trainer.config import RolloutConfig
-    from kuberl_trainer.driver import Driver
+    from kuberl_contract.config import RolloutConfig
+    from kuberl_trainer.job.driver import Driver
 
     config = trainer_config(
         algorithm="DQN",

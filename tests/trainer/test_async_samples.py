@@ -13,14 +13,14 @@ from collections import Counter
 import numpy as np
 import pytest
 
-from kuberl_trainer.config import RolloutConfig
-from kuberl_trainer.driver import Driver
+from kuberl_contract.config import RolloutConfig
+from kuberl_trainer.job.driver import Driver
 from kuberl_trainer.optimizers import async_samples
 from kuberl_trainer.optimizers.async_samples import AsyncSamplesOptimizer, calls_to_keep_in_flight
 from kuberl_trainer.optimizers.learner_thread import LearnerError, LearnerThread
-from kuberl_trainer.rollout_worker import RolloutWorker
-from kuberl_trainer.sample_batch import SampleBatch
-from kuberl_trainer.worker_set import WorkerSet
+from kuberl_trainer.policies.sample_batch import SampleBatch
+from kuberl_trainer.rollouts.rollout_worker import RolloutWorker
+from kuberl_trainer.rollouts.worker_set import WorkerSet
 from testkit import all_started, trainer_config, wait_until
 
 ROWS = 10

@@ -7,14 +7,14 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from kuberl_trainer.algorithms import policy_class
-from kuberl_trainer.atari import LIFE_LOST, RAW_REWARD
-from kuberl_trainer.config import ALGORITHMS, RolloutConfig
-from kuberl_trainer.driver import Driver
-from kuberl_trainer.envs import env_problem, make_vector_env
+from kuberl_contract.config import ALGORITHMS, RolloutConfig
+from kuberl_trainer.envs.atari import LIFE_LOST, RAW_REWARD
+from kuberl_trainer.envs.making import env_problem, make_vector_env
+from kuberl_trainer.job.algorithms import policy_class
+from kuberl_trainer.job.driver import Driver
 from kuberl_trainer.optimizers.sync_replay import SyncReplayOptimizer
-from kuberl_trainer.rollout_worker import RolloutWorker
-from kuberl_trainer.worker_set import WorkerSet
+from kuberl_trainer.rollouts.rollout_worker import RolloutWorker
+from kuberl_trainer.rollouts.worker_set import WorkerSet
 from testkit import trainer_config
 
 pytest.importorskip("ale_py", reason="ale-py is installed with the trainer")
@@ -211,7 +211,7 @@ def test_a_checkpoint_written_on_pong_resumes(tmp_path):
 @pytest.fixture
 def ale_kwargs(monkeypatch) -> list[dict]:
     """The keyword arguments of every ale-py vector env made from now on (made for real)."""
-    from kuberl_trainer import atari
+    from kuberl_trainer.envs import atari
 
     made = []
     make_vec = atari.gym.make_vec

@@ -15,7 +15,8 @@ import torch
 from pydantic import ValidationError
 from s3server import fresh_bucket, moto_server
 
-from kuberl_trainer.checkpoint import (
+from kuberl_contract.config import CheckpointConfig
+from kuberl_trainer.job.checkpoint import (
     CheckpointRefused,
     CheckpointSaveError,
     CheckpointStore,
@@ -23,7 +24,6 @@ from kuberl_trainer.checkpoint import (
     new_name,
     sort_key,
 )
-from kuberl_trainer.config import CheckpointConfig
 
 META = {"algorithm": "PPO", "env": "CartPole-v1"}
 

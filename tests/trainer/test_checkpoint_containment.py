@@ -7,9 +7,9 @@ import shutil
 
 import pytest
 
-from kuberl_trainer.checkpoint import CheckpointStore
-from kuberl_trainer.config import RolloutConfig
-from kuberl_trainer.driver import Driver
+from kuberl_contract.config import RolloutConfig
+from kuberl_trainer.job.checkpoint import CheckpointStore
+from kuberl_trainer.job.driver import Driver
 from testkit import trainer_config
 
 META = {"algorithm": "PPO", "env": "CartPole-v1"}

@@ -14,10 +14,10 @@ from pathlib import Path
 import pytest
 from s3server import fresh_bucket, moto_server, s3_environment
 
-from kuberl_trainer.checkpoint import CheckpointError, CheckpointStore
-from kuberl_trainer.config import RolloutConfig
-from kuberl_trainer.driver import Driver
-from kuberl_trainer.progress import ConsoleReport
+from kuberl_contract.config import RolloutConfig
+from kuberl_trainer.job.checkpoint import CheckpointError, CheckpointStore
+from kuberl_trainer.job.driver import Driver
+from kuberl_trainer.job.progress import ConsoleReport
 from testkit import ROOT, free_port, trainer_config, wait_until
 
 PG_META = {"algorithm": "PG", "env": "CartPole-v1"}
@@ -133,7 +133,7 @@ def test_an_unreachable_store_at_start_is_an_error_not_a_fresh_start(tmp_path, m
 SAVE_BIG_STATE = """
 import sys
 import numpy as np
-from kuberl_trainer.checkpoint import CheckpointStore
+from kuberl_trainer.job.checkpoint import CheckpointStore
 
 store = CheckpointStore(sys.argv[1], keep=1)
 meta = {"algorithm": "PG", "env": "CartPole-v1", "iteration": int(sys.argv[2]), "created": 0.0}
@@ -209,10 +209,10 @@ FULL_DISK_RUN = """
 import json, os, sys
 from pathlib import Path
 from pydantic import TypeAdapter
-from kuberl_trainer.checkpoint import CheckpointStore
-from kuberl_trainer.config import RolloutConfig, TrainerConfig
-from kuberl_trainer.driver import Driver
-from kuberl_trainer.progress import ConsoleReport
+from kuberl_trainer.job.checkpoint import CheckpointStore
+from kuberl_contract.config import RolloutConfig, TrainerConfig
+from kuberl_trainer.job.driver import Driver
+from kuberl_trainer.job.progress import ConsoleReport
 
 disk, run_dir = Path(sys.argv[1]), Path(sys.argv[2])
 filler, location = disk / "filler", str(disk / "checkpoints")

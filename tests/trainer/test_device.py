@@ -14,15 +14,15 @@ import numpy as np
 import pytest
 import torch
 
-from kuberl_trainer.config import RolloutConfig
-from kuberl_trainer.driver import Driver
-from kuberl_trainer.policy.base import TorchPolicy
-from kuberl_trainer.policy.dqn import DQNPolicy
-from kuberl_trainer.policy.ppo import PPOPolicy
-from kuberl_trainer.policy.replay import ReplayPolicy
-from kuberl_trainer.policy.sac import SACPolicy
-from kuberl_trainer.rollout_worker import RolloutWorker
-from kuberl_trainer.trainer import learner_devices
+from kuberl_contract.config import RolloutConfig
+from kuberl_trainer.job.driver import Driver
+from kuberl_trainer.job.trainer import learner_devices
+from kuberl_trainer.policies.base import TorchPolicy
+from kuberl_trainer.policies.dqn import DQNPolicy
+from kuberl_trainer.policies.ppo import PPOPolicy
+from kuberl_trainer.policies.replay import ReplayPolicy
+from kuberl_trainer.policies.sac import SACPolicy
+from kuberl_trainer.rollouts.rollout_worker import RolloutWorker
 from testkit import trainer_config
 
 NO_CUDA_WARNING = "learner.gpus=1 but no CUDA device is visible: learning on the CPU"
@@ -287,7 +287,7 @@ def test_auto_device_moves_a_small_mlp_learner_to_the_cpu(tmp_path, monkeypatch,
 @needs_cuda
 def test_auto_device_keeps_a_large_network_on_the_gpu():
     """A 1024x1024 MLP on 4,096 rows learns several times faster on any GPU than on a CPU."""
-    from kuberl_trainer.device_choice import DeviceTrial
+    from kuberl_trainer.job.device_choice import DeviceTrial
 
     config = trainer_config(
         algorithm="PPO",

@@ -12,12 +12,12 @@ from __future__ import annotations
 import pytest
 import torch
 
-from kuberl_trainer import device_choice
-from kuberl_trainer import trainer as trainer_module
-from kuberl_trainer.config import RolloutConfig
-from kuberl_trainer.device_choice import LEARN_METHODS, DeviceTrial
-from kuberl_trainer.sample_batch import SampleBatch
-from kuberl_trainer.trainer import Trainer
+from kuberl_contract.config import RolloutConfig
+from kuberl_trainer.job import device_choice
+from kuberl_trainer.job import trainer as trainer_module
+from kuberl_trainer.job.device_choice import LEARN_METHODS, DeviceTrial
+from kuberl_trainer.job.trainer import Trainer
+from kuberl_trainer.policies.sample_batch import SampleBatch
 from testkit import trainer_config
 
 FAKE_GPU = "meta"

@@ -1,4 +1,4 @@
-"""Field descriptions from the docstrings under the fields (kuberl_trainer.docstrings): the same
+"""Field descriptions from the docstrings under the fields (kuberl_contract.docstrings): the same
 as pydantic's use_attribute_docstrings gives, from one parse per module."""
 
 from __future__ import annotations
@@ -8,8 +8,8 @@ from typing import Annotated
 import pytest
 from pydantic import Field, ValidationError
 
-from kuberl_trainer.config import TrainerConfig
-from kuberl_trainer.docstrings import Described
+from kuberl_contract.config import TrainerConfig
+from kuberl_contract.docstrings import Described
 
 
 class Ours(Described):

@@ -12,12 +12,12 @@ import pytest
 import torch
 from torch import nn
 
-from kuberl_trainer.envs import EnvError, space_info
+from kuberl_trainer.envs.making import EnvError, space_info
 from kuberl_trainer.optimizers.sync_replay import SyncReplayOptimizer
-from kuberl_trainer.policy.dqn import DQNPolicy, QNetwork
-from kuberl_trainer.policy.sac import SACPolicy
-from kuberl_trainer.rollout_worker import RolloutWorker
-from kuberl_trainer.worker_set import WorkerSet
+from kuberl_trainer.policies.dqn import DQNPolicy, QNetwork
+from kuberl_trainer.policies.sac import SACPolicy
+from kuberl_trainer.rollouts.rollout_worker import RolloutWorker
+from kuberl_trainer.rollouts.worker_set import WorkerSet
 from testkit import trainer_config
 
 CARTPOLE_SPACES = space_info(gym.spaces.Box(-np.inf, np.inf, (4,)), gym.spaces.Discrete(2))

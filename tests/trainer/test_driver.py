@@ -11,13 +11,13 @@ import textwrap
 
 import pytest
 
-from kuberl_trainer import trainer as trainer_module
-from kuberl_trainer.checkpoint import CheckpointSaveError, CheckpointStore
-from kuberl_trainer.config import RolloutConfig, StopConditions
-from kuberl_trainer.driver import Driver, set_private_ray_token, stop_reason
-from kuberl_trainer.resume import META_ROW
-from kuberl_trainer.rollout_worker import RolloutWorker
-from kuberl_trainer.trainer import worker_seed
+from kuberl_contract.config import RolloutConfig, StopConditions
+from kuberl_trainer.job import trainer as trainer_module
+from kuberl_trainer.job.checkpoint import CheckpointSaveError, CheckpointStore
+from kuberl_trainer.job.driver import Driver, set_private_ray_token, stop_reason
+from kuberl_trainer.job.resume import META_ROW
+from kuberl_trainer.job.trainer import worker_seed
+from kuberl_trainer.rollouts.rollout_worker import RolloutWorker
 from testkit import trainer_config
 
 ROW = {"timesteps_total": 1000, "iteration": 10, "episode_return_mean": 50.0, "time_total_s": 5.0}
@@ -216,8 +216,8 @@ def test_zero_remote_workers_never_start_ray(tmp_path, trainer):
         from pathlib import Path
         sys.path.insert(0, {str(tmp_path.parent)!r})
         from pydantic import TypeAdapter
-        from kuberl_trainer.config import TrainerConfig, RolloutConfig
-        from kuberl_trainer.driver import Driver
+        from kuberl_contract.config import TrainerConfig, RolloutConfig
+        from kuberl_trainer.job.driver import Driver
         config = TypeAdapter(TrainerConfig).validate_python(
             {{"env": "CartPole-v1", "stop": {{"iterations": 2}}, **{trainer!r}}})
         Driver(config, RolloutConfig(replicas=0), Path({str(tmp_path)!r}), "job").run()

@@ -6,9 +6,9 @@ from __future__ import annotations
 
 import pytest
 
-from kuberl_trainer.config import WrapperConfig
-from kuberl_trainer.env_trust import RUNS_CODE, EnvCode, env_code, on_named_env
-from kuberl_trainer.envs import gymnasium_wrapper_names
+from kuberl_contract.config import WrapperConfig
+from kuberl_trainer.envs.making import gymnasium_wrapper_names
+from kuberl_trainer.envs.trust import RUNS_CODE, EnvCode, env_code, on_named_env
 from testkit import trainer_config
 
 

@@ -3,9 +3,9 @@
 import numpy as np
 import pytest
 
-from kuberl_trainer.config import RolloutConfig
-from kuberl_trainer.driver import Driver
-from kuberl_trainer.envs import encode_obs, env_problem, make_env, space_info
+from kuberl_contract.config import RolloutConfig
+from kuberl_trainer.envs.making import encode_obs, env_problem, make_env, space_info
+from kuberl_trainer.job.driver import Driver
 from testkit import trainer_config
 
 
@@ -21,7 +21,7 @@ def test_discrete_observations_that_start_elsewhere_are_one_hot_from_their_start
     import gymnasium as gym
     import torch
 
-    from kuberl_trainer.export import OneHot
+    from kuberl_trainer.trained.export import OneHot
 
     info = space_info(gym.spaces.Discrete(4, start=-2), gym.spaces.Discrete(2))
     assert (info.obs_dim, info.obs_discrete_start) == (4, -2)
@@ -35,7 +35,7 @@ def test_discrete_observations_that_start_elsewhere_are_one_hot_from_their_start
 def test_discrete_actions_that_start_elsewhere_are_refused_saying_why():
     import gymnasium as gym
 
-    from kuberl_trainer.envs import EnvError
+    from kuberl_trainer.envs.making import EnvError
 
     with pytest.raises(EnvError, match=r"starts at 1: kuberl's policies choose actions 0 to n-1"):
         space_info(gym.spaces.Box(-1, 1, (3,)), gym.spaces.Discrete(3, start=1))

@@ -16,17 +16,17 @@ import pytest
 import torch
 
 from kuberl_cli.export import export_command
-from kuberl_trainer import export as export_module
-from kuberl_trainer.config import RolloutConfig
-from kuberl_trainer.driver import Driver
-from kuberl_trainer.export import (
+from kuberl_contract.config import RolloutConfig
+from kuberl_trainer.envs.space_record import spaces_from_record
+from kuberl_trainer.job.driver import Driver
+from kuberl_trainer.trained import export as export_module
+from kuberl_trainer.trained.export import (
     ExportError,
     export,
     load_exported,
     sample_observations,
 )
-from kuberl_trainer.inference import TrainedPolicy, load
-from kuberl_trainer.space_record import spaces_from_record
+from kuberl_trainer.trained.inference import TrainedPolicy, load
 from testkit import trainer_config
 
 ON_POLICY = {"rollout_length": 16, "hidden_sizes": [32, 32]}

@@ -9,9 +9,9 @@ import pytest
 import torch
 from torch.overrides import TorchFunctionMode
 
-from kuberl_trainer.algorithms import policy_class
-from kuberl_trainer.replay_buffer import PrioritizedReplayBuffer
-from kuberl_trainer.rollout_worker import RolloutWorker
+from kuberl_trainer.job.algorithms import policy_class
+from kuberl_trainer.optimizers.replay_buffer import PrioritizedReplayBuffer
+from kuberl_trainer.rollouts.rollout_worker import RolloutWorker
 from testkit import trainer_config
 
 # What makes the host wait for the device: reading values, or sizes that depend on them.

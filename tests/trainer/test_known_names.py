@@ -10,11 +10,9 @@ from typing import Any, Union, get_args, get_origin
 import pytest
 from pydantic import BaseModel
 
-from kuberl_operator.spec import RLJob
-from kuberl_operator.validation import InvalidManifest, validate_rljob
-from kuberl_trainer.config import ALGORITHMS, PBT, TRAINER_CONFIGS
-from kuberl_trainer.hyperparameters import PBTHyperparameters, known_names
-from kuberl_trainer.hyperparameters.known_names import (
+from kuberl_contract.config import ALGORITHMS, PBT, TRAINER_CONFIGS
+from kuberl_contract.hyperparameters import PBTHyperparameters, known_names
+from kuberl_contract.hyperparameters.known_names import (
     ALGORITHM_NAMES,
     KNOWN_NAMES,
     RAY_TUNE,
@@ -25,6 +23,8 @@ from kuberl_trainer.hyperparameters.known_names import (
     known_name_hint,
     names_mapped_to,
 )
+from kuberl_operator.spec import RLJob
+from kuberl_operator.validation import InvalidManifest, validate_rljob
 from testkit import ROOT, edited, rljob
 
 MINIMAL: dict[str, Any] = rljob("known-names", minimal=True)

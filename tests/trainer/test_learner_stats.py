@@ -10,14 +10,14 @@ import numpy as np
 import pytest
 from test_metrics import LABELS, row
 
-from kuberl_trainer.algorithms import policy_class
-from kuberl_trainer.config import ALGORITHMS, OptimizerName
-from kuberl_trainer.metrics import LEARNER_GAUGES, UNGAUGED_POLICY_STATS, TrainerMetrics
-from kuberl_trainer.policy.es import ESPolicy
-from kuberl_trainer.policy.interface import Policy
-from kuberl_trainer.policy.replay import ReplayPolicy
-from kuberl_trainer.progress_row import GRAD_NORM, POLICY_STATS, RowGroup, row_group
-from kuberl_trainer.rollout_worker import RolloutWorker
+from kuberl_contract.config import ALGORITHMS, OptimizerName
+from kuberl_contract.progress_row import GRAD_NORM, POLICY_STATS, RowGroup, row_group
+from kuberl_trainer.job.algorithms import policy_class
+from kuberl_trainer.job.metrics import LEARNER_GAUGES, UNGAUGED_POLICY_STATS, TrainerMetrics
+from kuberl_trainer.policies.es import ESPolicy
+from kuberl_trainer.policies.interface import Policy
+from kuberl_trainer.policies.replay import ReplayPolicy
+from kuberl_trainer.rollouts.rollout_worker import RolloutWorker
 from testkit import trainer_config
 
 ENVS = {"SAC": "Pendulum-v1"}  # the others learn CartPole

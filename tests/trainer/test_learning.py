@@ -4,9 +4,9 @@ from pathlib import Path
 
 import pytest
 
+from kuberl_contract.config import RolloutConfig
 from kuberl_operator.validation import load_rljob
-from kuberl_trainer.config import RolloutConfig
-from kuberl_trainer.driver import Driver
+from kuberl_trainer.job.driver import Driver
 from testkit import progress_rows, trainer_config
 
 EXAMPLES = Path(__file__).parents[2] / "deploy" / "examples"

@@ -7,10 +7,10 @@ from pathlib import Path
 
 import pytest
 
+from kuberl_contract.config import RolloutConfig, StopConditions
 from kuberl_operator.validation import load_rljob
-from kuberl_trainer import algorithms
-from kuberl_trainer.config import RolloutConfig, StopConditions
-from kuberl_trainer.driver import Driver
+from kuberl_trainer.job import algorithms
+from kuberl_trainer.job.driver import Driver
 from kuberl_trainer.optimizers.perturbations import PerturbationsOptimizer
 from testkit import killing_optimizer, progress_rows
 

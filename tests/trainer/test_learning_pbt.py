@@ -7,11 +7,11 @@ from pathlib import Path
 
 import pytest
 
+from kuberl_contract.config import RolloutConfig, StopConditions
+from kuberl_contract.progress_row import BEST_TRIAL, EPISODE_RETURN_MEAN, EXPLOITS, TRIALS
 from kuberl_operator.validation import load_rljob
-from kuberl_trainer.checkpoint import CheckpointRefused
-from kuberl_trainer.config import RolloutConfig, StopConditions
-from kuberl_trainer.driver import Driver
-from kuberl_trainer.progress_row import BEST_TRIAL, EPISODE_RETURN_MEAN, EXPLOITS, TRIALS
+from kuberl_trainer.job.checkpoint import CheckpointRefused
+from kuberl_trainer.job.driver import Driver
 from testkit import progress_rows
 
 pytestmark = pytest.mark.slow

@@ -25,8 +25,8 @@ from pathlib import Path
 
 import pytest
 
-from kuberl_trainer.config import RolloutConfig
-from kuberl_trainer.driver import Driver, TrainResult
+from kuberl_contract.config import RolloutConfig
+from kuberl_trainer.job.driver import Driver, TrainResult
 from testkit import progress_rows, trainer_config
 
 pytestmark = [pytest.mark.slow, pytest.mark.usefixtures("ray_local")]

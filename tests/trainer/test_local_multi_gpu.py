@@ -7,14 +7,14 @@ import numpy as np
 import pytest
 import torch
 
+from kuberl_contract.config import OptimizerName, RolloutConfig
 from kuberl_operator.validation import load_rljob
-from kuberl_trainer.config import OptimizerName, RolloutConfig
-from kuberl_trainer.driver import Driver
 from kuberl_trainer.errors import InvalidJobError
-from kuberl_trainer.policy.base import mean_stats
-from kuberl_trainer.policy.ppo import PPOPolicy
-from kuberl_trainer.policy.towers import Towers
-from kuberl_trainer.rollout_worker import RolloutWorker
+from kuberl_trainer.job.driver import Driver
+from kuberl_trainer.policies.base import mean_stats
+from kuberl_trainer.policies.ppo import PPOPolicy
+from kuberl_trainer.policies.towers import Towers
+from kuberl_trainer.rollouts.rollout_worker import RolloutWorker
 from testkit import ROOT, trainer_config
 
 # float32 sums in another order: the towers' results agree with one device's to about 1e-7

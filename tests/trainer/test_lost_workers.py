@@ -14,17 +14,17 @@ from test_metrics import row
 from test_placement import ray_spot  # noqa: F401 (a fixture: Ray advertising two units of spot)
 from test_sync_samples import MockWorker
 
-from kuberl_trainer import algorithms
-from kuberl_trainer.interrupt import IterationAbandoned
-from kuberl_trainer.metrics import TrainerMetrics
-from kuberl_trainer.progress_row import (
+from kuberl_contract.progress_row import (
     METRIC_WORKER_DOWNTIME,
     METRIC_WORKERS_READY,
     WORKER_DOWNTIME_S,
     WORKERS_READY,
 )
-from kuberl_trainer.rollout_worker import RolloutWorker
-from kuberl_trainer.worker_set import WorkerSet
+from kuberl_trainer.job import algorithms
+from kuberl_trainer.job.metrics import TrainerMetrics
+from kuberl_trainer.rollouts.interrupt import IterationAbandoned
+from kuberl_trainer.rollouts.rollout_worker import RolloutWorker
+from kuberl_trainer.rollouts.worker_set import WorkerSet
 from testkit import all_started, trainer_config, wait_until
 
 

@@ -4,16 +4,16 @@ the progress rows the driver writes."""
 import json
 import math
 
-from kuberl_trainer.config import RolloutConfig
-from kuberl_trainer.driver import Driver
-from kuberl_trainer.metrics import TrainerMetrics
-from kuberl_trainer.progress_row import (
+from kuberl_contract.config import RolloutConfig
+from kuberl_contract.progress_row import (
     LEARNER_QUEUE_DEPTH,
     LEARNER_UTILISATION,
     POLICY_LAG,
     PROGRESS_FILE,
     STRAGGLERS_DROPPED,
 )
+from kuberl_trainer.job.driver import Driver
+from kuberl_trainer.job.metrics import TrainerMetrics
 from testkit import trainer_config
 
 LABELS = {"namespace": "team", "rljob": "cartpole", "algorithm": "IMPALA"}

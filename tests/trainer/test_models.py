@@ -14,14 +14,14 @@ import torch
 import yaml
 
 from kuberl_cli.validate import check_manifest
-from kuberl_trainer import models
-from kuberl_trainer.algorithms import policy_class
-from kuberl_trainer.config import ALGORITHMS, ModelConfig, RolloutConfig
-from kuberl_trainer.driver import Driver
-from kuberl_trainer.envs import EnvError, env_problem, space_info
-from kuberl_trainer.models import ActorCritic, ConvEncoder, use_float32
-from kuberl_trainer.policy.base import TorchPolicy
-from kuberl_trainer.rollout_worker import RolloutWorker
+from kuberl_contract.config import ALGORITHMS, ModelConfig, RolloutConfig
+from kuberl_trainer.envs.making import EnvError, env_problem, space_info
+from kuberl_trainer.job.algorithms import policy_class
+from kuberl_trainer.job.driver import Driver
+from kuberl_trainer.policies import models
+from kuberl_trainer.policies.base import TorchPolicy
+from kuberl_trainer.policies.models import ActorCritic, ConvEncoder, use_float32
+from kuberl_trainer.rollouts.rollout_worker import RolloutWorker
 from testkit import trainer_config
 
 FRAMES = gym.spaces.Box(0, 255, (4, 84, 84), np.uint8)  # Atari's stacked frames

@@ -10,9 +10,9 @@ from importlib.metadata import version
 import numpy as np
 import pytest
 
-from kuberl_trainer.config import RolloutConfig
-from kuberl_trainer.driver import Driver
-from kuberl_trainer.envs import env_problem, make_vector_env
+from kuberl_contract.config import RolloutConfig
+from kuberl_trainer.envs.making import env_problem, make_vector_env
+from kuberl_trainer.job.driver import Driver
 from testkit import locked_versions, progress_rows, trainer_config
 
 

@@ -17,7 +17,7 @@ import pytest
 import yaml
 from multinode import loopback_ray, ray_cluster  # noqa: F401 (fixtures)
 
-from kuberl_trainer.final_record import Outcome, read_final_record
+from kuberl_contract.final_record import Outcome, read_final_record
 from testkit import rljob, wait_until
 
 pytestmark = pytest.mark.slow

@@ -10,16 +10,16 @@ import yaml
 from pydantic import ValidationError
 
 from kuberl_cli.validate import check_manifest
+from kuberl_contract.config import ALGORITHMS, NormalizationConfig, RolloutConfig
 from kuberl_operator.validation import load_rljob
-from kuberl_trainer.config import ALGORITHMS, NormalizationConfig, RolloutConfig
-from kuberl_trainer.driver import Driver
-from kuberl_trainer.envs import EnvError
-from kuberl_trainer.normalization import NormalizationStats, Normalizer, RunningMeanStd
+from kuberl_trainer.envs.making import EnvError
+from kuberl_trainer.envs.normalization import NormalizationStats, Normalizer, RunningMeanStd
+from kuberl_trainer.job.driver import Driver
+from kuberl_trainer.job.trainer import Trainer
 from kuberl_trainer.optimizers.sync_samples import SyncSamplesOptimizer
-from kuberl_trainer.policy.ppo import PPOPolicy
-from kuberl_trainer.rollout_worker import RolloutWorker
-from kuberl_trainer.trainer import Trainer
-from kuberl_trainer.worker_set import WorkerSet
+from kuberl_trainer.policies.ppo import PPOPolicy
+from kuberl_trainer.rollouts.rollout_worker import RolloutWorker
+from kuberl_trainer.rollouts.worker_set import WorkerSet
 from testkit import all_started, trainer_config
 
 ON = {"observations": True, "rewards": True}
@@ -223,7 +223,7 @@ def test_every_optimizer_trains_with_normalization_in_the_driver(tmp_path, algor
 
 
 def test_statistics_survive_a_checkpoint_and_resume(tmp_path, monkeypatch):
-    import kuberl_trainer.driver as driver_module
+    import kuberl_trainer.job.driver as driver_module
 
     loaded = []
     real_load_state = driver_module.Trainer.load_state

@@ -5,9 +5,9 @@ import re
 
 import pytest
 
-from kuberl_trainer.algorithms import optimizer_class
-from kuberl_trainer.config import OPTIMIZERS, TRAINER_CONFIGS, OptimizerConfig, optimizers_using
-from kuberl_trainer.config.algorithms import ALGORITHMS
+from kuberl_contract.config import OPTIMIZERS, TRAINER_CONFIGS, OptimizerConfig, optimizers_using
+from kuberl_contract.config.algorithms import ALGORITHMS
+from kuberl_trainer.job.algorithms import optimizer_class
 from kuberl_trainer.optimizers.base import PolicyOptimizer
 
 

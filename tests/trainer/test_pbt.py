@@ -7,10 +7,10 @@ import numpy as np
 import pytest
 from pydantic import ValidationError
 
-from kuberl_trainer.config import RolloutConfig
-from kuberl_trainer.hyperparameters import Mutation
-from kuberl_trainer.population import Population, exploit_pairs, explore
-from kuberl_trainer.resource_wait import job_requests
+from kuberl_contract.config import RolloutConfig
+from kuberl_contract.hyperparameters import Mutation
+from kuberl_trainer.job.population import Population, exploit_pairs, explore
+from kuberl_trainer.job.resource_wait import job_requests
 from testkit import trainer_config
 
 

@@ -6,15 +6,15 @@ of the workers') fails fast, naming the manifest field."""
 import pytest
 from test_sync_samples import MockWorker
 
-from kuberl_trainer.config import RolloutConfig
-from kuberl_trainer.driver import Driver
-from kuberl_trainer.resources import (
+from kuberl_contract.config import RolloutConfig
+from kuberl_trainer.job.driver import Driver
+from kuberl_trainer.rollouts.resources import (
     ResourceError,
     check_resources,
     replay_shards_request,
     rollout_workers_request,
 )
-from kuberl_trainer.worker_set import WorkerSet
+from kuberl_trainer.rollouts.worker_set import WorkerSet
 from testkit import all_started, trainer_config, wait_until
 
 SPOT = 2  # units of `spot` the node advertises

@@ -5,8 +5,8 @@ import numpy as np
 import pytest
 import torch
 
-from kuberl_trainer.policy.ppo import PPOPolicy
-from kuberl_trainer.rollout_worker import RolloutWorker
+from kuberl_trainer.policies.ppo import PPOPolicy
+from kuberl_trainer.rollouts.rollout_worker import RolloutWorker
 from testkit import trainer_config
 
 CATCH_CNN = {"convFilters": [[8, 3, 1]], "features": 16}

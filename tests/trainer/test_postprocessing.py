@@ -3,7 +3,7 @@
 import numpy as np
 import pytest
 
-from kuberl_trainer.postprocessing import compute_gae, compute_n_step, discounted_returns
+from kuberl_trainer.policies.postprocessing import compute_gae, compute_n_step, discounted_returns
 
 GAMMA, LAM = 0.9, 0.8
 REWARDS = np.array([[1.0], [2.0], [3.0]], np.float32)

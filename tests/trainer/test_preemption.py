@@ -13,9 +13,9 @@ import time
 import pytest
 from rich.console import Console
 
-from kuberl_trainer.config import RolloutConfig
-from kuberl_trainer.driver import Driver
-from kuberl_trainer.progress import ConsoleReport
+from kuberl_contract.config import RolloutConfig
+from kuberl_trainer.job.driver import Driver
+from kuberl_trainer.job.progress import ConsoleReport
 from testkit import progress_rows, trainer_config, wait_until
 
 ROLLOUT = 16

@@ -7,14 +7,14 @@ import math
 
 import pytest
 
-from kuberl_trainer.final_record import (
+from kuberl_contract.final_record import (
     EXIT_INVALID_JOB,
     FINAL_RECORD_PREFIX,
     FinalRecord,
     Outcome,
     read_final_record,
 )
-from kuberl_trainer.progress_row import (
+from kuberl_contract.progress_row import (
     PROGRESS_FILE,
     ROW_GROUPS,
     ProgressFileError,

@@ -6,8 +6,12 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from kuberl_trainer.checkpoint_format import load_state, write_state
-from kuberl_trainer.replay_buffer import PrioritizedReplayBuffer, ReplayBuffer, SegmentTree
+from kuberl_trainer.job.checkpoint_format import load_state, write_state
+from kuberl_trainer.optimizers.replay_buffer import (
+    PrioritizedReplayBuffer,
+    ReplayBuffer,
+    SegmentTree,
+)
 
 
 def transitions(start: int, count: int) -> dict[str, np.ndarray]:
@@ -208,7 +212,7 @@ def test_prioritized_state_round_trip_keeps_priorities():
 
 
 def test_a_replay_shard_call_brings_minibatches_each_drawn_over_all_priorities():
-    from kuberl_trainer.replay_shard import ReplayShard
+    from kuberl_trainer.optimizers.replay_shard import ReplayShard
 
     shard = ReplayShard(capacity=64, alpha=1.0, eps=1e-9, seed=0)
     shard.buffer.add(transitions(0, 64))  # equal priorities: stratified draws spread evenly

@@ -6,11 +6,11 @@ import logging
 
 import pytest
 
-from kuberl_trainer.capacity import RAY_CAPACITY_ENV, Capacity, NodeGroup, capacity_from_env
-from kuberl_trainer.config import RolloutConfig
+from kuberl_contract.capacity import RAY_CAPACITY_ENV, Capacity, NodeGroup, capacity_from_env
+from kuberl_contract.config import RolloutConfig
 from kuberl_trainer.errors import InvalidJobError, TrainingError
-from kuberl_trainer.resource_wait import await_resources, job_requests
-from kuberl_trainer.resources import ResourceError, rollout_workers_request
+from kuberl_trainer.job.resource_wait import await_resources, job_requests
+from kuberl_trainer.rollouts.resources import ResourceError, rollout_workers_request
 from testkit import trainer_config
 
 HEAD = NodeGroup({"CPU": 0.0, "GPU": 0.0}, 1)

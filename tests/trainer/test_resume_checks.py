@@ -6,9 +6,9 @@ from __future__ import annotations
 import numpy as np
 from torch import nn
 
-from kuberl_trainer.checkpoint import Checkpoint
-from kuberl_trainer.policy.base import weight_mismatches
-from kuberl_trainer.resume import config_changes, warm_start_part
+from kuberl_trainer.job.checkpoint import Checkpoint
+from kuberl_trainer.job.resume import config_changes, warm_start_part
+from kuberl_trainer.policies.base import weight_mismatches
 
 
 def test_config_changes_name_each_field_by_its_path():

@@ -13,15 +13,15 @@ import torch
 from pydantic import ValidationError
 from torch import nn
 
-from kuberl_trainer.checkpoint import CheckpointStore
-from kuberl_trainer.checkpoint_format import load_state
-from kuberl_trainer.config import RolloutConfig
-from kuberl_trainer.driver import Driver
-from kuberl_trainer.envs import EnvError, env_problem, space_info
+from kuberl_contract.config import RolloutConfig
+from kuberl_trainer.envs.making import EnvError, env_problem, space_info
+from kuberl_trainer.job.checkpoint import CheckpointStore
+from kuberl_trainer.job.checkpoint_format import load_state
+from kuberl_trainer.job.driver import Driver
 from kuberl_trainer.optimizers.sync_replay import SyncReplayOptimizer
-from kuberl_trainer.policy.sac import SACPolicy, squashed_gaussian_logp
-from kuberl_trainer.rollout_worker import RolloutWorker
-from kuberl_trainer.worker_set import WorkerSet
+from kuberl_trainer.policies.sac import SACPolicy, squashed_gaussian_logp
+from kuberl_trainer.rollouts.rollout_worker import RolloutWorker
+from kuberl_trainer.rollouts.worker_set import WorkerSet
 from testkit import trainer_config
 
 PENDULUM_SPACES = space_info(gym.spaces.Box(-8, 8, (3,)), gym.spaces.Box(-2, 2, (1,)))

@@ -14,11 +14,11 @@ import logging
 import pytest
 import torch
 
-from kuberl_trainer import trainer as trainer_module
-from kuberl_trainer.config import RolloutConfig
-from kuberl_trainer.policy.base import TorchPolicy
-from kuberl_trainer.rollout_worker import RolloutWorker
-from kuberl_trainer.trainer import Trainer, placement, samples_on_a_cpu_copy
+from kuberl_contract.config import RolloutConfig
+from kuberl_trainer.job import trainer as trainer_module
+from kuberl_trainer.job.trainer import Trainer, placement, samples_on_a_cpu_copy
+from kuberl_trainer.policies.base import TorchPolicy
+from kuberl_trainer.rollouts.rollout_worker import RolloutWorker
 from testkit import trainer_config
 
 # (algorithm, optimizer, env, hyperparameters, learner GPUs): every optimizer that samples with
@@ -268,7 +268,7 @@ def test_placement_names_where_each_part_runs(devices, copy, replicas, expected)
 
 @pytest.mark.usefixtures("learner_off_the_cpu")
 def test_the_placement_is_logged_once_at_start(caplog):
-    with caplog.at_level(logging.INFO, logger="kuberl_trainer.trainer"):
+    with caplog.at_level(logging.INFO, logger="kuberl_trainer.job.trainer"):
         trainer = built_trainer("PPO/SyncSamples")
         try:
             trainer.step()

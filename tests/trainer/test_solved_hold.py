@@ -32,13 +32,13 @@ from kuberl_trainer.optimizers.async_replay import (
     learn_on_replay_call,
     reported_workers,
 )
-from kuberl_trainer.policy.a2c import A2CPolicy
-from kuberl_trainer.policy.apex import APEXPolicy
-from kuberl_trainer.policy.appo import APPOPolicy
-from kuberl_trainer.policy.impala import IMPALAPolicy
-from kuberl_trainer.replay_shard import ReplayShard
-from kuberl_trainer.rollout_worker import Gradients, RolloutWorker
-from kuberl_trainer.sample_batch import SampleBatch
+from kuberl_trainer.optimizers.replay_shard import ReplayShard
+from kuberl_trainer.policies.a2c import A2CPolicy
+from kuberl_trainer.policies.apex import APEXPolicy
+from kuberl_trainer.policies.appo import APPOPolicy
+from kuberl_trainer.policies.impala import IMPALAPolicy
+from kuberl_trainer.policies.sample_batch import SampleBatch
+from kuberl_trainer.rollouts.rollout_worker import Gradients, RolloutWorker
 from testkit import trainer_config
 
 TIMESTEPS = 2_000_000

@@ -9,7 +9,7 @@ import gymnasium as gym
 import numpy as np
 import pytest
 
-from kuberl_trainer.space_record import (
+from kuberl_trainer.envs.space_record import (
     MAX_VALUES,
     space_from_record,
     space_kind,

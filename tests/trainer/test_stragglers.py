@@ -12,8 +12,8 @@ from test_sync_samples import MockWorker
 
 from kuberl_trainer.optimizers.sync_replay import SyncReplayOptimizer
 from kuberl_trainer.optimizers.sync_samples import SyncSamplesOptimizer
-from kuberl_trainer.sample_batch import SampleBatch
-from kuberl_trainer.worker_set import WorkerSet
+from kuberl_trainer.policies.sample_batch import SampleBatch
+from kuberl_trainer.rollouts.worker_set import WorkerSet
 from testkit import all_started, trainer_config, wait_until
 
 TIMEOUT = 0.3  # seconds; the fast worker is always waited for, so nothing races this

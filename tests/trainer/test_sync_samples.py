@@ -12,9 +12,9 @@ import numpy as np
 import pytest
 
 from kuberl_trainer.optimizers.sync_samples import SyncSamplesOptimizer
-from kuberl_trainer.rollout_worker import RolloutWorker
-from kuberl_trainer.sample_batch import SampleBatch
-from kuberl_trainer.worker_set import WorkerSet
+from kuberl_trainer.policies.sample_batch import SampleBatch
+from kuberl_trainer.rollouts.rollout_worker import RolloutWorker
+from kuberl_trainer.rollouts.worker_set import WorkerSet
 from testkit import all_started
 
 ROWS = 10
@@ -105,7 +105,7 @@ def test_remote_workers_get_one_broadcast_and_one_sample_call_per_step(ray_local
     "replicas, cpus, needle", [(3, 1.0, "3 replicas x 1 CPUs"), (1, 4.0, "largest")]
 )
 def test_unsatisfiable_worker_requests_fail_fast(ray_local, replicas, cpus, needle):
-    from kuberl_trainer.resources import ResourceError
+    from kuberl_trainer.rollouts.resources import ResourceError
 
     with pytest.raises(ResourceError, match=needle):
         WorkerSet(MockWorker, lambda index: {}, num_remote=replicas, cpus_per_worker=cpus)
@@ -135,7 +135,7 @@ def test_replacements_that_fail_to_start_are_retried_without_counting_again(
         # The worker is lost and its replacement fails to start: the local worker samples
         # meanwhile. (The replacement that joins below is the retry.)
         deadline = time.monotonic() + 300  # the condition ends the wait: a busy machine is slow
-        with caplog.at_level(logging.WARNING, logger="kuberl_trainer.worker_set"):
+        with caplog.at_level(logging.WARNING, logger="kuberl_trainer.rollouts.worker_set"):
             while "starting rollout worker 1 failed" not in caplog.text:
                 assert time.monotonic() < deadline, "no replacement was ever started"
                 assert optimizer.step().steps_sampled == ROWS

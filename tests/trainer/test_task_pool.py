@@ -9,7 +9,7 @@ from pathlib import Path
 import numpy as np
 from test_sync_samples import ROWS, MockWorker
 
-from kuberl_trainer.worker_set import WorkerSet, startup_slots
+from kuberl_trainer.rollouts.worker_set import WorkerSet, startup_slots
 from testkit import all_started, wait_until
 
 

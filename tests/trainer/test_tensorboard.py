@@ -9,8 +9,8 @@ import yaml
 from tensorboardX.proto.event_pb2 import Event
 from tensorboardX.record_writer import masked_crc32c
 
-from kuberl_trainer.progress_row import PROGRESS_FILE, TIMESTEPS_TOTAL, read_rows
-from kuberl_trainer.tensorboard import TENSORBOARD_DIR, scalar_tag, scalars
+from kuberl_contract.progress_row import PROGRESS_FILE, TIMESTEPS_TOTAL, read_rows
+from kuberl_trainer.job.tensorboard import TENSORBOARD_DIR, scalar_tag, scalars
 from testkit import edited, rljob, run_kuberl
 
 

@@ -10,11 +10,15 @@ import gymnasium as gym
 import numpy as np
 import pytest
 
-from kuberl_trainer import rollout_worker
-from kuberl_trainer.algorithms import policy_class
-from kuberl_trainer.envs import has_vector_entry_point, make_vector_env, one_by_one_vector_env
-from kuberl_trainer.rollout_worker import RolloutWorker
-from kuberl_trainer.sample_batch import VALID
+from kuberl_trainer.envs.making import (
+    has_vector_entry_point,
+    make_vector_env,
+    one_by_one_vector_env,
+)
+from kuberl_trainer.job.algorithms import policy_class
+from kuberl_trainer.policies.sample_batch import VALID
+from kuberl_trainer.rollouts import rollout_worker
+from kuberl_trainer.rollouts.rollout_worker import RolloutWorker
 from testkit import trainer_config
 
 ENVS, HORIZON, BATCHES = 6, 25, 4

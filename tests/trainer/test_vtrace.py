@@ -8,12 +8,12 @@ import numpy as np
 import pytest
 import torch
 
-from kuberl_trainer.policy import impala
-from kuberl_trainer.policy.appo import APPOPolicy
-from kuberl_trainer.policy.impala import IMPALAPolicy, vtrace
-from kuberl_trainer.postprocessing import compute_gae
-from kuberl_trainer.rollout_worker import RolloutWorker
-from kuberl_trainer.sample_batch import SampleBatch
+from kuberl_trainer.policies import impala
+from kuberl_trainer.policies.appo import APPOPolicy
+from kuberl_trainer.policies.impala import IMPALAPolicy, vtrace
+from kuberl_trainer.policies.postprocessing import compute_gae
+from kuberl_trainer.policies.sample_batch import SampleBatch
+from kuberl_trainer.rollouts.rollout_worker import RolloutWorker
 from testkit import trainer_config
 
 GAMMA = 0.9

@@ -6,9 +6,9 @@ import signal
 import time
 
 from kuberl_trainer.optimizers.sync_samples import SyncSamplesOptimizer
-from kuberl_trainer.policy.ppo import PPOPolicy
-from kuberl_trainer.rollout_worker import RolloutWorker
-from kuberl_trainer.worker_set import WorkerSet
+from kuberl_trainer.policies.ppo import PPOPolicy
+from kuberl_trainer.rollouts.rollout_worker import RolloutWorker
+from kuberl_trainer.rollouts.worker_set import WorkerSet
 from testkit import all_started, trainer_config
 
 ROLLOUT, ENVS = 16, 2

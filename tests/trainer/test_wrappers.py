@@ -7,11 +7,11 @@ import numpy as np
 import pytest
 from pydantic import ValidationError
 
-from kuberl_trainer.config import RolloutConfig, WrapperConfig
-from kuberl_trainer.driver import Driver
-from kuberl_trainer.envs import EnvError, EnvProblem, env_problem, make_env, make_vector_env
-from kuberl_trainer.policy.ppo import PPOPolicy
-from kuberl_trainer.rollout_worker import RolloutWorker
+from kuberl_contract.config import RolloutConfig, WrapperConfig
+from kuberl_trainer.envs.making import EnvError, EnvProblem, env_problem, make_env, make_vector_env
+from kuberl_trainer.job.driver import Driver
+from kuberl_trainer.policies.ppo import PPOPolicy
+from kuberl_trainer.rollouts.rollout_worker import RolloutWorker
 from testkit import trainer_config
 
 STEPS, SCALE = 5, 3.0

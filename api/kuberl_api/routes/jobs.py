@@ -36,9 +36,9 @@ from kuberl_api.log_follows import (
 from kuberl_api.page import PLOT_ROUTE
 from kuberl_api.schemas import ProgressHistory, ProgressPoint, RLJobList, Status
 from kuberl_api.submission import JSON_TYPES, MAX_BODY_BYTES, YAML_TYPES, parse_submission
+from kuberl_contract.plots import MEDIA_TYPES, Curve, PlotFormat, draw
 from kuberl_operator.constants import MAX_JOB_NAME_LENGTH
 from kuberl_operator.spec import DNS_LABEL_PATTERN, JOB_NAME_PATTERN, Phase, RLJob
-from kuberl_trainer.plots import MEDIA_TYPES, Curve, PlotFormat, draw
 
 Namespace = Annotated[
     str, Path(description="The job's namespace.", max_length=63, pattern=DNS_LABEL_PATTERN)

@@ -6,7 +6,7 @@ placed on spot pods only, one per pod; without it Ray places workers on any pod,
 pods are free (the trainer creates them with the SPREAD strategy).
 
 The head gets the cluster's capacity (every group's Ray resources and most replicas,
-kuberl_trainer.capacity) in KUBERL_RAY_CAPACITY, so the driver tells a resource request that will
+kuberl_contract.capacity) in KUBERL_RAY_CAPACITY, so the driver tells a resource request that will
 never fit (the job is invalid) from worker pods that are still starting (it waits for them, up to
 the settings' workers_join_timeout_seconds).
 """
@@ -15,11 +15,11 @@ from __future__ import annotations
 
 import math
 
+from kuberl_contract.capacity import RAY_CPU, RAY_GPU, Capacity, NodeGroup
+from kuberl_contract.config import PBT
 from kuberl_operator.constants import SPOT_RAY_RESOURCE
 from kuberl_operator.settings import OperatorSettings
 from kuberl_operator.spec import RLJob, RolloutWorkers
-from kuberl_trainer.capacity import RAY_CPU, RAY_GPU, Capacity, NodeGroup
-from kuberl_trainer.config import PBT
 
 
 def rollout_node_resources(workers: RolloutWorkers, spot: bool) -> dict[str, int]:
@@ -46,7 +46,7 @@ def head_cpus(job: RLJob) -> int:
 
 
 def ray_capacity(job: RLJob, settings: OperatorSettings) -> Capacity:
-    """The most the job's RayCluster offers the driver's actors (kuberl_trainer.capacity): the
+    """The most the job's RayCluster offers the driver's actors (kuberl_contract.capacity): the
     head (no CPUs: they are the learner's; its GPUs) and every rollout group at its maxReplicas,
     the spot group and the on-demand fallback group together, as the builders make them."""
     learner, workers, pods = job.spec.learner, job.spec.rollout_workers, rollout_pods(job)

@@ -25,6 +25,7 @@ import copy
 import math
 from collections.abc import Sequence
 
+from kuberl_contract.capacity import RAY_CAPACITY_ENV
 from kuberl_operator.builders.capacity import ray_capacity
 from kuberl_operator.builders.driver import STOP_DRIVER
 from kuberl_operator.builders.names import Object, auth_secret_name, child_names
@@ -42,7 +43,6 @@ from kuberl_operator.constants import (
 from kuberl_operator.policy import referenced_secrets
 from kuberl_operator.settings import OperatorSettings
 from kuberl_operator.spec import RLJob, RolloutWorkers
-from kuberl_trainer.capacity import RAY_CAPACITY_ENV
 
 
 def _auth_env(job: RLJob, settings: OperatorSettings) -> list[Object]:

@@ -27,6 +27,7 @@ from __future__ import annotations
 import json
 from typing import NamedTuple
 
+from kuberl_contract.capacity import RAY_CPU
 from kuberl_operator.builders.capacity import head_cpus, rollout_node_resources, rollout_pods
 from kuberl_operator.builders.drift import SPEC_HASHES_ANNOTATION, spec_hashes
 from kuberl_operator.builders.driver import head_grace_period_seconds
@@ -61,7 +62,6 @@ from kuberl_operator.constants import (
 )
 from kuberl_operator.settings import OperatorSettings
 from kuberl_operator.spec import RLJob
-from kuberl_trainer.capacity import RAY_CPU
 
 
 def _head_group(job: RLJob, settings: OperatorSettings, labels: dict[str, str]) -> Object:

@@ -13,7 +13,7 @@ name the field.
 - `storage`: spec.storage, the claim or Secret for checkpoints, and the mount paths refused.
 - `pods`: spec.pods, the labels, annotations and ServiceAccount of every pod.
 - `status`: status (Phase, Condition, ConditionType, Progress, RLJobStatus).
-- `job`: RLJob, its metadata (ObjectMeta) and RLJobSpec (spec.trainer is kuberl_trainer.config's
+- `job`: RLJob, its metadata (ObjectMeta) and RLJobSpec (spec.trainer is kuberl_contract.config's
   TrainerConfig; suspension, deadlines, priority, and the checks across sections).
 """
 

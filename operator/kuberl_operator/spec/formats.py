@@ -9,8 +9,8 @@ from typing import Annotated, Literal
 
 from pydantic import AfterValidator, BeforeValidator, Field, WithJsonSchema, model_validator
 
+from kuberl_contract.config import DNS_SUBDOMAIN_PATTERN, Spec
 from kuberl_operator.constants import CONTROL_PLANE_NODE_LABELS
-from kuberl_trainer.config import DNS_SUBDOMAIN_PATTERN, Spec
 
 # resource.Quantity as Kubernetes' own CRDs spell it, minus the sign: resources are never negative.
 QUANTITY_PATTERN = (

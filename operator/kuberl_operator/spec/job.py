@@ -1,7 +1,7 @@
 """The RLJob itself: its metadata (the job's name), its spec (RLJobSpec: the trainer, image,
 sections, suspension, deadlines and priority, and the checks across sections) and its status.
 
-`spec.trainer` is the trainer's own model (kuberl_trainer.config), so `kuberl train` on a laptop
+`spec.trainer` is the trainer's own model (kuberl_contract.config), so `kuberl train` on a laptop
 and the operator read the same manifest the same way.
 """
 
@@ -12,6 +12,13 @@ from typing import Literal
 
 from pydantic import ConfigDict, Field, field_validator, model_validator
 
+from kuberl_contract.config import (
+    LEARNER_GPUS_NEEDED,
+    PBT,
+    OptimizerName,
+    Spec,
+    TrainerConfig,
+)
 from kuberl_operator.constants import (
     API_VERSION,
     DEFAULT_RAY_VERSION,
@@ -33,13 +40,6 @@ from kuberl_operator.spec.restart import RestartPolicy
 from kuberl_operator.spec.status import RLJobStatus
 from kuberl_operator.spec.storage import Storage
 from kuberl_operator.spec.workers import RolloutWorkers
-from kuberl_trainer.config import (
-    LEARNER_GPUS_NEEDED,
-    PBT,
-    OptimizerName,
-    Spec,
-    TrainerConfig,
-)
 
 
 class ObjectMeta(Spec):

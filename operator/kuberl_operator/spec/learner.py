@@ -7,8 +7,8 @@ from typing import Literal
 
 from pydantic import Field, model_validator
 
+from kuberl_contract.config import LearnerDevice, Spec
 from kuberl_operator.spec.formats import LABEL_VALUE_PATTERN, NodeSelector, Quantity, Toleration
-from kuberl_trainer.config import LearnerDevice, Spec
 
 
 class DisruptionBudget(Spec):

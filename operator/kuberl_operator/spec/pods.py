@@ -7,6 +7,7 @@ from typing import Annotated
 
 from pydantic import AfterValidator, Field
 
+from kuberl_contract.config import Spec
 from kuberl_operator.constants import (
     KUEUE_QUEUE_LABEL,
     MANAGED_BY_LABEL,
@@ -14,7 +15,6 @@ from kuberl_operator.constants import (
     RESERVED_LABEL_PREFIXES,
 )
 from kuberl_operator.spec.formats import DNS_SUBDOMAIN_PATTERN, LabelMap, is_qualified_key
-from kuberl_trainer.config import Spec
 
 
 def check_pod_labels(labels: dict[str, str]) -> dict[str, str]:

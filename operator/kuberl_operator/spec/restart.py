@@ -7,7 +7,7 @@ from enum import StrEnum
 
 from pydantic import Field
 
-from kuberl_trainer.config import Spec
+from kuberl_contract.config import Spec
 
 
 class PreemptionPolicy(StrEnum):

@@ -9,8 +9,8 @@ from typing import Literal
 
 from pydantic import Field
 
+from kuberl_contract.config import Spec
 from kuberl_operator.spec.formats import REASON_PATTERN
-from kuberl_trainer.config import Spec
 
 
 class Phase(StrEnum):

@@ -7,9 +7,9 @@ from typing import Annotated
 
 from pydantic import AfterValidator, Field, model_validator
 
+from kuberl_contract.config import Spec
 from kuberl_operator.constants import DEFAULT_CHECKPOINT_MOUNT_PATH
 from kuberl_operator.spec.formats import DNS_SUBDOMAIN_PATTERN, MOUNT_PATH_PATTERN
-from kuberl_trainer.config import Spec
 
 
 class PersistentVolumeClaimRef(Spec):

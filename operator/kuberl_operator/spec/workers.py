@@ -7,9 +7,9 @@ from enum import StrEnum
 
 from pydantic import Field, model_validator
 
+from kuberl_contract.config import RolloutConfig, Spec
 from kuberl_operator.constants import SPOT_RAY_RESOURCE
 from kuberl_operator.spec.formats import IntOrPercent, NodeSelector, Toleration
-from kuberl_trainer.config import RolloutConfig, Spec
 
 
 class SpotProvider(StrEnum):

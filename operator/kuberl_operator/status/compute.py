@@ -7,6 +7,13 @@ from __future__ import annotations
 import math
 from typing import Any
 
+from kuberl_contract.progress_row import (
+    EPISODE_RETURN_MEAN,
+    EVALUATION_RETURN_MEAN,
+    ITERATION,
+    SAMPLES_PER_S,
+    TIMESTEPS_TOTAL,
+)
 from kuberl_operator.builders.driver import ephemeral_checkpoints
 from kuberl_operator.spec import Phase, Progress, RLJobSpec, RLJobStatus
 from kuberl_operator.status.actions import StatusUpdate, SubmitDriver
@@ -16,13 +23,6 @@ from kuberl_operator.status.events import change_events, unschedulable_event
 from kuberl_operator.status.lifecycle import finished_at, merge_conditions, started_at
 from kuberl_operator.status.observed import Observed, ObservedProgress
 from kuberl_operator.status.phases import PhaseEvent, applies, next_phase
-from kuberl_trainer.progress_row import (
-    EPISODE_RETURN_MEAN,
-    EVALUATION_RETURN_MEAN,
-    ITERATION,
-    SAMPLES_PER_S,
-    TIMESTEPS_TOTAL,
-)
 
 
 def _finite(value: Any) -> float | None:

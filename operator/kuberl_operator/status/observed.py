@@ -12,8 +12,8 @@ from datetime import datetime
 from enum import StrEnum
 from typing import Any
 
+from kuberl_contract.final_record import EXIT_INVALID_JOB, Outcome
 from kuberl_operator.spec import Condition, RLJobStatus
-from kuberl_trainer.final_record import EXIT_INVALID_JOB, Outcome
 
 
 class HeadFate(StrEnum):
@@ -113,7 +113,7 @@ class ObservedProgress:
     reported."""
 
     row: dict[str, Any]
-    """Keys of a progress row (kuberl_trainer.progress_row): iteration, timesteps_total,
+    """Keys of a progress row (kuberl_contract.progress_row): iteration, timesteps_total,
     episode_return_mean, samples_per_s."""
     time: datetime
     last_checkpoint: str | None = None

@@ -22,10 +22,10 @@ from typing import Any
 
 import numpy as np
 
+from kuberl_contract.progress_row import POLICY_LAG
 from kuberl_trainer.optimizers.base import PolicyOptimizer, StepResult
-from kuberl_trainer.progress_row import POLICY_LAG
-from kuberl_trainer.rollout_worker import Gradients
-from kuberl_trainer.worker_set import WorkerSet
+from kuberl_trainer.rollouts.rollout_worker import Gradients
+from kuberl_trainer.rollouts.worker_set import WorkerSet
 
 
 class AsyncGradientsOptimizer(PolicyOptimizer):

@@ -30,19 +30,19 @@ from typing import Any
 
 import numpy as np
 
-from kuberl_trainer.errors import InvalidJobError
-from kuberl_trainer.optimizers.base import PolicyOptimizer, StepResult
-from kuberl_trainer.optimizers.learner_thread import LearnerThread
-from kuberl_trainer.progress_row import (
+from kuberl_contract.progress_row import (
     LEARNER_QUEUE_DEPTH,
     LEARNER_UTILISATION,
     REPLAY_SHARDS_LOST,
     REPLAY_SIZE,
 )
-from kuberl_trainer.replay_shard import ReplayShard, ReplayShards
-from kuberl_trainer.resources import check_resources, replay_shards_request
-from kuberl_trainer.sample_batch import SampleBatch
-from kuberl_trainer.worker_set import WorkerSet
+from kuberl_trainer.errors import InvalidJobError
+from kuberl_trainer.optimizers.base import PolicyOptimizer, StepResult
+from kuberl_trainer.optimizers.learner_thread import LearnerThread
+from kuberl_trainer.optimizers.replay_shard import ReplayShard, ReplayShards
+from kuberl_trainer.policies.sample_batch import SampleBatch
+from kuberl_trainer.rollouts.resources import check_resources, replay_shards_request
+from kuberl_trainer.rollouts.worker_set import WorkerSet
 
 REPLAY_CALLS_PER_SHARD = 4  # calls travelling while the shard draws the next (RLlib 0.6: 4)
 POLL_S = 0.02  # learner results are no Ray objects: the driver looks for them this often

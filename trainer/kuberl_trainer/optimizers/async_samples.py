@@ -53,9 +53,7 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 
 import numpy as np
 
-from kuberl_trainer.optimizers.base import PolicyOptimizer, StepResult
-from kuberl_trainer.optimizers.learner_thread import LearnerThread, moving_average
-from kuberl_trainer.progress_row import (
+from kuberl_contract.progress_row import (
     LEARNER_QUEUE_DEPTH,
     LEARNER_UTILISATION,
     POLICY_LAG,
@@ -63,11 +61,13 @@ from kuberl_trainer.progress_row import (
     POLICY_LAG_P90,
     STALE_BATCHES_DROPPED,
 )
-from kuberl_trainer.sample_batch import SampleBatch
-from kuberl_trainer.worker_set import WorkerSet
+from kuberl_trainer.optimizers.base import PolicyOptimizer, StepResult
+from kuberl_trainer.optimizers.learner_thread import LearnerThread, moving_average
+from kuberl_trainer.policies.sample_batch import SampleBatch
+from kuberl_trainer.rollouts.worker_set import WorkerSet
 
 if TYPE_CHECKING:
-    from kuberl_trainer.policy.interface import Weights
+    from kuberl_trainer.policies.interface import Weights
 
 # The longest the driver waits on its workers before it looks at the learner (which may have
 # failed) and for replacement workers that have started.

@@ -12,8 +12,8 @@ from typing import Any
 
 import numpy as np
 
-from kuberl_trainer.sample_batch import SampleBatch
-from kuberl_trainer.worker_set import WorkerSet
+from kuberl_trainer.policies.sample_batch import SampleBatch
+from kuberl_trainer.rollouts.worker_set import WorkerSet
 
 
 @dataclass
@@ -63,15 +63,6 @@ class PolicyOptimizer(ABC):
 
     def stop(self) -> None:  # noqa: B027 (optional: the synchronous optimizers start nothing)
         """End what the optimizer started beside the workers (a learner thread, replay actors)."""
-
-    def stats(self) -> dict[str, float]:
-        return {
-            "steps_sampled": self.counters.steps_sampled,
-            "steps_trained": self.counters.steps_trained,
-            "worker_restarts": self.workers.restarts,
-            "stragglers_dropped": self.workers.stragglers_dropped,
-            **{f"{name}_time_s": seconds for name, seconds in self.counters.timers.items()},
-        }
 
     def save(self) -> dict[str, Any]:
         return {

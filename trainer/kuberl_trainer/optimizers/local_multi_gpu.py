@@ -10,7 +10,7 @@ in the policy (policy/towers.py), which keeps the numerics: the optimizer only p
 
 from __future__ import annotations
 
-from kuberl_trainer.config import LEARNER_GPUS_NEEDED
+from kuberl_contract.config import LEARNER_GPUS_NEEDED
 from kuberl_trainer.errors import InvalidJobError
 from kuberl_trainer.optimizers.sync_samples import SyncSamplesOptimizer
 

@@ -25,9 +25,9 @@ import numpy as np
 
 from kuberl_trainer.errors import InvalidJobError
 from kuberl_trainer.optimizers.base import PolicyOptimizer, StepResult
-from kuberl_trainer.policy.acting import noise_rows, noise_table
-from kuberl_trainer.rollout_worker import Perturbations
-from kuberl_trainer.worker_set import WorkerSet
+from kuberl_trainer.policies.acting import noise_rows, noise_table
+from kuberl_trainer.rollouts.rollout_worker import Perturbations
+from kuberl_trainer.rollouts.worker_set import WorkerSet
 
 # Noise rows multiplied at a time in the gradient estimate: bounds its memory for large networks.
 _ROWS_PER_CHUNK = 256

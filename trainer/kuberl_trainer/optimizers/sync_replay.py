@@ -7,11 +7,11 @@ from __future__ import annotations
 from collections import defaultdict
 from typing import Any
 
+from kuberl_contract.progress_row import REPLAY_SIZE
 from kuberl_trainer.optimizers.base import PolicyOptimizer, StepResult
+from kuberl_trainer.optimizers.replay_buffer import PrioritizedReplayBuffer, ReplayBuffer
 from kuberl_trainer.optimizers.sync_samples import sample_timeout
-from kuberl_trainer.progress_row import REPLAY_SIZE
-from kuberl_trainer.replay_buffer import PrioritizedReplayBuffer, ReplayBuffer
-from kuberl_trainer.worker_set import WorkerSet
+from kuberl_trainer.rollouts.worker_set import WorkerSet
 
 # Mixed into the seed so the buffer's draws are independent of the policy's exploration draws.
 _REPLAY_STREAM = 1

@@ -8,7 +8,7 @@ from __future__ import annotations
 from typing import Any
 
 from kuberl_trainer.optimizers.base import PolicyOptimizer, StepResult
-from kuberl_trainer.sample_batch import SampleBatch
+from kuberl_trainer.policies.sample_batch import SampleBatch
 
 
 class SyncSamplesOptimizer(PolicyOptimizer):

@@ -1,0 +1,35 @@
+"""`spec.trainer.stop`: when training ends."""
+
+from __future__ import annotations
+
+from pydantic import Field, model_validator
+
+from kuberl_contract.config.base import Spec
+
+
+class StopConditions(Spec):
+    """Training stops at the first condition met; at least one is required."""
+
+    timesteps: int | None = Field(None, ge=1)
+    """Stop after this many env steps sampled in total."""
+
+    iterations: int | None = Field(None, ge=1)
+    """Stop after this many training iterations."""
+
+    episode_return_mean: float | None = None
+    """Stop once the mean return of the recent training episodes reaches this value."""
+
+    evaluation_return_mean: float | None = None
+    """Stop once a greedy evaluation (see evaluation) reaches this mean return."""
+
+    wall_time_seconds: float | None = Field(None, gt=0)
+    """Stop after this much wall time spent training in this run."""
+
+    @model_validator(mode="after")
+    def _at_least_one(self) -> StopConditions:
+        if all(value is None for value in self.model_dump().values()):
+            raise ValueError(
+                "no stop condition set: give at least one of timesteps, iterations, "
+                "episodeReturnMean, evaluationReturnMean, wallTimeSeconds"
+            )
+        return self

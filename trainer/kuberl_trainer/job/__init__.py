@@ -1,0 +1,5 @@
+"""Running a job: the driver (`driver`) runs the training loop (`trainer`, or a PBT population:
+`population`) iteration by iteration, waits for the job's resources (`resource_wait`), writes and
+resumes checkpoints (`checkpoint`, `checkpoint_format`, `resume`), and reports progress (the
+terminal: `progress`; Prometheus: `metrics`; TensorBoard: `tensorboard`). `algorithms` picks an
+algorithm's policy and optimizer classes; `device_choice` the learner's device."""

@@ -1,0 +1,4 @@
+"""Models and policies, the paper's policy graphs: networks (`models`), the policy interface and
+its torch base (`interface`, `base`, data-parallel `towers`), one module per algorithm family's
+loss and postprocessing (`ppo`, `impala`, `dqn`, `sac`, `es`, ...), acting without torch on a
+rollout worker (`acting`), and the batches they exchange (`sample_batch`, `postprocessing`)."""

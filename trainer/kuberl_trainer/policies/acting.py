@@ -1,0 +1,506 @@
+"""Policies that only act, in numpy: what the remote rollout workers of PG, A2C, PPO, IMPALA,
+APPO, DQN, Ape-X, SAC and ES hold when the networks are MLPs (`ActingOnly`).
+
+A remote worker never learns: it needs the policy network's forward pass, the action distribution
+and the postprocessing, none of torch. Without torch (and reading a Frozen config, frozen.py) a
+worker starts in 0.41 CPU-seconds instead of 1.4-1.6 (workers that share a laptop's cores start one
+after another beside the learner, and a spot node's are replaced), with 131 MB of memory instead of
+324, and at a few envs acts faster: a 64x64 MLP's step over 8 envs takes 8 µs in numpy against 19 in
+torch, whose per-call overhead is most of it.
+
+The networks are the torch ones (models.ActorCritic, dqn.QNetwork, sac.SACModel's actor,
+es.ESNetwork), read from the weights the learner sends (their state dicts: `actor.0.weight`,
+`actor.0.bias`, `actor.2.weight`, ..., `log_std`), computing the same functions to float32
+rounding; actions are drawn as the torch policy draws them (Gumbel-max, a Gaussian around the
+mean, epsilon-greedy), from a numpy generator seeded with the worker's seed.
+"""
+
+from __future__ import annotations
+
+import importlib
+import itertools
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from kuberl_trainer.envs.making import SpaceInfo
+from kuberl_trainer.policies.interface import Policy, Stats, Weights
+from kuberl_trainer.policies.postprocessing import (
+    gae_columns,
+    n_step_columns,
+    returns_to_go_columns,
+    sequence_columns,
+)
+from kuberl_trainer.policies.sample_batch import SampleBatch
+
+if TYPE_CHECKING:  # a remote worker gets a Frozen copy, the config never imported (frozen.py)
+    from kuberl_contract.config import AnyTrainerConfig
+
+SAC_LOG_STD_MIN, SAC_LOG_STD_MAX = -20.0, 2.0
+"""SAC's clamp of its actor's log standard deviation (Stable-Baselines3's and RLlib's)."""
+NOISE_CHUNK = 256
+"""Env steps of noise drawn per generator call: one call per chunk rather than one per step,
+which would cost as much as the forward pass at CartPole's step cost."""
+VALUE_ROWS_PER_PASS = 4096
+"""Rows of the critic's passes over a window: a pass over a whole window of a thousand envs would
+spill its activations out of the cache (PPO sampled 6% slower at 1,024 CartPole envs)."""
+
+
+def acts_in_numpy(spaces: SpaceInfo, config: AnyTrainerConfig) -> bool:
+    """Whether a numpy policy computes what the job's torch policy would: separate MLPs for the
+    actor and the critic. Images take the CNN, and a trunk shared by both (model.vfShareLayers)
+    the torch model's other layout."""
+    return spaces.image is None and not config.model.vf_share_layers
+
+
+@dataclass(frozen=True)
+class ActingOnly:
+    """How a remote worker that only acts builds its policy (RolloutWorker's `policy_class`): the
+    numpy policy `acting` where it computes what the torch policy `policy` would
+    (`acts_in_numpy`), the torch policy otherwise. Both are `module:Class` paths, imported in
+    the worker's process only as needed, so that the driver never sends it a torch class. The
+    driver sends such a worker a Frozen copy of the job's config (kuberl_contract.frozen), which
+    the numpy policies read as they would the config."""
+
+    policy: str
+    acting: str
+
+    def __call__(self, spaces: SpaceInfo, config: AnyTrainerConfig, seed: int) -> Policy:
+        if acts_in_numpy(spaces, config):
+            return load_class(self.acting)(spaces, config, seed)
+        # The torch policy reads the config itself, not a Frozen copy of it: imported here only.
+        from kuberl_contract.config import thawed
+
+        return load_class(self.policy)(spaces, thawed(config), seed)
+
+
+def load_class(path: str) -> Any:
+    """The class that `module:Class` names, its module imported."""
+    module, _, name = path.partition(":")
+    return getattr(importlib.import_module(module), name)
+
+
+class OnlyActs(Policy):
+    """What the numpy policies share: the learner's weights, MLP forward passes, and no learning."""
+
+    def __init__(self, spaces: SpaceInfo, config: AnyTrainerConfig, seed: int):
+        super().__init__(spaces, config, seed)
+        self.activation = {"tanh": _tanh, "relu": _relu}[self.hp.activation]
+        self.weights: Weights | None = None
+
+    def _forward(
+        self,
+        layers: list[tuple[np.ndarray, np.ndarray]],
+        x: np.ndarray,
+        last_activated: bool = False,
+    ) -> np.ndarray:
+        """The MLP of `layers`, (W^T, b) each, with the activation between them (and after the
+        last with `last_activated`)."""
+        if not layers:
+            raise RuntimeError("this worker's policy has no weights yet: the learner sends them")
+        for index, (weight_t, bias) in enumerate(layers):
+            x = x @ weight_t
+            x += bias
+            if last_activated or index < len(layers) - 1:
+                self.activation(x)
+        return x
+
+    def get_weights(self) -> Weights:
+        if self.weights is None:
+            raise RuntimeError("this worker's policy has no weights yet: the learner sends them")
+        return self.weights
+
+    def learn_on_batch(self, batch: SampleBatch) -> Stats:
+        raise TypeError(f"{type(self).__name__} only acts; the learner's policy learns")
+
+    def compute_gradients(self, batch: SampleBatch) -> tuple[list[np.ndarray], Stats]:
+        raise TypeError(f"{type(self).__name__} only acts; A3C's workers take the torch policy")
+
+    def apply_gradients(self, gradients: list[np.ndarray]) -> None:
+        raise TypeError(f"{type(self).__name__} only acts; the learner's policy learns")
+
+    def get_state(self) -> dict[str, Any]:
+        raise TypeError(f"{type(self).__name__} only acts; checkpoints hold the learner's policy")
+
+    def set_state(self, state: dict[str, Any]) -> None:
+        raise TypeError(f"{type(self).__name__} only acts; checkpoints hold the learner's policy")
+
+
+class ActingPolicy(OnlyActs):
+    """A2C's, A3C's and PPO's acting half: samples actions, and postprocesses with GAE on the
+    critic's values. Subclasses postprocess as their algorithm does."""
+
+    with_critic = True
+
+    def __init__(self, spaces: SpaceInfo, config: AnyTrainerConfig, seed: int):
+        super().__init__(spaces, config, seed)
+        self.noise = NumpyNoise(np.random.default_rng(seed))
+        self.actor: list[tuple[np.ndarray, np.ndarray]] = []
+        self.critic: list[tuple[np.ndarray, np.ndarray]] = []
+        self.std: np.ndarray | None = None
+
+    # -- acting -----------------------------------------------------------------------------------
+
+    def compute_actions(
+        self, obs: np.ndarray, explore: bool = True
+    ) -> tuple[np.ndarray, dict[str, np.ndarray]]:
+        out = self._forward(self.actor, obs)
+        if self.spaces.discrete_actions:
+            scores = out + self.noise.gumbel(out.shape) if explore else out
+            actions = scores.argmax(-1)
+            return actions, {"actions": actions, "dist_inputs": out}
+        actions = out + self.noise.normal(out.shape) * self.std if explore else out.copy()
+        # The loss needs the unclipped sample; the env gets it inside its bounds.
+        env_actions = np.clip(actions, self.spaces.action_low, self.spaces.action_high)
+        return env_actions, {"actions": actions, "dist_inputs": out}
+
+    def postprocess_trajectory(self, rollout: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+        return gae_columns(
+            rollout,
+            self._values(rollout["obs"]),
+            self._values(rollout["next_obs"][-1:]),
+            self._logp(rollout["dist_inputs"], rollout["actions"]),
+            self.hp.gamma,
+            self.hp.gae_lambda,
+        )
+
+    def _logp(self, dist_inputs: np.ndarray, actions: np.ndarray) -> np.ndarray:
+        """log pi(a|s) of the rollout's (T, N) actions, from the distribution inputs recorded
+        while sampling."""
+        if self.spaces.discrete_actions:
+            shifted = dist_inputs - dist_inputs.max(-1, keepdims=True)
+            log_norm = np.log(np.exp(shifted).sum(-1))
+            taken = np.take_along_axis(shifted, actions[..., None].astype(np.int64), -1)[..., 0]
+            return (taken - log_norm).astype(np.float32)
+        assert self.std is not None
+        z = (actions - dist_inputs) / self.std
+        log_density = -0.5 * z * z - np.log(self.std) - np.float32(0.5 * np.log(2 * np.pi))
+        return log_density.sum(-1, dtype=np.float32)
+
+    def _values(self, obs: np.ndarray) -> np.ndarray:
+        """V for (T, N, obs_dim) observations, VALUE_ROWS_PER_PASS rows at a time."""
+        flat = obs.reshape(-1, obs.shape[-1])
+        values = np.empty(len(flat), dtype=np.float32)
+        for start in range(0, len(flat), VALUE_ROWS_PER_PASS):
+            rows = flat[start : start + VALUE_ROWS_PER_PASS]
+            values[start : start + len(rows)] = self._forward(self.critic, rows)[:, 0]
+        return values.reshape(obs.shape[:2])
+
+    # -- weights ----------------------------------------------------------------------------------
+
+    def set_weights(self, weights: Weights) -> None:
+        """The learner's weights: its linear layers as (W^T, b), the critic's only where
+        postprocessing needs them."""
+        self.weights = weights
+        self.actor = _linear_layers(weights, "actor")
+        self.critic = _linear_layers(weights, "critic") if self.with_critic else []
+        if not self.spaces.discrete_actions:
+            self.std = np.exp(weights["log_std"]).astype(np.float32)
+
+
+class ActingPGPolicy(ActingPolicy):
+    """PG's acting half: no critic, returns-to-go as advantages."""
+
+    with_critic = False
+
+    def postprocess_trajectory(self, rollout: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+        return returns_to_go_columns(rollout, self.hp.gamma, self.hp.normalize_returns)
+
+
+class ActingIMPALAPolicy(ActingPolicy):
+    """IMPALA's and APPO's acting half: whole sequences with the behaviour policy's
+    log-probabilities; the learner computes the values itself (V-trace), so no critic here."""
+
+    with_critic = False
+
+    def postprocess_trajectory(self, rollout: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+        return sequence_columns(rollout, self._logp(rollout["dist_inputs"], rollout["actions"]))
+
+
+class ActingDQNPolicy(OnlyActs):
+    """DQN's acting half: epsilon-greedy on the Q-network (dueling or not), n-step transitions.
+    Its epsilon follows the schedule over the global env steps the learner sends."""
+
+    def __init__(self, spaces: SpaceInfo, config: AnyTrainerConfig, seed: int):
+        super().__init__(spaces, config, seed)
+        self.rng = np.random.default_rng(seed)
+        self.q: list[tuple[np.ndarray, np.ndarray]] = []  # without dueling heads
+        self.body: list[tuple[np.ndarray, np.ndarray]] = []  # dueling: under both heads
+        self.value: list[tuple[np.ndarray, np.ndarray]] = []
+        self.advantage: list[tuple[np.ndarray, np.ndarray]] = []
+
+    @property
+    def epsilon(self) -> float:
+        return linear_epsilon(self.hp, self.global_timesteps)
+
+    def compute_actions(
+        self, obs: np.ndarray, explore: bool = True
+    ) -> tuple[np.ndarray, dict[str, np.ndarray]]:
+        actions = self._q_values(obs).argmax(-1)
+        if explore:
+            random_actions = self.rng.integers(0, self.spaces.action_discrete_n, len(actions))
+            actions = np.where(
+                self.rng.random(len(actions)) < self.epsilon, random_actions, actions
+            )
+        return actions, {"actions": actions}
+
+    def postprocess_trajectory(self, rollout: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+        return n_step_columns(rollout, self.hp.gamma, self.hp.n_step)
+
+    def _q_values(self, obs: np.ndarray) -> np.ndarray:
+        if not self.hp.dueling:
+            return self._forward(self.q, obs)
+        features = self._forward(self.body, obs, last_activated=True)
+        advantages = self._forward(self.advantage, features)
+        # Subtracting the mean advantage makes V and A identifiable (Wang et al., eq. 9).
+        return self._forward(self.value, features) + advantages - advantages.mean(-1, keepdims=True)
+
+    def set_weights(self, weights: Weights) -> None:
+        self.weights = weights
+        if not self.hp.dueling:
+            self.q = _linear_layers(weights, "q")
+            return
+        self.body = _linear_layers(weights, "body.0")
+        self.value = _linear_layers(weights, "value")
+        self.advantage = _linear_layers(weights, "advantage")
+
+
+class ActingAPEXPolicy(ActingDQNPolicy):
+    """Ape-X's acting half: DQN's, at its worker's fixed exploration rate (`worker_epsilon`)."""
+
+    @property
+    def epsilon(self) -> float:
+        return worker_epsilon(self.hp, self.worker_index, self.num_workers)
+
+
+class ActingSACPolicy(OnlyActs):
+    """SAC's acting half: samples of the tanh-squashed Gaussian (its mean when greedy), rescaled
+    to the action bounds; n-step transitions."""
+
+    def __init__(self, spaces: SpaceInfo, config: AnyTrainerConfig, seed: int):
+        super().__init__(spaces, config, seed)
+        self.noise = NumpyNoise(np.random.default_rng(seed))
+        self.actor: list[tuple[np.ndarray, np.ndarray]] = []
+        # [-1, 1] → [low, high]
+        self.action_scale = (spaces.action_high - spaces.action_low) / 2
+        self.action_center = (spaces.action_high + spaces.action_low) / 2
+
+    def compute_actions(
+        self, obs: np.ndarray, explore: bool = True
+    ) -> tuple[np.ndarray, dict[str, np.ndarray]]:
+        mean, log_std = np.split(self._forward(self.actor, obs), 2, axis=-1)
+        pre_tanh = mean
+        if explore:
+            log_std = np.clip(log_std, SAC_LOG_STD_MIN, SAC_LOG_STD_MAX)
+            pre_tanh = mean + np.exp(log_std) * self.noise.normal(mean.shape)
+        actions = np.tanh(pre_tanh)
+        # Rounding may land a hair past a bound, which an env is entitled to refuse.
+        env_actions = np.clip(
+            self.action_center + self.action_scale * actions,
+            self.spaces.action_low,
+            self.spaces.action_high,
+        )
+        return env_actions, {"actions": actions}
+
+    def postprocess_trajectory(self, rollout: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+        return n_step_columns(rollout, self.hp.gamma, self.hp.n_step)
+
+    def set_weights(self, weights: Weights) -> None:
+        self.weights = weights
+        self.actor = _linear_layers(weights, "actor.net")
+
+
+class ActingESPolicy(OnlyActs):
+    """ES's acting half: the network behind its observation standardizer, acting in each env
+    with a perturbed copy of its flat parameters (antithetic pairs from the shared noise table,
+    `noise_rows`), and counting the observations it saw for the standardizer."""
+
+    def __init__(self, spaces: SpaceInfo, config: AnyTrainerConfig, seed: int):
+        super().__init__(spaces, config, seed)
+        self.rng = np.random.default_rng(seed)  # as the torch policy's: the same perturbations
+        out = spaces.action_discrete_n if spaces.discrete_actions else spaces.action_dim
+        sizes = [spaces.obs_dim, *self.hp.hidden_sizes, out]
+        self.shapes = list(itertools.pairwise(sizes))  # (fan_in, fan_out) of each layer
+        self.num_params = sum(fan_in * fan_out + fan_out for fan_in, fan_out in self.shapes)
+        self.net: list[tuple[np.ndarray, np.ndarray]] = []
+        self.theta = np.zeros(0, dtype=np.float32)
+        # The standardizer's mean and standard deviation; None before it has counted 2.
+        self.obs_mean_std: tuple[np.ndarray, np.ndarray] | None = None
+        self._seen = nothing_seen(spaces.obs_dim)
+
+    def set_weights(self, weights: Weights) -> None:
+        """The learner's weights, and what acting derives from them once: theta (as the torch
+        policy's flat_parameters: layer by layer, weight then bias) and the standardizer (as its
+        ObservationStats.normalize computes it)."""
+        self.weights = weights
+        self.net = _linear_layers(weights, "net")
+        self.theta = np.concatenate(
+            [part for weight_t, bias in self.net for part in (weight_t.T.ravel(), bias)]
+        )
+        count = float(weights["obs_stats.count"])
+        self.obs_mean_std = None
+        if count >= 2:
+            mean = weights["obs_stats.sum"] / count
+            std = np.sqrt(np.maximum(weights["obs_stats.sumsq"] / count - mean**2, 1e-8))
+            self.obs_mean_std = (mean, std)
+
+    def compute_actions(
+        self, obs: np.ndarray, explore: bool = True
+    ) -> tuple[np.ndarray, dict[str, np.ndarray]]:
+        """The network's actions whatever `explore`: ES explores in parameter space."""
+        actions = self._env_actions(self._forward(self.net, self._normalize(obs)))
+        return actions, {"actions": actions}
+
+    def act_perturbed(self, obs: np.ndarray, parameters: np.ndarray) -> np.ndarray:
+        """Actions for a (K, obs_dim) batch, row k by the network with the flat parameter vector
+        `parameters[k]`."""
+        if self.hp.normalize_observations:
+            self._seen = seen_with(self._seen, obs)
+        out = self._normalize(obs)[:, :, None]  # (K, D, 1)
+        start = 0
+        for layer, (fan_in, fan_out) in enumerate(self.shapes):
+            weight = parameters[:, start : start + fan_out * fan_in].reshape(-1, fan_out, fan_in)
+            start += fan_out * fan_in
+            out = weight @ out + parameters[:, start : start + fan_out, None]
+            start += fan_out
+            if layer < len(self.shapes) - 1:
+                self.activation(out)
+        return self._env_actions(out[:, :, 0])
+
+    def draw_noise_indices(self, noise_size: int, count: int) -> np.ndarray:
+        """Where `count` perturbations start in a table of `noise_size` numbers."""
+        return self.rng.integers(0, noise_size - self.num_params + 1, size=count)
+
+    def perturbed_parameters(self, noise: np.ndarray, indices: np.ndarray) -> np.ndarray:
+        """The antithetic pairs, as rows: theta + noise_stdev * eps_i, then theta - noise_stdev *
+        eps_i, for each index i in turn."""
+        eps = self.hp.noise_stdev * noise_rows(noise, indices, self.num_params)
+        return np.stack([self.theta + eps, self.theta - eps], axis=1).reshape(-1, self.num_params)
+
+    def take_observation_stats(self) -> tuple[int, np.ndarray, np.ndarray]:
+        """The count, sum and sum of squares of the observations act_perturbed saw since the last
+        call (what a worker reports for the standardizer)."""
+        seen, self._seen = self._seen, nothing_seen(self.spaces.obs_dim)
+        return seen
+
+    def postprocess_trajectory(self, rollout: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+        raise TypeError("ES learns from the returns of perturbed parameters, not from samples")
+
+    def _normalize(self, obs: np.ndarray) -> np.ndarray:
+        """(obs - mean) / std with the learner's statistics, clipped to +-5 standard deviations;
+        unchanged before any count (the torch policy's ObservationStats.normalize)."""
+        if self.obs_mean_std is None:
+            return obs
+        mean, std = self.obs_mean_std
+        return np.clip((obs - mean) / std, -5.0, 5.0).astype(obs.dtype)
+
+    def _env_actions(self, out: np.ndarray) -> np.ndarray:
+        if self.spaces.discrete_actions:
+            return out.argmax(-1)
+        return np.clip(out, self.spaces.action_low, self.spaces.action_high)
+
+
+NOISE_SEED = 123
+"""ES's noise table is the same in every process and every run: only where a perturbation starts
+travels."""
+
+
+def noise_table(size: int) -> np.ndarray:
+    """`size` standard normal float32 numbers, the same for every caller."""
+    return np.random.default_rng(NOISE_SEED).standard_normal(size, dtype=np.float32)
+
+
+def noise_rows(noise: np.ndarray, indices: np.ndarray, dim: int) -> np.ndarray:
+    """The perturbations starting at `indices`, one per row: row i is
+    noise[indices[i] : indices[i] + dim]."""
+    return np.lib.stride_tricks.sliding_window_view(noise, dim)[indices]
+
+
+def nothing_seen(obs_dim: int) -> tuple[int, np.ndarray, np.ndarray]:
+    """No observation counted yet: count, sum and sum of squares."""
+    return 0, np.zeros(obs_dim), np.zeros(obs_dim)
+
+
+def seen_with(
+    seen: tuple[int, np.ndarray, np.ndarray], obs: np.ndarray
+) -> tuple[int, np.ndarray, np.ndarray]:
+    """The count, sum and sum of squares `seen` with the (K, obs_dim) observations `obs` added."""
+    count, total, sumsq = seen
+    return count + len(obs), total + obs.sum(0), sumsq + np.square(obs).sum(0)
+
+
+def linear_epsilon(hp: Any, timesteps: int) -> float:
+    """DQN's exploration rate: linear from epsilon_initial to epsilon_final over
+    epsilon_timesteps env steps, then constant."""
+    progress = min(1.0, timesteps / hp.epsilon_timesteps)
+    return hp.epsilon_initial + progress * (hp.epsilon_final - hp.epsilon_initial)
+
+
+def worker_epsilon(hp: Any, index: int, num_workers: int) -> float:
+    """The Ape-X schedule: remote worker i of N (1..N) explores with
+    base ** (1 + alpha * (i - 1) / (N - 1)) (base: hp.worker_epsilon, alpha:
+    hp.worker_epsilon_alpha), from base for the first to base ** (1 + alpha) for the last. The
+    driver's local worker (index 0) acts greedily: it evaluates, and it samples only while no
+    remote worker is up. Without remote workers it is the only sampler, and explores as
+    worker 1 of 1."""
+    base, alpha = hp.worker_epsilon, hp.worker_epsilon_alpha
+    if index == 0:
+        return 0.0 if num_workers else base
+    return base ** (1 + alpha * (index - 1) / max(1, num_workers - 1))
+
+
+class NumpyNoise:
+    """Gumbel and standard normal draws in float32, made NOISE_CHUNK env steps at a time."""
+
+    def __init__(self, rng: np.random.Generator):
+        self.rng = rng
+        self._buffers: dict[tuple[str, tuple[int, ...]], tuple[np.ndarray, int]] = {}
+
+    def gumbel(self, shape: tuple[int, ...]) -> np.ndarray:
+        return self._next("gumbel", shape)
+
+    def normal(self, shape: tuple[int, ...]) -> np.ndarray:
+        return self._next("normal", shape)
+
+    def _next(self, kind: str, shape: tuple[int, ...]) -> np.ndarray:
+        buffer, position = self._buffers.get((kind, shape), (None, NOISE_CHUNK))
+        if position == NOISE_CHUNK:
+            size = (NOISE_CHUNK, *shape)
+            if kind == "normal":
+                buffer = self.rng.standard_normal(size, dtype=np.float32)
+            else:  # -log(-log(U)), U in (0, 1]: Gumbel(0, 1)
+                uniform = np.maximum(self.rng.random(size, dtype=np.float32), np.float32(1e-10))
+                buffer = -np.log(-np.log(uniform))
+            position = 0
+        assert buffer is not None
+        self._buffers[(kind, shape)] = (buffer, position + 1)
+        return buffer[position]
+
+
+def _linear_layers(weights: Weights, network: str) -> list[tuple[np.ndarray, np.ndarray]]:
+    """(W^T, b) of each linear layer of the nn.Sequential at `network` (a state dict prefix), in
+    order: its Linear layers are at indices 0, 2, 4, ..., the activations between them."""
+    prefix = f"{network}."
+    indices = sorted(
+        int(name[len(prefix) :].split(".")[0])
+        for name in weights
+        if name.startswith(prefix)
+        and name.count(".") == network.count(".") + 2
+        and name.endswith(".weight")
+    )
+    return [
+        (
+            np.ascontiguousarray(weights[f"{prefix}{i}.weight"].T),
+            np.array(weights[f"{prefix}{i}.bias"]),
+        )
+        for i in indices
+    ]
+
+
+def _tanh(x: np.ndarray) -> None:
+    np.tanh(x, out=x)
+
+
+def _relu(x: np.ndarray) -> None:
+    np.maximum(x, 0, out=x)

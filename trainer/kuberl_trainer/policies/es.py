@@ -1,0 +1,169 @@
+"""The policy of evolution strategies: a deterministic network whose parameters ES treats as one
+flat vector. A worker acts with a perturbed copy of it in each of its envs at once (one batched
+forward pass per step); the driver steps the vector with Adam along the gradient the perturbations'
+returns estimate (optimizers/perturbations.py).
+
+The noise table (policy/acting.py's `noise_table`) is read the same way by the workers'
+perturbations and the driver's gradient estimate."""
+
+from __future__ import annotations
+
+import numpy as np
+import torch
+from torch import nn
+
+from kuberl_contract.config import AnyTrainerConfig
+from kuberl_contract.progress_row import ES_GRADIENT_NORM, ES_UPDATE_RATIO, ES_WEIGHTS_NORM
+from kuberl_trainer.envs.making import SpaceInfo
+from kuberl_trainer.policies.acting import noise_rows, nothing_seen, seen_with
+from kuberl_trainer.policies.base import TorchPolicy
+from kuberl_trainer.policies.interface import Stats
+from kuberl_trainer.policies.models import ACTIVATIONS, mlp
+
+
+class ObservationStats(nn.Module):
+    """Running count, sum and sum of squares of observations, as buffers: they are in the state
+    dict, so they travel with the weights to the workers and into checkpoints, but they are no
+    parameters, so perturbations and Adam leave them alone."""
+
+    def __init__(self, obs_dim: int):
+        super().__init__()
+        self.register_buffer("count", torch.zeros((), dtype=torch.float64))
+        self.register_buffer("sum", torch.zeros(obs_dim, dtype=torch.float64))
+        self.register_buffer("sumsq", torch.zeros(obs_dim, dtype=torch.float64))
+
+    def add(self, count: float, total: np.ndarray, sumsq: np.ndarray) -> None:
+        self.count += count
+        self.sum += torch.from_numpy(total).to(self.sum.device)
+        self.sumsq += torch.from_numpy(sumsq).to(self.sumsq.device)
+
+    def normalize(self, obs: torch.Tensor) -> torch.Tensor:
+        """(obs - mean) / std, clipped to +-5 standard deviations; unchanged before any count."""
+        if self.count < 2:
+            return obs
+        mean = self.sum / self.count
+        std = (self.sumsq / self.count - mean.square()).clamp(min=1e-8).sqrt()
+        return ((obs - mean) / std).clamp(-5.0, 5.0).to(obs.dtype)
+
+
+class ESNetwork(nn.Module):
+    """The policy network behind an observation standardizer (the ES paper's, as RLlib's
+    MeanStdFilter)."""
+
+    def __init__(self, spaces: SpaceInfo, hidden_sizes: list[int], activation: str):
+        super().__init__()
+        out = spaces.action_discrete_n if spaces.discrete_actions else spaces.action_dim
+        self.obs_stats = ObservationStats(spaces.obs_dim)
+        # A small output layer, as RLlib's ES: the first perturbations decide the actions.
+        self.net = mlp(spaces.obs_dim, hidden_sizes, out, activation, out_gain=0.01)
+
+    def forward(self, obs: torch.Tensor) -> torch.Tensor:
+        return self.net(self.obs_stats.normalize(obs))
+
+
+class ESPolicy(TorchPolicy):
+    STAT_KEYS = (ES_GRADIENT_NORM, ES_WEIGHTS_NORM, ES_UPDATE_RATIO)  # apply_flat_gradient's
+
+    def __init__(self, spaces: SpaceInfo, config: AnyTrainerConfig, seed: int):
+        torch.manual_seed(seed)  # network initialisation is part of what a seed fixes
+        hp = config.hyperparameters
+        model = ESNetwork(spaces, hp.hidden_sizes, hp.activation)
+        super().__init__(spaces, config, seed, model)
+        self.model: ESNetwork
+        self.optimizer.weight_decay = hp.l2_coeff  # Adam adds l2_coeff x theta to the gradient
+        self.num_params = sum(p.numel() for p in model.parameters())
+        self._layers = [
+            (m.out_features, m.in_features) for m in model.net if isinstance(m, nn.Linear)
+        ]
+        self._activation = ACTIVATIONS[hp.activation]()  # the network's own, as a function
+        # Observations act_perturbed saw since take_observation_stats(): count, sum, squares.
+        self._seen = nothing_seen(spaces.obs_dim)
+
+    # -- acting -------------------------------------------------------------------------------
+
+    def compute_actions(
+        self, obs: np.ndarray, explore: bool = True
+    ) -> tuple[np.ndarray, dict[str, np.ndarray]]:
+        """The network's actions whatever `explore`: ES explores in parameter space."""
+        with torch.inference_mode():
+            actions = self._env_actions(self.model(self.as_tensor(obs)))
+        return actions, {"actions": actions}
+
+    def act_perturbed(self, obs: np.ndarray, parameters: np.ndarray) -> np.ndarray:
+        """Actions for a (K, obs_dim) batch, row k by the network with the flat parameter vector
+        `parameters[k]`, in one batched forward pass."""
+        if self.hp.normalize_observations:
+            self._seen = seen_with(self._seen, obs)
+        with torch.inference_mode():
+            out = self.model.obs_stats.normalize(self.as_tensor(obs)).unsqueeze(1)  # (K, 1, D)
+            flat = self.as_tensor(parameters)
+            start = 0
+            for layer, (fan_out, fan_in) in enumerate(self._layers):
+                weight = flat[:, start : start + fan_out * fan_in].view(-1, fan_out, fan_in)
+                start += fan_out * fan_in
+                bias = flat[:, None, start : start + fan_out]
+                start += fan_out
+                out = torch.baddbmm(bias, out, weight.transpose(1, 2))
+                if layer < len(self._layers) - 1:
+                    out = self._activation(out)
+        return self._env_actions(out.squeeze(1))
+
+    def take_observation_stats(self) -> tuple[int, np.ndarray, np.ndarray]:
+        """The count, sum and sum of squares of the observations act_perturbed saw since the last
+        call (what a worker reports for the normalization)."""
+        seen, self._seen = self._seen, nothing_seen(self.spaces.obs_dim)
+        return seen
+
+    def add_observation_stats(self, count: int, total: np.ndarray, sumsq: np.ndarray) -> None:
+        """Fold workers' observation statistics into the standardizer (the driver's policy)."""
+        self.model.obs_stats.add(count, total, sumsq)
+
+    def _env_actions(self, out: torch.Tensor) -> np.ndarray:
+        if self.spaces.discrete_actions:
+            return out.argmax(-1).numpy(force=True)
+        return np.clip(out.numpy(force=True), self.spaces.action_low, self.spaces.action_high)
+
+    # -- the flat parameter vector ------------------------------------------------------------
+
+    def flat_parameters(self) -> np.ndarray:
+        """theta: every parameter in one float32 vector, layer by layer, weight then bias."""
+        return nn.utils.parameters_to_vector(self.model.parameters()).numpy(force=True)
+
+    def draw_noise_indices(self, noise_size: int, count: int) -> np.ndarray:
+        """Where `count` perturbations start in a table of `noise_size` numbers, drawn with this
+        policy's own generator (every worker has its own seed)."""
+        return self.rng.integers(0, noise_size - self.num_params + 1, size=count)
+
+    def perturbed_parameters(self, noise: np.ndarray, indices: np.ndarray) -> np.ndarray:
+        """The antithetic pairs, as rows: theta + noise_stdev * eps_i, then theta - noise_stdev *
+        eps_i, for each index i in turn."""
+        eps = self.hp.noise_stdev * noise_rows(noise, indices, self.num_params)
+        theta = self.flat_parameters()
+        return np.stack([theta + eps, theta - eps], axis=1).reshape(-1, self.num_params)
+
+    def apply_flat_gradient(self, gradient: np.ndarray) -> Stats:
+        """One Adam step on a loss gradient given as one vector in flat_parameters' order, with
+        l2_coeff weight decay; returns the step's statistics."""
+        theta = self.flat_parameters()
+        params = list(self.model.parameters())
+        pieces = np.split(gradient.astype(np.float32), np.cumsum([p.numel() for p in params])[:-1])
+        self.apply_gradients(
+            [piece.reshape(p.shape) for piece, p in zip(pieces, params, strict=True)]
+        )
+        step = self.flat_parameters() - theta
+        return {
+            ES_GRADIENT_NORM: float(np.linalg.norm(gradient)),
+            ES_WEIGHTS_NORM: float(np.linalg.norm(theta)),
+            ES_UPDATE_RATIO: float(np.linalg.norm(step) / max(np.linalg.norm(theta), 1e-12)),
+        }
+
+    # -- what ES does not do ------------------------------------------------------------------
+
+    def postprocess_trajectory(self, rollout: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+        raise NotImplementedError(_NO_SAMPLES)
+
+    def loss(self, batch: dict[str, torch.Tensor]):
+        raise NotImplementedError(_NO_SAMPLES)
+
+
+_NO_SAMPLES = "ES learns from the returns of perturbed parameters (Perturbations), not from samples"

@@ -1,0 +1,153 @@
+"""An exported policy's file (export.py writes it): its formats, names and metadata, and the file
+loaded back with its runtime (onnxruntime, or torch.jit), acting as `TrainedPolicy.predict` does,
+greedy only.
+
+    policy = load_exported("cartpole.onnx")   # or inference.load, which takes any policy
+    action, _ = policy.predict(obs)
+
+Acting needs only the file: the observations' shape and dtype are in its metadata, with the
+spaces the policy was trained on. Evaluating makes the env of the job's spec.trainer, which the
+metadata copies, under the rules of any file (see inference.py's LoadedPolicy and env_trust.py).
+"""
+
+from __future__ import annotations
+
+import json
+import warnings
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+import gymnasium as gym
+import numpy as np
+import torch
+from pydantic import TypeAdapter
+
+from kuberl_contract.config import TrainerConfig
+from kuberl_trainer.envs.space_record import SPACES, spaces_from_record
+from kuberl_trainer.trained.loaded import Evaluation, LoadedPolicy
+
+OPSET = 18
+FORMATS = {".onnx": f"ONNX opset {OPSET}", ".pt": "TorchScript"}
+"""The file suffixes `export` writes, and what each one is."""
+METADATA_FILE = "kuberl.json"
+"""The TorchScript module's extra file that holds the metadata."""
+INPUT, OUTPUT = "obs", "actions"
+GREEDY_ONLY = (
+    "an exported policy is greedy only: it holds the distribution's mode, not the distribution; "
+    "sample with the checkpoint it was exported from instead"
+)
+
+_TRAINER_CONFIG = TypeAdapter(TrainerConfig)
+
+Runner = Callable[[np.ndarray], np.ndarray]
+"""An exported file's actions for a batch of observations."""
+
+
+def check_suffix(path: Path) -> str:
+    """The export format's suffix of `path`; ValueError naming the accepted ones otherwise."""
+    if path.suffix not in FORMATS:
+        accepted = ", ".join(f"{suffix} ({name})" for suffix, name in FORMATS.items())
+        raise ValueError(f"{path}: cannot export to {path.suffix or 'no suffix'}; use {accepted}")
+    return path.suffix
+
+
+@contextmanager
+def notices_hidden() -> Iterator[None]:
+    """The exporters' warnings that no user can act on hidden, their errors raised as ever: torch
+    2.13 deprecates TorchScript (torch.jit) in favour of torch.export, yet libtorch loads nothing
+    else, and warns that its ONNX exporter is not the default one (see export.py's
+    _write_onnx)."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", FutureWarning)
+        warnings.filterwarnings("ignore", r"`torch\.jit\.", DeprecationWarning)
+        warnings.filterwarnings("ignore", "You are using the legacy", DeprecationWarning)
+        warnings.filterwarnings("ignore", category=DeprecationWarning, module=r"torch\.onnx")
+        yield
+
+
+class ExportedPolicy(LoadedPolicy):
+    """An exported file loaded with its runtime, acting as `TrainedPolicy.predict` does, greedy
+    only. `trust_env_code` and `env` say which env it is evaluated on, as `inference.load`'s."""
+
+    def __init__(self, path: str | Path, trust_env_code: bool = False, env: str | None = None):
+        self.path = Path(path)
+        suffix = check_suffix(self.path)
+        load = _load_onnx if suffix == ".onnx" else _load_torchscript
+        self.meta, self._run = load(self.path)
+        if "obs_shape" not in self.meta:
+            raise ValueError(f"{self.path} holds no kuberl metadata: was it made by kuberl export?")
+        self.observation_shape = tuple(json.loads(self.meta["obs_shape"]))
+        self.obs_dtype = np.dtype(self.meta["obs_dtype"])
+        trained_on = _TRAINER_CONFIG.validate_python(json.loads(self.meta["trainer"]))
+        super().__init__(trained_on, trust_env_code, env)
+        self.observation_space, self.action_space = _recorded_spaces(self.meta)
+
+    @property
+    def source(self) -> str:
+        return str(self.path)
+
+    def describe(self) -> str:
+        return f"{super().describe()}, exported as {self.meta['format']} to {self.path}"
+
+    def predict(self, obs: Any, deterministic: bool = True) -> tuple[np.ndarray, None]:
+        """Actions for one observation or a batch of them (a leading axis), as
+        `TrainedPolicy.predict`: `(actions, None)`."""
+        if not deterministic:
+            raise ValueError(GREEDY_ONLY)
+        batch, single = self.as_batch(obs)
+        actions = self._act(batch)
+        return (actions[0] if single else actions), None
+
+    def _act(self, batch: np.ndarray) -> np.ndarray:
+        return self._run(np.ascontiguousarray(batch, dtype=self.obs_dtype))
+
+    def evaluate(
+        self,
+        episodes: int = 10,
+        seed: int = 0,
+        deterministic: bool = True,
+        video: str | Path | None = None,
+        video_episodes: int | None = None,
+    ) -> Evaluation:
+        """`episodes` greedy episodes on envs of the job's env, env k seeded with `seed + k`, as
+        `TrainedPolicy.evaluate` plays them, recorded to `video` as it records them."""
+        if not deterministic:
+            raise ValueError(GREEDY_ONLY)
+        return self.play(lambda obs, _: self._act(obs), episodes, seed, True, video, video_episodes)
+
+
+def _recorded_spaces(meta: dict[str, str]) -> tuple[gym.Space | None, gym.Space | None]:
+    """The spaces the metadata records; none in a file of an older kuberl, which acts on its
+    observations' shape and dtype alone."""
+    if SPACES not in meta:
+        return None, None
+    return spaces_from_record(json.loads(meta[SPACES]))
+
+
+def _load_onnx(path: Path) -> tuple[dict[str, str], Runner]:
+    import onnxruntime
+
+    session = onnxruntime.InferenceSession(str(path), providers=["CPUExecutionProvider"])
+    meta = dict(session.get_modelmeta().custom_metadata_map)
+    return meta, lambda obs: session.run([OUTPUT], {INPUT: obs})[0]
+
+
+def _load_torchscript(path: Path) -> tuple[dict[str, str], Runner]:
+    extra_files = {METADATA_FILE: ""}
+    with notices_hidden():
+        module = torch.jit.load(str(path), map_location="cpu", _extra_files=extra_files)
+
+    def run(obs: np.ndarray) -> np.ndarray:
+        with torch.inference_mode():
+            return module(torch.tensor(obs)).numpy()
+
+    return json.loads(extra_files[METADATA_FILE] or "{}"), run
+
+
+def load_exported(
+    path: str | Path, trust_env_code: bool = False, env: str | None = None
+) -> ExportedPolicy:
+    """An exported policy (`.onnx` or `.pt`), ready to act."""
+    return ExportedPolicy(path, trust_env_code, env)

@@ -1,0 +1,189 @@
+"""Using a trained policy: `load` a run directory, a checkpoint or an exported file and act with it
+(`predict`, as Stable-Baselines3's models do), or `evaluate` it on seeded episodes of its env.
+
+    from kuberl_trainer.trained.inference import load
+
+    policy = load("runs/cartpole-ppo")            # its newest checkpoint
+    action, _ = policy.predict(obs, deterministic=True)
+    print(policy.evaluate(episodes=10, seed=0).summary())
+    policy.evaluate(episodes=3, video="cartpole.mp4")  # the episodes recorded too (video.py)
+
+What `load` takes:
+- a run directory (`kuberl train`'s `--run-dir`): the newest intact checkpoint in its
+  `checkpoints/`;
+- a checkpoint location (a folder of `checkpoint-*` folders, or an object store's URI of one, as
+  `spec.trainer.checkpoint.uri`): its newest intact checkpoint;
+- one checkpoint (`.../checkpoint-00000042`, a folder or an object store's URI);
+- a file of `kuberl export` (`.onnx`, `.pt`; export.py).
+
+The policy is the one the job trained, rebuilt from the checkpoint's own copy of the job's
+`spec.trainer` (the manifest is not needed) and the spaces it recorded, with its weights and, with
+normalization on, the observation statistics frozen as they were saved: acting and evaluating
+never update them. Acting makes no env; evaluating makes the job's env, and a file may come from
+anyone: an env or wrapper that would run code the file names is made only when the caller trusts
+the file (`trust_env_code=True`), and `env=ID` plays the policy on an env the caller names instead
+(env_trust.py says what counts as code).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import gymnasium as gym
+import numpy as np
+from pydantic import TypeAdapter, ValidationError
+
+from kuberl_contract.config import PBT, TrainerConfig
+from kuberl_trainer.envs.making import encode_obs, make_vector_env, space_info
+from kuberl_trainer.envs.normalization import make_normalizer
+from kuberl_trainer.envs.space_record import SPACES, spaces_from_record
+from kuberl_trainer.job.algorithms import policy_class
+from kuberl_trainer.job.checkpoint import Checkpoint, checkpoint_named
+from kuberl_trainer.job.checkpoint_format import CheckpointError, describe
+from kuberl_trainer.policies.models import use_float32
+from kuberl_trainer.trained.exported import load_exported
+from kuberl_trainer.trained.loaded import Evaluation, LoadedPolicy, LoadError
+
+_TRAINER_CONFIG = TypeAdapter(TrainerConfig)
+
+
+OLDER_CHECKPOINT = (
+    "it records no observation and action spaces (an older kuberl wrote it), which only its env "
+    "can tell, and "
+)
+
+
+class TrainedPolicy(LoadedPolicy):
+    """A job's policy as a checkpoint saved it, built from the spaces the checkpoint recorded: it
+    acts with no env, and makes envs only to be evaluated."""
+
+    def __init__(
+        self, checkpoint: Checkpoint, trust_env_code: bool = False, env: str | None = None
+    ):
+        self.checkpoint = checkpoint
+        self.meta = checkpoint.meta
+        super().__init__(trainer_config(checkpoint), trust_env_code, env)
+        config = self.config
+        self.observation_space, self.action_space = self._trained_spaces()
+        self.observation_shape = tuple(self.observation_space.shape)
+        self.spaces = space_info(
+            self.observation_space, self.action_space, config.model, config.image_observations
+        )
+        self.policy = policy_class(config)(self.spaces, config, 0)
+        try:
+            self.policy.set_state(checkpoint.state["policy"])
+        except (KeyError, TypeError, ValueError) as exc:
+            raise LoadError(
+                f"{self.uri}: its state holds no {config.algorithm} policy: {describe(exc)}"
+            ) from None
+        # Float32 whatever model.precision chose for training: the policy acts as its exported
+        # file does, on any CPU.
+        use_float32(self.policy.model)
+        self.normalizer = make_normalizer(config, self.spaces, num_envs=1)
+        if "normalization" in checkpoint.state:
+            self.normalizer.set_stats(checkpoint.state["normalization"])
+
+    @property
+    def uri(self) -> str:
+        """The checkpoint's location."""
+        return self.checkpoint.uri
+
+    def _trained_spaces(self) -> tuple[gym.Space, gym.Space]:
+        """The spaces the checkpoint recorded; for a checkpoint of an older kuberl, which did not
+        record them, those of one env of the job, if it may be made."""
+        if SPACES in self.meta:
+            try:
+                return spaces_from_record(self.meta[SPACES])
+            except ValueError as exc:
+                raise LoadError(f"{self.uri}: its meta's {SPACES}: {exc}") from None
+        config = self.env_to_make(why_made=OLDER_CHECKPOINT)
+        envs = make_vector_env(config.env, config.env_config, 1, config.wrappers)
+        try:
+            return envs.single_observation_space, envs.single_action_space
+        finally:
+            envs.close()
+
+    def predict(self, obs: Any, deterministic: bool = True) -> tuple[np.ndarray, None]:
+        """Actions for one observation or a batch of them (a leading axis), as Stable-Baselines3's
+        `predict`: the greedy ones by default (the distribution's mode, DQN's argmax, SAC's
+        squashed mean), sampled with `deterministic=False`. Returns `(actions, None)`: the
+        second item is SB3's recurrent state, which kuberl's policies do not have."""
+        batch, single = self.as_batch(obs)
+        actions = self._act(batch, explore=not deterministic)
+        return (actions[0] if single else actions), None
+
+    def _act(self, obs: np.ndarray, explore: bool) -> np.ndarray:
+        """The actions for a batch of observations as the env returns them."""
+        normalized = self.normalizer.normalize_obs(encode_obs(obs, self.spaces))
+        actions, _ = self.policy.compute_actions(normalized, explore=explore)
+        return actions
+
+    def evaluate(
+        self,
+        episodes: int = 10,
+        seed: int = 0,
+        deterministic: bool = True,
+        video: str | Path | None = None,
+        video_episodes: int | None = None,
+    ) -> Evaluation:
+        """`episodes` whole episodes, env k seeded with `seed + k`: the same arguments give the
+        same episodes. With `video` (.mp4 or .gif), the first `video_episodes` (default: all, at
+        most 10) are recorded there, on envs that render (see video.py; a RecordingError where
+        the env cannot render). An UntrustedEnvError when the env would run code the file names
+        (see `load`), an EnvError when it cannot be made or does not fit the policy."""
+        explore = not deterministic
+        return self.play(
+            lambda obs, _: self._act(obs, explore),
+            episodes,
+            seed,
+            deterministic,
+            video,
+            video_episodes,
+        )
+
+
+def trainer_config(checkpoint: Checkpoint) -> Any:
+    """The job's `spec.trainer` as the checkpoint recorded it."""
+    if checkpoint.meta.get("algorithm") == PBT:
+        raise LoadError(
+            f"{checkpoint.uri}: a PBT checkpoint holds a population of policies, which kuberl "
+            "cannot load as one yet"
+        )
+    try:
+        return _TRAINER_CONFIG.validate_python(checkpoint.meta["config"])
+    except (KeyError, ValidationError) as exc:
+        raise LoadError(f"{checkpoint.uri}: its meta holds no valid spec.trainer ({exc})") from None
+
+
+def find_checkpoint(path: str | Path) -> Checkpoint:
+    """The checkpoint that `path` names (see the module's docstring), or a LoadError."""
+    try:
+        return checkpoint_named(str(path))
+    except CheckpointError as exc:
+        raise LoadError(str(exc)) from None
+
+
+EXPORTED_SUFFIXES = (".onnx", ".pt")
+"""Files of `kuberl export`, which `load` loads too."""
+
+
+def load(path: str | Path, trust_env_code: bool = False, env: str | None = None) -> Any:
+    """The policy of a run directory, a checkpoint location or one checkpoint (a TrainedPolicy),
+    or of a file `kuberl export` wrote (an ExportedPolicy: greedy only, without kuberl's
+    networks). Its env, made only to evaluate it, is the file's when that runs no code the file
+    names, or when `trust_env_code`; `env` (a gymnasium id, or a `module:Class` of the caller's)
+    is played on instead when given."""
+    if Path(str(path)).suffix in EXPORTED_SUFFIXES and Path(str(path)).is_file():
+        try:
+            return load_exported(path, trust_env_code, env)
+        except Exception as exc:  # onnxruntime's and torch.jit's own errors: many kinds
+            raise LoadError(f"{path}: not a policy kuberl export wrote ({exc})") from None
+    return load_checkpoint(path, trust_env_code, env)
+
+
+def load_checkpoint(
+    path: str | Path, trust_env_code: bool = False, env: str | None = None
+) -> TrainedPolicy:
+    """The policy of a run directory, a checkpoint location or one checkpoint (see `load`)."""
+    return TrainedPolicy(find_checkpoint(path), trust_env_code, env)

@@ -1,0 +1,212 @@
+"""What every loaded policy shares, whatever it was loaded from (a checkpoint: inference.py; a file
+of `kuberl export`: exported.py): acting (`predict`), evaluating on seeded episodes of its env, the
+rules for making that env from a file anyone may have written (env_trust.py), and the errors of
+loading.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import gymnasium as gym
+import numpy as np
+from pydantic import TypeAdapter
+
+from kuberl_contract.config import TrainerConfig
+from kuberl_trainer.envs.making import EnvError, make_vector_env
+from kuberl_trainer.envs.space_record import space_kind
+from kuberl_trainer.envs.trust import EnvCode, env_code, on_named_env
+from kuberl_trainer.errors import InvalidJobError
+from kuberl_trainer.rollouts.rollout_worker import run_episodes
+from kuberl_trainer.trained.video import Recording, Video
+
+_TRAINER_CONFIG = TypeAdapter(TrainerConfig)
+
+
+class LoadError(InvalidJobError):
+    """What was named holds no policy kuberl can load, and why."""
+
+
+LOAD_OPT_IN = (
+    "load(path, env=ID) plays it on an env you name, load(path, trust_env_code=True) trusts it"
+)
+"""How a caller of `load` opts in to a file's env that runs code."""
+
+
+class UntrustedEnvError(LoadError):
+    """The policy file's env would run code that the file names (see env_trust), and the caller
+    has not said to trust the file. `explained` says so ending with how to opt in, as the
+    caller's interface spells it (`kuberl evaluate` has flags, `load` arguments)."""
+
+    def __init__(self, source: str, asked: list[EnvCode], why_made: str = ""):
+        self.source = source
+        self.asked = asked
+        self.why_made = why_made
+        super().__init__(self.explained(LOAD_OPT_IN))
+
+    def explained(self, opt_in: str) -> str:
+        """One line: the file, why its env would be made, what it asks for, and `opt_in`."""
+        asked = " and ".join(map(str, self.asked))
+        return f"{self.source}: {self.why_made}it asks for {asked}; {opt_in}"
+
+
+@dataclass(frozen=True)
+class Evaluation:
+    """Whole episodes of a policy on its env, each on an env of its own, seeded."""
+
+    returns: np.ndarray
+    lengths: np.ndarray
+    seed: int
+    deterministic: bool
+    video: Video | None = None  # when the episodes were recorded
+
+    @property
+    def mean(self) -> float:
+        return float(np.mean(self.returns))
+
+    @property
+    def std(self) -> float:
+        return float(np.std(self.returns))
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "episodes": len(self.returns),
+            "return_mean": self.mean,
+            "return_std": self.std,
+            "length_mean": float(np.mean(self.lengths)),
+            "seed": self.seed,
+            "deterministic": self.deterministic,
+            "returns": [float(r) for r in self.returns],
+            "lengths": [int(n) for n in self.lengths],
+            **({"video": self.video.as_dict()} if self.video is not None else {}),
+        }
+
+    def summary(self) -> str:
+        mode = "greedy" if self.deterministic else "stochastic"
+        return (
+            f"return {self.mean:.2f} ± {self.std:.2f} over {len(self.returns)} {mode} episodes "
+            f"(seed {self.seed}), mean length {np.mean(self.lengths):.1f}"
+        )
+
+
+class LoadedPolicy:
+    """What every loaded policy has, whatever its file: where it comes from (`meta`: the
+    checkpoint's, or the metadata an exported file carries, which copies it), the job's
+    spec.trainer (`config`), its spaces, and the env it plays on.
+
+    The spec.trainer is the file's, which anyone may have written: its env is made only when
+    env_trust finds no code in it, or when the caller trusts the file (`trust_env_code`). An
+    `env` the caller names replaces the file's env, envConfig and wrappers; it is the caller's
+    own, made as they name it."""
+
+    meta: dict[str, Any]
+    observation_space: gym.Space | None  # None only for a file exported by an older kuberl
+    action_space: gym.Space | None
+    observation_shape: tuple[int, ...]  # one observation's, without the batch axis
+
+    def __init__(self, trained_on: Any, trust_env_code: bool = False, env: str | None = None):
+        self.config = trained_on if env is None else on_named_env(trained_on, env)
+        self.env_trusted = trust_env_code or env is not None
+
+    @property
+    def iteration(self) -> int:
+        return int(self.meta["iteration"])
+
+    @property
+    def timesteps(self) -> int:
+        return int(self.meta["timesteps"])
+
+    @property
+    def uri(self) -> str:
+        """The checkpoint's location."""
+        return self.meta["checkpoint"]
+
+    def describe(self) -> str:
+        """`PPO on CartPole-v1, iteration 60, 15,172 env steps (CHECKPOINT)`."""
+        return (
+            f"{self.config.algorithm} on {self.config.env}, iteration {self.iteration}, "
+            f"{self.timesteps:,} env steps ({self.uri})"
+        )
+
+    def close(self) -> None:
+        """Nothing to release (no env is held): for code that closes what `load` returned."""
+
+    def env_to_make(self, why_made: str = "") -> Any:
+        """The spec.trainer whose env this policy plays on, once that env may be made; an
+        UntrustedEnvError naming the code it would run otherwise. `why_made`: why the env is
+        needed, where that is not to play on it."""
+        if not self.env_trusted and (asked := env_code(self.config.env, self.config.wrappers)):
+            raise UntrustedEnvError(self.source, asked, why_made)
+        return self.config
+
+    @property
+    def source(self) -> str:
+        """What was loaded: the checkpoint here, the file for an exported policy."""
+        return self.uri
+
+    def as_batch(self, obs: Any) -> tuple[np.ndarray, bool]:
+        """`obs` as a batch, and whether it was one observation; ValueError for another shape."""
+        obs = np.asarray(obs)
+        single_shape = self.observation_shape
+        single = obs.shape == single_shape
+        if not single and obs.shape[1:] != single_shape:
+            raise ValueError(
+                f"predict: an observation of {self.config.env} has shape {single_shape} (a "
+                f"batch of N: {(-1, *single_shape)} with N for -1), got {obs.shape}"
+            )
+        return (obs[None] if single else obs), single
+
+    def play(
+        self,
+        act: Callable[[np.ndarray, np.ndarray], np.ndarray],
+        episodes: int,
+        seed: int,
+        deterministic: bool,
+        video: str | Path | None = None,
+        video_episodes: int | None = None,
+    ) -> Evaluation:
+        """`episodes` whole episodes acted by `act` (run_episodes'), on envs of their own made as
+        evaluation makes them, env k seeded with `seed + k`; recorded to `video` when given (see
+        video.py). The env is made once it may be (env_to_make), and must fit the policy."""
+        if episodes < 1:
+            raise ValueError(f"episodes must be at least 1, got {episodes}")
+        config = self.env_to_make()
+        if video is None:
+            envs = make_vector_env(config.env, config.env_config, episodes, config.wrappers)
+            try:
+                self.check_fits(envs)
+                returns, lengths = run_episodes(envs, episodes, act, seed)
+            finally:
+                envs.close()
+            return Evaluation(returns, lengths, seed, deterministic)
+        with Recording(
+            video, config, episodes, video_episodes, self.observation_shape
+        ) as recording:
+            self.check_fits(recording.envs)
+            returns, lengths = run_episodes(
+                recording.envs, episodes, act, seed, observe=recording.record
+            )
+            return Evaluation(returns, lengths, seed, deterministic, video=recording.save())
+
+    def check_fits(self, envs: gym.vector.VectorEnv) -> None:
+        """EnvError unless the envs' spaces are of the kinds the policy takes and gives (an env
+        named to play on may be any)."""
+        pairs = {
+            "observations": (self.observation_space, envs.single_observation_space),
+            "actions": (self.action_space, envs.single_action_space),
+        }
+        misfits = [
+            f"its {what} are {space_kind(env_space)}, the policy's {space_kind(own)}"
+            for what, (own, env_space) in pairs.items()
+            if own is not None and space_kind(own) != space_kind(env_space)
+        ]
+        shape = tuple(envs.single_observation_space.shape)
+        if not misfits and shape != self.observation_shape:  # an older export knows no spaces
+            misfits.append(
+                f"its observations have shape {shape}, the policy's {self.observation_shape}"
+            )
+        if misfits:
+            raise EnvError(f"{self.config.env} does not fit the policy: {'; '.join(misfits)}")
