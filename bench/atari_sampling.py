@@ -99,7 +99,8 @@ def kuberl_samplers(
     """kuberl's sample() and its parts, on one RolloutWorker of `cpus` CPUs whose CNN computes in
     `precision` (model.precision)."""
     from kuberl_contract.config import TrainerConfig
-    from kuberl_trainer.envs.making import encode_obs, episode_steps
+    from kuberl_trainer.envs.making import episode_steps
+    from kuberl_trainer.envs.spaces import encode_obs
     from kuberl_trainer.job.algorithms import policy_class
     from kuberl_trainer.rollouts.rollout_worker import RolloutWorker
 

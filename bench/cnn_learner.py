@@ -28,7 +28,7 @@ import torch
 from learner import median_ms
 
 from kuberl_operator.validation import load_rljob
-from kuberl_trainer.envs.making import job_space_info
+from kuberl_trainer.envs.spaces import job_space_info
 from kuberl_trainer.job.algorithms import policy_class
 from kuberl_trainer.job.trainer import learner_torch_threads
 from kuberl_trainer.policies.models import ConvEncoder, bfloat16_devices

@@ -25,7 +25,8 @@ from rich.console import Console
 
 from kuberl_contract.config import AnyTrainerConfig, RolloutConfig, TrainerConfig
 from kuberl_contract.progress_row import EVALUATION_RETURN_MEAN
-from kuberl_trainer.job.driver import Driver, TrainResult
+from kuberl_trainer.job.driver import Driver
+from kuberl_trainer.job.outcome import TrainResult
 from kuberl_trainer.job.progress import ConsoleReport
 
 NEVER = 10**9  # a checkpoint cadence no benchmark reaches: saving is not what is measured

@@ -99,7 +99,7 @@ class Authorizer(Protocol):
 
 @dataclass(frozen=True)
 class ListQuery:
-    """Filters and the page wanted, as Kubernetes spells them (`labelSelector`, `limit`,
+    """Filters and the chunk wanted, as Kubernetes spells them (`labelSelector`, `limit`,
     `continue`), plus the job's phase."""
 
     phase: str | None = None
@@ -109,8 +109,9 @@ class ListQuery:
 
 
 @dataclass(frozen=True)
-class JobPage:
-    """One page of a list; `continue_token` fetches the next, None on the last page."""
+class JobChunk:
+    """One chunk of a list, as Kubernetes serves a list `limit` items at a time; `continue_token`
+    fetches the next, None on the last chunk."""
 
     items: list[dict[str, Any]]
     continue_token: str | None = None
@@ -192,8 +193,8 @@ class Backend(Protocol):
         """Stores a validated job (`document` is the manifest as submitted) and returns it."""
         ...
 
-    async def list(self, namespace: str | None, query: ListQuery) -> JobPage:
-        """One page of the namespace's jobs ordered by name, or, with `namespace` None, of every
+    async def list(self, namespace: str | None, query: ListQuery) -> JobChunk:
+        """One chunk of the namespace's jobs ordered by name, or, with `namespace` None, of every
         namespace's jobs ordered by namespace and name."""
         ...
 

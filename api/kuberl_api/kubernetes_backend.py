@@ -23,7 +23,7 @@ from kuberl_api.backend import (
     Action,
     ApiError,
     Identity,
-    JobPage,
+    JobChunk,
     JobSummary,
     ListQuery,
     ProgressRow,
@@ -180,9 +180,9 @@ class KubernetesBackend:
                 raise ApiError(404, "NotFound", f"Kubernetes: {exc.message}") from None
             raise _job_error(exc, namespace, job.name) from None
 
-    async def list(self, namespace: str | None, query: ListQuery) -> JobPage:
+    async def list(self, namespace: str | None, query: ListQuery) -> JobChunk:
         """Kubernetes' own list (of every namespace when `namespace` is None: one cluster-scoped
-        request, with the same selector and pages), the phase filtered here."""
+        request, with the same selector and chunks), the phase filtered here."""
         requirements = parse_label_selector(query.label_selector)
         params = {}
         if query.label_selector:
@@ -196,14 +196,14 @@ class KubernetesBackend:
         except KubeError as exc:
             raise _job_error(exc, namespace, None) from None
         # Custom resources cannot be selected by status fields: the phase is filtered here, so a
-        # page may hold fewer than `limit` jobs (as with Kubernetes' own field selectors).
+        # chunk may hold fewer than `limit` jobs (as with Kubernetes' own field selectors).
         items = [
             item
             for item in answer.get("items") or []
             if matches(requirements, item.get("metadata", {}).get("labels") or {})
             and (query.phase is None or (item.get("status") or {}).get("phase") == query.phase)
         ]
-        return JobPage(items, (answer.get("metadata") or {}).get("continue") or None)
+        return JobChunk(items, (answer.get("metadata") or {}).get("continue") or None)
 
     async def get(self, namespace: str, name: str) -> dict[str, Any]:
         try:

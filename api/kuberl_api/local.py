@@ -14,12 +14,11 @@ with the reason, never left Running.
 from __future__ import annotations
 
 import asyncio
-import codecs
 import contextlib
 import logging
 import shutil
 import signal
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -27,8 +26,7 @@ from typing import Any
 import yaml
 
 from kuberl_api.backend import (
-    ApiError,
-    JobPage,
+    JobChunk,
     JobSummary,
     ListQuery,
     ProgressRow,
@@ -38,46 +36,45 @@ from kuberl_api.backend import (
 )
 from kuberl_api.env_check import CHECKS_AT_ONCE, env_problems
 from kuberl_api.local_lifecycle import (
-    RESUMED,
-    WAITING,
     initial_document,
     manifest_of,
-    next_attempt,
     now,
-    outcome,
-    transition,
+    with_change,
     with_suspend,
 )
 from kuberl_api.processes import TrainerFiles, TrainerProcesses, read_exit_status
 from kuberl_api.run_files import (
-    last_log_line,
-    log_size,
+    follow_log,
+    last_words,
+    log_as_it_stands,
     log_tail,
-    read_log,
+    read_exported_policy,
     read_progress,
-    tail_span,
     with_progress,
 )
 from kuberl_api.selectors import (
+    chunk,
     decode_cluster_continue,
     decode_continue,
-    encode_continue,
     matches,
     parse_label_selector,
 )
 from kuberl_api.store import DuplicateJob, JobRow, JobStore
 from kuberl_api.submission import invalid
 from kuberl_contract.final_record import read_final_record
-from kuberl_contract.progress_row import POLICY_FILE, PROGRESS_FILE
+from kuberl_contract.progress_row import PROGRESS_FILE
 from kuberl_operator.constants import KEPT_FILES_ANNOTATION
-from kuberl_operator.spec import Phase, Progress, Reason, RLJob, RLJobStatus
-from kuberl_operator.status.lifecycle import Entered
+from kuberl_operator.spec import Phase, Progress, RLJob, RLJobStatus
+from kuberl_operator.status.local_decide import (
+    WAITING,
+    EndedTrainer,
+    suspension_changed,
+    trainer_ended,
+    trainer_started,
+)
 from kuberl_operator.status.phases import ACTIVE
 
 log = logging.getLogger(__name__)
-
-# How often a followed log is read for what is new: a file on this machine, so cheaply and often.
-LOG_POLL_SECONDS = 0.2
 
 
 class LocalBackend:
@@ -158,7 +155,7 @@ class LocalBackend:
         self._wake.set()
         return stored
 
-    async def list(self, namespace: str | None, query: ListQuery) -> JobPage:
+    async def list(self, namespace: str | None, query: ListQuery) -> JobChunk:
         requirements = parse_label_selector(query.label_selector)
         if namespace is None:
             after = decode_cluster_continue(query.continue_token)
@@ -172,7 +169,7 @@ class LocalBackend:
             for row in rows
             if matches(requirements, row.document["metadata"].get("labels") or {})
         )
-        return page(wanted, query.limit, every_namespace=namespace is None)
+        return chunk(wanted, query.limit, every_namespace=namespace is None)
 
     async def get(self, namespace: str, name: str) -> dict[str, Any]:
         return self._row(namespace, name).document
@@ -191,16 +188,12 @@ class LocalBackend:
     async def set_suspended(self, namespace: str, name: str, suspend: bool) -> dict[str, Any]:
         row = self._row(namespace, name)
         document = with_suspend(row.document, suspend)
-        phase = row.phase
-        if suspend and phase in WAITING:
-            suspended = Entered(Reason.SUSPENDED, "suspended while waiting for a trainer slot")
-            document = transition(document, Phase.SUSPENDED, suspended, now())
-        elif suspend and phase == Phase.RUNNING and not row.stopping:
-            # Suspended once the trainer has checkpointed and exited (see outcome()).
+        if change := suspension_changed(row.phase, suspend):
+            document = with_change(document, change, now())
+        elif suspend and row.phase == Phase.RUNNING and not row.stopping:
+            # Suspended once the trainer has checkpointed and exited (trainer_ended).
             self.processes.signal(row.pid, row.pid_started, signal.SIGTERM)
             row = replace(row, stopping=True)
-        elif not suspend and phase == Phase.SUSPENDED:
-            document = transition(document, Phase.RESUMING, RESUMED, now())
         row = row.with_document(document)
         self.store.update(row)
         self._wake.set()
@@ -229,70 +222,30 @@ class LocalBackend:
         return document
 
     async def policy(self, namespace: str, name: str) -> bytes:
-        """The policy file the job's final record names, when it lies in the job's own run
-        directory: a record is the trainer's output, which the job's code can write to, so a
-        path elsewhere is never read (the job's checkpoint.uri elsewhere keeps it there)."""
+        """The policy file the job's final record names (`read_exported_policy`)."""
         document = self._row(namespace, name).document
-        progress = Progress.model_validate(document["status"].get("progress") or {})
-        if progress.exported_policy is None:
+        location = Progress.model_validate(document["status"].get("progress") or {}).exported_policy
+        if location is None:
             raise no_policy(namespace, name)
-        job_dir = self._job_dir(namespace, name).resolve()
-        path = Path(progress.exported_policy).resolve()
-        if not path.is_relative_to(job_dir) or path.name != POLICY_FILE:
-            raise ApiError(
-                501,
-                "NotImplemented",
-                f"the exported policy is at {progress.exported_policy}, outside the job's run "
-                "directory, where this API serves nothing from: read it there",
-            )
-        try:
-            return await asyncio.to_thread(path.read_bytes)
-        except FileNotFoundError:
-            raise no_policy(namespace, name) from None
+        found = await read_exported_policy(self._job_dir(namespace, name), location)
+        if found is None:
+            raise no_policy(namespace, name)
+        return found
 
     async def logs(self, namespace: str, name: str, tail_lines: int | None) -> AsyncIterator[str]:
-        """The log as it stands (its last `tail_lines` lines found from its end), streamed a block
-        at a time, each read in a worker thread."""
         self._row(namespace, name)
-        path = self._files(namespace, name).log
-        return self._snapshot(path, tail_lines)
-
-    async def _snapshot(self, path: Path, tail_lines: int | None) -> AsyncIterator[str]:
-        decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
-        start, end = await asyncio.to_thread(tail_span, path, tail_lines)
-        async for text in read_log(path, start, end, decoder):
-            yield text
-        if text := decoder.decode(b"", final=True):
-            yield text
+        return log_as_it_stands(self._files(namespace, name).log, tail_lines)
 
     async def follow_logs(
         self, namespace: str, name: str, tail_lines: int | None
     ) -> AsyncIterator[str]:
+        """The log as the trainer writes it, until the job has no trainer coming (see below); a
+        Pending job is waited for: its trainer starts when a slot frees."""
         self._row(namespace, name)
-        return self._follow(namespace, name, tail_lines)
-
-    async def _follow(
-        self, namespace: str, name: str, tail_lines: int | None
-    ) -> AsyncIterator[str]:
-        """The log as the trainer writes it, until the job has no trainer coming (see below). A
-        Pending job is waited for: its trainer starts when a slot frees. The phase is read before
-        the log, so the read after the trainer's exit holds its last words."""
         path = self._files(namespace, name).log
-        # A character cut between two reads is completed by the next one.
-        decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
-        ended = self._no_trainer_coming(self.store.get(namespace, name))
-        offset, end = await asyncio.to_thread(tail_span, path, tail_lines)
-        while True:
-            async for text in read_log(path, offset, end, decoder):
-                yield text
-            offset = max(offset, end)
-            if ended:
-                if text := decoder.decode(b"", final=True):
-                    yield text
-                return
-            await asyncio.sleep(LOG_POLL_SECONDS)
-            ended = self._no_trainer_coming(self.store.get(namespace, name))
-            end = log_size(path)  # after the phase: a trainer that has exited wrote all of it
+        return follow_log(
+            path, tail_lines, lambda: self._no_trainer_coming(self.store.get(namespace, name))
+        )
 
     def _no_trainer_coming(self, row: JobRow | None) -> bool:
         """Whether the job has no trainer and gets none by itself: deleted, ended (Succeeded,
@@ -344,9 +297,8 @@ class LocalBackend:
         files.manifest.parent.mkdir(parents=True, exist_ok=True)
         files.manifest.write_text(yaml.safe_dump(manifest_of(row.document), sort_keys=False))
         started = self.processes.start(files, resume_command(row.namespace, row.name))
-        attempt = next_attempt(RLJobStatus.model_validate(row.document["status"]), Phase.RUNNING)
-        training = Entered(Reason.DRIVER_RUNNING, f"the driver of attempt {attempt} is training")
-        document = transition(row.document, Phase.RUNNING, training, now())
+        change = trainer_started(RLJobStatus.model_validate(row.document["status"]))
+        document = with_change(row.document, change, now())
         self.store.update(
             JobRow(row.namespace, row.name, row.seq, document, started.pid, started.started)
         )
@@ -356,12 +308,14 @@ class LocalBackend:
         code = read_exit_status(files.exit_status)
         if row.pid is not None:
             self.processes.forget(row.pid)
-        final = read_final_record(log_tail(files.log))
+        tail = log_tail(files.log)
+        final = read_final_record(tail)
         document = with_progress(row.document, files.run_dir, final)
-        phase, entered = outcome(code, row.stopping, document, lost_while_down, row.pid, final)
-        if phase is Phase.FAILED and final is None and (last := last_log_line(files.log)):
-            entered = replace(entered, message=f"{entered.message}; last output: {last}")
-        document = transition(document, phase, entered, now())
+        trainer = EndedTrainer(
+            code, row.pid, row.stopping, lost_while_down, final, last_words(tail)
+        )
+        change = trainer_ended(trainer, suspend=document["spec"].get("suspend", False))
+        document = with_change(document, change, now())
         self.store.update(JobRow(row.namespace, row.name, row.seq, document))
         self._progress_seen.pop((row.namespace, row.name), None)
 
@@ -402,22 +356,6 @@ class LocalBackend:
 def resume_command(namespace: str, name: str) -> str:
     """The command that resumes a suspended job of this backend."""
     return f"kuberl resume {name}" + ("" if namespace == "default" else f" -n {namespace}")
-
-
-def page(
-    documents: Iterator[dict[str, Any]], limit: int | None, every_namespace: bool = False
-) -> JobPage:
-    """The first `limit` documents (all without a limit), with a token for the rest (one that
-    names the last job's namespace too in a list of `every_namespace`)."""
-    items: list[dict[str, Any]] = []
-    for document in documents:
-        if limit and len(items) == limit:
-            last = items[-1]["metadata"]
-            return JobPage(
-                items, encode_continue(last["name"], last["namespace"] if every_namespace else None)
-            )
-        items.append(document)
-    return JobPage(items)
 
 
 def _move(source: Path, target: Path) -> None:

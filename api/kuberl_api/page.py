@@ -29,7 +29,7 @@ from fastapi import Request
 from fastapi.responses import HTMLResponse
 from pydantic import ValidationError
 
-from kuberl_api.backend import JobPage
+from kuberl_api.backend import JobChunk
 from kuberl_api.sessions import SESSION_COOKIE, SESSION_LIFETIME_SECONDS, PageSessions
 from kuberl_contract.progress_row import format_return
 from kuberl_operator.spec import RLJob
@@ -99,17 +99,17 @@ def cookie_is_secure(request: Request) -> bool:
 
 def jobs_page(
     namespace: str,
-    page: JobPage,
+    first: JobChunk,
     plot_url: Callable[[str], str],
     no_history_reason: str | None,
     forget_form: bool,
 ) -> HTMLResponse:
-    """The page of the namespace's jobs (`page`, the first PAGE_LIMIT by name): each job's
+    """The page of the namespace's jobs (`first`, the first PAGE_LIMIT of them by name): each job's
     learning curve from `plot_url(name)`, or why there are none (`no_history_reason`, the
     backend's); `forget_form`: a form to end the cookie's session."""
     plots = no_history_reason is None
-    body = jobs_table(namespace, page.items, plot_url if plots else None)
-    if page.continue_token:
+    body = jobs_table(namespace, first.items, plot_url if plots else None)
+    if first.continue_token:
         body += f"<p><small>The first {PAGE_LIMIT} jobs are shown.</small></p>"
     if not plots:
         body += f"<p><small>Learning curves: {_e(no_history_reason or '')}.</small></p>"

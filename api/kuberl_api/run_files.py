@@ -1,14 +1,14 @@
 """A local trainer's run, read: its progress rows (for the history and for status.progress), the
-end of its log (for its final record and its last words), and its log for GET .../logs, a bounded
-block at a time in a worker thread, so that no log is held whole and the event loop never waits
-on a read."""
+end of its log (for its final record and its last words), its log for GET .../logs (as it stands,
+or followed as the trainer writes it), a bounded block at a time in a worker thread, so that no
+log is held whole and the event loop never waits on a read, and the policy it exported."""
 
 from __future__ import annotations
 
 import asyncio
 import codecs
 import os
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -20,6 +20,7 @@ from kuberl_contract.progress_row import (
     EPISODE_RETURN_MEAN,
     EVALUATION_RETURN_MEAN,
     ITERATION,
+    POLICY_FILE,
     PROGRESS_FILE,
     SAMPLES_PER_S,
     TIME_TOTAL_S,
@@ -29,36 +30,36 @@ from kuberl_contract.progress_row import (
     read_rows,
 )
 from kuberl_operator.spec import Progress
+from kuberl_operator.status.observed import ObservedProgress
+from kuberl_operator.status.progress import progress_from_row
 
 _TAIL_BYTES = 64 * 1024  # enough for the last row of progress.jsonl, or the final record
 LOG_BLOCK_BYTES = 256 * 1024
 """The most of a log read (and held) at once."""
+LOG_POLL_SECONDS = 0.2
+"""How often a followed log is read for what is new: a file on this machine, so cheaply and
+often."""
 
 
 def with_progress(
     document: dict[str, Any], run_dir: Path, final: FinalRecord | None = None
 ) -> dict[str, Any]:
-    """The document with status.progress from the newest row of the run's progress.jsonl; the
-    newest checkpoint is the one the rows (or, once the trainer has ended, its final record)
-    name."""
+    """The document with status.progress after the newest row of the run's progress.jsonl, taken
+    in as the operator takes a row in (`progress_from_row`); the newest checkpoint is the one the
+    row (or, once the trainer has ended, its final record) names."""
     path = run_dir / PROGRESS_FILE
-    row = last_progress_row(path)
+    row = last_row(path)
     if row is None:
         return document
-    known = Progress.model_validate(document["status"].get("progress") or {}).last_checkpoint
-    progress = Progress(
-        iteration=row.iteration,
-        timesteps=row.timesteps,
-        episode_return_mean=row.episode_return_mean,
-        evaluation_return_mean=row.evaluation_return_mean,  # every row carries the latest
-        last_checkpoint=(final.checkpoint if final else None) or row.checkpoint or known,
-        exported_policy=final.policy if final else None,
+    observed = ObservedProgress(
+        row=row,
         # Kubernetes' timestamps are whole seconds.
-        last_update_time=datetime.fromtimestamp(path.stat().st_mtime, UTC).replace(microsecond=0),
-        samples_per_second=None
-        if row.samples_per_second is None
-        else max(row.samples_per_second, 0.0),
+        time=datetime.fromtimestamp(path.stat().st_mtime, UTC).replace(microsecond=0),
+        last_checkpoint=(final.checkpoint if final else None) or row.get(CHECKPOINT),
+        exported_policy=final.policy if final else None,
     )
+    current = Progress.model_validate(document["status"].get("progress") or {})
+    progress = progress_from_row(current, observed)
     dumped = progress.model_dump(mode="json", by_alias=True, exclude_none=True)
     return {**document, "status": {**document["status"], "progress": dumped}}
 
@@ -85,7 +86,7 @@ def read_progress(path: Path) -> list[ProgressRow]:
         raise ApiError(500, "InternalError", f"the job's progress cannot be read: {exc}") from None
 
 
-def last_progress_row(path: Path) -> ProgressRow | None:
+def last_row(path: Path) -> dict[str, Any] | None:
     """The newest whole row of progress.jsonl, read from the file's end; None without one (or
     when the end of the file is not progress rows, which read_progress reports)."""
     try:
@@ -102,7 +103,7 @@ def last_progress_row(path: Path) -> ProgressRow | None:
         rows = parse_rows(text, str(path))
     except ProgressFileError:
         return None
-    return progress_row(rows[-1]) if rows else None
+    return rows[-1] if rows else None
 
 
 def log_tail(path: Path) -> str:
@@ -181,11 +182,64 @@ async def read_log(
             yield text
 
 
-def last_log_line(path: Path) -> str | None:
-    """The trainer's last line for people (its final record is for programs)."""
+async def log_as_it_stands(path: Path, tail_lines: int | None) -> AsyncIterator[str]:
+    """The log as it stands (its last `tail_lines` lines found from its end)."""
+    decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
+    start, end = await asyncio.to_thread(tail_span, path, tail_lines)
+    async for text in read_log(path, start, end, decoder):
+        yield text
+    if text := decoder.decode(b"", final=True):
+        yield text
+
+
+async def follow_log(
+    path: Path, tail_lines: int | None, no_trainer_coming: Callable[[], bool]
+) -> AsyncIterator[str]:
+    """The log as the trainer writes it (from its last `tail_lines` lines), until
+    `no_trainer_coming()`. That is asked before the log is read, so the read after the trainer's
+    exit holds its last words."""
+    # A character cut between two reads is completed by the next one.
+    decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
+    ended = no_trainer_coming()
+    offset, end = await asyncio.to_thread(tail_span, path, tail_lines)
+    while True:
+        async for text in read_log(path, offset, end, decoder):
+            yield text
+        offset = max(offset, end)
+        if ended:
+            if text := decoder.decode(b"", final=True):
+                yield text
+            return
+        await asyncio.sleep(LOG_POLL_SECONDS)
+        ended = no_trainer_coming()
+        end = log_size(path)  # after asking: a trainer that has exited wrote all of it
+
+
+async def read_exported_policy(job_dir: Path, location: str) -> bytes | None:
+    """The policy file at `location`, which the job's final record names, when it lies in the
+    job's own run directory `job_dir`; None when it is not there. A record is the trainer's
+    output, which the job's code can write to, so a path elsewhere is never read (501: the job's
+    checkpoint.uri elsewhere keeps it there)."""
+    path = Path(location).resolve()
+    if not path.is_relative_to(job_dir.resolve()) or path.name != POLICY_FILE:
+        raise ApiError(
+            501,
+            "NotImplemented",
+            f"the exported policy is at {location}, outside the job's run directory, where this "
+            "API serves nothing from: read it there",
+        )
+    try:
+        return await asyncio.to_thread(path.read_bytes)
+    except FileNotFoundError:
+        return None
+
+
+def last_words(tail: str) -> str | None:
+    """The trainer's last line for people in the end of its log, `log_tail` (its final record is
+    for programs)."""
     lines = [
         line.strip()
-        for line in log_tail(path).splitlines()
+        for line in tail.splitlines()
         if line.strip() and not line.startswith(FINAL_RECORD_PREFIX)
     ]
     return lines[-1] if lines else None

@@ -48,12 +48,12 @@ class ListMeta(_Camel):
     continue_: str | None = Field(
         None,
         alias="continue",
-        description="Pass as `continue` to get the next page; absent on the last page.",
+        description="Pass as `continue` to get the next chunk; absent on the last chunk.",
     )
 
 
 class RLJobList(_Camel):
-    """A page of jobs, ordered by name."""
+    """A chunk of jobs, ordered by name."""
 
     api_version: Literal["kuberl.io/v1alpha1"] = API_VERSION
     kind: Literal["RLJobList"] = "RLJobList"

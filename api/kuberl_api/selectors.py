@@ -1,6 +1,7 @@
-"""Kubernetes list semantics as pure functions: label selectors and `continue` tokens.
+"""Kubernetes list semantics as pure functions: label selectors, `continue` tokens, and a list
+served in chunks of `limit` items.
 
-The local backend filters and pages with these; the kubernetes backend passes the same query
+The local backend filters and chunks with these; the kubernetes backend passes the same query
 strings to the Kubernetes API and re-applies the selector to what comes back (harmless where the
 server already filtered), so both backends read a selector the same way.
 """
@@ -11,10 +12,10 @@ import base64
 import binascii
 import json
 import re
-from collections.abc import Mapping
-from typing import NamedTuple
+from collections.abc import Iterator, Mapping
+from typing import Any, NamedTuple
 
-from kuberl_api.backend import ApiError, bad_request
+from kuberl_api.backend import ApiError, JobChunk, bad_request
 
 _KEY = r"[A-Za-z0-9][-A-Za-z0-9_./]*"
 _VALUE = r"[A-Za-z0-9._-]*"
@@ -87,11 +88,11 @@ def _bad_term(term: str) -> ApiError:
     )
 
 
-# --- continue tokens ----------------------------------------------------------------------------
+# --- continue tokens and chunks -------------------------------------------------------------------
 
 
 def encode_continue(last_name: str, last_namespace: str | None = None) -> str:
-    """An opaque token for the page after the job called `last_name` (lists are ordered by
+    """An opaque token for the chunk after the job called `last_name` (lists are ordered by
     name, so it stays valid while jobs come and go); a list of every namespace, ordered by
     namespace and name, gives `last_namespace` too."""
     after: dict[str, str] = {"after": last_name}
@@ -134,3 +135,19 @@ def _continue_payload(token: str) -> dict[str, str]:
 
 def _not_a_token() -> ApiError:
     return bad_request("continue", "not a token from a previous list: start the list again")
+
+
+def chunk(
+    documents: Iterator[dict[str, Any]], limit: int | None, every_namespace: bool = False
+) -> JobChunk:
+    """The first `limit` documents (all without a limit), with a token for the rest (one that
+    names the last job's namespace too in a list of `every_namespace`)."""
+    items: list[dict[str, Any]] = []
+    for document in documents:
+        if limit and len(items) == limit:
+            last = items[-1]["metadata"]
+            return JobChunk(
+                items, encode_continue(last["name"], last["namespace"] if every_namespace else None)
+            )
+        items.append(document)
+    return JobChunk(items)

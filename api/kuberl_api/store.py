@@ -9,12 +9,13 @@ what makes a duplicate submission a 409 however many arrive at once.
 from __future__ import annotations
 
 import json
-import math
 import sqlite3
 from collections.abc import Iterator
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
+
+from kuberl_contract.json_values import finite_or_none
 
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS jobs (
@@ -181,20 +182,10 @@ def _row(row: tuple) -> JobRow:
 
 def _dumps(document: dict[str, Any]) -> str:
     """Strict JSON: a number that is not finite (a diverged run's return) is stored as null, the
-    same "no number" a client reads for a job without progress yet."""
-    return json.dumps(_finite(document), allow_nan=False)
+    same "no number" a client reads for a job without progress yet. (Documents are validated
+    manifests plus a status: a few levels deep, so walking them recursively is safe.)"""
+    return json.dumps(finite_or_none(document), allow_nan=False)
 
 
 def _loads(text: str) -> Any:
     return json.loads(text, parse_constant=lambda _: None)
-
-
-def _finite(value: Any) -> Any:
-    # Documents are validated manifests plus a status: a few levels deep, so recursion is safe.
-    if isinstance(value, float) and not math.isfinite(value):
-        return None
-    if isinstance(value, dict):
-        return {key: _finite(item) for key, item in value.items()}
-    if isinstance(value, list):
-        return [_finite(item) for item in value]
-    return value

@@ -1,5 +1,7 @@
 """`kuberl submit`, `logs`, `suspend`, `resume`, `delete`: the REST API from a terminal, in the
-spirit of kubectl (`get`, `describe` and the older `jobs` and `status` are in kuberl_cli.get).
+spirit of kubectl (`get`, `describe` and the older `jobs` and `status` are in kuberl_cli.get, and
+the commands' arguments and options in kuberl_cli.api_commands). A job is named as kubectl names
+an object, `job NAME` or `rljob/NAME` (resource_and_name), by delete, get and describe.
 
 Standard library HTTP only, so the client needs nothing beyond the CLI's own dependencies. Every
 failure ends in one clear line on stderr (the server's message, and each bad field on a line of
@@ -20,7 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from kuberl_cli.views import finished, phase_of
-from kuberl_operator.constants import KEPT_FILES_ANNOTATION
+from kuberl_operator.constants import KEPT_FILES_ANNOTATION, KIND, PLURAL, SHORT_NAMES
 from kuberl_operator.spec import Phase
 from kuberl_operator.validation import InvalidManifest, parse_yaml_document, read_manifest_file
 
@@ -29,6 +31,10 @@ SERVER_ENV, TOKEN_ENV = "KUBERL_SERVER", "KUBERL_API_TOKEN"
 EXIT_OK, EXIT_REFUSED, EXIT_NO_FILE, EXIT_UNREACHABLE = 0, 1, 2, 3
 EXIT_INTERRUPTED = 130  # 128 + SIGINT, as shells report it
 DEFAULT_NAMESPACE = "default"
+
+RESOURCES = frozenset({"job", "jobs", KIND.lower(), PLURAL, *SHORT_NAMES, f"{PLURAL}.kuberl.io"})
+"""The names `get`, `describe` and `delete` accept for the resource, as kubectl accepts `pod`,
+`pods` and `po`."""
 
 
 class ClientError(Exception):
@@ -91,6 +97,31 @@ class Client:
 
     def json(self, method: str, path: str, **kwargs: Any) -> Any:
         return json.loads(self.call(method, path, **kwargs))
+
+
+def resource_and_name(words: list[str], command: str) -> str | None:
+    """The job's name in `[RESOURCE] [NAME]` or `RESOURCE/NAME` (None when only the resource is
+    named); ClientError naming the word when the resource is not a job."""
+    if len(words) == 1 and "/" in words[0]:
+        words = words[0].split("/", 1)
+    resource, *rest = words
+    if resource.lower() not in RESOURCES:
+        raise ClientError(
+            f'{command}: unknown resource type "{resource}": kuberl serves jobs '
+            f"(also {', '.join(sorted(RESOURCES - {'jobs'}))})",
+            EXIT_REFUSED,
+        )
+    if len(rest) > 1:
+        raise ClientError(f"{command}: one job name at a time, got {' '.join(rest)}", EXIT_REFUSED)
+    return rest[0] if rest else None
+
+
+def named_job(words: list[str], command: str) -> str:
+    """As resource_and_name, for a command that needs the job's name: ClientError without one."""
+    name = resource_and_name(words, command)
+    if name is None:
+        raise ClientError(f"{command}: name the job: kuberl {command} job NAME", EXIT_REFUSED)
+    return name
 
 
 def _refusal(code: int, body: bytes) -> str:
@@ -203,7 +234,11 @@ def suspend_message(name: str, suspend: bool, job: dict[str, Any]) -> str:
     return f"{name} {'suspended' if phase == Phase.SUSPENDED else 'suspending'} ({phase})"
 
 
-def delete(client: Client, name: str, purge: bool = False) -> None:
+def delete(client: Client, words: list[str], purge: bool = False) -> None:
+    """Deletes the job `words` name as kubectl names it (job NAME, rljob/NAME), or by its name
+    alone, as `kuberl delete NAME` always has; its run directory goes too with `purge`."""
+    alone = len(words) == 1 and "/" not in words[0] and words[0].lower() not in RESOURCES
+    name = words[0] if alone else named_job(words, "delete")
     params = {"purge": "true"} if purge else None
     job = client.json("DELETE", client.jobs_path(name), params=params)
     kept = (job.get("metadata", {}).get("annotations") or {}).get(KEPT_FILES_ANNOTATION)

@@ -8,11 +8,90 @@ from __future__ import annotations
 
 import json
 import sys
+from enum import StrEnum
+from typing import Annotated
+
+import typer
 
 from kuberl_cli.policies import EXIT_INVALID, EXIT_OK, named_policy, one_line
 
 OPT_IN = "pass --env ID to evaluate on an env you name, or --trust-env-code if you trust it"
 """How a user lets `kuberl evaluate` play a policy whose file names code for its env."""
+
+
+class OutputFormat(StrEnum):
+    text = "text"
+    json = "json"
+
+
+def evaluate(
+    path: Annotated[
+        str,
+        typer.Argument(
+            metavar="RUN_DIR|CHECKPOINT|EXPORTED_FILE",
+            help="A run directory (its newest checkpoint), a checkpoint location, one "
+            "checkpoint (a folder or an object store's URI), or a file of kuberl export.",
+            show_default=False,
+        ),
+    ],
+    episodes: Annotated[int, typer.Option(help="Episodes to play.", min=1, max=10_000)] = 10,
+    seed: Annotated[int, typer.Option(help="Episode k's env is reset with seed + k.", min=0)] = 0,
+    stochastic: Annotated[
+        bool, typer.Option("--stochastic", help="Sample actions instead of the greedy ones.")
+    ] = False,
+    output: Annotated[
+        OutputFormat, typer.Option("--output", "-o", help="text, or json: one object.")
+    ] = OutputFormat.text,
+    video: Annotated[
+        str | None,
+        typer.Option(
+            metavar="FILE.mp4|FILE.gif",
+            help="Record the episodes to this video, the env rendering rgb_array frames.",
+            show_default=False,
+        ),
+    ] = None,
+    video_episodes: Annotated[
+        int | None,
+        typer.Option(
+            help="Episodes --video records, the first ones (default: all of them, at most 10).",
+            min=1,
+            show_default=False,
+        ),
+    ] = None,
+    env: Annotated[
+        str | None,
+        typer.Option(
+            "--env",
+            metavar="ID",
+            help="Play on this env instead of the file's (a gymnasium id, or a module:Class of "
+            "yours), without the file's envConfig and wrappers.",
+            show_default=False,
+        ),
+    ] = None,
+    trust_env_code: Annotated[
+        bool,
+        typer.Option(
+            "--trust-env-code",
+            help="Make the file's env even where it runs code the file names (a module:Class "
+            "env or wrapper): only for a file you trust.",
+        ),
+    ] = False,
+) -> None:
+    """Play a trained policy on seeded episodes of its env: mean ± std of the returns, and each
+    episode's return and length; with --video, a recording of them."""
+    raise typer.Exit(
+        evaluate_command(
+            path,
+            episodes,
+            seed,
+            stochastic,
+            output.value,
+            video,
+            video_episodes,
+            env,
+            trust_env_code,
+        )
+    )
 
 
 def evaluate_command(

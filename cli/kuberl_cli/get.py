@@ -16,52 +16,30 @@ from collections.abc import Callable
 from typing import Any
 
 from kuberl_cli import views
-from kuberl_cli.client import EXIT_REFUSED, Client, ClientError
+from kuberl_cli.client import EXIT_REFUSED, Client, ClientError, named_job, resource_and_name
 from kuberl_cli.views import Output
-from kuberl_operator.constants import KIND, PLURAL, SHORT_NAMES
 
 WATCH_INTERVAL_S = 1.0
 """How often `-w` asks the API: progress rows come once per training iteration."""
-
-RESOURCES = frozenset({"job", "jobs", KIND.lower(), PLURAL, *SHORT_NAMES, f"{PLURAL}.kuberl.io"})
-"""The names `get`, `describe` and `delete` accept for the resource, as kubectl accepts `pod`,
-`pods` and `po`."""
-
-
-def resource_and_name(words: list[str], command: str) -> str | None:
-    """The job's name in `[RESOURCE] [NAME]` or `RESOURCE/NAME` (None when only the resource is
-    named); ClientError naming the word when the resource is not a job."""
-    if len(words) == 1 and "/" in words[0]:
-        words = words[0].split("/", 1)
-    resource, *rest = words
-    if resource.lower() not in RESOURCES:
-        raise ClientError(
-            f'{command}: unknown resource type "{resource}": kuberl serves jobs '
-            f"(also {', '.join(sorted(RESOURCES - {'jobs'}))})",
-            EXIT_REFUSED,
-        )
-    if len(rest) > 1:
-        raise ClientError(f"{command}: one job name at a time, got {' '.join(rest)}", EXIT_REFUSED)
-    return rest[0] if rest else None
 
 
 def list_document(
     client: Client, phase: str | None, selector: str | None, every_namespace: bool = False
 ) -> dict[str, Any]:
-    """The namespace's RLJobList (every namespace's with `every_namespace`), every page of it in
+    """The namespace's RLJobList (every namespace's with `every_namespace`), every chunk of it in
     one document."""
     path = client.every_namespace_path() if every_namespace else client.jobs_path()
     items, token = [], None
     while True:
-        page = client.json(
+        chunk = client.json(
             "GET",
             path,
             params={"phase": phase, "labelSelector": selector, "limit": 500, "continue": token},
         )
-        items += page["items"]
-        token = page.get("metadata", {}).get("continue")
+        items += chunk["items"]
+        token = chunk.get("metadata", {}).get("continue")
         if not token:
-            return {**page, "metadata": {}, "items": items}
+            return {**chunk, "metadata": {}, "items": items}
 
 
 def get(
@@ -101,6 +79,13 @@ def get(
     print(_shown(listed["items"], output, document=listed, namespaces=every_namespace))
 
 
+def get_named(client: Client, words: list[str], command: str, *listing: Any) -> None:
+    """get, for the job `words` name as kubectl names it (`jobs NAME`, `rljob/NAME`) or for the
+    list (`jobs`): `kuberl get` and `kuberl jobs`, `command` being the one typed, for the errors
+    to name. `listing`: get's arguments after the job's name."""
+    get(client, resource_and_name(words, command), *listing)
+
+
 def _shown(
     jobs: list[dict[str, Any]],
     output: Output | None,
@@ -124,7 +109,9 @@ def status(client: Client, name: str, output: Output | None, watch: bool = False
     get(client, name, None, None, output, watch)
 
 
-def describe(client: Client, name: str) -> None:
+def describe(client: Client, words: list[str]) -> None:
+    """`kuberl describe job NAME`: the job in detail, as views.describe lays it out."""
+    name = named_job(words, "describe")
     print(views.describe(client.json("GET", client.jobs_path(name))))
 
 

@@ -5,10 +5,10 @@ PATH is dotted below the manifest (`spec.trainer.hyperparameters.learning_rate`)
 when it does not start at one of the manifest's top-level fields (`trainer.stop.timesteps`); a
 number picks an item of a list, and `\\.` is a dot inside a key (`metadata.labels.kuberl\\.io/x`).
 VALUE is YAML, read with the bounds every manifest is read with: `0.001`, `true`, `[64, 64]`,
-`{a: 1}`, or a string. Missing mappings on the way are made; the changed manifest is then
-checked as a whole, so an unknown or ill-typed field gets the usual problem line naming it. A PATH
-and its VALUE together nest at most as deep as any manifest may (bounded.MAX_DEPTH), so that no
-PATH, however long, can make the manifest too deep to write out and check.
+`{a: 1}`, or a string. Missing mappings on the way are made; the changed manifest, as parsed, is
+then checked as a whole, so an unknown or ill-typed field gets the usual problem line naming it.
+A PATH and its VALUE together nest at most as deep as any manifest may (bounded.MAX_DEPTH), so
+that no PATH, however long, makes the manifest too deep: its problem line names the --set.
 """
 
 from __future__ import annotations

@@ -7,10 +7,31 @@ import sys
 from collections.abc import Sequence
 from dataclasses import replace
 from pathlib import Path
+from typing import Annotated
+
+import typer
 
 from kuberl_contract.plots import MEDIA_TYPES, InvalidRun, MissingRun, PlotFormat, read_run
 
 EXIT_OK, EXIT_INVALID, EXIT_NO_FILE = 0, 1, 2
+
+
+def plot(
+    run_dirs: Annotated[
+        list[Path],
+        typer.Argument(
+            metavar="RUN_DIR",
+            help="Run directories (each with its progress.jsonl).",
+            show_default=False,
+        ),
+    ],
+    output: Annotated[
+        Path, typer.Option("--output", "-o", help="The figure: .png or .svg.")
+    ] = Path("plot.png"),
+) -> None:
+    """Draw the learning curves of runs in one figure: return against env steps, evaluation
+    dashed."""
+    raise typer.Exit(plot_command(run_dirs, output))
 
 
 def output_format(output: Path) -> PlotFormat | None:

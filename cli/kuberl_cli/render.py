@@ -3,7 +3,7 @@
 The objects come from the operator's own builders, with the operator's settings read from the
 same `KUBERL_*` environment variables the operator reads, so a user can see (and diff, or apply
 by hand) exactly what a job becomes on the cluster. A job those settings do not allow (a Secret,
-image, PriorityClass or ServiceAccount outside their allow-lists: kuberl_operator.policy) is
+image, PriorityClass or ServiceAccount outside their allow-lists: kuberl_operator.reach) is
 refused here as the operator would refuse it, one line per problem.
 
 The Secret with the job's Ray auth token is left out (and stderr says so): the operator creates it
@@ -43,7 +43,7 @@ def render_command(file: Path, check_env: bool = True) -> int:
         driver_entrypoint,
         submission_id,
     )
-    from kuberl_operator.policy import reach_problems
+    from kuberl_operator.reach import reach_problems
     from kuberl_operator.settings import InvalidSettings, OperatorSettings
 
     try:

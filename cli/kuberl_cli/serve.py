@@ -5,7 +5,89 @@ from __future__ import annotations
 import logging
 import os
 import sys
+from enum import StrEnum
 from pathlib import Path
+from typing import Annotated
+
+import typer
+
+
+class BackendName(StrEnum):
+    local = "local"
+    kubernetes = "kubernetes"
+
+
+def serve(
+    backend: Annotated[
+        BackendName, typer.Option(help="local: trainer processes here; kubernetes: RLJobs.")
+    ] = BackendName.local,
+    host: Annotated[str, typer.Option(help="Address to listen on.")] = "127.0.0.1",
+    port: Annotated[int, typer.Option(help="Port to listen on.", min=1, max=65535)] = 8080,
+    data_dir: Annotated[
+        Path | None,
+        typer.Option(
+            help="Local backend: jobs database, manifests, run directories and logs "
+            "[default: ~/.local/share/kuberl/api]."
+        ),
+    ] = None,
+    token_file: Annotated[
+        Path | None,
+        typer.Option(
+            help="Local backend: accepted bearer tokens, one per line (also KUBERL_API_TOKEN)."
+        ),
+    ] = None,
+    max_running: Annotated[
+        int | None,
+        typer.Option(
+            help="Local backend: trainers running at once; more jobs wait Pending "
+            "[default: half the cores].",
+            min=0,
+        ),
+    ] = None,
+    kubeconfig: Annotated[
+        Path | None,
+        typer.Option(
+            help="Kubernetes backend: kubeconfig file [default: in-cluster config, "
+            "else KUBECONFIG or ~/.kube/config]."
+        ),
+    ] = None,
+    kube_server: Annotated[
+        str | None, typer.Option(help="Kubernetes backend: API server URL (overrides the config).")
+    ] = None,
+    forwarded_allow_ips: Annotated[
+        str | None,
+        typer.Option(
+            help="Proxies (IP addresses or networks, comma-separated; * for any) whose "
+            "X-Forwarded-Proto and X-Forwarded-For are believed [default: 127.0.0.1,::1].",
+            envvar="KUBERL_FORWARDED_ALLOW_IPS",
+            show_default=False,
+        ),
+    ] = None,
+    secure_cookies: Annotated[
+        bool,
+        typer.Option(
+            "--secure-cookies",
+            help="Mark the status page's session cookie Secure on every request (every browser "
+            "reaches the API over HTTPS).",
+            envvar="KUBERL_SECURE_COOKIES",
+        ),
+    ] = False,
+) -> None:
+    """Serve the REST API: submit, list, follow, suspend, resume and delete jobs over HTTP."""
+    raise typer.Exit(
+        serve_command(
+            backend.value,
+            host,
+            port,
+            data_dir,
+            token_file,
+            max_running,
+            kubeconfig,
+            kube_server,
+            forwarded_allow_ips,
+            secure_cookies,
+        )
+    )
 
 
 def serve_command(

@@ -18,14 +18,13 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-import yaml
-
 from kuberl_cli.overrides import OverrideError, with_overrides
 from kuberl_cli.validate import (
     EXIT_INVALID,
-    check_manifest,
+    EXIT_OK,
     describe_job,
-    job_problems,
+    job_in_document,
+    manifest_document,
     warm_start_checked,
 )
 from kuberl_contract.final_record import (
@@ -38,7 +37,6 @@ from kuberl_contract.final_record import (
 )
 from kuberl_contract.progress_row import PROGRESS_FILE, format_return
 from kuberl_operator.spec import RLJob
-from kuberl_operator.validation import InvalidManifest, parse_yaml_document, read_manifest_file
 
 if TYPE_CHECKING:
     from kuberl_trainer.job.checkpoint import Checkpoint
@@ -195,20 +193,13 @@ def _job_to_train(
 def _overridden_job(
     file: Path, overrides: list[str], seed: int | None
 ) -> tuple[RLJob | None, int, list[str]]:
-    """As validate.job_problems, for the manifest with the overrides applied, leaving out the
-    warm start's checkpoint (train_command checks it, and keeps what it read)."""
-    if not overrides and seed is None:
-        return job_problems(file, check_warm_start=False)
-    try:
-        document = parse_yaml_document(read_manifest_file(file))
-    except (InvalidManifest, OSError, UnicodeDecodeError):
-        # what is wrong with the file itself, said as usual
-        return job_problems(file, check_warm_start=False)
+    """As validate.job_problems, for the manifest with the overrides applied to it as parsed,
+    leaving out the warm start's checkpoint (train_command checks it, and keeps what it read)."""
+    document, exit_code, problems = manifest_document(file)
+    if exit_code != EXIT_OK:
+        return None, exit_code, problems
     try:
         changed = with_overrides(document, overrides, seed)
     except OverrideError as exc:
         return None, EXIT_INVALID, [f"{file}: {exc}"]
-    job, problems = check_manifest(yaml.safe_dump(changed, sort_keys=False), check_warm_start=False)
-    if job is None or problems:
-        return None, EXIT_INVALID, [f"{file}: {problem}" for problem in problems]
-    return job, 0, []
+    return job_in_document(file, changed, check_warm_start=False)

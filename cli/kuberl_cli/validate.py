@@ -29,7 +29,7 @@ from kuberl_operator.validation import (
 )
 
 if TYPE_CHECKING:
-    from kuberl_trainer.envs.making import EnvProblem
+    from kuberl_trainer.envs.problems import EnvProblem
     from kuberl_trainer.job.checkpoint import Checkpoint
 
 EXIT_OK, EXIT_INVALID, EXIT_NO_FILE = 0, 1, 2
@@ -59,19 +59,36 @@ def job_problems(
     file: Path, check_env: bool = True, check_warm_start: bool = True
 ) -> tuple[RLJob | None, int, list[str]]:
     """The valid job in `file` and EXIT_OK, or None, the exit code and every problem found, each
-    a line naming the file (check_manifest says what the checks are)."""
+    a line naming the file (check_document says what the checks are)."""
+    document, exit_code, problems = manifest_document(file)
+    if exit_code != EXIT_OK:
+        return None, exit_code, problems
+    return job_in_document(file, document, check_env, check_warm_start)
+
+
+def manifest_document(file: Path) -> tuple[Any, int, list[str]]:
+    """The manifest in `file`, parsed, and EXIT_OK; or None, the exit code and why the file holds
+    none (missing, unreadable, not UTF-8, not one YAML document within the parser's bounds), in a
+    line naming the file."""
     if file.is_dir() or not file.exists():
         reason = "is a directory, not a manifest" if file.is_dir() else "no such file"
         return None, EXIT_NO_FILE, [f"{file}: {reason}"]
     try:
-        text = read_manifest_file(file)
+        return parse_yaml_document(read_manifest_file(file)), EXIT_OK, []
     except InvalidManifest as exc:
         return None, EXIT_INVALID, [f"{file}: {problem}" for problem in exc.problems]
     except OSError as exc:
         return None, EXIT_NO_FILE, [f"{file}: cannot read the file: {exc.strerror or exc}"]
     except UnicodeDecodeError as exc:
         return None, EXIT_INVALID, [f"{file}: not UTF-8 text (byte {exc.start})"]
-    job, problems = check_manifest(text, check_env, check_warm_start)
+
+
+def job_in_document(
+    file: Path, document: Any, check_env: bool = True, check_warm_start: bool = True
+) -> tuple[RLJob | None, int, list[str]]:
+    """As job_problems, for the parsed manifest of `file` (which `kuberl train` may have changed
+    with --set and --seed): it is checked as it is, not written out and read again."""
+    job, problems = check_document(document, check_env, check_warm_start)
     if job is None or problems:
         return None, EXIT_INVALID, [f"{file}: {problem}" for problem in problems]
     return job, EXIT_OK, []
@@ -80,13 +97,21 @@ def job_problems(
 def check_manifest(
     text: str, check_env: bool = True, check_warm_start: bool = True
 ) -> tuple[RLJob | None, list[Problem]]:
-    """The job (None when the spec is invalid) and every problem found, the env's included unless
-    `check_env` is false, and a local warmStart checkpoint's unless `check_warm_start` is false
-    (`kuberl train` checks it itself with warm_start_checked, and keeps what it read)."""
+    """As check_document, for a manifest's YAML text (its problems when it is not YAML)."""
     try:
         document = parse_yaml_document(text)
     except InvalidManifest as exc:
         return None, exc.problems
+    return check_document(document, check_env, check_warm_start)
+
+
+def check_document(
+    document: Any, check_env: bool = True, check_warm_start: bool = True
+) -> tuple[RLJob | None, list[Problem]]:
+    """The job the parsed manifest describes (None when the spec is invalid) and every problem
+    found, the env's included unless `check_env` is false, and a local warmStart checkpoint's
+    unless `check_warm_start` is false (`kuberl train` checks it itself with warm_start_checked,
+    and keeps what it read)."""
     job, problems = None, []
     try:
         job = validate_rljob(document)
@@ -113,7 +138,8 @@ def warm_start_checked(trainer: Any) -> tuple[Checkpoint | None, Problem | None]
     named = trainer.warm_start.checkpoint
     if "://" in named and not named.startswith("file://"):
         return None, None
-    from kuberl_trainer.envs.making import job_space_info, make_vector_env
+    from kuberl_trainer.envs.making import make_vector_env
+    from kuberl_trainer.envs.spaces import job_space_info
     from kuberl_trainer.errors import IncompatibleCheckpointError, InvalidJobError
     from kuberl_trainer.job.algorithms import policy_class
     from kuberl_trainer.job.checkpoint import CheckpointError
@@ -168,7 +194,7 @@ def _env_problem(trainer: dict[str, Any]) -> EnvProblem | None:
     from pydantic import TypeAdapter, ValidationError
 
     from kuberl_contract.config import ALGORITHMS, PBT, ModelConfig, WrapperConfig
-    from kuberl_trainer.envs.making import env_problem  # gymnasium: only imported when needed
+    from kuberl_trainer.envs.problems import env_problem  # gymnasium: only imported when needed
 
     algorithm, where = trainer.get("algorithm"), ""
     if algorithm == PBT and isinstance(trainer.get("trainer"), dict):  # its trials' algorithm

@@ -6,11 +6,11 @@ human summary. Standard library only, like progress_row."""
 from __future__ import annotations
 
 import json
-import math
 from dataclasses import asdict, dataclass
 from enum import StrEnum
 from typing import Any
 
+from kuberl_contract.json_values import finite_or_none
 from kuberl_contract.progress_row import (
     EPISODE_RETURN_MEAN,
     EVALUATION_RETURN_MEAN,
@@ -72,7 +72,7 @@ class FinalRecord:
 
     def line(self) -> str:
         """The record as printed: the prefix and one line of strict JSON (NaN becomes null)."""
-        values = {key: _json_value(value) for key, value in asdict(self).items()}
+        values = {key: finite_or_none(value) for key, value in asdict(self).items()}
         return FINAL_RECORD_PREFIX + json.dumps(values, allow_nan=False, separators=(",", ":"))
 
     def row(self) -> dict[str, Any]:
@@ -84,13 +84,7 @@ class FinalRecord:
             EVALUATION_RETURN_MEAN: self.evaluation_return_mean,
             TIME_TOTAL_S: self.time_total_s,
         }
-        return {key: value for key, value in figures.items() if _json_value(value) is not None}
-
-
-def _json_value(value: Any) -> Any:
-    if isinstance(value, float) and not math.isfinite(value):
-        return None
-    return value
+        return {key: value for key, value in figures.items() if finite_or_none(value) is not None}
 
 
 def read_final_record(text: str) -> FinalRecord | None:

@@ -5,7 +5,7 @@ instead of accepting a job that then fails with InvalidSpec.
 
 It runs the checks the operator runs on every job, and only those: the spec (validation.py, what
 `kuberl validate --no-env` checks) and what the job may reach under the operator's settings
-(policy.py). It never makes the env, imports a module the manifest names or runs anything of the
+(reach.py). It never makes the env, imports a module the manifest names or runs anything of the
 job's: it reads the manifest as data, like the reconciler. The reconciler still checks every job
 (a cluster may run without the webhook, or with failurePolicy Ignore).
 
@@ -45,7 +45,7 @@ from kuberl_operator import builders
 from kuberl_operator.constants import GROUP, PLURAL, VERSION
 from kuberl_operator.kube import Kube, KubeConfigError, KubeError, load_kube_config
 from kuberl_operator.ownership import taken_names
-from kuberl_operator.policy import reach_problems
+from kuberl_operator.reach import reach_problems
 from kuberl_operator.reconciler import read_job
 from kuberl_operator.settings import OperatorSettings
 

@@ -80,7 +80,7 @@ ROLLOUT_ON_DEMAND_GROUP = "rollout-on-demand"
 RAY_AUTH_TOKEN_SECRET_KEY = "auth_token"
 # Each job's token Secret is <job><RAY_AUTH_SECRET_SUFFIX>; the chart's key the tokens derive from
 # is in <release><RAY_AUTH_KEY_SECRET_SUFFIX>, and the log relay's token (log_relay.py) in
-# <release><LOG_RELAY_SECRET_SUFFIX>. No job may reference any of them (policy.py).
+# <release><LOG_RELAY_SECRET_SUFFIX>. No job may reference any of them (reach.py).
 RAY_AUTH_SECRET_SUFFIX = "-ray-auth"
 RAY_AUTH_KEY_SECRET_SUFFIX = "-ray-auth-key"
 LOG_RELAY_SECRET_SUFFIX = "-log-relay"

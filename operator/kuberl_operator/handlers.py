@@ -69,7 +69,7 @@ async def start(settings: kopf.OperatorSettings, memo: kopf.Memo, **kwargs: Any)
             memo.log_relay = await log_relay.serve(
                 operator_settings.log_relay_port,
                 token.get_secret_value() if token else None,
-                memo.reconciler.jobs_client,
+                memo.reconciler.observer.jobs_client,
             )
         except ValueError as exc:
             raise kopf.PermanentError(str(exc)) from None

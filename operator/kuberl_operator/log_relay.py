@@ -55,7 +55,7 @@ _UID = re.compile(r"^[A-Za-z0-9-]{1,128}$")
 
 JobsClientFor = Callable[[str, str, str], Awaitable[RayJobsClient | None]]
 """(namespace, name, uid) -> the Jobs API of that job's head with its token, or None while there
-is no token (Reconciler.jobs_client)."""
+is no token (JobObserver.jobs_client)."""
 
 
 class RelayError(RuntimeError):

@@ -5,7 +5,6 @@ objects shaped as KubeRay and the kubelet write them.
 
 from __future__ import annotations
 
-import math
 from collections import Counter
 from collections.abc import Iterable
 from datetime import UTC, datetime
@@ -14,6 +13,7 @@ from typing import Any
 from prometheus_client.parser import text_string_to_metric_families
 
 from kuberl_contract.final_record import FinalRecord
+from kuberl_contract.json_values import finite_or_none
 from kuberl_contract.progress_row import (
     CHECKPOINT_LABEL,
     EPISODE_RETURN_MEAN,
@@ -273,9 +273,9 @@ def progress_from_metrics(text: str) -> ObservedProgress | None:
     row = {
         ITERATION: int(iteration),
         TIMESTEPS_TOTAL: int(values.get(METRIC_TIMESTEPS, 0)),
-        EPISODE_RETURN_MEAN: _finite(values.get(METRIC_EPISODE_RETURN_MEAN)),
-        EVALUATION_RETURN_MEAN: _finite(values.get(METRIC_EVALUATION_RETURN_MEAN)),
-        SAMPLES_PER_S: _finite(values.get(METRIC_SAMPLES_PER_SECOND)),
+        EPISODE_RETURN_MEAN: finite_or_none(values.get(METRIC_EPISODE_RETURN_MEAN)),
+        EVALUATION_RETURN_MEAN: finite_or_none(values.get(METRIC_EVALUATION_RETURN_MEAN)),
+        SAMPLES_PER_S: finite_or_none(values.get(METRIC_SAMPLES_PER_SECOND)),
     }
     return ObservedProgress(
         row=row, time=datetime.fromtimestamp(when, UTC), last_checkpoint=checkpoint
@@ -285,12 +285,8 @@ def progress_from_metrics(text: str) -> ObservedProgress | None:
 def waiting_from_metrics(text: str) -> float:
     """Seconds the driver has been waiting for the Ray nodes of its rollout workers; 0 when it
     is not waiting (or does not say)."""
-    waited = _metric_values(text)[0].get(METRIC_RESOURCE_WAIT)
-    return waited if waited is not None and math.isfinite(waited) and waited > 0 else 0.0
-
-
-def _finite(value: float | None) -> float | None:
-    return value if value is not None and math.isfinite(value) else None
+    waited = finite_or_none(_metric_values(text)[0].get(METRIC_RESOURCE_WAIT))
+    return waited if waited is not None and waited > 0 else 0.0
 
 
 def progress_from_final_record(record: FinalRecord | None) -> ObservedProgress | None:

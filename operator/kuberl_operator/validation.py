@@ -3,19 +3,18 @@
 Pydantic reports errors in its own terms (a location tuple with union tags, "Input should be ...").
 Users read manifests, so every problem here is a dotted path in the manifest's own field names
 (`spec.learner.tolerations[0].effect`) and a message with the fix, including near-miss suggestions
-for misspelt field names and values.
+for misspelt field names and values. How an error's location leads through the models to that
+path: manifest_fields.py.
 """
 
 from __future__ import annotations
 
 import difflib
 import re
-import types
-from enum import Enum
 from pathlib import Path
-from typing import Annotated, Any, Literal, Union, get_args, get_origin
+from typing import Any, get_args, get_origin
 
-from pydantic import BaseModel, Tag, ValidationError
+from pydantic import ValidationError
 from pydantic.alias_generators import to_camel, to_snake
 from pydantic.fields import FieldInfo
 
@@ -32,6 +31,15 @@ from kuberl_operator.bounded import (
     too_large,
 )
 from kuberl_operator.constants import API_VERSION, KIND
+from kuberl_operator.manifest_fields import (
+    allowed_values,
+    field_by_any_name,
+    field_names,
+    follow_location,
+    tagged_variants,
+    unwrap,
+    variant_field,
+)
 from kuberl_operator.spec import PATTERN_HINTS, RLJob
 
 # --- Entry points -------------------------------------------------------------------------------
@@ -127,20 +135,20 @@ def type_meta_problems(document: dict[str, Any]) -> list[Problem]:
 
 
 def _problem(error: dict[str, Any]) -> Problem:
-    parts, node, field = _follow(error["loc"])
+    parts, node, field = follow_location(error["loc"])
     kind, ctx, value = error["type"], error.get("ctx") or {}, error.get("input")
 
     if kind == "extra_forbidden":
-        _, parent, _ = _follow(error["loc"][:-1])
-        key, accepted = str(parts[-1]), _field_names(parent)
+        _, parent, _ = follow_location(error["loc"][:-1])
+        key, accepted = str(parts[-1]), field_names(parent)
         return Problem(
             format_path(parts),
-            _unknown_field(key, accepted, _elsewhere(key, parts[:-1], _unwrap(parent))),
+            _unknown_field(key, accepted, _elsewhere(key, parts[:-1], unwrap(parent))),
         )
     if kind in ("union_tag_invalid", "union_tag_not_found"):
         discriminator = ctx["discriminator"].strip("'\"")
         path = format_path([*parts, discriminator])
-        tags = list(_tagged_variants(_unwrap(node)))
+        tags = list(tagged_variants(unwrap(node)))
         if kind == "union_tag_not_found":
             return Problem(path, f"missing: set it to one of {', '.join(tags)}")
         return Problem(path, _unknown_value(ctx["tag"], tags))
@@ -159,18 +167,18 @@ def _relocated(parts: list[str | int], node: Any, message: str) -> Problem:
     if match:
         inner_parts: list[str | int] = []
         for name, index in re.findall(r"([A-Za-z_]\w*)(?:\[(\d+)\])?", match.group(1)):
-            node = _unwrap(node)
+            node = unwrap(node)
             if get_origin(node) is dict:  # a key of a mapping (hyperparameters.mutations.<name>)
                 inner_parts.append(name)
                 node = get_args(node)[1]
-            elif found := _field_by_any_name(node, name) or _variant_field(node, name):
+            elif found := field_by_any_name(node, name) or variant_field(node, name):
                 inner_parts.append(found[0])
                 node = found[1].annotation
             else:
                 break
             if index:  # an item of a list (hyperparameters.trials[3])
                 inner_parts.append(int(index))
-                node = get_args(_unwrap(node))[0] if get_args(_unwrap(node)) else Any
+                node = get_args(unwrap(node))[0] if get_args(unwrap(node)) else Any
         else:
             return Problem(format_path([*parts, *inner_parts]), match.group(2))
     return Problem(format_path(parts), message)
@@ -214,7 +222,7 @@ def _message(kind: str, ctx: dict[str, Any], value: Any, node: Any, fallback: st
     if kind == "finite_number":
         return f"{value!r} is not a finite number: Kubernetes (JSON) stores only finite ones"
     if kind in ("literal_error", "enum"):
-        return _unknown_value(value, _allowed_values(_unwrap(node)))
+        return _unknown_value(value, allowed_values(unwrap(node)))
     if kind == "string_pattern_mismatch":
         hint = PATTERN_HINTS.get(ctx["pattern"], f"a string matching {ctx['pattern']}")
         return f"{value!r} is not {hint}"
@@ -310,106 +318,3 @@ def _yaml_type(value: Any) -> str:
 
 def _yaml_scalar(value: Any) -> str:
     return str(value).lower() if isinstance(value, bool) else str(value)
-
-
-# --- Walking the models along an error location -------------------------------------------------
-
-
-def _follow(loc: tuple[str | int, ...]) -> tuple[list[str | int], Any, FieldInfo | None]:
-    """The manifest path of a pydantic location (without union tags), the type found there and
-    the field that holds it (None where the location leaves the models)."""
-    node: Any = RLJob
-    field: FieldInfo | None = None
-    parts: list[str | int] = []
-    for part in loc:
-        if part == "[key]":  # pydantic's marker for a bad mapping key
-            continue
-        unwrapped = _unwrap(node)
-        variants = _tagged_variants(unwrapped)
-        if part in variants:  # the tag pydantic inserts for the union member it tried
-            node = variants[part]
-            continue
-        parts.append(part)
-        node, field = _child(unwrapped, part)
-    return parts, node, field
-
-
-def _child(node: Any, part: str | int) -> tuple[Any, FieldInfo | None]:
-    if _is_model(node):
-        found = _field_by_any_name(node, str(part))
-        return (found[1].annotation, found[1]) if found else (None, None)
-    origin, args = get_origin(node), get_args(node)
-    if origin is list and args and isinstance(part, int):
-        return args[0], None
-    if origin is dict and len(args) == 2:
-        return args[1], None
-    return None, None
-
-
-def _field_by_any_name(node: Any, name: str) -> tuple[str, FieldInfo] | None:
-    """The manifest name and the field of the model field called `name` (alias or Python name)."""
-    if not _is_model(node):
-        return None
-    for python_name, field in node.model_fields.items():
-        alias = field.alias or python_name
-        if name in (alias, python_name):
-            return alias, field
-    return None
-
-
-def _variant_field(node: Any, name: str) -> tuple[str, FieldInfo] | None:
-    """The field called `name` of a discriminated union's variants (PBT's inner trainer)."""
-    for variant in _tagged_variants(node).values():
-        if found := _field_by_any_name(_unwrap(variant), name):
-            return found
-    return None
-
-
-def _field_names(node: Any) -> list[str]:
-    node = _unwrap(node)
-    if not _is_model(node):
-        return []
-    return [field.alias or name for name, field in node.model_fields.items()]
-
-
-def _allowed_values(node: Any) -> list[str]:
-    if get_origin(node) is Literal:
-        return [str(arg) for arg in get_args(node)]
-    if isinstance(node, type) and issubclass(node, Enum):
-        return [str(member.value) for member in node]
-    return []
-
-
-def _unwrap(node: Any) -> Any:
-    """The type inside Annotated[...] and Optional[...]."""
-    while True:
-        if get_origin(node) is Annotated:
-            node = get_args(node)[0]
-        elif _is_union(node) and len(members := _non_null_members(node)) == 1:
-            node = members[0]
-        else:
-            return node
-
-
-def _tagged_variants(node: Any) -> dict[str, Any]:
-    """Tag -> model for a discriminated union (spec.trainer); empty for anything else."""
-    if not _is_union(node):
-        return {}
-    variants = {}
-    for member in get_args(node):
-        if get_origin(member) is Annotated:
-            model, *metadata = get_args(member)
-            variants |= {meta.tag: model for meta in metadata if isinstance(meta, Tag)}
-    return variants
-
-
-def _is_union(node: Any) -> bool:
-    return get_origin(node) in (Union, types.UnionType)
-
-
-def _non_null_members(node: Any) -> list[Any]:
-    return [member for member in get_args(node) if member is not type(None)]
-
-
-def _is_model(node: Any) -> bool:
-    return isinstance(node, type) and issubclass(node, BaseModel)

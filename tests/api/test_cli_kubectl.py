@@ -318,6 +318,41 @@ def test_the_api_refuses_watch_rather_than_ignoring_it(queue_client, kube_api, t
     assert unwatched.status_code == 200
 
 
+API_COMMANDS = (
+    "submit",
+    "jobs",
+    "status",
+    "logs",
+    "suspend",
+    "resume",
+    "delete",
+    "get",
+    "describe",
+)
+"""Every command that talks to the API, each taking --server, --token and -n."""
+
+
+def test_every_api_command_takes_the_same_server_token_and_namespace():
+    """The three options are declared once (kuberl_cli.api_commands.ApiOptions): every command
+    shows them last, with the same help, environment variables and defaults."""
+
+    def api_options(command: str) -> str:
+        shown = run_kuberl(command, "--help")
+        assert shown.returncode == 0, shown.stderr
+        # the same words, whatever the width of the command's column of option names
+        return " ".join(shown.stdout[shown.stdout.index("--server") :].split())
+
+    shown = {command: api_options(command) for command in API_COMMANDS}
+    assert len(set(shown.values())) == 1, shown
+    assert shown["get"] == (
+        "--server <str> URL of the kuberl API [default: http://127.0.0.1:8080]. "
+        "[env var: KUBERL_SERVER] --token <str> Bearer token. [env var: KUBERL_API_TOKEN] "
+        "-n, --namespace <str> The jobs' namespace [default: default]. submit defaults to the "
+        "manifest's metadata.namespace, and refuses one that differs from it. "
+        "-h, --help Show this message and exit."
+    )
+
+
 def test_version_short_help_and_help_that_keeps_defaults_and_env_vars(tmp_path):
     out = run_kuberl("--version")
     assert out.returncode == 0 and out.stdout == f"kuberl {version('kuberl')}\n"

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import math
 import os
 import signal
 from datetime import UTC, datetime, timedelta
@@ -300,7 +301,8 @@ def test_a_job_that_succeeds_reads_alike_on_both_backends(tmp_path, monkeypatch)
     assert_alike(local.step(at(70)), done)
 
 
-def test_a_job_found_invalid_fails_alike_on_both_backends(tmp_path, monkeypatch):
+def running_on_both(tmp_path, monkeypatch) -> tuple[LocalStory, OperatorStory, RLJobSpec]:
+    """A job queued at T0 whose trainer (locally) and driver (on a cluster) run from 10 s on."""
     manifest = rljob(NAME)
     spec = RLJobSpec.model_validate(manifest["spec"])
     local, cluster_side = LocalStory(tmp_path, monkeypatch), OperatorStory()
@@ -310,6 +312,36 @@ def test_a_job_found_invalid_fails_alike_on_both_backends(tmp_path, monkeypatch)
     local.step(at(10))
     cluster_side.step(spec, at(10), 1, **cluster(1))
     cluster_side.step(spec, at(10), 1, **cluster(1), driver=ObservedDriver(DriverState.RUNNING))
+    return local, cluster_side, spec
+
+
+def test_figures_that_are_no_numbers_are_unknown_alike_on_both_backends(tmp_path, monkeypatch):
+    """A diverged run's NaN return and a negative rate are unknown (null) on both backends: the
+    same function turns a row into status.progress for each."""
+    local, cluster_side, spec = running_on_both(tmp_path, monkeypatch)
+    known = row(3, checkpoint="/ckpt/3")
+    odd = row(4) | {EPISODE_RETURN_MEAN: math.nan, SAMPLES_PER_S: -250.0}
+    for when, written in ((20, known), (30, odd)):
+        local.trainers.write_rows(local.trainers.only(), [written], at(when))
+        running = cluster_side.step(
+            spec,
+            at(when),
+            1,
+            **cluster(1),
+            driver=ObservedDriver(DriverState.RUNNING),
+            progress=progress(written, at(when)),
+        )
+        assert_alike(local.step(at(when)), running, startTime="2026-03-01T12:00:10Z")
+    assert local.status()["progress"] == {
+        "iteration": 4,
+        "timesteps": 4000,
+        "lastCheckpoint": "/ckpt/3",  # a row without one keeps the last
+        "lastUpdateTime": "2026-03-01T12:00:30Z",
+    }
+
+
+def test_a_job_found_invalid_fails_alike_on_both_backends(tmp_path, monkeypatch):
+    local, cluster_side, spec = running_on_both(tmp_path, monkeypatch)
 
     why = "spec.trainer.env: 'CartPol-v1' is unknown"
     record = final_record(Outcome.INVALID_JOB, EXIT_INVALID_JOB, why, at(20))

@@ -3,13 +3,14 @@ the rule that an unauthenticated API serves on loopback only (and loopback Host 
 a trainer's environment."""
 
 import json
+import math
+from datetime import UTC, datetime
 
 import pytest
 
 from kuberl_api.auth import load_tokens
 from kuberl_api.backend import ApiError
 from kuberl_api.guard import host_name, is_loopback
-from kuberl_api.local_lifecycle import outcome
 from kuberl_api.processes import trainer_environment
 from kuberl_api.run_files import with_progress
 from kuberl_api.selectors import (
@@ -20,7 +21,10 @@ from kuberl_api.selectors import (
     parse_label_selector,
 )
 from kuberl_contract.final_record import EXIT_INVALID_JOB, FinalRecord, Outcome
-from kuberl_operator.spec import Phase
+from kuberl_contract.json_values import finite_or_none
+from kuberl_operator.spec import Phase, RLJobStatus
+from kuberl_operator.status.lifecycle import enter
+from kuberl_operator.status.local_decide import Change, EndedTrainer, trainer_ended
 from testkit import free_port, run_kuberl
 
 LABELS = {"team": "rl", "tier": "gold"}
@@ -78,36 +82,53 @@ def test_tokens_from_a_file_and_the_environment(tmp_path):
         load_tokens(path, {})
 
 
-SUSPENDED_SPEC = {"spec": {"suspend": True}}
-RESUMED_SPEC = {"spec": {"suspend": False}}
+RUNNING = RLJobStatus(phase=Phase.RUNNING, attempt=1)
+ENDED_AT = datetime(2026, 3, 1, 12, 0, tzinfo=UTC)
+
+
+def after(change: Change) -> RLJobStatus:
+    """A Running job's status once `change` befell it."""
+    return enter(RUNNING, change.events, change.entered, ENDED_AT, 1)
 
 
 @pytest.mark.parametrize(
-    ("code", "stopping", "document", "phase", "reason"),
+    ("code", "stopping", "suspend", "phase", "reason", "attempt"),
     [
-        (0, False, RESUMED_SPEC, Phase.SUCCEEDED, "DriverSucceeded"),
-        (0, True, SUSPENDED_SPEC, Phase.SUCCEEDED, "DriverSucceeded"),
-        (143, True, SUSPENDED_SPEC, Phase.SUSPENDED, "Suspended"),
-        (143, True, RESUMED_SPEC, Phase.RESUMING, "Resuming"),  # resumed while it was stopping
-        (143, False, RESUMED_SPEC, Phase.FAILED, "DriverFailed"),  # someone else's SIGTERM
-        (1, False, RESUMED_SPEC, Phase.FAILED, "DriverFailed"),
-        (EXIT_INVALID_JOB, False, RESUMED_SPEC, Phase.FAILED, "InvalidSpec"),
-        (None, False, RESUMED_SPEC, Phase.FAILED, "TrainerLost"),
+        (0, False, False, Phase.SUCCEEDED, "DriverSucceeded", 1),
+        (0, True, True, Phase.SUCCEEDED, "DriverSucceeded", 1),
+        (143, True, True, Phase.SUSPENDED, "Suspended", 1),
+        (143, True, False, Phase.RESUMING, "Resuming", 2),  # resumed while it was stopping
+        (143, False, False, Phase.FAILED, "DriverFailed", 1),  # someone else's SIGTERM
+        (1, False, False, Phase.FAILED, "DriverFailed", 1),
+        (EXIT_INVALID_JOB, False, False, Phase.FAILED, "InvalidSpec", 1),
+        (None, False, False, Phase.FAILED, "TrainerLost", 1),
     ],
 )
-def test_the_phase_of_an_ended_trainer(code, stopping, document, phase, reason):
-    ended, entered = outcome(code, stopping, document, False, 42)
-    assert (ended, entered.reason) == (phase, reason)
+def test_the_phase_of_an_ended_trainer(code, stopping, suspend, phase, reason, attempt):
+    change = trainer_ended(EndedTrainer(code, 42, stopping), suspend)
+    status = after(change)
+    assert (status.phase, status.attempt, change.entered.reason) == (phase, attempt, reason)
+    assert reason in {condition.reason for condition in status.conditions}
 
 
 def test_an_invalid_job_says_why_in_the_trainers_words():
     final = FinalRecord(
         Outcome.INVALID_JOB, EXIT_INVALID_JOB, "spec.trainer.env: 'CartPol-v1' is unknown", 1.0
     )
-    phase, entered = outcome(EXIT_INVALID_JOB, False, RESUMED_SPEC, False, 42, final)
-    reason, message = entered.reason, entered.message
-    assert (phase, reason) == (Phase.FAILED, "InvalidSpec")
+    change = trainer_ended(EndedTrainer(EXIT_INVALID_JOB, 42, final=final), suspend=False)
+    reason, message = change.entered.reason, change.entered.message
+    assert (after(change).phase, reason) == (Phase.FAILED, "InvalidSpec")
     assert message == "the driver found the job invalid: spec.trainer.env: 'CartPol-v1' is unknown"
+
+
+def test_a_trainer_that_fails_without_a_final_record_is_known_by_its_last_words():
+    crashed = EndedTrainer(1, 42, last_output="MemoryError")
+    said = trainer_ended(crashed, suspend=False).entered.message
+    assert said == "the trainer exited with status 1; last output: MemoryError"
+    final = FinalRecord(Outcome.FAILED, 1, "the learner thread died", 1.0)
+    recorded = EndedTrainer(1, 42, final=final, last_output="Traceback (most recent call last)")
+    said = trainer_ended(recorded, suspend=False).entered.message
+    assert said == "the trainer exited with status 1: the learner thread died"
 
 
 def test_the_newest_checkpoint_comes_from_the_rows_and_the_final_record(tmp_path):
@@ -142,6 +163,15 @@ def test_the_newest_checkpoint_comes_from_the_rows_and_the_final_record(tmp_path
     )
     ended = with_progress(document, tmp_path, final)
     assert ended["status"]["progress"]["lastCheckpoint"] == "s3://b/ckpt-6"
+
+
+def test_numbers_that_are_not_finite_become_null_wherever_they_are():
+    document = {"status": {"progress": [1.5, math.nan, {"rate": math.inf}]}, "text": "NaN"}
+    assert finite_or_none(document) == {
+        "status": {"progress": [1.5, None, {"rate": None}]},
+        "text": "NaN",
+    }
+    assert (finite_or_none(-math.inf), finite_or_none(2.5), finite_or_none(3)) == (None, 2.5, 3)
 
 
 def test_no_tokens_means_loopback_only(tmp_path):

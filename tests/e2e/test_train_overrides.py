@@ -18,13 +18,15 @@ from rich.console import Console
 
 from kuberl_cli.overrides import OverrideError, parse_override, with_overrides
 from kuberl_cli.terminal_report import TerminalReport
+from kuberl_cli.train import train_command
 from kuberl_contract.final_record import (
     EXIT_INVALID_JOB,
     FINAL_RECORD_PREFIX,
     Outcome,
     read_final_record,
 )
-from kuberl_operator.bounded import MAX_DEPTH
+from kuberl_operator import validation
+from kuberl_operator.bounded import MAX_DEPTH, load_yaml_documents
 from testkit import rljob
 
 pytestmark = pytest.mark.timeout(180)
@@ -167,6 +169,30 @@ def test_a_bad_override_is_an_invalid_job_naming_the_field(tmp_path):
         assert named in out.stderr and f"{job}: " in out.stderr, out.stderr
         assert read_final_record(out.stdout).outcome == Outcome.INVALID_JOB
     assert not (tmp_path / "runs").exists()
+
+
+def test_the_overridden_manifest_is_checked_as_parsed_not_written_out_and_read_again(
+    tmp_path, monkeypatch, capsys
+):
+    """YAML is parsed once per text, the file's and each --set value's: the changed manifest is
+    checked as it is, and its problem line still names the field and the reason."""
+    parsed = []
+
+    def counted(text):
+        parsed.append(text)
+        return load_yaml_documents(text)
+
+    monkeypatch.setattr(validation, "load_yaml_documents", counted)
+    job = manifest(tmp_path)
+    overrides = ["trainer.stop.timesteps=many", "trainer.hyperparameters.num_epochs=3"]
+
+    exit_code = train_command(job, tmp_path / "run", None, overrides=overrides)
+
+    assert exit_code == EXIT_INVALID_JOB
+    assert parsed == [job.read_text(), "many", "3"]
+    problem = f"{job}: spec.trainer.stop.timesteps: must be an integer, got a string (many)"
+    assert capsys.readouterr().err.splitlines() == [problem]
+    assert not (tmp_path / "run").exists()
 
 
 def test_a_path_thousands_of_keys_deep_is_an_invalid_job_in_one_line(tmp_path):

@@ -45,7 +45,7 @@ def report_on_stdin(resident_at_start: int) -> None:
 async def main(kubeconfig: str, token: str) -> None:
     settings = OperatorSettings.from_env(os.environ)
     reconciler = Reconciler(Kube(load_kube_config(Path(kubeconfig))), settings, OperatorMetrics())
-    runner = await log_relay.serve(0, token, reconciler.jobs_client, host="127.0.0.1")
+    runner = await log_relay.serve(0, token, reconciler.observer.jobs_client, host="127.0.0.1")
     resident = memory_kib("VmRSS")
     tracemalloc.start()
     threading.Thread(target=report_on_stdin, args=(resident,), daemon=True).start()

@@ -28,9 +28,7 @@ from kuberl_operator.builders import (
     build_ray_cluster,
     child_names,
     driver_entrypoint,
-    fallback_replicas,
     head_service_name,
-    max_unavailable,
     ray_auth_token,
     ray_capacity,
     ray_cluster_name,
@@ -50,7 +48,9 @@ from kuberl_operator.constants import (
     SPOT_RAY_RESOURCE,
 )
 from kuberl_operator.settings import InvalidSettings, OperatorSettings
-from kuberl_operator.spec import JOB_NAME_PATTERN, RLJob
+from kuberl_operator.spec import JOB_NAME_PATTERN, Phase, RLJob
+from kuberl_operator.status import PendingSpotWorkers
+from kuberl_operator.status.fallback import max_unavailable, on_demand_replicas
 from kuberl_operator.validation import InvalidManifest, load_rljob, validate_rljob
 from testkit import as_strict_json_schema, edited, rljob
 
@@ -1021,7 +1021,14 @@ def test_the_pdb_selects_the_pods_of_the_cluster_built():
 
 # --- Falling back to on-demand workers ----------------------------------------------------------
 
-FALLBACK_SETTINGS = OperatorSettings(fallback_pending_seconds=120)
+GRACE_SECONDS = 120  # the operator's fallback_pending_seconds
+
+
+def fallback_replicas(job: RLJob, pending: int, seconds: float) -> int | None:
+    """The on-demand group's size a running job's status asks for (status.fallback)."""
+    queued = job.queue_name is not None
+    spot = PendingSpotWorkers(pending, seconds, GRACE_SECONDS, queued=queued)
+    return on_demand_replicas(job.spec, Phase.RUNNING, spot)
 
 
 def fallback_job(replicas: int = 8, max_unavailable: int | str = 1, **spot_fields: Any) -> RLJob:
@@ -1058,7 +1065,7 @@ FALLBACK = {
 
 @pytest.mark.parametrize(("job", "pending", "seconds", "expected"), FALLBACK.values(), ids=FALLBACK)
 def test_fallback_replicas(job, pending, seconds, expected):
-    assert fallback_replicas(job, pending, seconds, FALLBACK_SETTINGS) == expected
+    assert fallback_replicas(job, pending, seconds) == expected
 
 
 def tolerated(value: int | str, pods: int) -> int:
@@ -1097,7 +1104,7 @@ FIT = {
     ids=FIT,
 )
 def test_fallback_replicas_fit_the_group(job, pods, tolerance, by_hand):
-    grace = FALLBACK_SETTINGS.fallback_pending_seconds
+    grace = GRACE_SECONDS
     built = build_ray_cluster(job, SETTINGS, 1)
     group = ray_groups(built)[ROLLOUT_ON_DEMAND_GROUP]
     assert (group["minReplicas"], group["maxReplicas"]) == (0, pods)
@@ -1108,7 +1115,7 @@ def test_fallback_replicas_fit_the_group(job, pods, tolerance, by_hand):
     for pending in range(-1, pods + 4):
         missing = max(0, min(pending, pods))  # pending pods beyond the group are not workers
         for seconds in (0, grace - 1, grace, 10 * grace):
-            replicas = fallback_replicas(job, pending, seconds, FALLBACK_SETTINGS)
+            replicas = fallback_replicas(job, pending, seconds)
             assert group["minReplicas"] <= replicas <= group["maxReplicas"]
             # Never pays for more on-demand workers than spot workers are missing.
             assert replicas <= missing

@@ -501,7 +501,7 @@ def invalid_jobs() -> dict[str, tuple[dict, str]]:
     del mispaired["spec"]["trainer"]["hyperparameters"]  # PPO's
     misplaced = rljob("misplaced")
     misplaced["spec"]["trainer"]["optimizerConfig"] = {"replayShards": 4}
-    # Beyond the operator's settings (policy.py): a Secret they do not allow, another job's token.
+    # Beyond the operator's settings (reach.py): a Secret they do not allow, another job's token.
     secretive = rljob("secretive")
     secretive["spec"]["storage"] = {"secretRef": {"name": "s3-credentials"}}
     snooping = rljob("snooping")

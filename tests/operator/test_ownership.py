@@ -24,7 +24,7 @@ from kuberl_operator.kube import Kube, KubeError, load_kube_config, path
 from kuberl_operator.metrics import OperatorMetrics
 from kuberl_operator.observe import taken_name
 from kuberl_operator.ownership import ensure_child
-from kuberl_operator.policy import reach_problems
+from kuberl_operator.reach import reach_problems
 from kuberl_operator.reconciler import Reconciler, read_job
 from kuberl_operator.settings import OperatorSettings
 from kuberl_operator.spec import Phase, Reason, RLJobSpec, RLJobStatus
@@ -301,8 +301,8 @@ def test_the_log_relay_gets_no_client_for_a_head_of_someone_elses(kube_api, tmp_
 
     async def clients() -> tuple:
         try:
-            foreign = await reconciler.jobs_client("default", "prod", UID)
-            absent = await reconciler.jobs_client("default", "other", UID)
+            foreign = await reconciler.observer.jobs_client("default", "prod", UID)
+            absent = await reconciler.observer.jobs_client("default", "other", UID)
             return foreign, absent
         finally:
             await reconciler.close()

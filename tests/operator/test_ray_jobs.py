@@ -13,8 +13,8 @@ from aiohttp import test_utils, web
 from rayhead import running_ray_head
 
 from kuberl_contract.final_record import FinalRecord, Outcome
+from kuberl_operator.job_observer import ended_drivers_record
 from kuberl_operator.ray_jobs import RayHeads, RayJobsClient, RayJobsError
-from kuberl_operator.reconciler import ended_drivers_record
 from testkit import free_port
 
 
@@ -183,9 +183,9 @@ def test_the_reconciler_opens_one_session_and_closes_it_at_cleanup():
             OperatorSettings(),
             OperatorMetrics(),
         )
-        session = reconciler.heads.session
-        assert reconciler.heads.session is session  # every head, every job, every request
-        assert reconciler.heads.jobs("http://head:8265", "token").session is session
+        session = reconciler.observer.heads.session
+        assert reconciler.observer.heads.session is session  # every head, every job, every request
+        assert reconciler.observer.heads.jobs("http://head:8265", "token").session is session
         await reconciler.close()
         return session
 

@@ -99,7 +99,9 @@ def running_relay(settings: OperatorSettings, kubeconfig: Path) -> Iterator[str]
 
     async def start():
         reconciler = Reconciler(Kube(load_kube_config(kubeconfig)), settings, OperatorMetrics())
-        runner = await log_relay.serve(0, RELAY_TOKEN, reconciler.jobs_client, host="127.0.0.1")
+        runner = await log_relay.serve(
+            0, RELAY_TOKEN, reconciler.observer.jobs_client, host="127.0.0.1"
+        )
         return reconciler, runner
 
     async def stop():

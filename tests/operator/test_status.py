@@ -46,6 +46,7 @@ from kuberl_operator.status import (
     ObservedDriver,
     ObservedHead,
     ObservedProgress,
+    PendingSpotWorkers,
     PhaseEvent,
     Requeue,
     StatusUpdate,
@@ -55,6 +56,7 @@ from kuberl_operator.status import (
     compute_status,
     next_phase,
 )
+from kuberl_operator.status.phases import attempt_after
 
 NOW = datetime(2026, 3, 1, 12, 0, tzinfo=UTC)
 NAME = "walker"
@@ -222,6 +224,27 @@ def test_every_phase_is_reachable_from_pending() -> None:
                 reached.add(following)
                 frontier.append(following)
     assert reached == set(Phase)
+
+
+@pytest.mark.parametrize(
+    ("attempt", "event", "expected"),
+    [
+        (0, E.START, 1),
+        (2, E.START, 2),  # a status write was lost: the cluster's label said 2
+        (1, E.RESTART, 2),
+        (1, E.HEAD_PREEMPTED, 2),
+        (1, E.UNSUSPEND, 2),
+        (2, E.NEW_ATTEMPT, 2),  # counted when the last one was given up
+        (1, E.DRIVER_RUNNING, 1),
+        (1, E.SUSPEND, 1),
+        (1, E.FAIL, 1),
+        (1, None, 1),
+    ],
+)
+def test_the_attempt_an_event_leaves_a_job_on(
+    attempt: int, event: PhaseEvent | None, expected: int
+) -> None:
+    assert attempt_after(attempt, event) == expected
 
 
 # --- Starting -----------------------------------------------------------------------------------
@@ -433,6 +456,31 @@ def test_the_cluster_lost_while_workers_are_preempted_is_a_restart() -> None:
     assert lost.phase == Phase.RESUMING
     assert lost.status.restarts == 1
     assert condition(lost, ConditionType.PROGRESSING).reason == Reason.RESTART_BACKOFF
+
+
+# --- Spot rollout workers without nodes ---------------------------------------------------------
+
+SPOT_JOB = {
+    "rolloutWorkers.replicas": 4,
+    "rolloutWorkers.spot": {"enabled": True, "provider": "gke", "maxUnavailable": 1},
+}
+
+
+def test_spot_workers_long_without_nodes_get_on_demand_stand_ins_while_the_job_runs() -> None:
+    job = spec(**SPOT_JOB)
+    waiting = PendingSpotWorkers(pods=3, seconds=600, grace_seconds=120)
+    update = compute_status(job, on_cluster(running(job), pending_spot=waiting))
+    assert (update.phase, update.on_demand_replicas) == (Phase.RUNNING, 2)  # 3 missing, 1 tolerated
+    recent = PendingSpotWorkers(pods=3, seconds=60, grace_seconds=120)
+    assert compute_status(job, on_cluster(update, pending_spot=recent)).on_demand_replicas == 0
+    queued = PendingSpotWorkers(pods=3, seconds=600, grace_seconds=120, queued=True)
+    assert compute_status(job, on_cluster(update, pending_spot=queued)).on_demand_replicas == 0
+    # Without a cluster there is no group to size; a finished job's cluster is on its way out.
+    assert compute_status(job, after(update, cluster=None, head=None)).on_demand_replicas is None
+    done = compute_status(
+        job, on_cluster(update, driver=driver(DriverState.SUCCEEDED), pending_spot=waiting)
+    )
+    assert (done.phase, done.on_demand_replicas) == (Phase.SUCCEEDED, None)
 
 
 # --- A spec edited under a running attempt ------------------------------------------------------

@@ -29,8 +29,8 @@ from kuberl_trainer.policies.acting import (
     ActingSACPolicy,
     acts_in_numpy,
     load_class,
-    noise_table,
 )
+from kuberl_trainer.policies.evolution import noise_table
 from kuberl_trainer.policies.sample_batch import VALID
 from kuberl_trainer.rollouts.rollout_worker import RolloutWorker
 from testkit import ROOT, trainer_config

@@ -9,7 +9,8 @@ import pytest
 
 from kuberl_contract.config import ALGORITHMS, RolloutConfig
 from kuberl_trainer.envs.atari import LIFE_LOST, RAW_REWARD
-from kuberl_trainer.envs.making import env_problem, make_vector_env
+from kuberl_trainer.envs.making import make_vector_env
+from kuberl_trainer.envs.problems import env_problem
 from kuberl_trainer.job.algorithms import policy_class
 from kuberl_trainer.job.driver import Driver
 from kuberl_trainer.optimizers.sync_replay import SyncReplayOptimizer

@@ -14,7 +14,7 @@ import time
 import pytest
 
 from kuberl_trainer.cpu_quota import SCHEDSTAT, cpu_quota, cpu_wait_s, usable_cpus
-from kuberl_trainer.envs.making import SpaceInfo
+from kuberl_trainer.envs.spaces import SpaceInfo
 from kuberl_trainer.job.trainer import learner_torch_threads
 
 

@@ -12,7 +12,8 @@ import pytest
 import torch
 from torch import nn
 
-from kuberl_trainer.envs.making import EnvError, space_info
+from kuberl_trainer.envs.making import EnvError
+from kuberl_trainer.envs.spaces import space_info
 from kuberl_trainer.optimizers.sync_replay import SyncReplayOptimizer
 from kuberl_trainer.policies.dqn import DQNPolicy, QNetwork
 from kuberl_trainer.policies.sac import SACPolicy

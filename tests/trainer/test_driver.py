@@ -14,7 +14,9 @@ import pytest
 from kuberl_contract.config import RolloutConfig, StopConditions
 from kuberl_trainer.job import trainer as trainer_module
 from kuberl_trainer.job.checkpoint import CheckpointSaveError, CheckpointStore
-from kuberl_trainer.job.driver import Driver, set_private_ray_token, stop_reason
+from kuberl_trainer.job.driver import Driver
+from kuberl_trainer.job.outcome import stop_reason
+from kuberl_trainer.job.ray_session import set_private_ray_token
 from kuberl_trainer.job.resume import META_ROW
 from kuberl_trainer.job.trainer import worker_seed
 from kuberl_trainer.rollouts.rollout_worker import RolloutWorker

@@ -4,7 +4,9 @@ import numpy as np
 import pytest
 
 from kuberl_contract.config import RolloutConfig
-from kuberl_trainer.envs.making import encode_obs, env_problem, make_env, space_info
+from kuberl_trainer.envs.making import make_env
+from kuberl_trainer.envs.problems import env_problem
+from kuberl_trainer.envs.spaces import encode_obs, space_info
 from kuberl_trainer.job.driver import Driver
 from testkit import trainer_config
 

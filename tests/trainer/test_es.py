@@ -11,7 +11,7 @@ from pydantic import ValidationError
 from test_lost_workers import NoneReady
 
 from kuberl_contract.config import RolloutConfig
-from kuberl_trainer.envs.making import encode_obs, space_info
+from kuberl_trainer.envs.spaces import encode_obs, space_info
 from kuberl_trainer.errors import InvalidJobError
 from kuberl_trainer.job import algorithms
 from kuberl_trainer.job.driver import Driver
@@ -20,8 +20,8 @@ from kuberl_trainer.optimizers.perturbations import (
     centered_ranks,
     weighted_noise,
 )
-from kuberl_trainer.policies.acting import noise_rows, noise_table
 from kuberl_trainer.policies.es import ESPolicy, ObservationStats
+from kuberl_trainer.policies.evolution import noise_rows, noise_table
 from kuberl_trainer.rollouts.rollout_worker import RolloutWorker
 from kuberl_trainer.rollouts.worker_set import WorkerSet
 from testkit import all_started, progress_rows, trainer_config

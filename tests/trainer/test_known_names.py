@@ -5,21 +5,23 @@ from __future__ import annotations
 
 import inspect
 import types
-from typing import Any, Union, get_args, get_origin
+from typing import Annotated, Any, ClassVar, Union, get_args, get_origin
 
 import pytest
-from pydantic import BaseModel
+from pydantic import BaseModel, Field
 
 from kuberl_contract.config import ALGORITHMS, PBT, TRAINER_CONFIGS
-from kuberl_contract.hyperparameters import PBTHyperparameters, known_names
+from kuberl_contract.hyperparameters import PBTHyperparameters
+from kuberl_contract.hyperparameters.known_as import KnownAs, NoEquivalent
 from kuberl_contract.hyperparameters.known_names import (
-    ALGORITHM_NAMES,
     KNOWN_NAMES,
     RAY_TUNE,
     RL_ZOO,
     RLLIB,
     SB3,
     TRAINER,
+    Pointer,
+    declared_pointers,
     known_name_hint,
     names_mapped_to,
 )
@@ -59,12 +61,70 @@ def foreign_pairs() -> list[tuple[str, str]]:
     ]
 
 
-# --- The table itself ---------------------------------------------------------------------------
+# --- The declarations beside the fields ---------------------------------------------------------
 
 
-def test_the_table_knows_exactly_the_algorithms_of_the_table_of_algorithms():
-    assert set(ALGORITHM_NAMES) == set(ALGORITHMS)
-    assert known_names.PBT == PBT
+class Base(BaseModel):
+    size: Annotated[int, Field(ge=1), KnownAs("the base's size", sb3="n_size", rllib="size_n")] = 1
+    no_equivalent: ClassVar[tuple[NoEquivalent, ...]] = (
+        NoEquivalent("the base has none", sb3="n_other"),
+    )
+
+
+class Derived(Base):
+    size: int = 2  # declared again without names: the base's still point here
+    other: Annotated[int, KnownAs("the derived one's", sb3="n_other")] = 0
+    no_equivalent = (NoEquivalent("not here", rllib="size_n"),)
+
+
+def test_a_class_declares_names_for_its_subclasses_and_a_subclass_overrides_them():
+    assert declared_pointers(Base) == {
+        "n_size": ({SB3}, Pointer("size", "the base's size")),
+        "size_n": ({RLLIB}, Pointer("size", "the base's size")),
+        "n_other": ({SB3}, Pointer(None, "the base has none")),
+    }
+    assert declared_pointers(Derived) == {
+        "n_size": ({SB3}, Pointer("size", "the base's size")),
+        "size_n": ({RLLIB}, Pointer(None, "not here")),
+        "n_other": ({SB3}, Pointer("other", "the derived one's")),
+    }
+
+
+def test_a_name_declared_twice_in_one_class_is_refused():
+    class Twice(BaseModel):
+        first: Annotated[int, KnownAs("one", sb3="n")] = 0
+        no_equivalent: ClassVar[tuple[NoEquivalent, ...]] = (NoEquivalent("none", sb3="n"),)
+
+    with pytest.raises(ValueError, match="Twice declares n twice"):
+        declared_pointers(Twice)
+
+
+def test_a_name_both_libraries_use_is_both_libraries_name():
+    assert KnownAs("", sb3="seed", rllib=("seed", "x")).libraries() == {
+        "seed": {SB3, RLLIB},
+        "x": {RLLIB},
+    }
+    assert KNOWN_NAMES["seed"].library == f"{SB3} and {RLLIB}"
+
+
+def test_declarations_stay_out_of_the_json_schema():
+    """The CRD and the REST API's schema are the models' JSON schemas."""
+
+    class Plain(BaseModel):
+        size: Annotated[int, Field(ge=1)] = 1
+
+    class Named(BaseModel):
+        size: Annotated[int, Field(ge=1), KnownAs("n", sb3="n_size")] = 1
+
+    assert Named.model_json_schema()["properties"] == Plain.model_json_schema()["properties"]
+
+
+# --- The table read from them -------------------------------------------------------------------
+
+
+def test_the_table_covers_every_algorithm_of_the_table_of_algorithms_and_pbt():
+    covered = {algorithm for known in KNOWN_NAMES.values() for algorithm in known.pointers}
+    assert covered == {*ALGORITHMS, PBT}
 
 
 @pytest.mark.parametrize("name", KNOWN_NAMES)
@@ -73,8 +133,7 @@ def test_every_name_resolves_for_every_algorithm_that_has_no_field_of_that_name(
     for algorithm in ALGORITHMS:
         pointer = known.pointers.get(algorithm)
         if name in fields_of(algorithm):
-            # Accepted as it is; a pointer there could only be to itself.
-            assert pointer is None or pointer.field == name, algorithm
+            assert pointer is None, algorithm  # accepted as it is
         else:
             assert pointer is not None, f"{name} says nothing for {algorithm}"
             assert pointer.note, (name, algorithm)

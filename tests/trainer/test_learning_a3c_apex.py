@@ -9,7 +9,8 @@ import pytest
 
 from kuberl_contract.config import RolloutConfig
 from kuberl_trainer.job import algorithms
-from kuberl_trainer.job.driver import Driver, TrainResult
+from kuberl_trainer.job.driver import Driver
+from kuberl_trainer.job.outcome import TrainResult
 from kuberl_trainer.optimizers.async_gradients import AsyncGradientsOptimizer
 from kuberl_trainer.optimizers.async_replay import AsyncReplayOptimizer
 from testkit import killing_optimizer, progress_rows, trainer_config

@@ -16,7 +16,8 @@ import pytest
 
 from kuberl_contract.config import RolloutConfig
 from kuberl_trainer.job import algorithms
-from kuberl_trainer.job.driver import Driver, TrainResult
+from kuberl_trainer.job.driver import Driver
+from kuberl_trainer.job.outcome import TrainResult
 from kuberl_trainer.optimizers.async_samples import AsyncSamplesOptimizer
 from testkit import killing_optimizer, progress_rows, trainer_config
 

@@ -26,7 +26,8 @@ from pathlib import Path
 import pytest
 
 from kuberl_contract.config import RolloutConfig
-from kuberl_trainer.job.driver import Driver, TrainResult
+from kuberl_trainer.job.driver import Driver
+from kuberl_trainer.job.outcome import TrainResult
 from testkit import progress_rows, trainer_config
 
 pytestmark = [pytest.mark.slow, pytest.mark.usefixtures("ray_local")]

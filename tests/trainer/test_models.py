@@ -15,7 +15,9 @@ import yaml
 
 from kuberl_cli.validate import check_manifest
 from kuberl_contract.config import ALGORITHMS, ModelConfig, RolloutConfig
-from kuberl_trainer.envs.making import EnvError, env_problem, space_info
+from kuberl_trainer.envs.making import EnvError
+from kuberl_trainer.envs.problems import env_problem
+from kuberl_trainer.envs.spaces import space_info
 from kuberl_trainer.job.algorithms import policy_class
 from kuberl_trainer.job.driver import Driver
 from kuberl_trainer.policies import models

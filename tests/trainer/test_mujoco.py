@@ -11,7 +11,8 @@ import numpy as np
 import pytest
 
 from kuberl_contract.config import RolloutConfig
-from kuberl_trainer.envs.making import env_problem, make_vector_env
+from kuberl_trainer.envs.making import make_vector_env
+from kuberl_trainer.envs.problems import env_problem
 from kuberl_trainer.job.driver import Driver
 from testkit import locked_versions, progress_rows, trainer_config
 

@@ -14,7 +14,9 @@ from pydantic import ValidationError
 from torch import nn
 
 from kuberl_contract.config import RolloutConfig
-from kuberl_trainer.envs.making import EnvError, env_problem, space_info
+from kuberl_trainer.envs.making import EnvError
+from kuberl_trainer.envs.problems import env_problem
+from kuberl_trainer.envs.spaces import space_info
 from kuberl_trainer.job.checkpoint import CheckpointStore
 from kuberl_trainer.job.checkpoint_format import load_state
 from kuberl_trainer.job.driver import Driver

@@ -8,7 +8,8 @@ import pytest
 from pydantic import ValidationError
 
 from kuberl_contract.config import RolloutConfig, WrapperConfig
-from kuberl_trainer.envs.making import EnvError, EnvProblem, env_problem, make_env, make_vector_env
+from kuberl_trainer.envs.making import EnvError, make_env, make_vector_env
+from kuberl_trainer.envs.problems import EnvProblem, env_problem
 from kuberl_trainer.job.driver import Driver
 from kuberl_trainer.policies.ppo import PPOPolicy
 from kuberl_trainer.rollouts.rollout_worker import RolloutWorker

@@ -85,7 +85,7 @@ LabelSelector = Annotated[
 Limit = Annotated[int | None, Query(ge=0, description="At most this many jobs (0: no limit).")]
 Continue = Annotated[
     str | None,
-    Query(alias="continue", description="`metadata.continue` of the previous page."),
+    Query(alias="continue", description="`metadata.continue` of the previous chunk."),
 ]
 Watch = Annotated[
     bool,
@@ -106,7 +106,7 @@ async def list_jobs(
     continue_token: Continue = None,
     watch: Watch = False,
 ):
-    """List the namespace's jobs by name, a page at a time."""
+    """List the namespace's jobs by name, a chunk at a time."""
     query = ListQuery(phase, label_selector, limit or None, continue_token)
     return await _listed(namespace, query, watch, caller, backend)
 
@@ -120,7 +120,7 @@ async def list_jobs_of_every_namespace(
     continue_token: Continue = None,
     watch: Watch = False,
 ):
-    """List every namespace's jobs, by namespace and name, a page at a time. Authorized as
+    """List every namespace's jobs, by namespace and name, a chunk at a time. Authorized as
     `list` on rljobs at the cluster scope: on the kubernetes backend only a ClusterRoleBinding
     grants it (as for `kubectl get rljobs -A`), so a caller allowed in some namespaces only is
     refused (403) rather than shown those."""

@@ -79,14 +79,14 @@ async def status_page(
         if exc.code == 403:
             return forbidden_page(exc.message)
         raise
-    page = await backend.list(namespace, ListQuery(limit=PAGE_LIMIT))
+    first = await backend.list(namespace, ListQuery(limit=PAGE_LIMIT))
 
     def plot_url(name: str) -> str:
         path = request.app.url_path_for(PLOT_ROUTE, namespace=namespace, name=name)
         return f"{path}?{urlencode({'format': 'png'})}"
 
     return jobs_page(
-        namespace, page, plot_url, backend.no_history_reason, bool(session_token(request))
+        namespace, first, plot_url, backend.no_history_reason, bool(session_token(request))
     )
 
 

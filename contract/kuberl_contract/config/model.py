@@ -13,6 +13,7 @@ from typing import Annotated, Literal
 from pydantic import Field
 
 from kuberl_contract.config.base import Spec
+from kuberl_contract.hyperparameters.known_as import KnownAs
 
 NATURE_CNN = ((32, 8, 4), (64, 4, 2), (64, 3, 1))
 """The convolutions of the Nature DQN (Mnih et al. 2015), for 84x84 frames."""
@@ -37,7 +38,10 @@ class ModelConfig(Spec):
     uint8 Boxes of rank 2 or 3 (frames, as Atari's) and mlp for everything else. uint8 images stay
     uint8 until the CNN's first layer, which scales them to [0, 1]."""
 
-    conv_filters: list[ConvFilter] = Field(
+    conv_filters: Annotated[
+        list[ConvFilter],
+        KnownAs("the CNN's [out_channels, kernel, stride] layers", rllib="conv_filters"),
+    ] = Field(
         default_factory=lambda: [list(layer) for layer in NATURE_CNN], min_length=1, max_length=8
     )
     """The CNN's convolutions, [[out_channels, kernel, stride], ...], each without padding; the
@@ -51,7 +55,14 @@ class ModelConfig(Spec):
     """Units of the dense layer that ends the CNN (the Nature CNN's 512), which the policy and
     value heads (and DQN's Q head) read."""
 
-    vf_share_layers: bool | None = None
+    vf_share_layers: Annotated[
+        bool | None,
+        KnownAs(
+            "whether the policy and the value function share the encoder; null shares the CNN only",
+            sb3="share_features_extractor",
+            rllib="vf_share_layers",
+        ),
+    ] = None
     """Whether the policy and the value function share the encoder (one trunk, one forward pass)
     or each have their own. null: shared with the CNN, whose convolutions are most of the
     compute (as Atari PPO and IMPALA share them), separate with the MLP (as for control tasks).
@@ -61,11 +72,10 @@ class ModelConfig(Spec):
     precision: Precision = "auto"
     """The CNN's arithmetic: float32, or bfloat16 (mixed precision: the convolutions and the
     CNN's dense layer compute in bfloat16; the weights, the optimizer, the heads and the losses
-    stay float32, and checkpoints and exported policies are float32). On a CPU with native
-    bfloat16 (AVX512-BF16 or AMX) the Nature CNN acts 1.6-2.8x and learns 1.7x as fast in
-    bfloat16. auto: bfloat16 on such a CPU for CNNs of at least a million multiply-adds per
-    image (the Nature CNN takes 9 million; a CNN of 10x10 images, 0.3 million, acted 20% slower
-    in bfloat16 at 8 images), float32 otherwise and on GPUs. The MLP is always float32. Actions
-    are sampled from what the bfloat16 network computed, and that is what is recorded as the
-    behaviour policy, so PPO's ratios and V-trace's weights correct for the difference from the
-    float32 learner."""
+    stay float32, and checkpoints and exported policies are float32). auto: bfloat16 on a CPU
+    with native bfloat16 (AVX512-BF16 or AMX), where it acts and learns faster, for CNNs of at
+    least a million multiply-adds per image (the Nature CNN takes 9 million; a smaller one gains
+    less than its conversions cost), float32 otherwise and on GPUs. The MLP is always float32.
+    Actions are sampled from what the bfloat16 network computed, and that is what is recorded as
+    the behaviour policy, so PPO's ratios and V-trace's weights correct for the difference from
+    the float32 learner."""

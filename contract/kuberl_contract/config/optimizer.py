@@ -132,22 +132,21 @@ class OptimizerConfig(Spec):
     for every worker."""
 
     requests_in_flight_per_worker: int | None = Field(None, ge=1, le=16)
-    """AsyncSamples, AsyncGradients, AsyncReplay, Perturbations: calls kept queued on each rollout
-    worker, so a worker never idles while its last result travels (RLlib's
-    max_requests_in_flight_per_env_runner, 2). Null takes the optimizer's own: 1 for AsyncSamples
-    (each call in flight adds a learner step of lag per worker, and the lag is what bounds how
-    many workers IMPALA can take; a CartPole call of 64 envs x 32 steps leaves a worker idle for
-    a few milliseconds only), 2 for the others. AsyncSamples keeps fewer in flight in all where
-    its learner cannot take more: as many as it learns on while one call samples, plus a train
+    """AsyncSamples, AsyncGradients, AsyncReplay, Perturbations: calls kept queued on each
+    rollout worker, so a worker never idles while its last result travels (RLlib's
+    max_requests_in_flight_per_env_runner, 2). Null takes the optimizer's own: 1 for
+    AsyncSamples, where each call in flight adds a learner step of lag per worker (the lag is
+    what bounds how many workers IMPALA can take) and saves a worker only the moments its result
+    takes to travel; 2 for the others. AsyncSamples keeps fewer in flight in all where its
+    learner cannot take more: as many as it learns on while one call samples, plus a train
     batch's (see its module)."""
 
     learner_queue_size: int | None = Field(None, ge=1, le=1024)
     """AsyncSamples, AsyncReplay: batches waiting for the learner thread at most. A full queue
     holds the driver back (backpressure) instead of growing memory (RLlib's learner_queue_size,
     16). Null takes the optimizer's own: 1 for AsyncSamples (every queued batch is one more step
-    of lag for the batches behind it, and one waiting batch keeps the learner fed: 2 sampled no
-    faster with 2 or 12 workers of 64 envs on CartPole, and learned slower), 16 for AsyncReplay
-    (its batches are replayed minibatches, which do not age)."""
+    of lag for the batches behind it, and one waiting batch keeps the learner fed), 16 for
+    AsyncReplay (its batches are replayed minibatches, which do not age)."""
 
     broadcast_interval: int = Field(1, ge=1)
     """AsyncSamples, AsyncReplay: learner steps between fresh weights for a worker that returns a
@@ -158,13 +157,11 @@ class OptimizerConfig(Spec):
     """AsyncSamples: the most learner steps a batch may lag when the learner takes it (steps
     between the weights it was sampled with and the learner's). An older batch is dropped, not
     learned on, and counted in stale_batches_dropped; in a train batch concatenated from several
-    sample calls only the stale ones are cut out. AsyncSamples keeps only the sample calls in
-    flight that its learner takes while one samples, so a batch lags about that many learner
-    steps, plus the batches queued for the learner (12 workers of 64 envs on CartPole on 2 cores:
-    about 3), and at most one step per worker where the envs are slow (16 latency-bound workers:
-    7-8). The limit catches what is left: the first batch of a worker that started late, sampled
-    with the first weights, and workers beyond what the learner can take. What it costs: the
-    dropped env steps, sampled for nothing. Null never drops (RLlib's IMPALA)."""
+    sample calls only the stale ones are cut out. AsyncSamples keeps a batch's lag to a few
+    learner steps by keeping in flight only the sample calls its learner takes while one
+    samples; 32 catches what is left (the first batch of a worker that started late, sampled
+    with the first weights, and workers beyond what the learner can take) at the cost of the env
+    steps dropped. Null never drops (RLlib's IMPALA)."""
 
     replay_shards: int = Field(2, ge=1, le=256)
     """AsyncReplay: replay-buffer actors, each holding buffer_size / replay_shards transitions and

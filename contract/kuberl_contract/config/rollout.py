@@ -9,19 +9,33 @@ from pydantic import Field, model_validator
 
 from kuberl_contract.capacity import RAY_OWN_RESOURCES
 from kuberl_contract.config.base import Spec
+from kuberl_contract.hyperparameters.known_as import KnownAs
 
 
 class RolloutConfig(Spec):
     """How many rollout workers sample and how many envs each one steps."""
 
-    replicas: int = Field(0, ge=0, le=10_000)
+    replicas: Annotated[
+        int,
+        KnownAs(
+            "remote rollout workers; 0 samples in the driver",
+            rllib=("num_env_runners", "num_workers"),
+        ),
+    ] = Field(0, ge=0, le=10_000)
     """Remote rollout workers (Ray actors). 0 samples in the driver and never starts Ray."""
 
-    envs_per_worker: int = Field(8, ge=1, le=4096)
+    envs_per_worker: Annotated[
+        int,
+        KnownAs(
+            "envs each rollout worker, or the driver, steps together",
+            rllib=("num_envs_per_env_runner", "num_envs_per_worker"),
+            rl_zoo="n_envs",
+        ),
+    ] = Field(8, ge=1, le=4096)
     """Envs stepped together by each worker, with one batched forward pass per step. An env id
     with a gymnasium vector entry point (CartPole) is stepped natively vectorized, all copies in
-    one numpy computation, where a thousand envs sample about 20 times as fast as 8; other envs are
-    stepped one by one."""
+    one numpy computation, so that many envs cost little more per step than a few; other envs
+    are stepped one by one."""
 
     cpus_per_worker: float = Field(1.0, gt=0)
     """CPUs reserved for each remote rollout worker."""

@@ -2,15 +2,21 @@
 
 from __future__ import annotations
 
+from typing import Annotated
+
 from pydantic import Field, model_validator
 
 from kuberl_contract.config.base import Spec
+from kuberl_contract.hyperparameters.known_as import KnownAs
 
 
 class StopConditions(Spec):
     """Training stops at the first condition met; at least one is required."""
 
-    timesteps: int | None = Field(None, ge=1)
+    timesteps: Annotated[
+        int | None,
+        KnownAs("env steps to train for, one of the stop conditions", sb3="total_timesteps"),
+    ] = Field(None, ge=1)
     """Stop after this many env steps sampled in total."""
 
     iterations: int | None = Field(None, ge=1)

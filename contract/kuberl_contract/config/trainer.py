@@ -26,6 +26,7 @@ from kuberl_contract.config.optimizer import (
 from kuberl_contract.config.stop import StopConditions
 from kuberl_contract.config.wrappers import WrapperConfig
 from kuberl_contract.hyperparameters import Hyperparameters
+from kuberl_contract.hyperparameters.known_as import KnownAs
 
 
 class _TrainerBase(Spec):
@@ -41,7 +42,14 @@ class _TrainerBase(Spec):
     Dict observations a Box. An env with a native vector entry point (CartPole) is then made one
     by one, as the wrappers wrap single envs."""
 
-    model: ModelConfig = Field(default_factory=ModelConfig)
+    model: Annotated[
+        ModelConfig,
+        KnownAs(
+            "the encoder of observations: encoder, convFilters, features, vfShareLayers; the "
+            "MLP's layers are the hyperparameters hidden_sizes and activation",
+            rllib="model",
+        ),
+    ] = Field(default_factory=ModelConfig)
     """The networks' encoder of observations: the Nature CNN for images (uint8 frames), the MLP
     of hyperparameters.hidden_sizes for everything else, unless set here."""
 
@@ -63,11 +71,21 @@ class _TrainerBase(Spec):
     evaluation: EvaluationConfig = Field(default_factory=EvaluationConfig)
     """Greedy evaluation cadence."""
 
-    normalization: NormalizationConfig = Field(default_factory=NormalizationConfig)
+    normalization: Annotated[
+        NormalizationConfig,
+        KnownAs(
+            "observation normalization and reward scaling by running statistics, as VecNormalize",
+            rllib="observation_filter",
+            rl_zoo="normalize",
+        ),
+    ] = Field(default_factory=NormalizationConfig)
     """Observation normalization and reward scaling by running statistics of the samples (as
     Stable-Baselines3's VecNormalize); off by default."""
 
-    seed: int | None = Field(None, ge=0, le=2**32 - 1)
+    seed: Annotated[
+        int | None,
+        KnownAs("seed of envs, networks and exploration", sb3="seed", rllib="seed"),
+    ] = Field(None, ge=0, le=2**32 - 1)
     """Seed for envs, networks and exploration, below 2^32 as numpy's seeds are; null picks one at
     random. Rollout worker i's envs start from seed + 10007 i; a worker started again (replacing a
     lost one, or in a resumed run) gets a seed of its own, so that it does not replay the episodes

@@ -11,7 +11,10 @@ its default comes from. Light like config: no ray, torch or gymnasium.
 - `off_policy`: ReplayHyperparameters, DQN, APEX and SAC.
 - `evolution`: ES, and PBT with its Mutation.
 - `fields`: each field as `kuberl explain` and the README show it (type, range, default, docstring).
-- `known_names`: the Stable-Baselines3 and RLlib names users bring, and what each is in kuberl.
+- `known_as`: KnownAs and NoEquivalent, with which a field or a class declares the
+  Stable-Baselines3 and RLlib names users bring for it.
+- `known_names`: those names, and what each is in kuberl for each algorithm, read from the
+  declarations.
 """
 
 from kuberl_contract.hyperparameters.base import (

@@ -3,12 +3,14 @@ training (PBT) over an inner trainer, with the Mutation of each hyperparameter i
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Annotated, Any
 
 from pydantic import ConfigDict, Field, field_validator, model_validator
 
 from kuberl_contract.docstrings import Described
 from kuberl_contract.hyperparameters.base import (
+    NO_REPLAY_BUFFER,
+    NO_TARGET_NETWORK,
     Coefficient,
     Count,
     Fraction,
@@ -16,21 +18,20 @@ from kuberl_contract.hyperparameters.base import (
     NetworkHyperparameters,
     Positive,
     StepSize,
+    explores_otherwise,
 )
+from kuberl_contract.hyperparameters.known_as import KnownAs, NoEquivalent
 
 
 class ESHyperparameters(NetworkHyperparameters):
     """Evolution strategies (Salimans et al. 2017, as RLlib's ES): the rollout workers evaluate
     antithetic pairs of perturbed parameters, theta + noise_stdev * eps and theta - noise_stdev *
-    eps, one episode each with the deterministic policy, eps read from a noise table that the
-    driver makes once and shares through Ray's object store; they return only where eps starts in
-    the table and the two returns. The driver ranks the returns and takes an Adam step along the
-    gradient they estimate. No discount, no fragments: whole episodes are what is scored.
+    eps, one episode each with the deterministic policy, eps read from a noise table that the driver
+    makes once and shares through Ray's object store; they return only where eps starts in the table
+    and the two returns. The driver ranks the returns and takes an Adam step along the gradient they
+    estimate. No discount, no fragments: whole episodes are what is scored.
 
-    Defaults tuned on CartPole-v1 with 8 envs per worker: the unperturbed policy's greedy return
-    reached 475 within 18-168k env steps on seeds 0-7 sampling in the driver, and within 41-113k
-    on seeds 0-3 with 2 rollout workers. Without normalize_observations it took up to 322k; with
-    noise_stdev 0.05, up to 420k."""
+    Its defaults are tuned on CartPole-v1; bench/README.md has the measurements."""
 
     learning_rate: StepSize = 0.02
     """Adam step size on the flat parameter vector (RLlib's ES stepsize 0.01; 0.01 and 0.05 were
@@ -60,10 +61,53 @@ class ESHyperparameters(NetworkHyperparameters):
     """L2 regularisation: l2_coeff x the parameters join the negated gradient estimate before the
     Adam step (RLlib's ES l2_coeff 0.005)."""
 
-    normalize_observations: bool = True
+    normalize_observations: Annotated[
+        bool,
+        KnownAs(
+            "standardize observations by the workers' running statistics",
+            rllib="observation_filter",
+            rl_zoo="normalize",
+        ),
+    ] = True
     """Standardize observations by the mean and standard deviation of every observation the
     workers have acted on so far (the ES paper's normalization, RLlib's MeanStdFilter). The driver
     adds each batch's statistics after its update; they travel to the workers with the weights."""
+
+    no_equivalent = (
+        NoEquivalent(
+            "ES scores whole episodes; an update covers episodes_per_batch of them",
+            sb3=("n_steps", "batch_size"),
+            rllib=("rollout_fragment_length", "train_batch_size", "train_batch_size_per_learner"),
+        ),
+        NoEquivalent(
+            "ES takes no gradient of a loss: it ranks the returns of perturbed parameters",
+            sb3=(
+                "n_epochs",
+                "train_freq",
+                "gradient_steps",
+                "gae_lambda",
+                "ent_coef",
+                "vf_coef",
+                "max_grad_norm",
+            ),
+            rllib=(
+                "sgd_minibatch_size",
+                "minibatch_size",
+                "num_sgd_iter",
+                "num_epochs",
+                "lambda",
+                "lambda_",
+                "vf_loss_coeff",
+                "_lr_vf",
+                "grad_clip",
+            ),
+        ),
+        NO_REPLAY_BUFFER,
+        NO_TARGET_NETWORK,
+        explores_otherwise("ES explores by perturbing its parameters (noise_stdev)"),
+        NoEquivalent("ES scores undiscounted episode returns", sb3="gamma", rllib="gamma"),
+        NoEquivalent("ES ranks returns as centered ranks", sb3="normalize_advantage"),
+    )
 
     @field_validator("episodes_per_batch")
     @classmethod
@@ -120,7 +164,9 @@ class PBTHyperparameters(Described):
 
     model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
 
-    population: int = Field(4, ge=2, le=256)
+    population: Annotated[int, KnownAs("trials trained side by side", ray_tune="num_samples")] = (
+        Field(4, ge=2, le=256)
+    )
     """Trials trained side by side."""
 
     perturbation_interval: Count = 20_000
@@ -139,7 +185,10 @@ class PBTHyperparameters(Described):
     """Factors explore multiplies a numeric hyperparameter by, one drawn at random (Ray Tune's
     default 0.8 and 1.2)."""
 
-    mutations: dict[str, Mutation] = Field(default_factory=dict)
+    mutations: Annotated[
+        dict[str, Mutation],
+        KnownAs("the trials' hyperparameters explore changes", ray_tune="hyperparam_mutations"),
+    ] = Field(default_factory=dict)
     """The inner trainer's hyperparameters explore changes, by name (for example learning_rate:
     {min: 1.0e-5, max: 1.0e-2, log: true}). The others are copied unchanged with the weights."""
 

@@ -20,8 +20,9 @@ Where each question is answered:
   authentication.
 - children.py: the Secret, ConfigMap, PodDisruptionBudget and NetworkPolicy beside the
   RayCluster, and `build_children`, every object of an attempt in creation order.
-- fallback.py: when and how far to fall back to on-demand rollout workers, and why not with Ray's
-  autoscaler.
+- fallback.py: resizing the on-demand rollout group that stands in for spot workers, and why the
+  operator sizes it rather than Ray's autoscaler (how far to fall back is decided with the status:
+  status/fallback.py).
 
 Each module imports only modules listed above it, so the list reads from the smallest pieces to the
 objects made of them.
@@ -45,7 +46,7 @@ from kuberl_operator.builders.driver import (
     submission_id,
     submission_id_of,
 )
-from kuberl_operator.builders.fallback import fallback_replicas, max_unavailable, scale_on_demand
+from kuberl_operator.builders.fallback import scale_on_demand
 from kuberl_operator.builders.names import (
     ChildRef,
     auth_secret_name,
@@ -73,10 +74,8 @@ __all__ = [
     "child_names_of",
     "child_refs",
     "driver_entrypoint",
-    "fallback_replicas",
     "head_service_name",
     "job_uid",
-    "max_unavailable",
     "ray_auth_token",
     "ray_capacity",
     "ray_cluster_name",

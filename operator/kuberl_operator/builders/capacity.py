@@ -19,7 +19,7 @@ from kuberl_contract.capacity import RAY_CPU, RAY_GPU, Capacity, NodeGroup
 from kuberl_contract.config import PBT
 from kuberl_operator.constants import SPOT_RAY_RESOURCE
 from kuberl_operator.settings import OperatorSettings
-from kuberl_operator.spec import RLJob, RolloutWorkers
+from kuberl_operator.spec import RLJob, RLJobSpec, RolloutWorkers
 
 
 def rollout_node_resources(workers: RolloutWorkers, spot: bool) -> dict[str, int]:
@@ -28,12 +28,12 @@ def rollout_node_resources(workers: RolloutWorkers, spot: bool) -> dict[str, int
     return {RAY_CPU: math.ceil(workers.cpus_per_worker)} | ({SPOT_RAY_RESOURCE: 1} if spot else {})
 
 
-def rollout_pods(job: RLJob) -> int:
+def rollout_pods(spec: RLJobSpec) -> int:
     """Rollout worker pods, one per worker: rolloutWorkers.replicas, for every trial of a PBT
     population (each trial has workers of its own)."""
-    trainer = job.spec.trainer
+    trainer = spec.trainer
     trials = trainer.hyperparameters.population if trainer.algorithm == PBT else 1
-    return job.spec.rollout_workers.replicas * trials
+    return spec.rollout_workers.replicas * trials
 
 
 def head_cpus(job: RLJob) -> int:
@@ -49,7 +49,7 @@ def ray_capacity(job: RLJob, settings: OperatorSettings) -> Capacity:
     """The most the job's RayCluster offers the driver's actors (kuberl_contract.capacity): the
     head (no CPUs: they are the learner's; its GPUs) and every rollout group at its maxReplicas,
     the spot group and the on-demand fallback group together, as the builders make them."""
-    learner, workers, pods = job.spec.learner, job.spec.rollout_workers, rollout_pods(job)
+    learner, workers, pods = job.spec.learner, job.spec.rollout_workers, rollout_pods(job.spec)
     groups = [NodeGroup({RAY_CPU: float(head_cpus(job)), RAY_GPU: float(learner.gpus)}, 1)]
     if pods:
         spot = workers.spot.enabled

@@ -1,12 +1,12 @@
-"""Falling back to on-demand rollout workers while spot capacity is missing.
+"""The on-demand rollout group that stands in for spot workers while spot capacity is missing.
 
 With spot.fallbackToOnDemand the cluster gets a second group, `rollout-on-demand`, with the same
 pods minus the spot placement (placement.py) and 0 replicas. The spot group keeps asking for every
-replica: its Pending pods are what picks spot capacity up again when it returns. The operator
-decides the on-demand group's size with `fallback_replicas` from how many spot pods are Pending and
-for how long, and passes it to `build_ray_cluster(..., on_demand_replicas=n)`, or patches a running
-cluster with `scale_on_demand`; spot.maxUnavailable says how many missing workers training
-tolerates before paying for on-demand ones.
+replica. How many on-demand workers the group should have is decided with the status
+(`status.fallback`, from how many spot pods are Pending and for how long): the builders take that
+size in `build_ray_cluster(..., on_demand_replicas=n)`, and `scale_on_demand` patches a running
+cluster to it; spot.maxUnavailable says how many missing workers training tolerates before paying
+for on-demand ones.
 
 Why not Ray's autoscaler: KubeRay v1.7's CRD does have `workerGroupSpecs[].priority`, but it is
 read only by Ray's autoscaler v2 (Ray >= 2.56, `enableInTreeAutoscaling`), where it breaks ties
@@ -19,48 +19,15 @@ and has nothing like maxUnavailable. So the autoscaler stays off
 
 Kueue admits a fixed shape (replicas per group): in Kueue's job framework a running job that no
 longer matches its Workload is stopped and requeued (unless elastic jobs are on), which for us
-would mean losing the learner to gain a worker. So `fallback_replicas` returns 0 for queued jobs:
+would mean losing the learner to gain a worker. So a queued job's on-demand group stays at 0:
 under Kueue, spot-to-on-demand fallback is Kueue's to make (a spot and an on-demand ResourceFlavor
 with flavor fungibility). How a queued job's RayCluster is admitted: ray_cluster.py.
 """
 
 from __future__ import annotations
 
-from kuberl_operator.builders.capacity import rollout_pods
 from kuberl_operator.builders.names import Object
 from kuberl_operator.constants import ROLLOUT_ON_DEMAND_GROUP
-from kuberl_operator.settings import OperatorSettings
-from kuberl_operator.spec import IntOrPercent, RLJob
-
-
-def max_unavailable(value: IntOrPercent, replicas: int) -> int:
-    """spot.maxUnavailable as a count of workers: a percentage of replicas rounded down, as
-    Deployments round maxUnavailable (so the tolerance never exceeds what was asked)."""
-    if isinstance(value, str):
-        return int(value.removesuffix("%")) * replicas // 100
-    return min(value, replicas)
-
-
-def fallback_replicas(
-    job: RLJob, pending_spot_pods: int, pending_seconds: float, settings: OperatorSettings
-) -> int:
-    """How many replicas the on-demand rollout group should have now.
-
-    `pending_spot_pods` is the number of Pending pods of the spot group and `pending_seconds` how
-    long the oldest of them has been Pending. Once that exceeds the settings'
-    fallback_pending_seconds, on-demand workers replace the missing spot workers beyond
-    spot.maxUnavailable: training never runs with more workers missing than the user tolerates,
-    and pays for no more on-demand capacity than that takes. As spot pods start, the count drops
-    back (to 0 when spot capacity is whole again). Always 0 without spot fallback and for jobs
-    queued in Kueue (whose admitted shape must not change; see the module docstring)."""
-    workers = job.spec.rollout_workers
-    if not (workers.spot.enabled and workers.spot.fallback_to_on_demand) or job.queue_name:
-        return 0
-    if pending_spot_pods <= 0 or pending_seconds < settings.fallback_pending_seconds:
-        return 0
-    pods = rollout_pods(job)
-    missing = min(pending_spot_pods, pods)
-    return max(0, missing - max_unavailable(workers.spot.max_unavailable, pods))
 
 
 def scale_on_demand(ray_cluster: Object, replicas: int) -> list[Object]:

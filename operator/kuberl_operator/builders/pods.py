@@ -7,7 +7,7 @@ allowed spec.pods.serviceAccountName the pods mount no API token: Ray needs none
 labels (never the operator's: spec.pods refuses those) and annotations. Ray's object store gets a
 memory-backed /dev/shm as large as the pod's memory. What a job may reach beyond that (its Secrets,
 image, PriorityClass and ServiceAccount) is checked against the settings before anything is built
-(policy.py).
+(reach.py).
 
 Authentication. Every Ray container gets RAY_AUTH_MODE=token and RAY_AUTH_TOKEN from the job's
 Secret (names.auth_secret_name) explicitly (KubeRay adds them only where missing), so `kuberl
@@ -40,7 +40,7 @@ from kuberl_operator.constants import (
     RAY_METRICS_PORT,
     SHARED_MEMORY_PATH,
 )
-from kuberl_operator.policy import referenced_secrets
+from kuberl_operator.reach import referenced_secrets
 from kuberl_operator.settings import OperatorSettings
 from kuberl_operator.spec import RLJob, RolloutWorkers
 
@@ -173,7 +173,7 @@ def head_container(job: RLJob, settings: OperatorSettings) -> Object:
     )
     # The head runs the driver, the one process that writes checkpoints: it alone gets the
     # object store's credentials, from either field, as environment variables.
-    # The same list the operator's allowed_secrets is checked against (policy.py).
+    # The same list the operator's allowed_secrets is checked against (reach.py).
     names = list(dict.fromkeys(name for _, name in referenced_secrets(job)))
     if names:
         container["envFrom"] = [{"secretRef": {"name": name}} for name in names]

@@ -116,7 +116,7 @@ def _rollout_group(
         # KubeRay keeps replicas within [minReplicas, maxReplicas]; the operator sets replicas.
         "replicas": group.replicas,
         "minReplicas": 0,
-        "maxReplicas": rollout_pods(job),
+        "maxReplicas": rollout_pods(job.spec),
         "rayStartParams": start_params,
         "template": pod_template(job, settings, labels, container, group.placement),
     }
@@ -131,7 +131,7 @@ def _ray_resources_param(resources: dict[str, int]) -> str:
 def _worker_groups(
     job: RLJob, settings: OperatorSettings, labels: dict[str, str], on_demand_replicas: int
 ) -> list[Object]:
-    workers, pods = job.spec.rollout_workers, rollout_pods(job)
+    workers, pods = job.spec.rollout_workers, rollout_pods(job.spec)
     if pods == 0:  # the driver samples itself
         return []
     if not workers.spot.enabled:
@@ -150,13 +150,12 @@ def build_ray_cluster(
     job: RLJob, settings: OperatorSettings, attempt: int, *, on_demand_replicas: int = 0
 ) -> Object:
     """The job's KubeRay RayCluster (ray.io/v1) for an attempt (1, 2, ...); `on_demand_replicas`
-    is the size of the on-demand fallback group, from `fallback_replicas`."""
+    is the size of the on-demand fallback group, from `status.fallback.on_demand_replicas`."""
     if attempt < 1:
         raise ValueError(f"attempt must be >= 1, got {attempt}")
-    if not 0 <= on_demand_replicas <= rollout_pods(job):
-        raise ValueError(
-            f"on_demand_replicas must be within 0..{rollout_pods(job)}, got {on_demand_replicas}"
-        )
+    pods = rollout_pods(job.spec)
+    if not 0 <= on_demand_replicas <= pods:
+        raise ValueError(f"on_demand_replicas must be within 0..{pods}, got {on_demand_replicas}")
     labels = child_labels(job) | {ATTEMPT_LABEL: str(attempt)}
     queue = {KUEUE_QUEUE_LABEL: job.queue_name} if job.queue_name else {}
     metadata = child_metadata(job, child_names(job).ray_cluster, labels | queue)

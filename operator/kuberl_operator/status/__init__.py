@@ -2,12 +2,15 @@
 
 `compute_status(spec, observed)` reads no clock, no environment and no API: the reconciler gathers
 an `Observed` (the current status, the RayCluster, the head pod, disrupted rollout workers, pods
-the scheduler cannot place, the driver's submission, the newest progress row, the time), calls
-it, writes `StatusUpdate.status` when it differs from the current one, emits
-`StatusUpdate.events` and carries out `StatusUpdate.action`.
+the scheduler cannot place, spot pods waiting for nodes, the driver's submission, the newest
+progress row, the time), calls it, writes `StatusUpdate.status` when it differs from the current
+one, emits `StatusUpdate.events`, carries out `StatusUpdate.action` and sizes the on-demand
+rollout group as `StatusUpdate.on_demand_replicas` says.
 
 The phase is decided by one transition function, `next_phase(current, event)`, over the table
-`TRANSITIONS`; `compute_status` only works out which `PhaseEvent` the observation amounts to.
+`TRANSITIONS`; `compute_status` only works out which `PhaseEvent` the observation amounts to. The
+API's local backend goes through the same table and lifecycle (`local_decide`, `lifecycle.enter`),
+so each backend only applies what is decided here.
 
 One module per question:
 - `observed`: what the reconciler observes (`Observed` and its parts: the RayCluster, the head
@@ -15,12 +18,17 @@ One module per question:
   objects the job does not own hold).
 - `actions`: what the reconciler does next (`Nothing`, `CreateCluster`, `SubmitDriver`,
   `DeleteCluster`, `Requeue`, `DeleteJob`), the `KubeEvent`s it emits, and `StatusUpdate`.
-- `phases`: the phase machine (`PhaseEvent`, `TRANSITIONS`, `next_phase`).
+- `phases`: the phase machine (`PhaseEvent`, `TRANSITIONS`, `next_phase`) and what an event
+  implies besides the phase (`attempt_after`, `resumes`).
 - `decide`: which event an observation amounts to and what to do about it: attempts, restarts
   and their backoff, preemption, activeDeadlineSeconds, suspension. Why did my job restart?
+- `local_decide`: the same for the API's local backend: what a submission, spec.suspend, a
+  trainer's start and its exit amount to.
 - `lifecycle`: what every backend shares (the API's local one too): the conditions a phase
-  implies, startTime and completionTime, and how a new status meets the previous one. Why is
-  Ready False?
+  implies, startTime and completionTime, and how a new status meets the previous one (`enter`
+  takes the local backend's events through it all). Why is Ready False?
+- `progress`: status.progress from a progress row, for every backend.
+- `fallback`: how many on-demand rollout workers stand in for spot ones that get no node.
 - `conditions`: the operator's conditions: the lifecycle's, and those only a cluster has.
 - `events`: the Kubernetes Events a change emits.
 - `compute`: `compute_status`, which puts them together.
@@ -48,6 +56,7 @@ from kuberl_operator.status.observed import (
     ObservedDriver,
     ObservedHead,
     ObservedProgress,
+    PendingSpotWorkers,
     TakenName,
     UnschedulablePods,
 )
@@ -70,6 +79,7 @@ __all__ = [
     "ObservedDriver",
     "ObservedHead",
     "ObservedProgress",
+    "PendingSpotWorkers",
     "PhaseEvent",
     "Requeue",
     "StatusUpdate",

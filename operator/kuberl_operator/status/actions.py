@@ -1,5 +1,5 @@
 """What the reconciler does next (one `Action` per reconcile), the Events it emits, and
-`StatusUpdate`, which carries both with the new status.
+`StatusUpdate`, which carries both with the new status and the on-demand rollout group's size.
 
 The status is decided by pure functions and carried out by the reconciler: these values are the
 whole interface between the two, so the decision never touches an API."""
@@ -70,6 +70,9 @@ class StatusUpdate:
     status: RLJobStatus
     events: tuple[KubeEvent, ...] = ()
     action: Action = field(default_factory=Nothing)
+    on_demand_replicas: int | None = None
+    """The size the job's on-demand rollout group should have (`status.fallback`); None leaves
+    it as it is."""
 
     @property
     def attempt(self) -> int:

@@ -1,67 +1,32 @@
 """`compute_status`, the one public function: it decides, moves the phase, and assembles the new
-status with its conditions and Events; beside it, the small helpers that carry a field of the
-previous status over (progress, headPodUID). What every backend shares is in `lifecycle`."""
+status with its conditions and Events, and the on-demand rollout group's size; beside it, the
+small helpers that carry a field of the previous status over (progress, headPodUID). What every
+backend shares is in `lifecycle`."""
 
 from __future__ import annotations
 
-import math
-from typing import Any
-
-from kuberl_contract.progress_row import (
-    EPISODE_RETURN_MEAN,
-    EVALUATION_RETURN_MEAN,
-    ITERATION,
-    SAMPLES_PER_S,
-    TIMESTEPS_TOTAL,
-)
 from kuberl_operator.builders.driver import ephemeral_checkpoints
 from kuberl_operator.spec import Phase, Progress, RLJobSpec, RLJobStatus
 from kuberl_operator.status.actions import StatusUpdate, SubmitDriver
 from kuberl_operator.status.conditions import wanted_conditions
 from kuberl_operator.status.decide import Decision, decide
 from kuberl_operator.status.events import change_events, unschedulable_event
+from kuberl_operator.status.fallback import on_demand_replicas
 from kuberl_operator.status.lifecycle import finished_at, merge_conditions, started_at
 from kuberl_operator.status.observed import Observed, ObservedProgress
-from kuberl_operator.status.phases import PhaseEvent, applies, next_phase
-
-
-def _finite(value: Any) -> float | None:
-    if value is None:
-        return None
-    number = float(value)
-    return number if math.isfinite(number) else None
+from kuberl_operator.status.phases import next_phase, resumes
+from kuberl_operator.status.progress import progress_from_row
 
 
 def merge_progress(current: Progress, observed: ObservedProgress | None) -> Progress:
-    """The progress after an observed row; a row no newer than the last one changes nothing, so
-    progress never goes back to an older report. A figure the row does not carry keeps its last
-    value (a final record has no throughput: the last iteration's stays)."""
+    """The progress after an observed row (`progress_from_row`); a row no newer than the last one
+    changes nothing, so progress never goes back to an older report (and an ended driver's final
+    record, read again at every reconcile, is taken in once)."""
     if observed is None:
         return current
     if current.last_update_time is not None and observed.time <= current.last_update_time:
         return current
-    row = observed.row
-    samples = _finite(row[SAMPLES_PER_S]) if SAMPLES_PER_S in row else current.samples_per_second
-    episode_return = (
-        _finite(row[EPISODE_RETURN_MEAN])
-        if EPISODE_RETURN_MEAN in row
-        else current.episode_return_mean
-    )
-    evaluation_return = (
-        _finite(row[EVALUATION_RETURN_MEAN])
-        if row.get(EVALUATION_RETURN_MEAN) is not None
-        else current.evaluation_return_mean
-    )
-    return Progress(
-        iteration=int(row.get(ITERATION, current.iteration)),
-        timesteps=int(row.get(TIMESTEPS_TOTAL, current.timesteps)),
-        episode_return_mean=episode_return,
-        evaluation_return_mean=evaluation_return,
-        last_checkpoint=observed.last_checkpoint or current.last_checkpoint,
-        exported_policy=observed.exported_policy or current.exported_policy,
-        last_update_time=observed.time,
-        samples_per_second=samples if samples is not None and samples >= 0 else None,
-    )
+    return progress_from_row(current, observed)
 
 
 def _head_pod_uid(previous: RLJobStatus, decision: Decision, observed: Observed) -> str | None:
@@ -85,7 +50,7 @@ def compute_status(spec: RLJobSpec | None, observed: Observed) -> StatusUpdate:
         phase, decision, observed, None if spec is None else ephemeral_checkpoints(spec)
     )
     conditions, changed = merge_conditions(wanted, previous, observed.now, observed.generation)
-    resumed = decision.event == PhaseEvent.UNSUSPEND and applies(previous.phase, decision.event)
+    resumed = resumes(previous.phase, decision.event)
     status = RLJobStatus(
         phase=phase,
         conditions=conditions,
@@ -105,4 +70,5 @@ def compute_status(spec: RLJobSpec | None, observed: Observed) -> StatusUpdate:
         events=change_events(previous.phase, phase, decision, changed)
         + unschedulable_event(previous, conditions),
         action=decision.action,
+        on_demand_replicas=on_demand_replicas(spec, phase, observed.pending_spot),
     )

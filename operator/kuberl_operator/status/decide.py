@@ -4,7 +4,8 @@ here: why a job restarted is in `_restart` and its callers.
 
 Attempts. Each Ray cluster serves one attempt (1, 2, ...; the `kuberl.io/attempt` label) and each
 attempt submits its driver once (`builders.submission_id(job, attempt)`). The attempt number is
-bumped the moment an attempt is given up (head lost, driver failed, job unsuspended), so the old
+bumped the moment an attempt is given up (head lost, driver failed, job unsuspended: the events
+`phases.attempt_after` counts, for both backends), so the old
 attempt's cluster becomes stale at once and its failure cannot be counted twice: the reconciler
 only reports the head, workers and driver of the current attempt's cluster. The attempt is kept
 in `status.attempt`, so it survives an operator restart. The submission records the head pod's UID
@@ -53,7 +54,7 @@ from kuberl_operator.status.actions import (
     SubmitDriver,
 )
 from kuberl_operator.status.observed import DriverState, HeadFate, Observed, condition_of
-from kuberl_operator.status.phases import TERMINAL, PhaseEvent
+from kuberl_operator.status.phases import TERMINAL, PhaseEvent, attempt_after
 
 
 def backoff_seconds(policy: RestartPolicy, restarts: int) -> int:
@@ -84,6 +85,12 @@ class Decision:
     preempted_pods: tuple[str, ...] = ()
     in_backoff: bool = False
     waiting_for_workers: bool = False
+
+    def amount_to(self, event: PhaseEvent, reason: str, message: str) -> None:
+        """The observation amounts to `event`, for `reason`, said in `message`; the attempt moves
+        as the event implies (`attempt_after`)."""
+        self.event, self.reason, self.message = event, reason, message
+        self.attempt = attempt_after(self.attempt, event)
 
 
 def decide(spec: RLJobSpec | None, observed: Observed, phase: Phase) -> Decision:
@@ -132,16 +139,18 @@ def _decide(spec: RLJobSpec | None, observed: Observed, phase: Phase) -> Decisio
     if spec.suspend:
         return _suspend(decision, observed, phase)
     if phase == Phase.SUSPENDED:
-        decision.event, decision.reason = PhaseEvent.UNSUSPEND, Reason.RESUMING
-        decision.message = "unsuspended: resuming from the newest checkpoint"
-        decision.attempt += 1
+        decision.amount_to(
+            PhaseEvent.UNSUSPEND,
+            Reason.RESUMING,
+            "unsuspended: resuming from the newest checkpoint",
+        )
         decision.action = _start_attempt(observed, decision.attempt)
         return decision
     return _advance(spec, observed, phase, decision)
 
 
 def _fail(decision: Decision, observed: Observed, reason: str, message: str) -> Decision:
-    decision.event, decision.reason, decision.message = PhaseEvent.FAIL, reason, message
+    decision.amount_to(PhaseEvent.FAIL, reason, message)
     decision.action = DeleteCluster(reason) if observed.cluster else Nothing()
     return decision
 
@@ -177,8 +186,11 @@ def _deadline_exceeded(spec: RLJobSpec, observed: Observed, phase: Phase) -> str
 
 def _suspend(decision: Decision, observed: Observed, phase: Phase) -> Decision:
     if phase != Phase.SUSPENDED:
-        decision.event, decision.reason = PhaseEvent.SUSPEND, Reason.SUSPENDED
-        decision.message = "suspended: the Ray cluster is deleted; checkpoints are kept"
+        decision.amount_to(
+            PhaseEvent.SUSPEND,
+            Reason.SUSPENDED,
+            "suspended: the Ray cluster is deleted; checkpoints are kept",
+        )
     decision.action = DeleteCluster(Reason.SUSPENDED) if observed.cluster else Nothing()
     return decision
 
@@ -206,9 +218,9 @@ def _advance(spec: RLJobSpec, observed: Observed, phase: Phase, decision: Decisi
     """An active job: start, wait out a backoff, resume, or follow the current attempt."""
     cluster = observed.cluster
     if phase == Phase.PENDING or decision.attempt == 0:
-        decision.event, decision.reason = PhaseEvent.START, Reason.PROVISIONING
-        decision.message = "creating the Ray cluster for attempt 1"
-        decision.attempt = max(decision.attempt, 1)
+        decision.amount_to(
+            PhaseEvent.START, Reason.PROVISIONING, "creating the Ray cluster for attempt 1"
+        )
         decision.action = _start_attempt(observed, decision.attempt)
         return decision
     if cluster is not None and cluster.attempt != decision.attempt:
@@ -244,10 +256,11 @@ def _next_attempt(
     elif phase == Phase.RESUMING:  # the next attempt's cluster was requested already
         decision.action = CreateCluster(decision.attempt)
         return decision
-    decision.event, decision.reason = PhaseEvent.NEW_ATTEMPT, Reason.RESUMING
-    decision.message = (
+    decision.amount_to(
+        PhaseEvent.NEW_ATTEMPT,
+        Reason.RESUMING,
         f"creating the Ray cluster for attempt {decision.attempt}; the driver resumes from the "
-        "newest checkpoint"
+        "newest checkpoint",
     )
     decision.action = CreateCluster(decision.attempt)
     return decision
@@ -275,8 +288,9 @@ def _follow_attempt(
     decision.preemptions += decision.workers_preempted
     decision.preempted_pods = tuple(sorted(observed.disrupted_workers))  # those gone are forgotten
     if driver is not None and driver.state == DriverState.SUCCEEDED:
-        decision.event, decision.reason = PhaseEvent.SUCCEEDED, Reason.DRIVER_SUCCEEDED
-        decision.message = driver.message or "training finished"
+        decision.amount_to(
+            PhaseEvent.SUCCEEDED, Reason.DRIVER_SUCCEEDED, driver.message or "training finished"
+        )
         decision.action = DeleteCluster(Reason.FINISHED)
     elif driver is not None and driver.invalid_job:
         message = f"the driver found the job invalid: {driver.message or 'no message'}"
@@ -295,16 +309,25 @@ def _driver_running(observed: Observed, phase: Phase, decision: Decision) -> Non
     """The attempt's driver is running: note workers preempted under it, a worker group whole
     again, or a driver that has started training."""
     if decision.workers_preempted and phase == Phase.RUNNING:
-        decision.event, decision.reason = PhaseEvent.WORKERS_PREEMPTED, Reason.WORKER_PREEMPTED
-        decision.message = workers_preempted_message(decision.workers_preempted)
+        decision.amount_to(
+            PhaseEvent.WORKERS_PREEMPTED,
+            Reason.WORKER_PREEMPTED,
+            workers_preempted_message(decision.workers_preempted),
+        )
     elif phase == Phase.PREEMPTED and observed.workers_short <= 0:
-        decision.event, decision.reason = PhaseEvent.WORKERS_REFILLED, Reason.WORKERS_REFILLED
-        decision.message = "the rollout worker group is whole again"
+        decision.amount_to(
+            PhaseEvent.WORKERS_REFILLED,
+            Reason.WORKERS_REFILLED,
+            "the rollout worker group is whole again",
+        )
     elif phase in (Phase.PROVISIONING, Phase.RESUMING) and observed.driver_waiting_s > 0:
         decision.waiting_for_workers = True  # not training yet: the phase stays
     elif phase in (Phase.PROVISIONING, Phase.RESUMING):
-        decision.event, decision.reason = PhaseEvent.DRIVER_RUNNING, Reason.DRIVER_RUNNING
-        decision.message = f"the driver of attempt {decision.attempt} is training"
+        decision.amount_to(
+            PhaseEvent.DRIVER_RUNNING,
+            Reason.DRIVER_RUNNING,
+            f"the driver of attempt {decision.attempt} is training",
+        )
 
 
 def workers_preempted_message(count: int) -> str:
@@ -330,12 +353,11 @@ def _head_preempted(spec: RLJobSpec, observed: Observed, decision: Decision, why
         if decision.restarts + 1 > policy.max_restarts:
             return _exhausted(decision, observed, policy, message)
         decision.restarts += 1
-    decision.event, decision.reason, decision.message = (
+    decision.amount_to(
         PhaseEvent.HEAD_PREEMPTED,
         Reason.HEAD_PREEMPTED,
         message + "; resuming from the newest checkpoint",
     )
-    decision.attempt += 1
     decision.action = DeleteCluster(Reason.HEAD_PREEMPTED)
     return decision
 
@@ -349,9 +371,11 @@ def _restart(
         return _exhausted(decision, observed, policy, message)
     decision.restarts += 1
     wait = backoff_seconds(policy, decision.restarts)
-    decision.event, decision.reason = PhaseEvent.RESTART, reason
-    decision.message = f"{message}; restart {decision.restarts} of {policy.max_restarts} in {wait}s"
-    decision.attempt += 1
+    decision.amount_to(
+        PhaseEvent.RESTART,
+        reason,
+        f"{message}; restart {decision.restarts} of {policy.max_restarts} in {wait}s",
+    )
     decision.in_backoff = True
     decision.action = DeleteCluster(reason) if observed.cluster else Requeue(wait)
     return decision

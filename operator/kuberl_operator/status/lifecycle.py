@@ -4,18 +4,27 @@ previous one (a condition's lastTransitionTime moves only when its status does).
 
 The operator's `compute_status` builds on it and adds what only a cluster has (Preempted,
 UpToDate, Schedulable, KubeRayAvailable, the restart backoff, rollout workers still joining); the
-API's local backend computes its whole status with it, so a job's conditions read alike wherever
-it runs."""
+API's local backend computes its whole status with `enter`, from the events `local_decide` finds,
+so a job's conditions read alike wherever it runs."""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Literal
 
 from kuberl_operator.spec import Condition, ConditionType, Phase, Reason, RLJobStatus
 from kuberl_operator.status.observed import condition_of
-from kuberl_operator.status.phases import ACTIVE, TERMINAL
+from kuberl_operator.status.phases import (
+    ACTIVE,
+    TERMINAL,
+    PhaseEvent,
+    applies,
+    attempt_after,
+    next_phase,
+    resumes,
+)
 
 LIFECYCLE_CONDITIONS = (
     ConditionType.READY,
@@ -135,3 +144,35 @@ def started_at(
 def finished_at(previous: RLJobStatus, phase: Phase, now: datetime) -> datetime | None:
     """When the job succeeded or failed (the phases it never leaves)."""
     return previous.completion_time or (now if phase in TERMINAL else None)
+
+
+def enter(
+    previous: RLJobStatus,
+    events: Sequence[PhaseEvent],
+    entered: Entered,
+    at: datetime,
+    generation: int,
+) -> RLJobStatus:
+    """The status after `events`, in order, each taken through the phase machine (one that does
+    not apply to the phase it meets changes nothing), with what they imply: the attempt
+    (`attempt_after`), startTime (anew when resumed), completionTime and the lifecycle conditions,
+    which carry `entered`'s words when the phase changed (or the job is new). Progress is kept.
+    Several events happen at once where a backend sees only their end: a local trainer starts and
+    runs, or is suspended and unsuspended while it checkpoints."""
+    phase, attempt, resumed = previous.phase or Phase.PENDING, previous.attempt, False
+    moved = previous.phase is None
+    for event in events:
+        if applies(phase, event):
+            attempt = attempt_after(attempt, event)
+            resumed = resumed or resumes(phase, event)
+            phase, moved = next_phase(phase, event), True
+    wanted = lifecycle_conditions(phase, previous, attempt, entered if moved else None)
+    return RLJobStatus(
+        phase=phase,
+        conditions=merge_conditions(wanted, previous, at, generation)[0],
+        progress=previous.progress,
+        attempt=attempt,
+        start_time=started_at(previous, phase, resumed, at),
+        completion_time=finished_at(previous, phase, at),
+        observed_generation=generation,
+    )

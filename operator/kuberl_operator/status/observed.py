@@ -1,6 +1,6 @@
 """What the reconciler observed, in plain values: `Observed` and its parts (the RayCluster, the
-current attempt's head pod, its driver, pods the scheduler cannot place, the newest progress, the
-names of children that other objects hold).
+current attempt's head pod, its driver, pods the scheduler cannot place, spot pods waiting for a
+node, the newest progress, the names of children that other objects hold).
 
 They are frozen dataclasses that hold no Kubernetes object, so every rule of the status is tested
 with a few lines of plain values; `kuberl_operator.observe` reads them out of the API's objects."""
@@ -121,6 +121,23 @@ class ObservedProgress:
 
 
 @dataclass(frozen=True)
+class PendingSpotWorkers:
+    """The spot rollout pods of the job's cluster that wait for a node, with what the fallback to
+    on-demand workers (`status.fallback`) weighs them against besides the spec."""
+
+    pods: int
+    """Pods of the spot rollout group that are Pending."""
+    seconds: float
+    """How long the oldest of them has been Pending."""
+    grace_seconds: float
+    """How long they may be Pending before on-demand workers take their place (the operator's
+    fallback_pending_seconds)."""
+    queued: bool = False
+    """The job is queued in Kueue, which admitted the cluster's shape: the fallback is Kueue's to
+    make (`builders.fallback`)."""
+
+
+@dataclass(frozen=True)
 class TakenName:
     """A name one of the job's children needs, held by an object the job does not own (no
     controller ownerReference with the job's UID). The operator never changes or deletes it."""
@@ -168,6 +185,8 @@ class Observed:
     """The current attempt's submission; None before it is submitted (or while the Jobs API cannot
     be reached)."""
     progress: ObservedProgress | None = None
+    pending_spot: PendingSpotWorkers | None = None
+    """The job's cluster's spot rollout pods that wait for a node; None without a cluster."""
     driver_waiting_s: float = 0.0
     """Seconds the running driver has been waiting for Ray nodes that its rollout workers fit on
     (pods still starting); 0 when it is not waiting."""

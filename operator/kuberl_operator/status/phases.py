@@ -1,8 +1,10 @@
-"""The phase machine: the `PhaseEvent`s an observation can amount to, the table `TRANSITIONS` and
-the one transition function `next_phase(current, event)`.
+"""The phase machine: the `PhaseEvent`s an observation can amount to, the table `TRANSITIONS`, the
+one transition function `next_phase(current, event)`, and what an event implies besides the phase:
+the attempt (`attempt_after`) and a start anew (`resumes`).
 
 A phase changes only through this table, so the life of a job reads (and is tested) as a list of
-pairs rather than as branches spread over the decision."""
+pairs rather than as branches spread over the decision. Both backends go through it: the
+operator's `decide` and the API's local backend (`local_decide`) only say which events happened."""
 
 from __future__ import annotations
 
@@ -62,3 +64,26 @@ def next_phase(current: Phase | None, event: PhaseEvent | None) -> Phase:
     if event is None:
         return current
     return TRANSITIONS.get((current, event), current)
+
+
+NEXT_ATTEMPT_EVENTS = frozenset(
+    {PhaseEvent.RESTART, PhaseEvent.HEAD_PREEMPTED, PhaseEvent.UNSUSPEND}
+)
+"""The events after which the job runs a new attempt: its current one is given up (a restart, a
+preempted head), or it ended with the suspension (an unsuspended job's next cluster, or trainer,
+belongs to the next attempt)."""
+
+
+def attempt_after(attempt: int, event: PhaseEvent | None) -> int:
+    """The attempt a job is on once `event` happened to it on attempt `attempt`: the first once it
+    starts (or later, when the attempt went unrecorded: a status write was lost), the next after a
+    NEXT_ATTEMPT_EVENTS event, else the same (why it moves at once: `decide`)."""
+    if event == PhaseEvent.START:
+        return max(attempt, 1)
+    return attempt + 1 if event in NEXT_ATTEMPT_EVENTS else attempt
+
+
+def resumes(current: Phase | None, event: PhaseEvent | None) -> bool:
+    """Whether `event` resumes a suspended job: its startTime begins anew, as a Kubernetes Job's
+    does, so activeDeadlineSeconds does not count the time it spent suspended."""
+    return event == PhaseEvent.UNSUSPEND and applies(current, event)

@@ -3,8 +3,8 @@
 `env` is a gymnasium id (`CartPole-v1`) or an import path `module:Class` naming a gymnasium.Env
 subclass; `envConfig` goes to the constructor as keyword arguments. `wrappers` are put around the
 env in order, each a class of gymnasium.wrappers or a `module:Class` path, made with its `kwargs`.
-Only Box and Discrete spaces are supported (after the wrappers), and anything else is reported
-when the job is validated, not mid-run, as are unknown wrapper names and keyword arguments.
+Unknown wrapper names and keyword arguments are reported when the job is validated, not mid-run
+(problems.py), as are spaces the networks cannot take (spaces.py).
 
 A rollout worker steps its envs as one vector env. An id whose gymnasium spec has a vector entry
 point (CartPole) is made natively vectorized when the job names no wrappers: one numpy computation
@@ -13,7 +13,7 @@ id is made one by one like other ids and `module:Class` envs, and stepped in tur
 
 These functions make what they are given: a `module:Class` is imported and called. A job's own
 manifest is made as it says; what may be made from a policy file someone else wrote (a
-checkpoint's or an exported file's spec.trainer) is decided in env_trust.py.
+checkpoint's or an exported file's spec.trainer) is decided in trust.py.
 """
 
 from __future__ import annotations
@@ -21,10 +21,9 @@ from __future__ import annotations
 import difflib
 import importlib
 import inspect
-from collections.abc import Callable, Iterator, Sequence
-from dataclasses import dataclass
+from collections.abc import Callable, Sequence
 from functools import partial
-from typing import TYPE_CHECKING, Any, NamedTuple
+from typing import TYPE_CHECKING, Any
 
 import gymnasium as gym
 import numpy as np
@@ -33,58 +32,7 @@ from kuberl_trainer.envs import atari, mujoco_logging
 from kuberl_trainer.errors import InvalidJobError
 
 if TYPE_CHECKING:  # a remote worker imports this module, not the config (frozen.py says why)
-    from kuberl_contract.config import ModelConfig, WrapperConfig
-
-
-@dataclass(frozen=True)
-class ImageLayout:
-    """How one image observation is laid out, for the CNN: the env's own shape, (C, H, W),
-    (H, W, C) or (H, W), and whether its pixels are uint8 (scaled to [0, 1] in the first layer)."""
-
-    shape: tuple[int, ...]
-    channels_last: bool
-    uint8: bool
-
-    @property
-    def channels(self) -> int:
-        if len(self.shape) == 2:
-            return 1
-        return self.shape[-1] if self.channels_last else self.shape[0]
-
-    @property
-    def height_width(self) -> tuple[int, int]:
-        if len(self.shape) == 2:
-            return self.shape[0], self.shape[1]
-        return (self.shape[0], self.shape[1]) if self.channels_last else self.shape[1:]
-
-
-@dataclass(frozen=True)
-class SpaceInfo:
-    """What the networks need to know about an env's spaces."""
-
-    obs_dim: int
-    obs_discrete_n: int | None  # set when observations are Discrete and get one-hot encoded
-    action_discrete_n: int | None  # set for Discrete actions
-    action_dim: int  # 1 for Discrete, the flat size for Box
-    action_low: np.ndarray | None
-    action_high: np.ndarray | None
-    image: ImageLayout | None = None  # set when a CNN encodes the observations
-    obs_discrete_start: int = 0  # Discrete observations: the first one's value (Discrete.start)
-
-    @property
-    def discrete_actions(self) -> bool:
-        return self.action_discrete_n is not None
-
-    @property
-    def obs_shape(self) -> tuple[int, ...]:
-        """One observation as the model takes it: flat for the MLP, the env's image for the
-        CNN."""
-        return (self.obs_dim,) if self.image is None else self.image.shape
-
-    @property
-    def obs_dtype(self) -> np.dtype:
-        """uint8 for uint8 images, which stay uint8 up to the CNN; float32 otherwise."""
-        return np.dtype(np.uint8 if self.image is not None and self.image.uint8 else np.float32)
+    from kuberl_contract.config import WrapperConfig
 
 
 class EnvError(InvalidJobError):
@@ -99,14 +47,6 @@ class EnvError(InvalidJobError):
 
     def __str__(self) -> str:
         return self.message if self.field == "env" else f"{self.field}: {self.message}"
-
-
-class EnvProblem(NamedTuple):
-    """Why the job's env cannot be trained on: where in spec.trainer (an EnvError's field) and
-    why."""
-
-    field: str
-    message: str
 
 
 def _did_you_mean(name: str, names: Sequence[str]) -> str:
@@ -244,203 +184,6 @@ def _made(make: Callable[[], Any], failing: str, name: str, field: str = "env") 
     return instance
 
 
-def space_info(
-    obs_space: gym.Space,
-    act_space: gym.Space,
-    model: ModelConfig | None = None,
-    images: bool = True,
-) -> SpaceInfo:
-    """Checks the spaces are supported by the model (`spec.trainer.model`, its defaults when
-    None) and describes them; `images` is False for an algorithm whose networks take flat
-    observations only."""
-    if model is None:
-        from kuberl_contract.config import ModelConfig
-
-        model = ModelConfig()
-    image = None
-    if isinstance(obs_space, gym.spaces.Box):
-        obs_dim, obs_n = int(np.prod(obs_space.shape)), None
-        image = image_layout(obs_space, model, images)
-    elif isinstance(obs_space, gym.spaces.Discrete):
-        obs_dim, obs_n = int(obs_space.n), int(obs_space.n)
-        if model.encoder == "cnn":
-            raise EnvError(f"the observation space {obs_space} is no image", MODEL_ENCODER)
-    else:
-        raise EnvError(
-            f"observation space {obs_space} is not supported: use Box or Discrete "
-            "(wrappers: [{name: FlattenObservation}] flattens Dict and Tuple spaces into a Box)"
-        )
-    obs_start = int(obs_space.start) if isinstance(obs_space, gym.spaces.Discrete) else 0
-    if isinstance(act_space, gym.spaces.Discrete):
-        if act_space.start != 0:
-            raise EnvError(
-                f"action space {act_space} starts at {act_space.start}: kuberl's policies choose "
-                f"actions 0 to n-1; wrap the env (wrappers: [{{name: module:Class}}]) so that its "
-                "actions start at 0"
-            )
-        return SpaceInfo(obs_dim, obs_n, int(act_space.n), 1, None, None, image, obs_start)
-    if isinstance(act_space, gym.spaces.Box):
-        if not (np.all(np.isfinite(act_space.low)) and np.all(np.isfinite(act_space.high))):
-            raise EnvError(f"action space {act_space} must have finite bounds")
-        return SpaceInfo(
-            obs_dim,
-            obs_n,
-            None,
-            int(np.prod(act_space.shape)),
-            act_space.low.astype(np.float32).ravel(),
-            act_space.high.astype(np.float32).ravel(),
-            image,
-            obs_start,
-        )
-    raise EnvError(f"action space {act_space} is not supported: use Box or Discrete")
-
-
-def job_space_info(envs: gym.vector.VectorEnv, config: Any) -> SpaceInfo:
-    """The spaces of a job's envs as its networks take them (`config` is a trainer's config, or
-    its Frozen copy)."""
-    return space_info(
-        envs.single_observation_space,
-        envs.single_action_space,
-        config.model,
-        config.image_observations,
-    )
-
-
-MODEL_ENCODER = "model.encoder"
-NORMALIZED_OBSERVATIONS = "normalization.observations"
-"""The field under spec.trainer that turns observation normalization on."""
-"""The field under spec.trainer that picks the encoder."""
-
-
-def image_layout(obs_space: gym.spaces.Box, model: ModelConfig, images: bool) -> ImageLayout | None:
-    """The layout of the Box's images when the model encodes them with the CNN, None for the
-    MLP; an encoder that does not fit the space, or convolutions that shrink its images to
-    nothing, are refused naming the field."""
-    shape, uint8 = tuple(obs_space.shape), obs_space.dtype == np.uint8
-    rank_fits = len(shape) in (2, 3)
-    if model.encoder == "mlp" or (model.encoder == "auto" and not (uint8 and rank_fits)):
-        return None
-    if not rank_fits:
-        raise EnvError(
-            f"the observation space {obs_space} is no image: the CNN takes (C, H, W), (H, W, C) "
-            "or (H, W) observations; use encoder: mlp",
-            MODEL_ENCODER,
-        )
-    if not images:
-        raise EnvError(
-            f"the observations are images {shape}, and this algorithm's networks take flat "
-            "observations only; set encoder: mlp to flatten them",
-            MODEL_ENCODER,
-        )
-    # (H, W, C) when the last axis is the smallest, as a raw frame's colour channels are
-    layout = ImageLayout(shape, len(shape) == 3 and shape[-1] < shape[0], uint8)
-    height, width = layout.height_width
-    for index, (_, kernel, stride) in enumerate(model.conv_filters):
-        if kernel > min(height, width):  # the convolution would leave less than 1x1
-            raise EnvError(
-                f"its {kernel}x{kernel} kernel does not fit the {height}x{width} image "
-                f"{'observations' if index == 0 else 'that the convolutions before it leave'} "
-                f"(observations {shape}); use smaller kernels or strides",
-                f"model.convFilters[{index}]",
-            )
-        height, width = _convolved(height, kernel, stride), _convolved(width, kernel, stride)
-    return layout
-
-
-def conv_output_size(layout: ImageLayout, conv_filters: Sequence[Sequence[int]]) -> int:
-    """Values per image the convolutions leave (channels x height x width)."""
-    *_, (_, out_channels, _, height, width) = _convolutions(layout, conv_filters)
-    return out_channels * height * width
-
-
-def conv_multiply_adds(
-    layout: ImageLayout, conv_filters: Sequence[Sequence[int]], features: int
-) -> int:
-    """Multiply-adds of a CNN's convolutions and its dense layer of `features` units, per image."""
-    convolutions = sum(
-        height * width * out_channels * kernel * kernel * in_channels
-        for in_channels, out_channels, kernel, height, width in _convolutions(layout, conv_filters)
-    )
-    return convolutions + conv_output_size(layout, conv_filters) * features
-
-
-def _convolutions(
-    layout: ImageLayout, conv_filters: Sequence[Sequence[int]]
-) -> Iterator[tuple[int, int, int, int, int]]:
-    """Each convolution's input channels, output channels, kernel, and the height and width of
-    what it leaves."""
-    height, width = layout.height_width
-    in_channels = layout.channels
-    for out_channels, kernel, stride in conv_filters:
-        height, width = _convolved(height, kernel, stride), _convolved(width, kernel, stride)
-        yield in_channels, out_channels, kernel, height, width
-        in_channels = out_channels
-
-
-def _convolved(size: int, kernel: int, stride: int) -> int:
-    """A side of an image after a convolution without padding."""
-    return (size - kernel) // stride + 1
-
-
-def env_problem(
-    env: str,
-    env_config: dict[str, Any],
-    discrete_actions_only: bool = False,
-    continuous_actions_only: bool = False,
-    wrappers: Sequence[WrapperConfig] = (),
-    normalize_observations: bool = False,
-    model: ModelConfig | None = None,
-    images: bool = True,
-) -> EnvProblem | None:
-    """Why this env cannot be trained on, or None when it can (used by validation). The wrappers'
-    names and keyword arguments are checked first, then the env is made and wrapped as the rollout
-    workers make it, so an envConfig that only the native vector env rejects is caught here too;
-    `model` and `images` are checked against its spaces as `space_info` checks them."""
-    try:
-        for index, wrapper in enumerate(wrappers):
-            wrapper_creator(wrapper, f"wrappers[{index}]")
-        envs = make_vector_env(env, env_config, 1, wrappers)
-        try:
-            info = space_info(
-                envs.single_observation_space, envs.single_action_space, model, images
-            )
-        finally:
-            envs.close()
-    except EnvError as exc:
-        return EnvProblem(exc.field, exc.message)
-    if discrete_actions_only and not info.discrete_actions:
-        return EnvProblem(
-            "env",
-            f"action space {envs.single_action_space} is continuous but the algorithm needs "
-            "Discrete actions; use PPO, A2C or PG for continuous control",
-        )
-    if continuous_actions_only and info.discrete_actions:
-        return EnvProblem(
-            "env",
-            f"action space {envs.single_action_space} is discrete but the algorithm needs "
-            "Box (continuous) actions; use DQN or PPO for Discrete actions",
-        )
-    if normalize_observations and (problem := observation_normalization_problem(info)):
-        return EnvProblem(NORMALIZED_OBSERVATIONS, problem)
-    return None
-
-
-def observation_normalization_problem(info: SpaceInfo) -> str | None:
-    """Why these observations cannot be normalized (only Box ones the MLP encodes are), or
-    None."""
-    if info.image is not None:
-        return (
-            f"the observations are images {info.image.shape} that the CNN scales itself; set it "
-            "to false (or model.encoder to mlp)"
-        )
-    if info.obs_discrete_n is None:
-        return None
-    return (
-        f"the observation space is Discrete({info.obs_discrete_n}), and only Box observations "
-        "are normalized; set it to false"
-    )
-
-
 def has_vector_entry_point(env: str) -> bool:
     """Whether gymnasium can make `env` natively vectorized (`module:Class` envs cannot)."""
     atari.register(env)
@@ -508,14 +251,3 @@ def episode_steps(
     if atari.LIFE_LOST in info:
         ended = ended & ~info[atari.LIFE_LOST]
     return info.get(atari.RAW_REWARD, rewards), ended
-
-
-def encode_obs(obs: np.ndarray, info: SpaceInfo) -> np.ndarray:
-    """A (batch, *info.obs_shape) array: images as the envs return them (uint8 ones without a
-    copy), other Box observations flattened to float32, Discrete ones one-hot."""
-    if info.image is not None:
-        return np.asarray(obs, dtype=info.obs_dtype)
-    if info.obs_discrete_n is not None:
-        indices = np.asarray(obs, dtype=np.int64) - info.obs_discrete_start
-        return np.eye(info.obs_discrete_n, dtype=np.float32)[indices]
-    return np.asarray(obs, dtype=np.float32).reshape(len(obs), -1)

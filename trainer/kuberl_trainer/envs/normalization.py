@@ -25,12 +25,9 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from kuberl_trainer.envs.making import (
-    NORMALIZED_OBSERVATIONS,
-    EnvError,
-    SpaceInfo,
-    observation_normalization_problem,
-)
+from kuberl_trainer.envs.making import EnvError
+from kuberl_trainer.envs.problems import NORMALIZED_OBSERVATIONS, observation_normalization_problem
+from kuberl_trainer.envs.spaces import SpaceInfo
 
 if TYPE_CHECKING:
     from kuberl_contract.config import NormalizationConfig

@@ -1,41 +1,27 @@
 """The driver: runs one job's Trainer (see trainer.py) as a process, iteration by iteration. It
-starts or joins Ray and waits for the job's resources, resumes from the newest checkpoint,
-writes the progress rows, the metrics and TensorBoard's events, checkpoints, and on SIGTERM
-checkpoints within the grace period and stops."""
+starts or joins Ray (ray_session.py) and waits for the job's resources, resumes from the newest
+checkpoint, writes the progress rows, the metrics and TensorBoard's events, checkpoints, and on
+SIGTERM checkpoints within the grace period and stops (preemption.py). A stop condition met ends
+the run (outcome.py), with the final policy exported when the job asks for it (final_export.py)."""
 
 from __future__ import annotations
 
 import logging
-import math
 import os
 import random
-import secrets
-import signal
-import tempfile
-import threading
 import time
-from collections.abc import Callable, MutableMapping
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 from kuberl_contract.capacity import capacity_from_env
-from kuberl_contract.config import (
-    PBT,
-    JobTrainerConfig,
-    LearnerDevice,
-    RolloutConfig,
-    StopConditions,
-)
+from kuberl_contract.config import PBT, JobTrainerConfig, LearnerDevice, RolloutConfig
 from kuberl_contract.progress_row import (
     CHECKPOINT,
     EPISODE_RETURN_MEAN,
     EVALUATION_RETURN_MEAN,
-    ITERATION,
-    POLICY_FILE,
     PROGRESS_FILE,
     TIME_TOTAL_S,
-    TIMESTEPS_TOTAL,
 )
 from kuberl_trainer.errors import IncompatibleCheckpointError
 from kuberl_trainer.job.checkpoint import (
@@ -44,8 +30,12 @@ from kuberl_trainer.job.checkpoint import (
     CheckpointStore,
     checkpoint_location,
 )
+from kuberl_trainer.job.final_export import PolicyExport, export_final_policy
 from kuberl_trainer.job.metrics import TrainerMetrics, return_target
+from kuberl_trainer.job.outcome import TrainResult, stop_reason
+from kuberl_trainer.job.preemption import Preemption
 from kuberl_trainer.job.progress import ConsoleReport, ProgressLog
+from kuberl_trainer.job.ray_session import RaySession
 from kuberl_trainer.job.resource_wait import await_resources, job_requests
 from kuberl_trainer.job.resume import (
     checkpoint_identity,
@@ -63,21 +53,6 @@ from kuberl_trainer.rollouts.interrupt import IterationAbandoned, StopRequest
 log = logging.getLogger(__name__)
 
 
-@dataclass(frozen=True)
-class TrainResult:
-    stopped_by: str  # the stop condition met, or the signal's name when interrupted
-    interrupted: bool
-    iteration: int
-    timesteps: int
-    episode_return_mean: float
-    evaluation_return_mean: float | None
-    time_total_s: float
-    checkpoint: str | None  # the newest complete checkpoint: an absolute path or a URI
-    resumed_from: str | None
-    run_dir: Path
-    policy: str | None = None  # the greedy policy exported when a stop condition ended the job
-
-
 def trainer_class(config: JobTrainerConfig) -> type:
     """What runs the job: one algorithm's Trainer, or a Population of them (imported only for
     PBT)."""
@@ -86,43 +61,6 @@ def trainer_class(config: JobTrainerConfig) -> type:
 
         return Population
     return Trainer
-
-
-def stop_reason(stop: StopConditions, row: dict[str, Any]) -> str | None:
-    """The first stop condition the iteration's row meets, as `name>=target`, or None."""
-    checks = (
-        ("timesteps", stop.timesteps, row[TIMESTEPS_TOTAL]),
-        ("iterations", stop.iterations, row[ITERATION]),
-        ("episodeReturnMean", stop.episode_return_mean, row[EPISODE_RETURN_MEAN]),
-        ("evaluationReturnMean", stop.evaluation_return_mean, row.get(EVALUATION_RETURN_MEAN)),
-        ("wallTimeSeconds", stop.wall_time_seconds, row[TIME_TOTAL_S]),
-    )
-    for name, target, value in checks:
-        if target is not None and value is not None and math.isfinite(value) and value >= target:
-            return f"{name}>={target:g}"
-    return None
-
-
-PolicyExport = Callable[[Checkpoint, Path], Path]
-"""Writes a checkpoint's greedy policy to a file and returns its path."""
-
-RAY_AUTH_MODE = "RAY_AUTH_MODE"
-RAY_AUTH_TOKEN = "RAY_AUTH_TOKEN"
-RAY_AUTH_TOKEN_PATH = "RAY_AUTH_TOKEN_PATH"
-
-
-def set_private_ray_token(environ: MutableMapping[str, str]) -> bool:
-    """Give a private local Ray a token of its own, unless its authentication was chosen in
-    the environment; returns whether it did.
-
-    With RAY_AUTH_MODE unset, Ray turns token authentication on for a new local instance and
-    saves the token it generates in ~/.ray/auth_token, where every user of the machine may read
-    it and where it stays after the run. Given RAY_AUTH_TOKEN it saves nothing: the token is
-    known to the run's own processes only (their environment) and gone with them."""
-    if any(name in environ for name in (RAY_AUTH_MODE, RAY_AUTH_TOKEN, RAY_AUTH_TOKEN_PATH)):
-        return False
-    environ[RAY_AUTH_TOKEN] = secrets.token_hex(32)
-    return True
 
 
 class Driver:
@@ -155,9 +93,9 @@ class Driver:
         self.learner_gpus = learner_gpus
         self._said = ""  # the placement last reported
         seed = config.seed if config.seed is not None else random.SystemRandom().randrange(2**31)
-        self._stop_request = StopRequest()  # what the signal asks of the iteration in progress
+        stop_request = StopRequest()  # what the signal asks of the iteration in progress
         self.trainer = trainer_class(config)(
-            config, rollout, seed, learner_gpus, self._stop_request, learner_device
+            config, rollout, seed, learner_gpus, stop_request, learner_device
         )
         self.store = CheckpointStore(
             checkpoint_location(config.checkpoint.uri, run_dir), config.checkpoint.keep
@@ -173,11 +111,10 @@ class Driver:
         self.report = report or ConsoleReport(
             f"{job_name} {config.algorithm} {config.env}", config.stop.timesteps
         )
-        self._signal: int | None = None
-        self._signal_time = 0.0  # time.monotonic() when the first signal came
-        self._saving = False  # a checkpoint is being written: a second signal lets it finish
-        self._started_ray = False
-        self._ray_token_set = False  # RAY_AUTH_TOKEN is this run's, unset again at the end
+        self.preemption = Preemption(
+            config.checkpoint.grace_period_seconds, stop_request, self.report
+        )
+        self._ray = RaySession()
         self._tensorboard: TensorBoardLog | None = None
 
     @property
@@ -191,7 +128,7 @@ class Driver:
         way; whatever happens, the logs are closed and what the run started is stopped."""
         trainer = self.trainer
         trainer.seed_everything()
-        previous_handlers = self._install_signal_handlers()
+        previous_handlers = self.preemption.install()
         built = progress = None
         try:
             found = self._prepare()
@@ -202,39 +139,28 @@ class Driver:
             self._open_tensorboard(resumed_from)
             checkpoint, saved, stopped_by = self._train(progress, resumed_from)
             # A signal after the stop condition was met interrupts nothing: the job is done.
-            interrupted = self._signal is not None and stopped_by is None
+            interrupted = self.preemption.signalled and stopped_by is None
             if interrupted:
                 if saved != self.iteration:  # else nothing was trained since that checkpoint
                     checkpoint, saved = self._checkpoint(saved)
-                self._report_preemption(saved)
-                stopped_by = signal.Signals(self._signal).name
+                self.preemption.report_checkpoint(saved, self.iteration)
+                stopped_by = self.preemption.signal_name
             result = self._result(stopped_by, interrupted, checkpoint, resumed_from)
             if not interrupted and checkpoint is not None and self.config.checkpoint.export_policy:
                 result = replace(result, policy=self._export_policy(checkpoint))
             return result
         finally:
             self._close(progress, built)
-            self._restore_signal_handlers(previous_handlers)
+            self.preemption.restore(previous_handlers)
 
     def _export_policy(self, checkpoint: str) -> str | None:
         """The final checkpoint's greedy policy as policy.onnx beside it (see
-        CheckpointConfig.export_policy); None, with a warning, when it cannot be exported."""
+        CheckpointConfig.export_policy); None when it cannot be exported."""
         if self._export is None or self.config.algorithm == PBT:
             return None  # a population: `kuberl export` of the best trial's run instead
-        # The final checkpoint's policy as it is in memory: reading the checkpoint back would
-        # load all of it again (a replay buffer too, where it is saved) for the policy alone.
-        meta = checkpoint_meta(
-            self.config, self.iteration, self.trainer.timesteps, None, self.trainer.env_spaces
-        )
-        try:
-            final = Checkpoint(checkpoint, meta, self.trainer.policy_state())
-            with tempfile.TemporaryDirectory(prefix="kuberl-policy-") as scratch:
-                written = self._export(final, Path(scratch) / POLICY_FILE)
-                uri = self.store.put_file(written, POLICY_FILE)
-        except Exception as exc:  # the job's outcome stands: its checkpoint holds the model
-            log.warning("could not export the final policy of %s: %s", checkpoint, exc)
-            return None
-        self.report.message(f"Exported the greedy policy to {uri} (ONNX)")
+        uri = export_final_policy(self._export, checkpoint, self.config, self.trainer, self.store)
+        if uri is not None:
+            self.report.message(f"Exported the greedy policy to {uri} (ONNX)")
         return uri
 
     def _prepare(self) -> Checkpoint | None:
@@ -246,10 +172,10 @@ class Driver:
         # run's workers are seeded anew (their envs must not replay the first run's episodes).
         found = self.store.latest(checkpoint_identity(self.config))
         if self.trainer.needs_ray:
-            self._start_ray()
+            self._ray.start()
             # Joining Ray installs the core worker's SIGTERM handler (a stack trace, then an
             # abort): ours again, or a preempted driver would die without its checkpoint.
-            self._install_signal_handlers()
+            self.preemption.install()
             self._await_resources()
         return found
 
@@ -303,7 +229,7 @@ class Driver:
             stopped_by = stop_reason(self.config.stop, self.trainer.totals())
             if stopped_by:
                 self.report.message(f"Already stopped at {stopped_by}: nothing to train")
-        while stopped_by is None and self._signal is None:
+        while stopped_by is None and not self.preemption.signalled:
             try:
                 row, timer_deltas, restarts = self.trainer.step()
             except IterationAbandoned:  # preempted: the grace period is for the checkpoint
@@ -315,7 +241,7 @@ class Driver:
             self._record(row, timer_deltas, restarts)
             stopped_by = stop_reason(self.config.stop, row)
             due = self.iteration % self.config.checkpoint.every_iterations == 0
-            if stopped_by or due or self._signal is not None:
+            if stopped_by or due or self.preemption.signalled:
                 checkpoint, saved = self._checkpoint(saved, row)
             row[CHECKPOINT] = self.checkpoint
             progress.write(row)
@@ -371,28 +297,9 @@ class Driver:
         self.report.close()
         if built is not None:
             built.stop()
-        if self._started_ray:
-            import ray
+        self._ray.shutdown()
 
-            ray.shutdown()
-        if self._ray_token_set:
-            for name in (RAY_AUTH_TOKEN, RAY_AUTH_MODE):  # Ray sets the mode from the token
-                os.environ.pop(name, None)
-
-    # -- building -----------------------------------------------------------------------------
-
-    def _start_ray(self) -> None:
-        import ray
-
-        if ray.is_initialized():
-            return
-        address = os.environ.get("RAY_ADDRESS")
-        if address:  # inside a Ray cluster (the operator sets it): join it
-            ray.init(address=address, log_to_driver=True)
-        else:  # a private local instance, ended with this run; never someone else's
-            self._ray_token_set = set_private_ray_token(os.environ)
-            ray.init(address="local", include_dashboard=False, log_to_driver=False)
-        self._started_ray = True
+    # -- Ray's resources ------------------------------------------------------------------------
 
     def _await_resources(self) -> None:
         """Wait for the Ray nodes the job's actors need, or fail: never possible (an invalid
@@ -400,9 +307,9 @@ class Driver:
         await_resources(
             job_requests(self.config, self.rollout),
             capacity_from_env(os.environ),
-            private_ray=self._started_ray and not os.environ.get("RAY_ADDRESS"),
+            private_ray=self._ray.private,
             waited=self.metrics.waiting_for_resources,
-            interrupted=lambda: self._signal is not None,
+            interrupted=lambda: self.preemption.signalled,
         )
 
     # -- checkpoints --------------------------------------------------------------------------
@@ -453,37 +360,6 @@ class Driver:
         )
         return found.uri
 
-    # -- signals ------------------------------------------------------------------------------
-
-    def _install_signal_handlers(self) -> dict[int, Any]:
-        if threading.current_thread() is not threading.main_thread():
-            return {}
-        previous = {}
-        for signum in (signal.SIGTERM, signal.SIGINT):
-            previous[signum] = signal.signal(signum, self._on_signal)
-        return previous
-
-    def _on_signal(self, signum: int, frame) -> None:
-        """SIGTERM or SIGINT: checkpoint within the grace period and stop. The iteration in
-        progress stops at its next safe point (see interrupt.py), raising IterationAbandoned from
-        here when the driver is sampling in Python. A second signal stops at once, without a
-        checkpoint, unless one is being written and the grace period has not run out: then that
-        checkpoint is finished first, so none is left half-written."""
-        name = signal.Signals(signum).name
-        grace = self.config.checkpoint.grace_period_seconds
-        if self._signal is None:
-            self._signal, self._signal_time = signum, time.monotonic()
-            self.report.message(
-                f"{name} received: checkpointing within {grace} s (an unfinished iteration is "
-                "dropped at its next wait for samples)"
-            )
-            self._stop_request.request()
-            return
-        if self._saving and time.monotonic() - self._signal_time < grace:
-            self.report.message(f"{name} received again: finishing the checkpoint being written")
-            return
-        raise KeyboardInterrupt
-
     def _checkpoint(
         self, saved: int | None, row: dict[str, Any] | None = None
     ) -> tuple[str | None, int | None]:
@@ -491,34 +367,6 @@ class Driver:
         progress row when it is not written yet. Returns the newest complete checkpoint and the
         iteration it holds (`saved`, the previous one's, when the save failed)."""
         before = self.checkpoint
-        self._saving = True
-        try:
+        with self.preemption.saving():
             location = self._save(row)
-        finally:
-            self._saving = False
         return location, (self.iteration if location is not None and location != before else saved)
-
-    def _report_preemption(self, saved: int | None) -> None:
-        """How long the checkpoint after a signal took, against the grace period."""
-        name = signal.Signals(self._signal).name
-        took = time.monotonic() - self._signal_time
-        grace = self.config.checkpoint.grace_period_seconds
-        if saved == self.iteration:
-            self.report.message(
-                f"Checkpoint of iteration {saved} complete {took:.1f} s after {name} "
-                f"(grace period {grace} s)"
-            )
-        if took > grace:
-            log.warning(
-                "stopping took %.1f s after %s, longer than "
-                "spec.trainer.checkpoint.gracePeriodSeconds=%d: a preempted pod would have been "
-                "killed first; raise it so that a learning step and a checkpoint fit in it",
-                took,
-                name,
-                grace,
-            )
-
-    @staticmethod
-    def _restore_signal_handlers(previous: dict[int, Any]) -> None:
-        for signum, handler in previous.items():
-            signal.signal(signum, handler)

@@ -40,7 +40,7 @@ from kuberl_contract.progress_row import (
     WORKERS_READY,
 )
 from kuberl_trainer.cpu_quota import usable_cpus
-from kuberl_trainer.envs.making import SpaceInfo
+from kuberl_trainer.envs.spaces import SpaceInfo
 from kuberl_trainer.job import algorithms
 from kuberl_trainer.job.device_choice import DeviceTrial
 from kuberl_trainer.policies.acting import ActingOnly

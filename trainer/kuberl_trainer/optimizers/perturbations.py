@@ -25,7 +25,7 @@ import numpy as np
 
 from kuberl_trainer.errors import InvalidJobError
 from kuberl_trainer.optimizers.base import PolicyOptimizer, StepResult
-from kuberl_trainer.policies.acting import noise_rows, noise_table
+from kuberl_trainer.policies.evolution import noise_rows, noise_table
 from kuberl_trainer.rollouts.rollout_worker import Perturbations
 from kuberl_trainer.rollouts.worker_set import WorkerSet
 

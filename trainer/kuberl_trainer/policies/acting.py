@@ -11,8 +11,8 @@ torch, whose per-call overhead is most of it.
 The networks are the torch ones (models.ActorCritic, dqn.QNetwork, sac.SACModel's actor,
 es.ESNetwork), read from the weights the learner sends (their state dicts: `actor.0.weight`,
 `actor.0.bias`, `actor.2.weight`, ..., `log_std`), computing the same functions to float32
-rounding; actions are drawn as the torch policy draws them (Gumbel-max, a Gaussian around the
-mean, epsilon-greedy), from a numpy generator seeded with the worker's seed.
+rounding; actions come of the torch policy's own action distribution (distributions.py), computed
+in numpy, from a numpy generator seeded with the worker's seed.
 """
 
 from __future__ import annotations
@@ -24,7 +24,21 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from kuberl_trainer.envs.making import SpaceInfo
+from kuberl_trainer.envs.spaces import SpaceInfo
+from kuberl_trainer.policies.distributions import (
+    EpsilonGreedy,
+    NumpyNoise,
+    SquashedGaussian,
+    action_distribution,
+    linear_epsilon,
+    worker_epsilon,
+)
+from kuberl_trainer.policies.evolution import (
+    STANDARDIZED_CLIP,
+    PerturbedActing,
+    nothing_seen,
+    standardizer,
+)
 from kuberl_trainer.policies.interface import Policy, Stats, Weights
 from kuberl_trainer.policies.postprocessing import (
     gae_columns,
@@ -37,11 +51,6 @@ from kuberl_trainer.policies.sample_batch import SampleBatch
 if TYPE_CHECKING:  # a remote worker gets a Frozen copy, the config never imported (frozen.py)
     from kuberl_contract.config import AnyTrainerConfig
 
-SAC_LOG_STD_MIN, SAC_LOG_STD_MAX = -20.0, 2.0
-"""SAC's clamp of its actor's log standard deviation (Stable-Baselines3's and RLlib's)."""
-NOISE_CHUNK = 256
-"""Env steps of noise drawn per generator call: one call per chunk rather than one per step,
-which would cost as much as the forward pass at CartPole's step cost."""
 VALUE_ROWS_PER_PASS = 4096
 """Rows of the critic's passes over a window: a pass over a whole window of a thousand envs would
 spill its activations out of the cache (PPO sampled 6% slower at 1,024 CartPole envs)."""
@@ -136,9 +145,10 @@ class ActingPolicy(OnlyActs):
     def __init__(self, spaces: SpaceInfo, config: AnyTrainerConfig, seed: int):
         super().__init__(spaces, config, seed)
         self.noise = NumpyNoise(np.random.default_rng(seed))
+        self.distribution = action_distribution(spaces)
         self.actor: list[tuple[np.ndarray, np.ndarray]] = []
         self.critic: list[tuple[np.ndarray, np.ndarray]] = []
-        self.std: np.ndarray | None = None
+        self.std: np.ndarray | None = None  # a Gaussian's, from its log_std
 
     # -- acting -----------------------------------------------------------------------------------
 
@@ -146,14 +156,8 @@ class ActingPolicy(OnlyActs):
         self, obs: np.ndarray, explore: bool = True
     ) -> tuple[np.ndarray, dict[str, np.ndarray]]:
         out = self._forward(self.actor, obs)
-        if self.spaces.discrete_actions:
-            scores = out + self.noise.gumbel(out.shape) if explore else out
-            actions = scores.argmax(-1)
-            return actions, {"actions": actions, "dist_inputs": out}
-        actions = out + self.noise.normal(out.shape) * self.std if explore else out.copy()
-        # The loss needs the unclipped sample; the env gets it inside its bounds.
-        env_actions = np.clip(actions, self.spaces.action_low, self.spaces.action_high)
-        return env_actions, {"actions": actions, "dist_inputs": out}
+        actions = self.distribution.actions(np, out, self.noise if explore else None, self.std)
+        return self.distribution.env_actions(np, actions), {"actions": actions, "dist_inputs": out}
 
     def postprocess_trajectory(self, rollout: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
         return gae_columns(
@@ -225,6 +229,7 @@ class ActingDQNPolicy(OnlyActs):
     def __init__(self, spaces: SpaceInfo, config: AnyTrainerConfig, seed: int):
         super().__init__(spaces, config, seed)
         self.rng = np.random.default_rng(seed)
+        self.distribution = EpsilonGreedy(spaces.action_discrete_n)
         self.q: list[tuple[np.ndarray, np.ndarray]] = []  # without dueling heads
         self.body: list[tuple[np.ndarray, np.ndarray]] = []  # dueling: under both heads
         self.value: list[tuple[np.ndarray, np.ndarray]] = []
@@ -237,12 +242,9 @@ class ActingDQNPolicy(OnlyActs):
     def compute_actions(
         self, obs: np.ndarray, explore: bool = True
     ) -> tuple[np.ndarray, dict[str, np.ndarray]]:
-        actions = self._q_values(obs).argmax(-1)
+        actions = self.distribution.greedy(np, self._q_values(obs))
         if explore:
-            random_actions = self.rng.integers(0, self.spaces.action_discrete_n, len(actions))
-            actions = np.where(
-                self.rng.random(len(actions)) < self.epsilon, random_actions, actions
-            )
+            actions = self.distribution.explore(self.rng, actions, self.epsilon)
         return actions, {"actions": actions}
 
     def postprocess_trajectory(self, rollout: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
@@ -281,27 +283,15 @@ class ActingSACPolicy(OnlyActs):
     def __init__(self, spaces: SpaceInfo, config: AnyTrainerConfig, seed: int):
         super().__init__(spaces, config, seed)
         self.noise = NumpyNoise(np.random.default_rng(seed))
+        self.distribution = SquashedGaussian(spaces.action_low, spaces.action_high)
         self.actor: list[tuple[np.ndarray, np.ndarray]] = []
-        # [-1, 1] → [low, high]
-        self.action_scale = (spaces.action_high - spaces.action_low) / 2
-        self.action_center = (spaces.action_high + spaces.action_low) / 2
 
     def compute_actions(
         self, obs: np.ndarray, explore: bool = True
     ) -> tuple[np.ndarray, dict[str, np.ndarray]]:
-        mean, log_std = np.split(self._forward(self.actor, obs), 2, axis=-1)
-        pre_tanh = mean
-        if explore:
-            log_std = np.clip(log_std, SAC_LOG_STD_MIN, SAC_LOG_STD_MAX)
-            pre_tanh = mean + np.exp(log_std) * self.noise.normal(mean.shape)
-        actions = np.tanh(pre_tanh)
-        # Rounding may land a hair past a bound, which an env is entitled to refuse.
-        env_actions = np.clip(
-            self.action_center + self.action_scale * actions,
-            self.spaces.action_low,
-            self.spaces.action_high,
-        )
-        return env_actions, {"actions": actions}
+        out = self._forward(self.actor, obs)
+        actions = self.distribution.actions(np, out, self.noise if explore else None)
+        return self.distribution.env_actions(np, actions), {"actions": actions}
 
     def postprocess_trajectory(self, rollout: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
         return n_step_columns(rollout, self.hp.gamma, self.hp.n_step)
@@ -311,14 +301,15 @@ class ActingSACPolicy(OnlyActs):
         self.actor = _linear_layers(weights, "actor.net")
 
 
-class ActingESPolicy(OnlyActs):
+class ActingESPolicy(PerturbedActing, OnlyActs):
     """ES's acting half: the network behind its observation standardizer, acting in each env
-    with a perturbed copy of its flat parameters (antithetic pairs from the shared noise table,
-    `noise_rows`), and counting the observations it saw for the standardizer."""
+    with a perturbed copy of its flat parameters, and counting the observations it saw for the
+    standardizer (evolution.py)."""
 
     def __init__(self, spaces: SpaceInfo, config: AnyTrainerConfig, seed: int):
         super().__init__(spaces, config, seed)
         self.rng = np.random.default_rng(seed)  # as the torch policy's: the same perturbations
+        self.distribution = action_distribution(spaces)
         out = spaces.action_discrete_n if spaces.discrete_actions else spaces.action_dim
         sizes = [spaces.obs_dim, *self.hp.hidden_sizes, out]
         self.shapes = list(itertools.pairwise(sizes))  # (fan_in, fan_out) of each layer
@@ -327,7 +318,7 @@ class ActingESPolicy(OnlyActs):
         self.theta = np.zeros(0, dtype=np.float32)
         # The standardizer's mean and standard deviation; None before it has counted 2.
         self.obs_mean_std: tuple[np.ndarray, np.ndarray] | None = None
-        self._seen = nothing_seen(spaces.obs_dim)
+        self.seen = nothing_seen(spaces.obs_dim)
 
     def set_weights(self, weights: Weights) -> None:
         """The learner's weights, and what acting derives from them once: theta (as the torch
@@ -338,25 +329,24 @@ class ActingESPolicy(OnlyActs):
         self.theta = np.concatenate(
             [part for weight_t, bias in self.net for part in (weight_t.T.ravel(), bias)]
         )
-        count = float(weights["obs_stats.count"])
-        self.obs_mean_std = None
-        if count >= 2:
-            mean = weights["obs_stats.sum"] / count
-            std = np.sqrt(np.maximum(weights["obs_stats.sumsq"] / count - mean**2, 1e-8))
-            self.obs_mean_std = (mean, std)
+        stats = [weights[f"obs_stats.{name}"] for name in ("count", "sum", "sumsq")]
+        self.obs_mean_std = standardizer(np, *stats)
+
+    def flat_parameters(self) -> np.ndarray:
+        return self.theta
 
     def compute_actions(
         self, obs: np.ndarray, explore: bool = True
     ) -> tuple[np.ndarray, dict[str, np.ndarray]]:
         """The network's actions whatever `explore`: ES explores in parameter space."""
-        actions = self._env_actions(self._forward(self.net, self._normalize(obs)))
+        out = self._forward(self.net, self._normalize(obs))
+        actions = self.distribution.greedy_env_actions(np, out)
         return actions, {"actions": actions}
 
     def act_perturbed(self, obs: np.ndarray, parameters: np.ndarray) -> np.ndarray:
         """Actions for a (K, obs_dim) batch, row k by the network with the flat parameter vector
         `parameters[k]`."""
-        if self.hp.normalize_observations:
-            self._seen = seen_with(self._seen, obs)
+        self.count_observations(obs)
         out = self._normalize(obs)[:, :, None]  # (K, D, 1)
         start = 0
         for layer, (fan_in, fan_out) in enumerate(self.shapes):
@@ -366,23 +356,7 @@ class ActingESPolicy(OnlyActs):
             start += fan_out
             if layer < len(self.shapes) - 1:
                 self.activation(out)
-        return self._env_actions(out[:, :, 0])
-
-    def draw_noise_indices(self, noise_size: int, count: int) -> np.ndarray:
-        """Where `count` perturbations start in a table of `noise_size` numbers."""
-        return self.rng.integers(0, noise_size - self.num_params + 1, size=count)
-
-    def perturbed_parameters(self, noise: np.ndarray, indices: np.ndarray) -> np.ndarray:
-        """The antithetic pairs, as rows: theta + noise_stdev * eps_i, then theta - noise_stdev *
-        eps_i, for each index i in turn."""
-        eps = self.hp.noise_stdev * noise_rows(noise, indices, self.num_params)
-        return np.stack([self.theta + eps, self.theta - eps], axis=1).reshape(-1, self.num_params)
-
-    def take_observation_stats(self) -> tuple[int, np.ndarray, np.ndarray]:
-        """The count, sum and sum of squares of the observations act_perturbed saw since the last
-        call (what a worker reports for the standardizer)."""
-        seen, self._seen = self._seen, nothing_seen(self.spaces.obs_dim)
-        return seen
+        return self.distribution.greedy_env_actions(np, out[:, :, 0])
 
     def postprocess_trajectory(self, rollout: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
         raise TypeError("ES learns from the returns of perturbed parameters, not from samples")
@@ -393,89 +367,7 @@ class ActingESPolicy(OnlyActs):
         if self.obs_mean_std is None:
             return obs
         mean, std = self.obs_mean_std
-        return np.clip((obs - mean) / std, -5.0, 5.0).astype(obs.dtype)
-
-    def _env_actions(self, out: np.ndarray) -> np.ndarray:
-        if self.spaces.discrete_actions:
-            return out.argmax(-1)
-        return np.clip(out, self.spaces.action_low, self.spaces.action_high)
-
-
-NOISE_SEED = 123
-"""ES's noise table is the same in every process and every run: only where a perturbation starts
-travels."""
-
-
-def noise_table(size: int) -> np.ndarray:
-    """`size` standard normal float32 numbers, the same for every caller."""
-    return np.random.default_rng(NOISE_SEED).standard_normal(size, dtype=np.float32)
-
-
-def noise_rows(noise: np.ndarray, indices: np.ndarray, dim: int) -> np.ndarray:
-    """The perturbations starting at `indices`, one per row: row i is
-    noise[indices[i] : indices[i] + dim]."""
-    return np.lib.stride_tricks.sliding_window_view(noise, dim)[indices]
-
-
-def nothing_seen(obs_dim: int) -> tuple[int, np.ndarray, np.ndarray]:
-    """No observation counted yet: count, sum and sum of squares."""
-    return 0, np.zeros(obs_dim), np.zeros(obs_dim)
-
-
-def seen_with(
-    seen: tuple[int, np.ndarray, np.ndarray], obs: np.ndarray
-) -> tuple[int, np.ndarray, np.ndarray]:
-    """The count, sum and sum of squares `seen` with the (K, obs_dim) observations `obs` added."""
-    count, total, sumsq = seen
-    return count + len(obs), total + obs.sum(0), sumsq + np.square(obs).sum(0)
-
-
-def linear_epsilon(hp: Any, timesteps: int) -> float:
-    """DQN's exploration rate: linear from epsilon_initial to epsilon_final over
-    epsilon_timesteps env steps, then constant."""
-    progress = min(1.0, timesteps / hp.epsilon_timesteps)
-    return hp.epsilon_initial + progress * (hp.epsilon_final - hp.epsilon_initial)
-
-
-def worker_epsilon(hp: Any, index: int, num_workers: int) -> float:
-    """The Ape-X schedule: remote worker i of N (1..N) explores with
-    base ** (1 + alpha * (i - 1) / (N - 1)) (base: hp.worker_epsilon, alpha:
-    hp.worker_epsilon_alpha), from base for the first to base ** (1 + alpha) for the last. The
-    driver's local worker (index 0) acts greedily: it evaluates, and it samples only while no
-    remote worker is up. Without remote workers it is the only sampler, and explores as
-    worker 1 of 1."""
-    base, alpha = hp.worker_epsilon, hp.worker_epsilon_alpha
-    if index == 0:
-        return 0.0 if num_workers else base
-    return base ** (1 + alpha * (index - 1) / max(1, num_workers - 1))
-
-
-class NumpyNoise:
-    """Gumbel and standard normal draws in float32, made NOISE_CHUNK env steps at a time."""
-
-    def __init__(self, rng: np.random.Generator):
-        self.rng = rng
-        self._buffers: dict[tuple[str, tuple[int, ...]], tuple[np.ndarray, int]] = {}
-
-    def gumbel(self, shape: tuple[int, ...]) -> np.ndarray:
-        return self._next("gumbel", shape)
-
-    def normal(self, shape: tuple[int, ...]) -> np.ndarray:
-        return self._next("normal", shape)
-
-    def _next(self, kind: str, shape: tuple[int, ...]) -> np.ndarray:
-        buffer, position = self._buffers.get((kind, shape), (None, NOISE_CHUNK))
-        if position == NOISE_CHUNK:
-            size = (NOISE_CHUNK, *shape)
-            if kind == "normal":
-                buffer = self.rng.standard_normal(size, dtype=np.float32)
-            else:  # -log(-log(U)), U in (0, 1]: Gumbel(0, 1)
-                uniform = np.maximum(self.rng.random(size, dtype=np.float32), np.float32(1e-10))
-                buffer = -np.log(-np.log(uniform))
-            position = 0
-        assert buffer is not None
-        self._buffers[(kind, shape)] = (buffer, position + 1)
-        return buffer[position]
+        return np.clip((obs - mean) / std, -STANDARDIZED_CLIP, STANDARDIZED_CLIP).astype(obs.dtype)
 
 
 def _linear_layers(weights: Weights, network: str) -> list[tuple[np.ndarray, np.ndarray]]:

@@ -8,7 +8,7 @@ import numpy as np
 import torch
 
 from kuberl_contract.config import AnyTrainerConfig
-from kuberl_trainer.envs.making import SpaceInfo
+from kuberl_trainer.envs.spaces import SpaceInfo
 from kuberl_trainer.policies.base import TorchPolicy
 from kuberl_trainer.policies.models import ActorCritic, NoiseSource
 from kuberl_trainer.policies.postprocessing import gae_columns
@@ -67,11 +67,7 @@ class ActorCriticPolicy(TorchPolicy):
         }
         if values is not None:
             columns["values"] = values.numpy(force=True)
-        if self.spaces.discrete_actions:
-            return columns["actions"], columns
-        # The loss needs the unclipped sample; the env gets it inside its bounds.
-        env_actions = np.clip(columns["actions"], self.spaces.action_low, self.spaces.action_high)
-        return env_actions, columns
+        return self.model.distribution.env_actions(np, columns["actions"]), columns
 
     def postprocess_trajectory(self, rollout: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
         values = rollout["values"] if "values" in rollout else self._values(rollout["obs"])

@@ -3,7 +3,7 @@ rate of its own, so that together they cover a range from nearly random to nearl
 
 from __future__ import annotations
 
-from kuberl_trainer.policies.acting import worker_epsilon
+from kuberl_trainer.policies.distributions import worker_epsilon
 from kuberl_trainer.policies.dqn import DQNPolicy
 
 

@@ -25,7 +25,7 @@ from torch import nn
 
 from kuberl_contract.config import AnyTrainerConfig
 from kuberl_contract.progress_row import CLIP_FRACTION, ENTROPY, KL, POLICY_LOSS, VF_LOSS
-from kuberl_trainer.envs.making import SpaceInfo
+from kuberl_trainer.envs.spaces import SpaceInfo
 from kuberl_trainer.policies.base import numpy_weights
 from kuberl_trainer.policies.impala import IMPALAPolicy, vtrace_stats
 from kuberl_trainer.policies.interface import Stats

@@ -13,7 +13,7 @@ from torch import nn
 
 from kuberl_contract.config import AnyTrainerConfig
 from kuberl_contract.progress_row import GRAD_NORM
-from kuberl_trainer.envs.making import SpaceInfo
+from kuberl_trainer.envs.spaces import SpaceInfo
 from kuberl_trainer.errors import IncompatibleCheckpointError
 from kuberl_trainer.policies.adam import Adam
 from kuberl_trainer.policies.interface import Policy, Stats, Weights

@@ -13,8 +13,9 @@ from torch import nn
 
 from kuberl_contract.config import AnyTrainerConfig, ModelConfig
 from kuberl_contract.progress_row import EPSILON, GRAD_NORM, Q_MEAN, TD_ERROR_MEAN, TD_LOSS
-from kuberl_trainer.envs.making import EnvError, SpaceInfo
-from kuberl_trainer.policies.acting import linear_epsilon
+from kuberl_trainer.envs.making import EnvError
+from kuberl_trainer.envs.spaces import SpaceInfo
+from kuberl_trainer.policies.distributions import EpsilonGreedy, linear_epsilon
 from kuberl_trainer.policies.interface import Stats
 from kuberl_trainer.policies.models import ACTIVATIONS, ConvEncoder, mlp
 from kuberl_trainer.policies.replay import ReplayPolicy
@@ -82,6 +83,7 @@ class DQNPolicy(ReplayPolicy):
         model = QNetwork(spaces, hp.hidden_sizes, hp.activation, hp.dueling, config.model)
         super().__init__(spaces, config, seed, model, target_source=model)
         self.model: QNetwork
+        self.distribution = EpsilonGreedy(spaces.action_discrete_n)
 
     @property
     def epsilon(self) -> float:
@@ -94,12 +96,10 @@ class DQNPolicy(ReplayPolicy):
         self, obs: np.ndarray, explore: bool = True
     ) -> tuple[np.ndarray, dict[str, np.ndarray]]:
         with torch.inference_mode():
-            actions = self.model(self.as_tensor(obs)).argmax(dim=-1).numpy(force=True)
+            q_values = self.model(self.as_tensor(obs))
+            actions = self.distribution.greedy(torch, q_values).numpy(force=True)
         if explore:
-            random_actions = self.rng.integers(0, self.spaces.action_discrete_n, len(actions))
-            actions = np.where(
-                self.rng.random(len(actions)) < self.epsilon, random_actions, actions
-            )
+            actions = self.distribution.explore(self.rng, actions, self.epsilon)
         return actions, {"actions": actions}
 
     def td_targets(self, batch: dict[str, torch.Tensor]) -> torch.Tensor:

@@ -3,7 +3,7 @@ flat vector. A worker acts with a perturbed copy of it in each of its envs at on
 forward pass per step); the driver steps the vector with Adam along the gradient the perturbations'
 returns estimate (optimizers/perturbations.py).
 
-The noise table (policy/acting.py's `noise_table`) is read the same way by the workers'
+The noise table (evolution.py's `noise_table`) is read the same way by the workers'
 perturbations and the driver's gradient estimate."""
 
 from __future__ import annotations
@@ -14,9 +14,15 @@ from torch import nn
 
 from kuberl_contract.config import AnyTrainerConfig
 from kuberl_contract.progress_row import ES_GRADIENT_NORM, ES_UPDATE_RATIO, ES_WEIGHTS_NORM
-from kuberl_trainer.envs.making import SpaceInfo
-from kuberl_trainer.policies.acting import noise_rows, nothing_seen, seen_with
+from kuberl_trainer.envs.spaces import SpaceInfo
 from kuberl_trainer.policies.base import TorchPolicy
+from kuberl_trainer.policies.distributions import action_distribution
+from kuberl_trainer.policies.evolution import (
+    STANDARDIZED_CLIP,
+    PerturbedActing,
+    nothing_seen,
+    standardizer,
+)
 from kuberl_trainer.policies.interface import Stats
 from kuberl_trainer.policies.models import ACTIVATIONS, mlp
 
@@ -37,13 +43,16 @@ class ObservationStats(nn.Module):
         self.sum += torch.from_numpy(total).to(self.sum.device)
         self.sumsq += torch.from_numpy(sumsq).to(self.sumsq.device)
 
+    def mean_std(self) -> tuple[torch.Tensor, torch.Tensor] | None:
+        """The standardizer's mean and standard deviation; None before two observations."""
+        return standardizer(torch, self.count, self.sum, self.sumsq)
+
     def normalize(self, obs: torch.Tensor) -> torch.Tensor:
         """(obs - mean) / std, clipped to +-5 standard deviations; unchanged before any count."""
-        if self.count < 2:
+        if (mean_std := self.mean_std()) is None:
             return obs
-        mean = self.sum / self.count
-        std = (self.sumsq / self.count - mean.square()).clamp(min=1e-8).sqrt()
-        return ((obs - mean) / std).clamp(-5.0, 5.0).to(obs.dtype)
+        mean, std = mean_std
+        return ((obs - mean) / std).clamp(-STANDARDIZED_CLIP, STANDARDIZED_CLIP).to(obs.dtype)
 
 
 class ESNetwork(nn.Module):
@@ -61,7 +70,7 @@ class ESNetwork(nn.Module):
         return self.net(self.obs_stats.normalize(obs))
 
 
-class ESPolicy(TorchPolicy):
+class ESPolicy(PerturbedActing, TorchPolicy):
     STAT_KEYS = (ES_GRADIENT_NORM, ES_WEIGHTS_NORM, ES_UPDATE_RATIO)  # apply_flat_gradient's
 
     def __init__(self, spaces: SpaceInfo, config: AnyTrainerConfig, seed: int):
@@ -76,8 +85,8 @@ class ESPolicy(TorchPolicy):
             (m.out_features, m.in_features) for m in model.net if isinstance(m, nn.Linear)
         ]
         self._activation = ACTIVATIONS[hp.activation]()  # the network's own, as a function
-        # Observations act_perturbed saw since take_observation_stats(): count, sum, squares.
-        self._seen = nothing_seen(spaces.obs_dim)
+        self.distribution = action_distribution(spaces)  # its mode: ES acts deterministically
+        self.seen = nothing_seen(spaces.obs_dim)
 
     # -- acting -------------------------------------------------------------------------------
 
@@ -86,14 +95,14 @@ class ESPolicy(TorchPolicy):
     ) -> tuple[np.ndarray, dict[str, np.ndarray]]:
         """The network's actions whatever `explore`: ES explores in parameter space."""
         with torch.inference_mode():
-            actions = self._env_actions(self.model(self.as_tensor(obs)))
+            out = self.model(self.as_tensor(obs)).numpy(force=True)
+        actions = self.distribution.greedy_env_actions(np, out)
         return actions, {"actions": actions}
 
     def act_perturbed(self, obs: np.ndarray, parameters: np.ndarray) -> np.ndarray:
         """Actions for a (K, obs_dim) batch, row k by the network with the flat parameter vector
         `parameters[k]`, in one batched forward pass."""
-        if self.hp.normalize_observations:
-            self._seen = seen_with(self._seen, obs)
+        self.count_observations(obs)
         with torch.inference_mode():
             out = self.model.obs_stats.normalize(self.as_tensor(obs)).unsqueeze(1)  # (K, 1, D)
             flat = self.as_tensor(parameters)
@@ -106,40 +115,17 @@ class ESPolicy(TorchPolicy):
                 out = torch.baddbmm(bias, out, weight.transpose(1, 2))
                 if layer < len(self._layers) - 1:
                     out = self._activation(out)
-        return self._env_actions(out.squeeze(1))
-
-    def take_observation_stats(self) -> tuple[int, np.ndarray, np.ndarray]:
-        """The count, sum and sum of squares of the observations act_perturbed saw since the last
-        call (what a worker reports for the normalization)."""
-        seen, self._seen = self._seen, nothing_seen(self.spaces.obs_dim)
-        return seen
+        return self.distribution.greedy_env_actions(np, out.squeeze(1).numpy(force=True))
 
     def add_observation_stats(self, count: int, total: np.ndarray, sumsq: np.ndarray) -> None:
         """Fold workers' observation statistics into the standardizer (the driver's policy)."""
         self.model.obs_stats.add(count, total, sumsq)
-
-    def _env_actions(self, out: torch.Tensor) -> np.ndarray:
-        if self.spaces.discrete_actions:
-            return out.argmax(-1).numpy(force=True)
-        return np.clip(out.numpy(force=True), self.spaces.action_low, self.spaces.action_high)
 
     # -- the flat parameter vector ------------------------------------------------------------
 
     def flat_parameters(self) -> np.ndarray:
         """theta: every parameter in one float32 vector, layer by layer, weight then bias."""
         return nn.utils.parameters_to_vector(self.model.parameters()).numpy(force=True)
-
-    def draw_noise_indices(self, noise_size: int, count: int) -> np.ndarray:
-        """Where `count` perturbations start in a table of `noise_size` numbers, drawn with this
-        policy's own generator (every worker has its own seed)."""
-        return self.rng.integers(0, noise_size - self.num_params + 1, size=count)
-
-    def perturbed_parameters(self, noise: np.ndarray, indices: np.ndarray) -> np.ndarray:
-        """The antithetic pairs, as rows: theta + noise_stdev * eps_i, then theta - noise_stdev *
-        eps_i, for each index i in turn."""
-        eps = self.hp.noise_stdev * noise_rows(noise, indices, self.num_params)
-        theta = self.flat_parameters()
-        return np.stack([theta + eps, theta - eps], axis=1).reshape(-1, self.num_params)
 
     def apply_flat_gradient(self, gradient: np.ndarray) -> Stats:
         """One Adam step on a loss gradient given as one vector in flat_parameters' order, with

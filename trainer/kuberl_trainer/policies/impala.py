@@ -35,7 +35,7 @@ from kuberl_trainer.policies.sample_batch import VALID, SampleBatch
 
 if TYPE_CHECKING:
     from kuberl_contract.config import AnyTrainerConfig
-    from kuberl_trainer.envs.making import SpaceInfo
+    from kuberl_trainer.envs.spaces import SpaceInfo
 
 
 def pg_weights(log_rhos: torch.Tensor, pg_rho_bar: float) -> torch.Tensor:

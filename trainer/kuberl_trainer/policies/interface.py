@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Any, ClassVar
 
 import numpy as np
 
-from kuberl_trainer.envs.making import SpaceInfo
+from kuberl_trainer.envs.spaces import SpaceInfo
 from kuberl_trainer.policies.sample_batch import SampleBatch
 
 if TYPE_CHECKING:  # a remote worker gets a Frozen copy, the config never imported (frozen.py)

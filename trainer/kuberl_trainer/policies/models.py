@@ -13,7 +13,13 @@ from torch import nn
 from torch.func import functional_call
 
 from kuberl_contract.config import ModelConfig
-from kuberl_trainer.envs.making import ImageLayout, SpaceInfo, conv_multiply_adds, conv_output_size
+from kuberl_trainer.envs.spaces import ImageLayout, SpaceInfo, conv_multiply_adds, conv_output_size
+from kuberl_trainer.policies.distributions import (
+    NOISE_CHUNK,
+    Noise,
+    action_distribution,
+    gumbel_of,
+)
 
 ACTIVATIONS = {"tanh": nn.Tanh, "relu": nn.ReLU}
 BFLOAT16_MIN_MULTIPLY_ADDS = 1_000_000
@@ -186,6 +192,7 @@ class ActorCritic(nn.Module):
         super().__init__()
         model = model or ModelConfig()
         self.discrete = spaces.discrete_actions
+        self.distribution = action_distribution(spaces)
         out = spaces.action_discrete_n if self.discrete else spaces.action_dim
         self.encoder: nn.Module | None = None
         if with_critic and shares_encoder(spaces, model):
@@ -234,9 +241,7 @@ class ActorCritic(nn.Module):
                 out = self._activation(out)
         return out
 
-    def sample(
-        self, obs: torch.Tensor, noise: NoiseSource | None
-    ) -> tuple[torch.Tensor, torch.Tensor]:
+    def sample(self, obs: torch.Tensor, noise: Noise | None) -> tuple[torch.Tensor, torch.Tensor]:
         """Actions for a batch of observations (sampled with `noise`, greedy without) and the
         distribution's inputs (logits, or the Gaussian's mean). Log-probabilities are left to
         one batched `logp_of` call after the rollout, so a step costs one forward pass."""
@@ -244,7 +249,7 @@ class ActorCritic(nn.Module):
         return self._act(out, noise), out
 
     def sample_and_value(
-        self, obs: torch.Tensor, noise: NoiseSource | None
+        self, obs: torch.Tensor, noise: Noise | None
     ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """`sample` and the values of the same observations, from one pass of the encoder."""
         features = self._features(obs)
@@ -252,13 +257,10 @@ class ActorCritic(nn.Module):
         assert self.critic is not None
         return self._act(out, noise), out, self.critic(features).squeeze(-1)
 
-    def _act(self, out: torch.Tensor, noise: NoiseSource | None) -> torch.Tensor:
+    def _act(self, out: torch.Tensor, noise: Noise | None) -> torch.Tensor:
         """Actions from the distribution's inputs: sampled with `noise`, greedy without."""
-        if noise is None:
-            return torch.argmax(out, dim=-1) if self.discrete else out
-        if self.discrete:  # Gumbel-max: argmax(logits + Gumbel noise) ~ Categorical(logits)
-            return torch.argmax(out + noise.gumbel(out.shape), dim=-1)
-        return out + noise.normal(out.shape) * self.log_std.exp()
+        std = None if self.discrete or noise is None else self.log_std.exp()
+        return self.distribution.actions(torch, out, noise, std)
 
     def logp_of(self, dist_inputs: torch.Tensor, actions: torch.Tensor) -> torch.Tensor:
         """Log-probabilities of actions under distributions given by `sample`'s inputs."""
@@ -324,18 +326,16 @@ def gaussian_logp(mean: torch.Tensor, log_std: torch.Tensor, actions: torch.Tens
     return (-0.5 * z.pow(2) - log_std - 0.5 * math.log(2 * math.pi)).sum(-1)
 
 
-class NoiseSource:
-    """Random draws made a chunk of steps at a time: one generator call per chunk instead of
-    several tiny ones per env step, which dominate at CartPole's step cost.
+class NoiseSource(Noise):
+    """Gumbel and standard normal draws from a torch generator, handed out on `device`.
 
     The draws come from a CPU generator whatever `device` is and each chunk moves there in one
     transfer: a seed gives the same noise on every machine."""
 
-    def __init__(self, generator: torch.Generator, chunk: int = 256):
+    def __init__(self, generator: torch.Generator, chunk: int = NOISE_CHUNK):
+        super().__init__(chunk)
         self.generator = generator
-        self.chunk = chunk
         self.device = torch.device("cpu")
-        self._buffers: dict[tuple[str, torch.Size], tuple[torch.Tensor, int]] = {}
 
     def to(self, device: torch.device) -> None:
         """Hand out noise on `device`, starting with what is left of the current chunks."""
@@ -344,22 +344,7 @@ class NoiseSource:
             key: (buffer.to(device), position) for key, (buffer, position) in self._buffers.items()
         }
 
-    def gumbel(self, shape: torch.Size) -> torch.Tensor:
-        return self._next("gumbel", shape)
-
-    def normal(self, shape: torch.Size) -> torch.Tensor:
-        return self._next("normal", shape)
-
-    def _next(self, kind: str, shape: torch.Size) -> torch.Tensor:
-        buffer, position = self._buffers.get((kind, shape), (None, self.chunk))
-        if position == self.chunk:
-            size = (self.chunk, *shape)
-            if kind == "normal":
-                buffer = torch.randn(size, generator=self.generator)
-            else:
-                uniform = torch.rand(size, generator=self.generator).clamp_(1e-10, 1.0)
-                buffer = -torch.log(-torch.log(uniform))
-            buffer = buffer.to(self.device)
-            position = 0
-        self._buffers[(kind, shape)] = (buffer, position + 1)
-        return buffer[position]
+    def _draw(self, kind: str, size: tuple[int, ...]) -> torch.Tensor:
+        if kind == "normal":
+            return torch.randn(size, generator=self.generator).to(self.device)
+        return gumbel_of(torch, torch.rand(size, generator=self.generator)).to(self.device)

@@ -13,7 +13,7 @@ import torch
 from torch import nn
 
 from kuberl_contract.config import AnyTrainerConfig
-from kuberl_trainer.envs.making import SpaceInfo
+from kuberl_trainer.envs.spaces import SpaceInfo
 from kuberl_trainer.policies.base import TorchPolicy, check_weights_fit, mean_stats, numpy_weights
 from kuberl_trainer.policies.interface import Stats
 from kuberl_trainer.policies.postprocessing import n_step_columns

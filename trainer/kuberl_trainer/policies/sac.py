@@ -27,8 +27,9 @@ from kuberl_contract.progress_row import (
     TD_ERROR_MEAN,
     TD_LOSS,
 )
-from kuberl_trainer.envs.making import EnvError, SpaceInfo
-from kuberl_trainer.policies.acting import SAC_LOG_STD_MAX, SAC_LOG_STD_MIN
+from kuberl_trainer.envs.making import EnvError
+from kuberl_trainer.envs.spaces import SpaceInfo
+from kuberl_trainer.policies.distributions import SquashedGaussian, mean_and_log_std
 from kuberl_trainer.policies.interface import Stats
 from kuberl_trainer.policies.models import NoiseSource, gaussian_logp, mlp
 from kuberl_trainer.policies.replay import ReplayPolicy
@@ -54,8 +55,7 @@ class SquashedGaussianActor(nn.Module):
 
     def forward(self, obs: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """The Gaussian's mean and log standard deviation, before squashing."""
-        mean, log_std = self.net(obs).chunk(2, dim=-1)
-        return mean, log_std.clamp(SAC_LOG_STD_MIN, SAC_LOG_STD_MAX)
+        return mean_and_log_std(torch, self.net(obs))
 
     def sample(self, obs: torch.Tensor, noise: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """Squashed actions tanh(mean + std * noise) and their log-densities, differentiable
@@ -121,9 +121,7 @@ class SACPolicy(ReplayPolicy):
             -float(spaces.action_dim) if hp.target_entropy is None else hp.target_entropy
         )
         self.noise = NoiseSource(self.generator)
-        # [-1, 1] → [low, high]
-        self.action_scale = (spaces.action_high - spaces.action_low) / 2
-        self.action_center = (spaces.action_high + spaces.action_low) / 2
+        self.distribution = SquashedGaussian(spaces.action_low, spaces.action_high)
 
     def to(self, device: str | torch.device) -> SACPolicy:
         super().to(device)
@@ -139,16 +137,10 @@ class SACPolicy(ReplayPolicy):
         self, obs: np.ndarray, explore: bool = True
     ) -> tuple[np.ndarray, dict[str, np.ndarray]]:
         with torch.inference_mode():
-            mean, log_std = self.model.actor(self.as_tensor(obs))
-            pre_tanh = mean + log_std.exp() * self.noise.normal(mean.shape) if explore else mean
-            actions = torch.tanh(pre_tanh).numpy(force=True)
-        # Rounding may land a hair past a bound, which an env is entitled to refuse.
-        env_actions = np.clip(
-            self.action_center + self.action_scale * actions,
-            self.spaces.action_low,
-            self.spaces.action_high,
-        )
-        return env_actions, {"actions": actions}
+            out = self.model.actor.net(self.as_tensor(obs))
+            noise = self.noise if explore else None
+            actions = self.distribution.actions(torch, out, noise).numpy(force=True)
+        return self.distribution.env_actions(np, actions), {"actions": actions}
 
     def td_targets(self, batch: dict[str, torch.Tensor]) -> torch.Tensor:
         """The soft Bellman target r_t + ... + gamma^(n-1) r_(t+n-1) + gamma^n (min_i

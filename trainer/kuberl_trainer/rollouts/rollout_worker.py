@@ -16,8 +16,9 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from kuberl_trainer.cpu_quota import cpu_wait_s
-from kuberl_trainer.envs.making import encode_obs, episode_steps, job_space_info, make_vector_env
+from kuberl_trainer.envs.making import episode_steps, make_vector_env
 from kuberl_trainer.envs.normalization import Normalizer, make_normalizer
+from kuberl_trainer.envs.spaces import encode_obs, job_space_info
 from kuberl_trainer.policies.interface import PolicyFactory, Stats, Weights
 from kuberl_trainer.policies.sample_batch import VALID, SampleBatch
 

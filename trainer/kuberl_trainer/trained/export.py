@@ -12,8 +12,9 @@ float32 for a Box, uint8 for uint8 images, int64 for a Discrete space. It gives 
 `TrainedPolicy.predict` gives, the greedy ones: int64 for Discrete actions, float32 within the
 bounds for a Box. Everything between is inside: the one-hot encoding of Discrete observations,
 the observation normalization with its statistics frozen as the checkpoint saved them (ES's
-own too), the networks, and the distribution's mode (a Categorical's argmax, a Gaussian's mean
-clipped to the bounds), DQN's argmax or SAC's squashed mean rescaled to the bounds.
+own too), the networks, and the greedy env actions of the policy's own action distribution
+(policies/distributions.py, traced in torch: a Categorical's argmax, a Gaussian's mean clipped
+to the bounds, DQN's argmax, SAC's squashed mean rescaled to the bounds).
 
 Both files carry kuberl's metadata (algorithm, env, the spaces as space_record.py writes them,
 checkpoint, the job's spec.trainer): an ONNX model in its metadata_props, a TorchScript module in
@@ -38,13 +39,15 @@ import onnx
 import torch
 from torch import nn
 
-from kuberl_trainer.envs.making import SpaceInfo
 from kuberl_trainer.envs.normalization import Normalizer
 from kuberl_trainer.envs.space_record import SPACES, spaces_record
+from kuberl_trainer.envs.spaces import SpaceInfo
 from kuberl_trainer.job.checkpoint import Checkpoint
 from kuberl_trainer.policies.actor_critic import ActorCriticPolicy
+from kuberl_trainer.policies.distributions import ActionDistribution, with_arrays
 from kuberl_trainer.policies.dqn import DQNPolicy
-from kuberl_trainer.policies.es import ESPolicy, ObservationStats
+from kuberl_trainer.policies.es import ESPolicy
+from kuberl_trainer.policies.evolution import STANDARDIZED_CLIP
 from kuberl_trainer.policies.interface import Policy
 from kuberl_trainer.policies.sac import SACPolicy
 from kuberl_trainer.trained.exported import (
@@ -114,49 +117,18 @@ class Standardize(nn.Module):
         return normalized.clamp(-self.clip, self.clip).float()
 
 
-class Argmax(nn.Module):
-    """The index of the network's largest output: a Categorical's mode, DQN's greedy action."""
+class GreedyActions(nn.Module):
+    """The env actions a network's outputs stand for when greedy: its action distribution's
+    `greedy_env_actions`, computed in torch, with copies of the distribution's bounds, which the
+    trace records as constants of the graph."""
 
-    def __init__(self, net: nn.Module):
+    def __init__(self, net: nn.Module, distribution: ActionDistribution):
         super().__init__()
         self.net = net
+        self.distribution = with_arrays(distribution, _constant)
 
     def forward(self, obs: torch.Tensor) -> torch.Tensor:
-        return self.net(obs).argmax(dim=-1)
-
-
-class Clipped(nn.Module):
-    """The network's outputs (a Gaussian's mean, ES's actions) clipped to the action bounds, as
-    the env gets them."""
-
-    def __init__(self, net: nn.Module, low: np.ndarray, high: np.ndarray):
-        super().__init__()
-        self.net = net
-        self.register_buffer("low", _constant(low))
-        self.register_buffer("high", _constant(high))
-
-    def forward(self, obs: torch.Tensor) -> torch.Tensor:
-        return torch.clamp(self.net(obs), self.low, self.high)
-
-
-class SquashedMean(nn.Module):
-    """SAC's greedy action: tanh of the Gaussian's mean, rescaled from [-1, 1] to the bounds and
-    clipped to them (rounding may land a hair past a bound), in SACPolicy's order of operations."""
-
-    def __init__(self, actor: nn.Module, policy: SACPolicy):
-        super().__init__()
-        self.actor = actor
-        for name, value in [
-            ("center", policy.action_center),
-            ("scale", policy.action_scale),
-            ("low", policy.spaces.action_low),
-            ("high", policy.spaces.action_high),
-        ]:
-            self.register_buffer(name, _constant(value))
-
-    def forward(self, obs: torch.Tensor) -> torch.Tensor:
-        mean, _ = self.actor(obs)
-        return torch.clamp(self.center + self.scale * torch.tanh(mean), self.low, self.high)
+        return self.distribution.greedy_env_actions(torch, self.net(obs))
 
 
 def _constant(value: np.ndarray | torch.Tensor, dtype: torch.dtype | None = None) -> torch.Tensor:
@@ -196,38 +168,28 @@ def _observation_filter(normalizer: Normalizer) -> nn.Module:
 
 
 def _greedy_actions(policy: Policy) -> nn.Module:
-    """What the policy's `compute_actions(obs, explore=False)` does to normalized observations."""
-    spaces = policy.spaces
+    """What the policy's `compute_actions(obs, explore=False)` does to normalized observations:
+    a copy of its network, and its distribution's greedy env actions."""
     if isinstance(policy, ActorCriticPolicy):  # PG, A2C, A3C, PPO, IMPALA, APPO
         model = policy.model
-        actor = model.actor if model.encoder is None else nn.Sequential(model.encoder, model.actor)
-        return _mode(copy.deepcopy(actor), spaces)
+        net = model.actor if model.encoder is None else nn.Sequential(model.encoder, model.actor)
+        return GreedyActions(copy.deepcopy(net), model.distribution)
     if isinstance(policy, DQNPolicy):  # DQN, APEX
-        return Argmax(copy.deepcopy(policy.model))
+        return GreedyActions(copy.deepcopy(policy.model), policy.distribution)
     if isinstance(policy, SACPolicy):
-        return SquashedMean(copy.deepcopy(policy.model.actor), policy)
+        return GreedyActions(copy.deepcopy(policy.model.actor.net), policy.distribution)
     if isinstance(policy, ESPolicy):
-        standardize = _es_standardizer(policy.model.obs_stats)
-        return nn.Sequential(standardize, _mode(copy.deepcopy(policy.model.net), spaces))
+        net = nn.Sequential(_es_standardizer(policy), copy.deepcopy(policy.model.net))
+        return GreedyActions(net, policy.distribution)
     raise ExportError(f"no greedy graph is known for {type(policy).__name__}")
 
 
-def _mode(net: nn.Module, spaces: SpaceInfo) -> nn.Module:
-    """The action a network's outputs stand for when greedy: the argmax of logits, or the output
-    itself (a Gaussian's mean) clipped to the bounds."""
-    if spaces.discrete_actions:
-        return Argmax(net)
-    return Clipped(net, spaces.action_low, spaces.action_high)
-
-
-def _es_standardizer(stats: ObservationStats) -> nn.Module:
+def _es_standardizer(policy: ESPolicy) -> nn.Module:
     """ES's observation standardizer (ObservationStats.normalize) with its statistics frozen:
     none before two observations were counted, as there."""
-    if stats.count < 2:
+    if (mean_std := policy.model.obs_stats.mean_std()) is None:
         return nn.Identity()
-    mean = stats.sum / stats.count
-    std = (stats.sumsq / stats.count - mean.square()).clamp(min=1e-8).sqrt()
-    return Standardize(mean, std, clip=5.0)
+    return Standardize(*mean_std, clip=STANDARDIZED_CLIP)
 
 
 # -- what goes in and comes out -----------------------------------------------------------------

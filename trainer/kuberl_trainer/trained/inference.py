@@ -22,7 +22,7 @@ normalization on, the observation statistics frozen as they were saved: acting a
 never update them. Acting makes no env; evaluating makes the job's env, and a file may come from
 anyone: an env or wrapper that would run code the file names is made only when the caller trusts
 the file (`trust_env_code=True`), and `env=ID` plays the policy on an env the caller names instead
-(env_trust.py says what counts as code).
+(envs/trust.py says what counts as code).
 """
 
 from __future__ import annotations
@@ -35,9 +35,10 @@ import numpy as np
 from pydantic import TypeAdapter, ValidationError
 
 from kuberl_contract.config import PBT, TrainerConfig
-from kuberl_trainer.envs.making import encode_obs, make_vector_env, space_info
+from kuberl_trainer.envs.making import make_vector_env
 from kuberl_trainer.envs.normalization import make_normalizer
 from kuberl_trainer.envs.space_record import SPACES, spaces_from_record
+from kuberl_trainer.envs.spaces import encode_obs, space_info
 from kuberl_trainer.job.algorithms import policy_class
 from kuberl_trainer.job.checkpoint import Checkpoint, checkpoint_named
 from kuberl_trainer.job.checkpoint_format import CheckpointError, describe

@@ -1,6 +1,6 @@
 """What every loaded policy shares, whatever it was loaded from (a checkpoint: inference.py; a file
 of `kuberl export`: exported.py): acting (`predict`), evaluating on seeded episodes of its env, the
-rules for making that env from a file anyone may have written (env_trust.py), and the errors of
+rules for making that env from a file anyone may have written (envs/trust.py), and the errors of
 loading.
 """
 
@@ -37,7 +37,7 @@ LOAD_OPT_IN = (
 
 
 class UntrustedEnvError(LoadError):
-    """The policy file's env would run code that the file names (see env_trust), and the caller
+    """The policy file's env would run code that the file names (see envs/trust.py), and the caller
     has not said to trust the file. `explained` says so ending with how to opt in, as the
     caller's interface spells it (`kuberl evaluate` has flags, `load` arguments)."""
 
@@ -98,7 +98,7 @@ class LoadedPolicy:
     spec.trainer (`config`), its spaces, and the env it plays on.
 
     The spec.trainer is the file's, which anyone may have written: its env is made only when
-    env_trust finds no code in it, or when the caller trusts the file (`trust_env_code`). An
+    envs/trust.py finds no code in it, or when the caller trusts the file (`trust_env_code`). An
     `env` the caller names replaces the file's env, envConfig and wrappers; it is the caller's
     own, made as they name it."""
 

@@ -30,7 +30,8 @@ import gymnasium as gym
 import lz4.block
 import numpy as np
 
-from kuberl_trainer.envs.making import EnvError, atari, make_vector_env
+from kuberl_trainer.envs import atari
+from kuberl_trainer.envs.making import EnvError, make_vector_env
 
 FORMATS = {".mp4": "MP4 (mp4v)", ".gif": "GIF"}
 """The file suffixes a video is written to, and what each one is."""

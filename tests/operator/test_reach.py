@@ -1,4 +1,4 @@
-"""What a job may reach against the operator's settings (policy.py): each refusal names the field
+"""What a job may reach against the operator's settings (reach.py): each refusal names the field
 and the setting to change, and the operator fails such a job as it fails an invalid spec."""
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 
 from kuberl_operator.metrics import OperatorMetrics
-from kuberl_operator.policy import image_allowed, reach_problems
+from kuberl_operator.reach import image_allowed, reach_problems
 from kuberl_operator.reconciler import Reconciler
 from kuberl_operator.settings import OperatorSettings, image_repository
 from kuberl_operator.spec import ConditionType, Phase, Reason, RLJob, RLJobStatus

@@ -1,0 +1,45 @@
+"""The fallback to on-demand rollout workers while spot capacity is missing: how many the
+on-demand group should have, decided with the rest of the status (`compute_status` hands it to
+the reconciler in `StatusUpdate.on_demand_replicas`). The group itself, and why the operator sizes
+it rather than Ray's autoscaler or Kueue: `builders.fallback`.
+
+The spot group keeps asking for every replica: its Pending pods are what picks spot capacity up
+again when it returns. Once the oldest of them has been Pending longer than the operator's
+fallback_pending_seconds, on-demand workers replace the missing spot workers beyond
+spot.maxUnavailable: training never runs with more workers missing than the user tolerates, and
+pays for no more on-demand capacity than that takes. As spot pods start, the count drops back (to
+0 when spot capacity is whole again)."""
+
+from __future__ import annotations
+
+from kuberl_operator.builders.capacity import rollout_pods
+from kuberl_operator.spec import IntOrPercent, Phase, RLJobSpec
+from kuberl_operator.status.observed import PendingSpotWorkers
+from kuberl_operator.status.phases import TERMINAL
+
+
+def max_unavailable(value: IntOrPercent, replicas: int) -> int:
+    """spot.maxUnavailable as a count of workers: a percentage of replicas rounded down, as
+    Deployments round maxUnavailable (so the tolerance never exceeds what was asked)."""
+    if isinstance(value, str):
+        return int(value.removesuffix("%")) * replicas // 100
+    return min(value, replicas)
+
+
+def on_demand_replicas(
+    spec: RLJobSpec | None, phase: Phase, pending: PendingSpotWorkers | None
+) -> int | None:
+    """How many replicas the on-demand rollout group should have now; None leaves it as it is: a
+    job without a cluster (or without a spec that could be read) has no group to size, and a
+    finished job's cluster is on its way out. Always 0 without spot fallback and for jobs queued
+    in Kueue, whose admitted shape must not change."""
+    if spec is None or pending is None or phase in TERMINAL:
+        return None
+    workers = spec.rollout_workers
+    if not (workers.spot.enabled and workers.spot.fallback_to_on_demand) or pending.queued:
+        return 0
+    if pending.pods <= 0 or pending.seconds < pending.grace_seconds:
+        return 0
+    pods = rollout_pods(spec)
+    missing = min(pending.pods, pods)
+    return max(0, missing - max_unavailable(workers.spot.max_unavailable, pods))
