@@ -138,8 +138,8 @@ stage_sources() {
   local src="$scratch/src"
   rm -rf "$src"
   mkdir -p "$src"
-  cp -r "$ROOT/pyproject.toml" "$ROOT/README.md" "$ROOT/trainer" "$ROOT/operator" "$ROOT/api" \
-    "$ROOT/cli" "$src/"
+  cp -r "$ROOT/pyproject.toml" "$ROOT/README.md" "$ROOT/contract" "$ROOT/trainer" \
+    "$ROOT/operator" "$ROOT/api" "$ROOT/cli" "$src/"
   find "$src" \( -name __pycache__ -o -name '*.egg-info' \) -prune -exec rm -rf {} +
   echo "$src"
 }
