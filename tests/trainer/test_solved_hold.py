@@ -10,6 +10,9 @@ before. The replay provoked the collapse the loaded runs showed (see
 `test_the_replay_provokes_the_collapse`), so the test of the defaults is a test of the cause, not
 a run hoping to meet it. bench/solved_hold.py measures the real thing, beside busy processes.
 
+A replay is deterministic on one kind of CPU only: the float rounding of torch's kernels differs
+between vector units, and which seed falls is a chaotic outcome of it (`first_fall`).
+
 A3C's 2 workers with 2 calls each apply every gradient about 3 applies after the weights it was
 computed on, busy node or not; `lagged_gradients` replays that, and its collapse was A3C's own:
 Adam walking a solved policy along gradients that had vanished (A3CHyperparameters.adam_epsilon).
@@ -216,9 +219,10 @@ def second_half_mean(rows: list[tuple[int, float]], timesteps: int = TIMESTEPS) 
 @pytest.mark.slow
 @pytest.mark.parametrize(
     "algorithm, seed",
-    # the seeds on which the replay collapsed the policy with the old defaults (IMPALA seed 0:
-    # 313 over the second million; APPO seed 0: 141, seed 5: 296)
-    [("IMPALA", 0), ("APPO", 0), ("APPO", 5)],
+    # seeds on which the replay collapsed the policy with the old defaults (IMPALA seed 2 on CI's
+    # CPUs: 274 over the second million, where the defaults hold 500; APPO seed 0: 141, seed 5:
+    # 296)
+    [("IMPALA", 2), ("APPO", 0), ("APPO", 5)],
 )
 def test_a_solved_policy_holds_its_return_under_a_busy_nodes_lag(algorithm, seed):
     rows = lagged_learning(algorithm, seed)
@@ -226,12 +230,36 @@ def test_a_solved_policy_holds_its_return_under_a_busy_nodes_lag(algorithm, seed
     assert second_half_mean(rows) >= HOLD, rows
 
 
+OLD_IMPALA_DEFAULTS = {"lag_sgd_steps": 8, "normalize_advantages": True, "adam_beta2": 0.999}
+"""IMPALA's defaults before the fix: 4 minibatches of about 500 rows per learn call at a lag of 2
+(8 SGD steps between sampling and learning), standardized advantages, Adam's beta2 at 0.999."""
+
+
+def first_fall(runs, hold: float, timesteps: int = TIMESTEPS) -> list[tuple[int, float]]:
+    """The rows of the first of `runs` (callables returning rows) that solved the task and then
+    fell below `hold` over the second half; the last one's rows if none did.
+
+    Whether a given seed falls depends on the float rounding of the machine's kernels: the replay
+    is deterministic on one CPU, but a fall is a chaotic event, and two CPUs with different vector
+    units took different seeds down. Each provocation is therefore tried on the seeds that fell on
+    either kind of machine measured, the one that fell on CI's first."""
+    rows: list[tuple[int, float]] = []
+    for run in runs:
+        rows = run()
+        if max(mean for _, mean in rows) >= 475 and second_half_mean(rows, timesteps) < hold:
+            break
+    return rows
+
+
 @pytest.mark.slow
 def test_the_replay_provokes_the_collapse():
-    """With the old lag_sgd_steps of 8 (4 minibatches of about 500 rows per learn call at a lag
-    of 2: 8 SGD steps between sampling and learning) the replay loses the solved policy, so the
-    test above would catch the cause coming back."""
-    rows = lagged_learning("IMPALA", 0, {"lag_sgd_steps": 8})
+    """With the old defaults the replay loses the solved policy, so the test above would catch the
+    cause coming back. On CI's CPUs seeds 2, 3 and 4 fell (274, 273 and 385 over the second
+    million; seeds 0 and 1 held 500), on another seed 0 fell (313)."""
+    rows = first_fall(
+        [lambda seed=seed: lagged_learning("IMPALA", seed, OLD_IMPALA_DEFAULTS) for seed in (2, 0)],
+        HOLD,
+    )
     assert max(mean for _, mean in rows) >= 475, rows
     assert second_half_mean(rows) < HOLD, rows
 
@@ -252,9 +280,18 @@ def test_a3c_holds_a_solved_policy_at_its_gradients_lag(seed):
 @pytest.mark.slow
 def test_the_gradient_replay_provokes_adams_walk():
     """At adam_epsilon 1e-5, Adam moved every weight by about the step size along the vanished
-    gradients of a solved policy (norms of 0.01 and below) until it fell: 282 over the second
-    half, from 500."""
-    rows = lagged_gradients(11, {"adam_epsilon": 1e-5})
+    gradients of a solved policy (norms of 0.01 and below) until it fell. On CI's CPUs the old
+    defaults (also learning_rate 1e-3 and the critic at the policy's step size) took seed 2 from
+    500 to 390 over the second half; on another, adam_epsilon 1e-5 alone took seed 11 to 282."""
+    old_defaults = {"adam_epsilon": 1e-5, "learning_rate": 1e-3, "vf_learning_rate_ratio": 1.0}
+    rows = first_fall(
+        [
+            lambda: lagged_gradients(2, old_defaults),
+            lambda: lagged_gradients(11, {"adam_epsilon": 1e-5}),
+        ],
+        A3C_HOLD,
+        A3C_TIMESTEPS,
+    )
     assert max(mean for _, mean in rows) >= 475, rows
     assert second_half_mean(rows, A3C_TIMESTEPS) < A3C_HOLD, rows
 
@@ -276,7 +313,14 @@ def test_apex_holds_a_solved_policy_at_its_replay_lag(workers, lag, seed, timest
 @pytest.mark.slow
 def test_the_apex_replay_provokes_the_drift():
     """At DQN's discount of 0.99 (and memory of 100k) the nearly greedy worker, solved, let the
-    cart drift off the track: from 500 to 155 (383 over the second half)."""
-    rows = lagged_apex(0, {"gamma": 0.99, "buffer_size": 100_000})
+    cart drift off the track. On CI's CPUs seed 0 fell at a lag of 8 sample calls (372 over the
+    second half, down to 115; the defaults held 492 there), on another at a lag of 4 (383, down to
+    155)."""
+    old_defaults = {"gamma": 0.99, "buffer_size": 100_000}
+    rows = first_fall(
+        [lambda lag=lag: lagged_apex(0, old_defaults, lag=lag) for lag in (8, 4)],
+        APEX_HOLD,
+        APEX_TIMESTEPS,
+    )
     assert max(mean for _, mean in rows) >= 475, rows
     assert second_half_mean(rows, APEX_TIMESTEPS) < APEX_HOLD, rows
