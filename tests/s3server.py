@@ -90,3 +90,12 @@ def fresh_bucket(server: MotoServer, monkeypatch, home: Path) -> S3Bucket:
     bucket = S3Bucket(server, f"kuberl-{uuid.uuid4().hex[:12]}")
     bucket.client().create_bucket(Bucket=bucket.name)
     return bucket
+
+
+def store_location(request, tmp_path: Path, monkeypatch) -> str:
+    """A checkpoint location of the kind a fixture's `request.param` names: "local" (a path, as a
+    PVC mounted by each pod is too) or "s3" (a fresh bucket on the module's `s3_server`)."""
+    if request.param == "local":
+        return str(tmp_path / "checkpoints")
+    bucket = fresh_bucket(request.getfixturevalue("s3_server"), monkeypatch, tmp_path)
+    return f"s3://{bucket.name}/jobs/test"

@@ -83,15 +83,21 @@ class RayJobsClient:
         self._timeout = aiohttp.ClientTimeout(total=timeout_s)
 
     async def submit(
-        self, submission_id: str, entrypoint: str, metadata: dict[str, str] | None = None
+        self,
+        submission_id: str,
+        entrypoint: str,
+        metadata: dict[str, str] | None = None,
+        env: dict[str, str] | None = None,
     ) -> bool:
-        """Submit the driver unless this id already exists; True when this call submitted it."""
+        """Submit the driver, with `env` added to its environment, unless this id already exists;
+        True when this call submitted it."""
         if await self.status(submission_id) is not None:
             return False
         body = {
             "entrypoint": entrypoint,
             "submission_id": submission_id,
             "metadata": metadata or {},
+            "runtime_env": {"env_vars": env or {}},
         }
         status, text = await self._request("POST", JOBS_PATH, body)
         if status == 200:

@@ -26,6 +26,7 @@ from typing import Any
 
 import kopf
 
+from kuberl_contract.attempt import ATTEMPT_ENV
 from kuberl_operator import builders
 from kuberl_operator.constants import API_VERSION, ATTEMPT_LABEL, JOB_LABEL, KIND, PLURAL
 from kuberl_operator.job_observer import RAY_CLUSTERS, JobObserver
@@ -224,7 +225,10 @@ class Reconciler:
         submission = builders.submission_id(job, attempt)
         entrypoint = builders.driver_entrypoint(job, self.settings)
         metadata = {JOB_LABEL: job.name, ATTEMPT_LABEL: str(attempt)}
-        if await client.submit(submission, entrypoint, metadata):
+        # The driver records its attempt in its checkpoints and is fenced by it: a stale attempt
+        # never clobbers a newer one's (kuberl_trainer.job.fencing).
+        env = {ATTEMPT_ENV: str(attempt)}
+        if await client.submit(submission, entrypoint, metadata, env):
             logger.info("%s: submitted the driver as %s", job.name, submission)
 
     async def _scale_on_demand(self, ray_cluster: dict, replicas: int) -> None:

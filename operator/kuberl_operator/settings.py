@@ -7,10 +7,12 @@ always builds the same objects.
 
 from __future__ import annotations
 
+import copy
+import json
 from collections.abc import Mapping
 from typing import Annotated, Any
 
-from pydantic import BeforeValidator, ConfigDict, Field, SecretStr, ValidationError
+from pydantic import AfterValidator, BeforeValidator, ConfigDict, Field, SecretStr, ValidationError
 
 from kuberl_contract.docstrings import Described
 from kuberl_operator.constants import (
@@ -20,6 +22,7 @@ from kuberl_operator.constants import (
     TRAINER_GID,
     TRAINER_UID,
 )
+from kuberl_operator.cost import DEFAULT_PRICES, PriceTable
 from kuberl_operator.spec import (
     DNS_LABEL_PATTERN,
     IMAGE_PATTERN,
@@ -52,9 +55,30 @@ def parse_labels(value: Any) -> Any:
     return labels
 
 
+def parse_json(value: Any) -> Any:
+    """A JSON document (an environment variable's form of a nested setting) decoded; anything
+    else unchanged."""
+    if not isinstance(value, str):
+        return value
+    try:
+        return json.loads(value)
+    except json.JSONDecodeError as exc:
+        raise ValueError(f"not JSON: {exc}") from None
+
+
+def check_prices(values: dict[str, Any]) -> dict[str, Any]:
+    """The values unchanged, once PriceTable accepts them (its error names the key path)."""
+    PriceTable.from_values(values)
+    return values
+
+
 Labels = Annotated[LabelMap, BeforeValidator(parse_labels)]
 """Labels, also accepted as `key=value,key=value` (an environment variable's form)."""
 
+
+PriceValues = Annotated[dict[str, Any], BeforeValidator(parse_json), AfterValidator(check_prices)]
+"""A price table as the chart's values write it (cost.PriceTable.from_values), also accepted as
+JSON (an environment variable's form)."""
 
 NAME_GLOB_PATTERN = r"^[a-z0-9*?\[\]!]([-a-z0-9.*?\[\]!]*)$"
 IMAGE_PREFIX_PATTERN = r"^[^\s,]+$"
@@ -243,6 +267,17 @@ class OperatorSettings(Described):
     namespace). With it the operator never reads a Secret: a restarted operator derives the same
     tokens. Empty (a local run): each job gets a random token that the operator reads back from
     the job's <job>-ray-auth Secret, which needs `get` on Secrets."""
+
+    cost: PriceValues = Field(default_factory=lambda: copy.deepcopy(DEFAULT_PRICES))
+    """The prices jobs' cost is computed with, as JSON (KUBERL_COST): dollars per node-hour,
+    onDemand and spot, for node pools (the value of the node label poolLabel, kuberl.io/pool by
+    default) and for instance types (node.kubernetes.io/instance-type), with the pool `default`
+    pricing every other node. A node's pool entry wins over its instance type's."""
+
+    @property
+    def price_table(self) -> PriceTable:
+        """The cost setting as the cost model reads it."""
+        return PriceTable.from_values(self.cost)
 
     @property
     def image_prefixes(self) -> tuple[str, ...]:

@@ -869,7 +869,7 @@ def test_notes_say_what_to_do_next(rendered):
 
 
 # Values that are maps of the user's own keys (or whole Kubernetes structures): one row each.
-FREE_FORM_VALUES = {"annotations", "resources", "affinity"}
+FREE_FORM_VALUES = {"annotations", "resources", "affinity", "pools", "instanceTypes"}
 
 
 def leaf_paths(values: dict[str, Any], prefix: str = "") -> list[str]:

@@ -62,6 +62,20 @@ def test_submission_happens_once_per_id_and_reports_the_outcome(ray_head):
     run(scenario)
 
 
+def test_the_driver_gets_the_environment_it_is_submitted_with(ray_head):
+    """The operator tells each attempt's driver its number this way (KUBERL_ATTEMPT)."""
+    code = "import os; print('attempt', os.environ['KUBERL_ATTEMPT'])"
+
+    async def scenario(session):
+        client = RayJobsClient(*ray_head, session)
+        await client.submit("env-1", f"python -c {shlex.quote(code)}", env={"KUBERL_ATTEMPT": "3"})
+        done = await wait_for(client, "env-1", {"SUCCEEDED", "FAILED"})
+        log = b"".join([piece async for piece in client.log_file("env-1", done.node_id)])
+        assert done.status == "SUCCEEDED" and log.decode().endswith("attempt 3\n"), log
+
+    run(scenario)
+
+
 def test_a_drivers_log_is_read_in_pieces_followed_to_its_end_or_cut_at_the_head(ray_head):
     """`tail` streams the log from its start to the driver's end; `log_file` sends it as it
     stands, or only its last lines, cut on the driver's node."""

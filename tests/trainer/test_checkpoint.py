@@ -13,7 +13,6 @@ import numpy as np
 import pytest
 import torch
 from pydantic import ValidationError
-from s3server import fresh_bucket, moto_server
 
 from kuberl_contract.config import CheckpointConfig
 from kuberl_trainer.job.checkpoint import (
@@ -26,20 +25,6 @@ from kuberl_trainer.job.checkpoint import (
 )
 
 META = {"algorithm": "PPO", "env": "CartPole-v1"}
-
-
-@pytest.fixture(scope="module")
-def s3_server():
-    with moto_server() as server:
-        yield server
-
-
-@pytest.fixture(params=["local", "s3"])
-def location(request, tmp_path, monkeypatch):
-    if request.param == "local":
-        return str(tmp_path / "checkpoints")
-    bucket = fresh_bucket(request.getfixturevalue("s3_server"), monkeypatch, tmp_path)
-    return f"s3://{bucket.name}/jobs/test"
 
 
 def save(store, iteration, value=None):

@@ -21,6 +21,8 @@ Under the location (checkpoint.uri; by default checkpoints/ in the run directory
   planted link can neither be resumed from nor make pruning delete what it points to. Such an
   entry stays until someone removes it. Object stores have no links, and names come only from
   listings that must match `checkpoint-<iteration>`: no `..` can leave the prefix.
+- **Fenced.** A store given the driver's attempt records it in each checkpoint's meta and writes
+  nothing once a newer attempt has written at the location (fence.json, see fencing.py).
 
 Object stores take their credentials and endpoint from the environment, as their SDKs do
 (AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY, AWS_ENDPOINT_URL for MinIO and other S3-compatible
@@ -42,12 +44,13 @@ import fsspec
 from fsspec import AbstractFileSystem
 from fsspec.implementations.local import LocalFileSystem
 
-# CheckpointError and CheckpointRefused are imported from here as well, with the store's own errors.
+# CheckpointError, CheckpointRefused and CheckpointSaveError are imported from here as well.
 from kuberl_trainer.job.checkpoint_format import (
     MANIFEST,
     STATE,
     CheckpointError,
     CheckpointRefused,
+    CheckpointSaveError,
     Unusable,
     check_meta,
     describe,
@@ -58,6 +61,7 @@ from kuberl_trainer.job.checkpoint_format import (
     write_state,
     write_synced,
 )
+from kuberl_trainer.job.fencing import ATTEMPT_META, FENCE, FENCE_LOCK, CheckpointFenced, fence_of
 
 log = logging.getLogger(__name__)
 
@@ -68,11 +72,6 @@ _NAME = re.compile(r"checkpoint-([0-9]+)(?:-([0-9]+))?")
 
 # The Python packages behind the object stores that kuberl[trainer] does not install.
 _STORE_PACKAGES = {"gs": "gcsfs", "az": "adlfs"}
-
-
-class CheckpointSaveError(CheckpointError):
-    """A save failed (store full, unreachable, access denied); the previous checkpoints are
-    intact."""
 
 
 @dataclass(frozen=True)
@@ -114,13 +113,15 @@ def new_name(iteration: int, taken: set[str]) -> str:
 
 
 class CheckpointStore:
-    """The checkpoints at one location, newest `keep` complete ones kept."""
+    """The checkpoints at one location, newest `keep` complete ones kept, fenced by `attempt`."""
 
-    def __init__(self, location: str, keep: int):
+    def __init__(self, location: str, keep: int, attempt: int | None = None):
         self.location = location
         self.keep = keep
+        self.attempt = attempt
         self.fs, self.root = _filesystem(location)
         self.local = isinstance(self.fs, LocalFileSystem)  # a plain path or a file:// URI
+        self.fence = fence_of(self.fs, self.root, self.uri(FENCE))
         self._skipped: set[str] = set()  # local entries not the store's own, warned about once
 
     def uri(self, name: str) -> str:
@@ -130,36 +131,41 @@ class CheckpointStore:
 
     def save(self, iteration: int, state: dict[str, Any], meta: dict[str, Any]) -> str:
         """Saves beside the existing checkpoints, then prunes; returns the new one's URI. Raises
-        CheckpointSaveError when the store fails, with nothing existing touched."""
+        CheckpointSaveError (CheckpointFenced: stale) with nothing existing touched."""
+        meta = meta if self.attempt is None else {**meta, ATTEMPT_META: self.attempt}
         try:
             name = new_name(iteration, set(self._children()))  # skipped entries' names too
             if self.local:
                 self._save_local(name, state, meta)
             else:
                 self._save_remote(name, state, meta)
+        except CheckpointFenced:
+            raise
         except Exception as exc:
             raise CheckpointSaveError(
                 f"could not save iteration {iteration} to {self.location}: {describe(exc)}"
             ) from exc
         try:
-            self._prune(name)
+            with self.fence.admitted(self.attempt):  # pruning deletes: fenced like a write
+                self._prune(name)
         except Exception as exc:  # the new checkpoint is complete: stale ones wait for next time
             log.warning("could not prune old checkpoints in %s: %s", self.location, describe(exc))
         return self.uri(name)
 
     def put_file(self, local: Path, name: str) -> str:
         """Copy the file `local` to `name` at this location (replacing one of that name whole:
-        a local copy is renamed into place); returns its URI. Never a checkpoint's name."""
-        if sort_key(name) is not None:
-            raise ValueError(f"{name} is a checkpoint's name")
-        if self.local:
-            directory = Path(self.root)
-            directory.mkdir(parents=True, exist_ok=True)
-            tmp = directory / f".tmp-{name}-{os.getpid()}"
-            shutil.copyfile(local, tmp)
-            os.replace(tmp, directory / name)
-        else:
-            self.fs.put_file(str(local), f"{self.root}/{name}")
+        a local copy is renamed into place; fenced like a save); returns its URI."""
+        if sort_key(name) is not None or name in (FENCE, FENCE_LOCK):
+            raise ValueError(f"{name} is a checkpoint's name or the fence's: the store's own")
+        with self.fence.admitted(self.attempt):
+            if self.local:
+                directory = Path(self.root)
+                directory.mkdir(parents=True, exist_ok=True)
+                tmp = directory / f".tmp-{name}-{os.getpid()}"
+                shutil.copyfile(local, tmp)
+                os.replace(tmp, directory / name)
+            else:
+                self.fs.put_file(str(local), f"{self.root}/{name}")
         return self.uri(name)
 
     def _save_local(self, name: str, state: dict[str, Any], meta: dict[str, Any]) -> None:
@@ -171,8 +177,9 @@ class CheckpointStore:
             tmp.mkdir()
             manifest = encode_manifest({STATE: write_state(tmp / STATE, state)}, meta)
             write_synced(tmp / MANIFEST, manifest)
-            os.rename(tmp, directory / name)  # a new name: nothing is ever replaced
-            fsync_dir(directory)
+            with self.fence.admitted(self.attempt):
+                os.rename(tmp, directory / name)  # a new name: nothing is ever replaced
+                fsync_dir(directory)
         except BaseException:
             shutil.rmtree(tmp, ignore_errors=True)
             raise
@@ -184,9 +191,10 @@ class CheckpointStore:
             manifest = encode_manifest({STATE: write_state(local_state, state)}, meta)
             try:
                 self.fs.put_file(str(local_state), f"{target}/{STATE}")
-                self.fs.pipe_file(f"{target}/{MANIFEST}", manifest)  # from here on, it counts
+                with self.fence.admitted(self.attempt):  # checked right before it counts
+                    self.fs.pipe_file(f"{target}/{MANIFEST}", manifest)
             except BaseException:
-                self._remove_quietly(name)
+                self._remove_quietly(name)  # a stale attempt's manifest as well
                 raise
 
     def _prune(self, newest: str) -> None:

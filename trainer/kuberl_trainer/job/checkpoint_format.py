@@ -59,6 +59,11 @@ class CheckpointRefused(CheckpointError, InvalidJobError):
     format, a store kuberl cannot reach without another package): retrying changes nothing."""
 
 
+class CheckpointSaveError(CheckpointError):
+    """A save failed (store full, unreachable, access denied); the previous checkpoints are
+    intact."""
+
+
 class Unusable(Exception):
     """This checkpoint cannot be resumed from (incomplete, damaged, or unsafe): try an older one."""
 

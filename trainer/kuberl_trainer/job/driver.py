@@ -30,6 +30,7 @@ from kuberl_trainer.job.checkpoint import (
     CheckpointStore,
     checkpoint_location,
 )
+from kuberl_trainer.job.fencing import CheckpointFenced, attempt_from_env
 from kuberl_trainer.job.final_export import PolicyExport, export_final_policy
 from kuberl_trainer.job.metrics import TrainerMetrics, return_target
 from kuberl_trainer.job.outcome import TrainResult, stop_reason
@@ -98,7 +99,9 @@ class Driver:
             config, rollout, seed, learner_gpus, stop_request, learner_device
         )
         self.store = CheckpointStore(
-            checkpoint_location(config.checkpoint.uri, run_dir), config.checkpoint.keep
+            checkpoint_location(config.checkpoint.uri, run_dir),
+            config.checkpoint.keep,
+            attempt_from_env(os.environ),  # the operator's try of this job; None outside it
         )
         self.checkpoint: str | None = None  # the newest complete checkpoint's location
         self.metrics = TrainerMetrics(
@@ -317,12 +320,15 @@ class Driver:
     def _save(self, row: dict[str, Any] | None) -> str | None:
         """Checkpoint; returns the newest complete checkpoint. When the store fails (full,
         unreachable, denied) training goes on: the failure is logged and counted, the previous
-        checkpoints stay as they were, and the next save tries again."""
+        checkpoints stay as they were, and the next save tries again. A fenced save ends the
+        driver (CheckpointFenced): a newer attempt owns the job, and retrying would never pass."""
         try:
             meta = checkpoint_meta(
                 self.config, self.iteration, self.trainer.timesteps, row, self.trainer.env_spaces
             )
             self.checkpoint = self.store.save(self.iteration, self.trainer.state(), meta)
+        except CheckpointFenced:
+            raise
         except CheckpointError as exc:
             self.metrics.checkpoint_failed()
             log.error("checkpoint failed, training goes on: %s", exc)

@@ -14,6 +14,7 @@ from pathlib import Path
 from kuberl_contract.config import JobTrainerConfig
 from kuberl_contract.progress_row import POLICY_FILE
 from kuberl_trainer.job.checkpoint import Checkpoint, CheckpointStore
+from kuberl_trainer.job.fencing import CheckpointFenced
 from kuberl_trainer.job.resume import checkpoint_meta
 from kuberl_trainer.job.trainer import Trainer
 
@@ -32,7 +33,7 @@ def export_final_policy(
 ) -> str | None:
     """The greedy policy of `trainer`, whose final checkpoint is `checkpoint`, written by
     `export` and put beside the checkpoints in `store`; returns its location, or None, with a
-    warning, when it cannot be exported."""
+    warning, when it cannot be exported. CheckpointFenced when a newer attempt owns the store."""
     # The final checkpoint's policy as it is in memory: reading the checkpoint back would
     # load all of it again (a replay buffer too, where it is saved) for the policy alone.
     meta = checkpoint_meta(config, trainer.iteration, trainer.timesteps, None, trainer.env_spaces)
@@ -41,6 +42,8 @@ def export_final_policy(
         with tempfile.TemporaryDirectory(prefix="kuberl-policy-") as scratch:
             written = export(final, Path(scratch) / POLICY_FILE)
             return store.put_file(written, POLICY_FILE)
+    except CheckpointFenced:  # stale: the driver stops, the newer attempt's policy stays
+        raise
     except Exception as exc:  # the job's outcome stands: its checkpoint holds the model
         log.warning("could not export the final policy of %s: %s", checkpoint, exc)
         return None
