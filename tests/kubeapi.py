@@ -31,9 +31,14 @@ small one below, served as kmock fallback reactions. What it fixes (see DESIGN.m
   is removed (DELETED) when a write leaves it with no finalizers.
 - UIDs as preconditions: a DELETE whose DeleteOptions' `preconditions.uid` is not the object's is a
   409, and a write that would change `metadata.uid` is a 422 (the field is immutable).
+- The scale subresource of a custom resource whose CRD declares one (`kubectl scale`, an HPA):
+  GET `/scale` answers an autoscaling/v1 Scale read through the CRD's specReplicasPath,
+  statusReplicasPath and labelSelectorPath; a merge or JSON patch, or a PUT, of it writes
+  spec.replicas back through specReplicasPath (a spec change: the generation moves).
 - A POSTed CustomResourceDefinition registers its served versions (kind, plural, singular,
-  shortNames, scope, status subresource), so `/apis/<group>/<version>` lists the resource; a
-  deleted one unregisters them and deletes their objects, as uninstalling an operator does.
+  shortNames, scope, status and scale subresources), so `/apis/<group>/<version>` lists the
+  resource; a deleted one unregisters them and deletes their objects, as uninstalling an operator
+  does.
 
 - Label selectors on lists (`labelSelector`: equality, inequality, existence, in/notin) and the
   garbage collector (background cascading deletion along ownerReferences) are emulated; built-in
@@ -103,6 +108,13 @@ def _names(resource: kmock.resource) -> tuple[str, str, str]:
     return (resource.group, resource.version, resource.plural)
 
 
+def _at(obj: dict, json_path: str) -> Any:
+    """The value at a simple JSON path (`.spec.rolloutWorkers.replicas`); None where it is not."""
+    for key in json_path.removeprefix(".").split("."):
+        obj = obj.get(key) if isinstance(obj, dict) else None
+    return obj
+
+
 def _error(status: int, reason: str, message: str) -> kmock.KubernetesError:
     return kmock.KubernetesError(status=status, reason=reason, message=message, details={})
 
@@ -146,6 +158,8 @@ class KubeAPI(kmock.KubernetesScaffold):
         self.watches = 0  # how many watch streams have started (for tests to wait on)
         self.log: list[Logged] = []  # every request, in order of arrival
         self._changed = asyncio.Condition()
+        # (group, version, plural) -> the scale subresource's paths, as its CRD declares them
+        self.scale_paths: dict[tuple[str, str, str], dict[str, str]] = {}
         self.resources[CRDS] = kmock.ResourceInfo(
             kind="CustomResourceDefinition", singular="customresourcedefinition", namespaced=False
         )
@@ -306,6 +320,10 @@ class KubeAPI(kmock.KubernetesScaffold):
                         verbs=["create", "delete", "get", "list", "patch", "update", "watch"],
                     )
                 )
+                scale = version.get("subresources", {}).get("scale")
+                if scale:
+                    key = (spec["group"], version["name"], names["plural"])
+                    self.scale_paths[key] = scale
 
     def _unregister(self, crd: dict) -> None:
         """A CRD is gone: its objects are deleted (each honouring its finalizers) and its
@@ -333,6 +351,8 @@ class KubeAPI(kmock.KubernetesScaffold):
 
     async def _fetch(self, request: kmock.Request) -> dict:
         obj = self._get(request)
+        if request.subresource == "scale" and _names(request.resource) in self.scale_paths:
+            return self._scale_of(request.resource, obj)
         if request.subresource not in (None, "status"):
             raise _error(404, "NotFound", f"no subresource {request.subresource}")
         return obj
@@ -363,7 +383,24 @@ class KubeAPI(kmock.KubernetesScaffold):
         await self._notify()
         return obj
 
+    def _scale_of(self, resource: kmock.resource, obj: dict) -> dict:
+        """The autoscaling/v1 Scale of `obj`, read through its CRD's scale paths."""
+        paths = self.scale_paths[_names(resource)]
+        meta = obj["metadata"]
+        status = {"replicas": _at(obj, paths["statusReplicasPath"]) or 0}
+        if "labelSelectorPath" in paths and _at(obj, paths["labelSelectorPath"]) is not None:
+            status["selector"] = _at(obj, paths["labelSelectorPath"])
+        return {
+            "apiVersion": "autoscaling/v1",
+            "kind": "Scale",
+            "metadata": {k: meta[k] for k in ("name", "namespace", "uid", "resourceVersion")},
+            "spec": {"replicas": _at(obj, paths["specReplicasPath"]) or 0},
+            "status": status,
+        }
+
     async def _update(self, request: kmock.Request) -> dict:
+        if request.subresource == "scale" and _names(request.resource) in self.scale_paths:
+            return await self._update_scale(request)
         old = self._get(request)
         kind = request.headers.get("Content-Type", "").split(";")[0]
         expected = None  # a resourceVersion precondition (JSON patches use a `test` op instead)
@@ -395,6 +432,32 @@ class KubeAPI(kmock.KubernetesScaffold):
         obj = self.store(request.resource, new, old=old)
         await self._notify()
         return obj
+
+    async def _update_scale(self, request: kmock.Request) -> dict:
+        """A write of the scale subresource: spec.replicas lands at the CRD's specReplicasPath."""
+        old = self._get(request)
+        scale = self._scale_of(request.resource, old)
+        kind = request.headers.get("Content-Type", "").split(";")[0]
+        if request.method == kmock.method.PUT:
+            new_scale = request.data
+        elif kind == "application/json-patch+json":
+            new_scale = jsonpatch.apply_patch(scale, request.data)
+        else:
+            new_scale = merge_patch(scale, request.data)
+        replicas = (new_scale.get("spec") or {}).get("replicas")
+        if not isinstance(replicas, int) or isinstance(replicas, bool) or replicas < 0:
+            raise _error(422, "Invalid", f"spec.replicas: Invalid value: {replicas!r}")
+        new = copy.deepcopy(old)
+        *parents, leaf = self.scale_paths[_names(request.resource)]["specReplicasPath"].split(".")[
+            1:
+        ]
+        node = new
+        for key in parents:
+            node = node.setdefault(key, {})
+        node[leaf] = replicas
+        obj = self.store(request.resource, new, old=old)
+        await self._notify()
+        return self._scale_of(request.resource, obj)
 
     async def _delete(self, request: kmock.Request) -> dict:
         old = self._get(request)

@@ -23,7 +23,7 @@ from kuberl_api.exception_handlers import EXCEPTION_HANDLERS
 from kuberl_api.guard import RequestGuard
 from kuberl_api.log_follows import FollowLimits, Follows
 from kuberl_api.metrics import ApiMetrics, RequestMetricsMiddleware
-from kuberl_api.routes import docs, jobs, ops, page
+from kuberl_api.routes import docs, jobs, ops, page, scale
 from kuberl_api.schemas import Status
 from kuberl_api.sessions import PageSessions
 
@@ -78,6 +78,7 @@ def create_app(
     app.add_middleware(RequestGuard, loopback_hosts_only=loopback_hosts_only)
     app.add_middleware(RequestMetricsMiddleware, metrics=metrics)  # outermost: refusals count too
     app.include_router(jobs.router(backend.history_source))
+    app.include_router(scale.router())
     app.include_router(page.router)
     app.include_router(ops.router)
     app.include_router(docs.router)

@@ -12,9 +12,10 @@ from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from typing import Any, Literal, NamedTuple, Protocol
 
+from kuberl_operator.constants import PLURAL
 from kuberl_operator.spec import Progress, RLJob
 
-Verb = Literal["create", "list", "get", "patch", "delete"]
+Verb = Literal["create", "list", "get", "update", "patch", "delete"]
 
 
 class Cause(NamedTuple):
@@ -57,12 +58,19 @@ def bad_request(field_path: str, message: str) -> ApiError:
 
 
 class Action(NamedTuple):
-    """What a caller asks to do, in RBAC's terms: a verb on rljobs in a namespace, or, with
-    `namespace` None, at the cluster scope (in every namespace: GET /v1/jobs)."""
+    """What a caller asks to do, in RBAC's terms: a verb on rljobs (or on one of their
+    subresources: `scale`) in a namespace, or, with `namespace` None, at the cluster scope (in
+    every namespace: GET /v1/jobs)."""
 
     verb: Verb
     namespace: str | None
     name: str | None = None
+    subresource: str | None = None
+
+    @property
+    def resource(self) -> str:
+        """`rljobs`, or `rljobs/scale` for a subresource, as RBAC rules and kubectl name it."""
+        return PLURAL + (f"/{self.subresource}" if self.subresource else "")
 
     @property
     def scope(self) -> str:
@@ -208,6 +216,12 @@ class Backend(Protocol):
     async def progress(self, namespace: str, name: str) -> list[ProgressRow]: ...
 
     async def set_suspended(self, namespace: str, name: str, suspend: bool) -> dict[str, Any]: ...
+
+    async def scale(self, namespace: str, name: str, workers: int) -> dict[str, Any]:
+        """Sets the desired rollout workers (spec.rolloutWorkers.replicas) within the job's
+        bounds; the job after the change. 422 outside the bounds, 409 where the backend cannot
+        apply the change now (a running local trainer)."""
+        ...
 
     async def delete(self, namespace: str, name: str, purge: bool = False) -> dict[str, Any]:
         """Stop the job and remove it; the job as it was. Its trained model is kept unless

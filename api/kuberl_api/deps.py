@@ -32,10 +32,17 @@ class Caller:
     token: str | None
     authorizer: Authorizer
 
-    async def authorize(self, verb: Verb, namespace: str | None, name: str | None = None) -> None:
-        """Raises ApiError 401 or 403 unless the token may do `verb` on rljobs in `namespace`
-        (None: at the cluster scope, which RBAC grants only through a ClusterRoleBinding)."""
-        await self.authorizer.authorize(self.token, Action(verb, namespace, name))
+    async def authorize(
+        self,
+        verb: Verb,
+        namespace: str | None,
+        name: str | None = None,
+        subresource: str | None = None,
+    ) -> None:
+        """Raises ApiError 401 or 403 unless the token may do `verb` on rljobs (on their
+        `subresource`, when given) in `namespace` (None: at the cluster scope, which RBAC grants
+        only through a ClusterRoleBinding)."""
+        await self.authorizer.authorize(self.token, Action(verb, namespace, name, subresource))
 
 
 def get_backend(request: Request) -> Backend:

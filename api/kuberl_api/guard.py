@@ -13,9 +13,9 @@ its own origin. So, in front of every route:
   (`null` included: sandboxed frames, local files). Clients that are not browsers (the CLI, curl)
   send neither header.
 
-Routes add what only they know: a job submission needs a JSON or YAML Content-Type (submission.py),
-suspend, resume and delete take no body and refuse the media types a page sends without asking
-(`no_body`), and a body is read up to a limit only (`read_body`).
+Routes add what only they know: a job submission and a scale need a JSON or YAML Content-Type
+(submission.py), suspend, resume and delete take no body and refuse the media types a page sends
+without asking (`no_body`), and a body is read up to a limit only (`read_body`).
 """
 
 from __future__ import annotations

@@ -1,15 +1,16 @@
 """The kubernetes backend: jobs are RLJob custom objects, and Kubernetes decides who may do what.
 
 Each request's bearer token goes to a TokenReview and each action to a SubjectAccessReview on
-rljobs in the URL's namespace (the verb RBAC would check; for GET /v1/jobs, `list` with no
-namespace, which only a ClusterRoleBinding grants, as for `kubectl get rljobs -A`), so a user can do
-through the API exactly what `kubectl` would let them do; the API's own ServiceAccount needs only
-the reviews and rljobs. A request that asks about several actions (a scrape of /metrics) reviews
-its token once.
-The operator is the only writer of `.status`: this backend writes the spec (create, merge patch of
-`spec.suspend`) and deletes, nothing else. It calls Kubernetes through the operator's client
-(kuberl_operator.kube), as the API's own ServiceAccount; a job's logs come from its Ray head,
-through the operator's log relay (ray_logs).
+rljobs in the URL's namespace (the verb RBAC would check, on rljobs/scale for .../scale as for
+`kubectl scale`; for GET /v1/jobs, `list` with no namespace, which only a ClusterRoleBinding
+grants, as for `kubectl get rljobs -A`), so a user can do through the API exactly what `kubectl`
+would let them do; the API's own ServiceAccount needs only the reviews, rljobs and rljobs/scale.
+A request that asks about several actions (a scrape of /metrics) reviews its token once.
+The operator is the only writer of `.status`: this backend writes the spec (create, merge patch
+of `spec.suspend`, and the scale subresource, so that the operator's webhook holds a scale to
+the job's bounds as it holds `kubectl scale`'s) and deletes, nothing else. It calls Kubernetes
+through the operator's client (kuberl_operator.kube), as the API's own ServiceAccount; a job's
+logs come from its Ray head, through the operator's log relay (ray_logs).
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ from typing import Any
 from kuberl_api.backend import (
     Action,
     ApiError,
+    Cause,
     Identity,
     JobChunk,
     JobSummary,
@@ -33,6 +35,7 @@ from kuberl_api.backend import (
 )
 from kuberl_api.listing_cache import ListingCache
 from kuberl_api.ray_logs import DriverLogs
+from kuberl_api.scaling import WORKERS_FIELD
 from kuberl_api.selectors import matches, parse_label_selector
 from kuberl_operator.constants import API_VERSION, GROUP, PLURAL, VERSION
 from kuberl_operator.kube import Kube, KubeConfig, KubeError, path
@@ -46,6 +49,12 @@ one list (listing_cache.py says why the listing is kept and never a caller's rig
 def rljobs_path(namespace: str | None = None, name: str | None = None) -> str:
     """RLJobs of `namespace` (of every namespace when None), or the one called `name`."""
     return path(API_VERSION, PLURAL, namespace, name)
+
+
+def scale_path(namespace: str, name: str) -> str:
+    """The scale subresource of the RLJob `name` (autoscaling/v1 Scale: spec.replicas is the
+    CRD's specReplicasPath, spec.rolloutWorkers.replicas)."""
+    return f"{rljobs_path(namespace, name)}/scale"
 
 
 async def review_token(kube: Kube, token: str) -> dict[str, Any]:
@@ -69,18 +78,19 @@ def identity_of(user: dict[str, Any]) -> Identity:
     )
 
 
-async def review_access(
-    kube: Kube, identity: Identity, verb: str, namespace: str | None, name: str | None
-) -> dict[str, Any]:
-    """SubjectAccessReview's status (`allowed`, `reason`) for `identity` doing `verb` on rljobs in
-    `namespace`, or in every namespace when None: the review then names no namespace, which
+async def review_access(kube: Kube, identity: Identity, action: Action) -> dict[str, Any]:
+    """SubjectAccessReview's status (`allowed`, `reason`) for `identity` doing the action's verb
+    on rljobs (or their subresource: `kubectl scale` needs `update` on rljobs/scale) in its
+    namespace, or in every namespace when None: the review then names no namespace, which
     Kubernetes reads as all of them (only a ClusterRoleBinding allows that, never a
     RoleBinding)."""
-    attributes = {"verb": verb, "group": GROUP, "version": VERSION, "resource": PLURAL}
-    if namespace is not None:
-        attributes["namespace"] = namespace
-    if name:
-        attributes["name"] = name
+    attributes = {"verb": action.verb, "group": GROUP, "version": VERSION, "resource": PLURAL}
+    if action.subresource:
+        attributes["subresource"] = action.subresource
+    if action.namespace is not None:
+        attributes["namespace"] = action.namespace
+    if action.name:
+        attributes["name"] = action.name
     spec: dict[str, Any] = {
         "user": identity.username,
         "groups": list(identity.groups),
@@ -119,14 +129,12 @@ class KubernetesAuthorizer:
 
     async def check(self, identity: Identity, action: Action) -> None:
         try:
-            access = await review_access(
-                self.kube, identity, action.verb, action.namespace, action.name
-            )
+            access = await review_access(self.kube, identity, action)
         except KubeError as exc:
             raise upstream_error(exc) from None
         if not access.get("allowed"):
             who = identity.username or "the caller"
-            target = f'rljobs "{action.name}"' if action.name else "rljobs"
+            target = f'{action.resource} "{action.name}"' if action.name else action.resource
             why = f": {access['reason']}" if access.get("reason") else ""
             raise ApiError(
                 403, "Forbidden", f"{who} cannot {action.verb} {target} {action.scope}{why}"
@@ -236,6 +244,22 @@ class KubernetesBackend:
             )
         except KubeError as exc:
             raise _job_error(exc, namespace, name) from None
+
+    async def scale(self, namespace: str, name: str, workers: int) -> dict[str, Any]:
+        """Writes the scale subresource, as `kubectl scale` does: the API server and the
+        operator's webhook (admission.scale_review) refuse a count outside the job's bounds."""
+        try:
+            await self.kube.merge_patch(
+                scale_path(namespace, name), {"spec": {"replicas": workers}}
+            )
+        except KubeError as exc:
+            if exc.status in (400, 422):
+                message = f"Kubernetes refused the scale: {exc.message}"
+                raise ApiError(
+                    422, "Invalid", message, [Cause(WORKERS_FIELD, exc.message)]
+                ) from None
+            raise _job_error(exc, namespace, name) from None
+        return await self.get(namespace, name)
 
     async def delete(self, namespace: str, name: str, purge: bool = False) -> dict[str, Any]:
         if purge:

@@ -26,6 +26,7 @@ from typing import Any
 import yaml
 
 from kuberl_api.backend import (
+    ApiError,
     JobChunk,
     JobSummary,
     ListQuery,
@@ -41,6 +42,7 @@ from kuberl_api.local_lifecycle import (
     now,
     with_change,
     with_suspend,
+    with_workers,
 )
 from kuberl_api.processes import TrainerFiles, TrainerProcesses, read_exit_status
 from kuberl_api.run_files import (
@@ -52,6 +54,7 @@ from kuberl_api.run_files import (
     read_progress,
     with_progress,
 )
+from kuberl_api.scaling import scale_refusal
 from kuberl_api.selectors import (
     chunk,
     decode_cluster_continue,
@@ -197,6 +200,27 @@ class LocalBackend:
         row = row.with_document(document)
         self.store.update(row)
         self._wake.set()
+        return document
+
+    async def scale(self, namespace: str, name: str, workers: int) -> dict[str, Any]:
+        """Stores the new count for the job's next start: a trainer cannot be resized while it
+        runs (409). Read and written with no await between, so no other request or supervisor
+        tick writes the row in between."""
+        row = self._row(namespace, name)
+        document = with_workers(row.document, workers)
+        if document is row.document:
+            return document  # nothing changes: never refused
+        if refusal := scale_refusal(row.document, workers):
+            raise refusal
+        if row.phase == Phase.RUNNING:
+            raise ApiError(
+                409,
+                "Conflict",
+                f'job "{name}" is running, and a local trainer cannot change its rollout workers '
+                f"as it runs: suspend it, scale it, then `{resume_command(namespace, name)}`; "
+                "the new count applies when it resumes",
+            )
+        self.store.update(row.with_document(document))
         return document
 
     async def delete(self, namespace: str, name: str, purge: bool = False) -> dict[str, Any]:

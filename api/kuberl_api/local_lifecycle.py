@@ -52,8 +52,24 @@ def with_suspend(document: dict[str, Any], suspend: bool) -> dict[str, Any]:
     """`spec.suspend` set as asked; the generation moves only when the spec changes."""
     if document["spec"].get("suspend", False) == suspend:
         return document
+    return _with_spec(document, {**document["spec"], "suspend": suspend})
+
+
+def with_workers(document: dict[str, Any], workers: int) -> dict[str, Any]:
+    """`spec.rolloutWorkers.replicas` set as asked (the rest of the spec untouched); the
+    generation moves only when the spec changes."""
+    rollout = document["spec"].get("rolloutWorkers") or {}
+    if rollout.get("replicas") == workers:
+        return document
+    return _with_spec(
+        document, {**document["spec"], "rolloutWorkers": rollout | {"replicas": workers}}
+    )
+
+
+def _with_spec(document: dict[str, Any], spec: dict[str, Any]) -> dict[str, Any]:
+    """The document with a changed `spec`, one generation on."""
     metadata = {**document["metadata"], "generation": document["metadata"]["generation"] + 1}
-    return {**document, "metadata": metadata, "spec": {**document["spec"], "suspend": suspend}}
+    return {**document, "metadata": metadata, "spec": spec}
 
 
 def with_change(document: dict[str, Any], change: Change, at: datetime) -> dict[str, Any]:

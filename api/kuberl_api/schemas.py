@@ -12,6 +12,7 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, Field
 from pydantic.alias_generators import to_camel
 
+from kuberl_operator.bounded import INT64_MAX
 from kuberl_operator.constants import API_VERSION
 from kuberl_operator.spec import RLJob
 
@@ -88,3 +89,43 @@ class ProgressHistory(_Camel):
     name: str
     source: str = Field(description="Where the rows come from (depends on the backend).")
     items: list[ProgressPoint]
+
+
+class ScaleRequest(_Camel):
+    """The desired number of rollout workers (PUT .../scale)."""
+
+    model_config = ConfigDict(extra="forbid", strict=True)
+
+    workers: int = Field(
+        ge=0,
+        le=INT64_MAX,
+        description="Rollout workers wanted: spec.rolloutWorkers.replicas, within the job's "
+        "minReplicas and maxReplicas.",
+    )
+
+
+class JobScale(_Camel):
+    """A job's rollout workers: how many are wanted, how many are ready, and the bounds a scale
+    must stay within (GET .../scale)."""
+
+    workers: int = Field(ge=0, description="Rollout workers wanted (spec.rolloutWorkers.replicas).")
+    ready_workers: int = Field(
+        ge=0,
+        description="Rollout worker pods the operator counts in the job's current Ray cluster "
+        "(status.replicas); 0 where the backend counts none (the local one).",
+    )
+    min_workers: int = Field(
+        ge=0,
+        description="The fewest workers the job may be scaled down to while it runs "
+        "(spec.rolloutWorkers.minReplicas; without it, workers).",
+    )
+    max_workers: int = Field(
+        ge=0,
+        description="The most workers the job may be scaled up to while it runs "
+        "(spec.rolloutWorkers.maxReplicas; without it, workers).",
+    )
+    elastic: bool = Field(
+        description="Whether the fleet is elastic (minReplicas and maxReplicas both set): a "
+        "running job on a cluster is then resized in place. Otherwise a new count applies with "
+        "the job's next attempt."
+    )

@@ -24,20 +24,8 @@ def parse_submission(
     """The job and the document as submitted (with the URL's namespace), or ApiError: 415 unknown
     media type, 422 with one cause per problem. The body was read within MAX_BODY_BYTES
     (guard.read_body answers 413 beyond)."""
-    media_type = (content_type or "").split(";")[0].strip().lower()
-    if media_type not in JSON_TYPES | YAML_TYPES:
-        accepted = ", ".join(sorted(JSON_TYPES | YAML_TYPES))
-        raise ApiError(
-            415,
-            "UnsupportedMediaType",
-            f"Content-Type {media_type or '(none)'} is not one of {accepted}: send the "
-            "manifest with one of them",
-        )
     try:
-        text = body.decode("utf-8")
-        document = load_json(text) if media_type in JSON_TYPES else parse_yaml_document(text)
-    except UnicodeDecodeError:
-        raise invalid([Problem("", "the body is not UTF-8 text")]) from None
+        document = decode_body(body, content_type, "the manifest")
     except InvalidManifest as exc:
         raise invalid(exc.problems) from None
     problems = _namespace_problems(document, namespace)
@@ -50,6 +38,26 @@ def parse_submission(
         raise invalid(problems)
     document = {**document, "metadata": {**document["metadata"], "namespace": namespace}}
     return job, document
+
+
+def decode_body(body: bytes, content_type: str | None, what: str) -> Any:
+    """The JSON or YAML document of a body, parsed within the bounds of kuberl_operator.bounded;
+    ApiError 415 for another media type (naming `what` should be sent), InvalidManifest for a
+    body that does not parse."""
+    media_type = (content_type or "").split(";")[0].strip().lower()
+    if media_type not in JSON_TYPES | YAML_TYPES:
+        accepted = ", ".join(sorted(JSON_TYPES | YAML_TYPES))
+        raise ApiError(
+            415,
+            "UnsupportedMediaType",
+            f"Content-Type {media_type or '(none)'} is not one of {accepted}: send "
+            f"{what} with one of them",
+        )
+    try:
+        text = body.decode("utf-8")
+    except UnicodeDecodeError:
+        raise InvalidManifest([Problem("", "the body is not UTF-8 text")]) from None
+    return load_json(text) if media_type in JSON_TYPES else parse_yaml_document(text)
 
 
 # Set by the server, never by a submission (Kubernetes ignores them on create too).

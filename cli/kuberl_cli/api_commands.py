@@ -1,6 +1,6 @@
 """The REST API's client as commands: `submit`, `jobs`, `status`, `logs`, `suspend`, `resume`,
-`delete`, `get` and `describe`, their arguments and options. Each takes --server, --token and
---namespace as one ApiOptions, declared once here, and imports the client (kuberl_cli.client,
+`scale`, `delete`, `get` and `describe`, their arguments and options. Each takes --server, --token
+and --namespace as one ApiOptions, declared once here, and imports the client (kuberl_cli.client,
 kuberl_cli.get) only when it runs, so that help and shell completion need no import of it."""
 
 from __future__ import annotations
@@ -69,7 +69,7 @@ def _words(metavar: str, help: str) -> Any:
 GetWords = _words(
     "jobs [NAME]", "The resource type (jobs, job, rljob, rlj), then one job's name (or rljob/NAME)."
 )
-DescribeWords = _words(
+NamedJobWords = _words(
     "job NAME", "The resource type (job, rljob, rlj) and the job's name (or rljob/NAME)."
 )
 DeleteWords = _words(
@@ -203,6 +203,31 @@ def resume(name: JobName, *, api: ApiOptions) -> None:
 
 
 @with_option_groups
+def scale(
+    words: NamedJobWords,
+    workers: Annotated[
+        int,
+        typer.Option(
+            "--workers",
+            "--replicas",
+            min=0,
+            show_default=False,
+            help="Rollout workers wanted (spec.rolloutWorkers.replicas), within the job's "
+            "minReplicas and maxReplicas.",
+        ),
+    ],
+    *,
+    api: ApiOptions,
+) -> None:
+    """Set a job's rollout workers, as kubectl scale sets replicas. On a cluster an elastic job
+    (minReplicas and maxReplicas set) is resized as it runs, another on its next attempt; a job
+    of the local backend is scaled while it does not run (suspend, scale, resume)."""
+    from kuberl_cli import client
+
+    raise typer.Exit(client.run(client.scale, api.client(), words, workers))
+
+
+@with_option_groups
 def delete(
     words: DeleteWords,
     purge: Annotated[
@@ -248,7 +273,7 @@ def _get(words: list[str], command: str, listing: JobListing, api: ApiOptions) -
 
 
 @with_option_groups
-def describe(words: DescribeWords, *, api: ApiOptions) -> None:
+def describe(words: NamedJobWords, *, api: ApiOptions) -> None:
     """Show a job in detail, as kubectl describe does: its spec's essentials, phase, latest
     progress, conditions and the events of its history."""
     from kuberl_cli import client, get

@@ -1,7 +1,8 @@
-"""`kuberl submit`, `logs`, `suspend`, `resume`, `delete`: the REST API from a terminal, in the
-spirit of kubectl (`get`, `describe` and the older `jobs` and `status` are in kuberl_cli.get, and
-the commands' arguments and options in kuberl_cli.api_commands). A job is named as kubectl names
-an object, `job NAME` or `rljob/NAME` (resource_and_name), by delete, get and describe.
+"""`kuberl submit`, `logs`, `suspend`, `resume`, `scale`, `delete`: the REST API from a terminal,
+in the spirit of kubectl (`get`, `describe` and the older `jobs` and `status` are in
+kuberl_cli.get, and the commands' arguments and options in kuberl_cli.api_commands). A job is
+named as kubectl names an object, `job NAME` or `rljob/NAME` (resource_and_name), by scale,
+delete, get and describe.
 
 Standard library HTTP only, so the client needs nothing beyond the CLI's own dependencies. Every
 failure ends in one clear line on stderr (the server's message, and each bad field on a line of
@@ -232,6 +233,23 @@ def suspend_message(name: str, suspend: bool, job: dict[str, Any]) -> str:
     if not suspend:
         return f"{name} resumed ({phase})"
     return f"{name} {'suspended' if phase == Phase.SUSPENDED else 'suspending'} ({phase})"
+
+
+def scale(client: Client, words: list[str], workers: int) -> None:
+    """Sets the rollout workers of the job `words` name (job NAME, rljob/NAME), as `kubectl scale
+    rljob/NAME --replicas=N` does."""
+    name = named_job(words, "scale")
+    body = json.dumps({"workers": workers}).encode()
+    path = client.jobs_path(name, "scale")
+    job = client.json("PUT", path, body=body, content_type="application/json")
+    print(scale_message(name, job))
+
+
+def scale_message(name: str, job: dict[str, Any]) -> str:
+    """What a scale did: the workers now wanted, and how many the job has ready."""
+    wanted = job["spec"]["rolloutWorkers"]["replicas"]
+    ready = (job.get("status") or {}).get("replicas") or 0
+    return f"{name} scaled to {wanted} worker{'' if wanted == 1 else 's'} ({ready} ready)"
 
 
 def delete(client: Client, words: list[str], purge: bool = False) -> None:

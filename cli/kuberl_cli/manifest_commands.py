@@ -74,6 +74,21 @@ def train(
             show_default=False,
         ),
     ] = None,
+    cpu_price: Annotated[
+        float | None,
+        typer.Option(
+            help="Dollars per CPU-hour: the summary and the final record then say what the run "
+            "cost (the CPUs it held: the driver's and each rollout worker's cpusPerWorker).",
+            min=0.0,
+            show_default=False,
+        ),
+    ] = None,
+    gpu_price: Annotated[
+        float | None,
+        typer.Option(
+            help="Dollars per GPU-hour of the learner's GPUs.", min=0.0, show_default=False
+        ),
+    ] = None,
 ) -> None:
     """Train an RLJob on this machine, resuming from its newest checkpoint."""
     from kuberl_cli.train import train_command
@@ -86,5 +101,6 @@ def train(
             tensorboard=tensorboard,
             overrides=overrides or [],
             seed=seed,
+            prices=(cpu_price, gpu_price),
         )
     )

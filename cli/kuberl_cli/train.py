@@ -18,6 +18,7 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from kuberl_cli.local_cost import local_cost
 from kuberl_cli.overrides import OverrideError, with_overrides
 from kuberl_cli.validate import (
     EXIT_INVALID,
@@ -54,13 +55,15 @@ def train_command(
     tensorboard: bool = False,
     overrides: list[str] | None = None,
     seed: int | None = None,
+    prices: tuple[float | None, float | None] = (None, None),
 ) -> int:
     """The exit status (final_record's EXIT_*): 0 when a stop condition was met, 128+N when
     interrupted by signal N (after checkpointing), 65 when the job is invalid (its manifest, or
     what only the driver finds: an unknown env, an unsupported space, a resource request the Ray
     cluster never offers), 1 when training failed, 2 when the file is missing.
     `tensorboard` turns on spec.trainer.tensorboard; `overrides` (PATH=VALUE) and `seed` change
-    the manifest before it is checked."""
+    the manifest before it is checked; `prices` (dollars per CPU-hour and per GPU-hour) price the
+    hours the run held (local_cost)."""
     job, warm_start, exit_code, problems = _job_to_train(file, overrides or [], seed)
     if job is None:
         print("\n".join(problems), file=sys.stderr)
@@ -114,8 +117,10 @@ def train_command(
     ]
     if result.evaluation_return_mean is not None:
         lines.append(f"  evaluation return  {format_return(result.evaluation_return_mean)}")
+    cost = local_cost(result.time_total_s, job.spec.rollout_workers, job.spec.learner.gpus, *prices)
     lines += [
         f"  training time      {result.time_total_s:.1f} s",
+        f"  held               {cost.describe(*prices)}",
         f"  checkpoint         {result.checkpoint}",
         *([f"  policy             {result.policy}"] if result.policy else []),
         f"  progress           {run_dir / PROGRESS_FILE}",
@@ -143,6 +148,9 @@ def train_command(
         time_total_s=result.time_total_s,
         checkpoint=None if result.checkpoint is None else str(result.checkpoint),
         policy=result.policy,
+        cpu_hours=cost.cpu_hours,
+        gpu_hours=cost.gpu_hours,
+        dollars=cost.dollars,
     )
     _print_record(record)
     return exit_code

@@ -69,6 +69,14 @@ class FinalRecord:
     policy: str | None = None
     """Full location of the greedy policy exported when a stop condition ended the job (ONNX,
     beside the checkpoints); None otherwise."""
+    cpu_hours: float | None = None
+    """CPUs the run held (the driver's one and its rollout workers') times its training hours
+    (LocalCost); None when it ended before training."""
+    gpu_hours: float | None = None
+    """The learner's GPUs times the training hours."""
+    dollars: float | None = None
+    """What those hours cost at the prices `kuberl train` was given (--cpu-price, --gpu-price);
+    None without a price."""
 
     def line(self) -> str:
         """The record as printed: the prefix and one line of strict JSON (NaN becomes null)."""
@@ -118,4 +126,7 @@ def _record(values: dict[str, Any]) -> FinalRecord:
         time_total_s=number("time_total_s", float),
         checkpoint=values.get("checkpoint") or None,
         policy=values.get("policy") or None,
+        cpu_hours=number("cpu_hours", float),
+        gpu_hours=number("gpu_hours", float),
+        dollars=number("dollars", float),
     )

@@ -42,8 +42,8 @@ from typing import TYPE_CHECKING, Any
 import kopf
 
 from kuberl_operator import builders
-from kuberl_operator.constants import GROUP, PLURAL, VERSION
-from kuberl_operator.kube import Kube, KubeConfigError, KubeError, load_kube_config
+from kuberl_operator.constants import API_VERSION, GROUP, PLURAL, VERSION
+from kuberl_operator.kube import Kube, KubeConfigError, KubeError, load_kube_config, path
 from kuberl_operator.ownership import taken_names
 from kuberl_operator.reach import reach_problems
 from kuberl_operator.reconciler import read_job
@@ -52,9 +52,11 @@ from kuberl_operator.settings import OperatorSettings
 if TYPE_CHECKING:
     from aiohttp import web
 
-# The handler's id, which kopf's server takes from the request path: the chart's
-# ValidatingWebhookConfiguration calls https://<service>:<port>/validate-rljob.
+# The handlers' ids, which kopf's server takes from the request path: the chart's
+# ValidatingWebhookConfiguration calls https://<service>:<port>/validate-rljob, and
+# /validate-rljob-scale for the scale subresource (`kubectl scale`, an HPA, KEDA).
 WEBHOOK_ID = "validate-rljob"
+SCALE_WEBHOOK_ID = "validate-rljob-scale"
 CERT_FILE, KEY_FILE = "tls.crt", "tls.key"
 # An invalid object, as the API server answers for one (HTTP 422 Unprocessable Entity); a name
 # already taken, as it answers a create of an existing one (409 Conflict).
@@ -87,6 +89,19 @@ def review(
     return [str(problem) for problem in reach_problems(job, settings)]
 
 
+def scale_review(job: Mapping[str, Any], replicas: Any, settings: OperatorSettings) -> list[str]:
+    """Why the RLJob `job` may not be scaled to `replicas` rollout workers (a write of its scale
+    subresource, which the API server checks against no bound of ours), or nothing: the job with
+    spec.rolloutWorkers.replicas set so must be valid, as an edit of it would have to be, so a
+    scale outside [minReplicas, maxReplicas] is refused at the door rather than failing the job.
+    A scale that changes nothing is never refused."""
+    spec = job.get("spec")
+    workers = spec.get("rolloutWorkers") if isinstance(spec, Mapping) else None
+    workers = workers if isinstance(workers, Mapping) else {}
+    scaled = {**job, "spec": {**(spec or {}), "rolloutWorkers": {**workers, "replicas": replicas}}}
+    return review(scaled, job, "UPDATE", settings)
+
+
 async def taken_name_problems(
     kube: Kube | None, body: Mapping[str, Any], settings: OperatorSettings
 ) -> list[str]:
@@ -105,6 +120,19 @@ async def taken_name_problems(
         logger.warning("%s/%s: its children's names went unread: %s", namespace, job.name, exc)
         return []
     return [f"metadata.name: {name.describe()}" for name in taken if not name.leftover]
+
+
+async def scaled_job(kube: Kube | None, scale: Mapping[str, Any]) -> Mapping[str, Any] | None:
+    """The RLJob whose Scale `scale` is being written (the Scale carries no bounds), read with the
+    operator's rights; None when it cannot be read."""
+    meta = scale.get("metadata", {})
+    if kube is None:
+        return None
+    try:
+        return await kube.get(path(API_VERSION, PLURAL, meta.get("namespace"), meta.get("name")))
+    except KubeError as exc:
+        logger.warning("%s: its bounds went unread: %s", meta.get("name"), exc)
+        return None
 
 
 class WebhookServer(kopf.WebhookServer):
@@ -168,3 +196,21 @@ def register(
             kube = memo.get("admission_kube")
             if taken := await taken_name_problems(kube, body, operator_settings):
                 raise kopf.AdmissionError("\n".join(taken), code=CONFLICT)
+
+    @kopf.on.validate(
+        GROUP,
+        VERSION,
+        PLURAL,
+        id=SCALE_WEBHOOK_ID,
+        subresource="scale",
+        operations=["UPDATE"],
+        side_effects=False,
+        registry=registry,
+    )
+    async def validate_rljob_scale(body: kopf.Body, memo: kopf.Memo, **_: Any) -> None:
+        job = await scaled_job(memo.get("admission_kube"), body)
+        if job is None:  # unread: the reconciler checks the scaled job anyway
+            return
+        replicas = (body.get("spec") or {}).get("replicas")
+        if problems := scale_review(job, replicas, operator_settings):
+            raise kopf.AdmissionError("\n".join(problems), code=INVALID)

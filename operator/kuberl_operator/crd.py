@@ -61,6 +61,15 @@ PRINTER_COLUMNS = [
 ]
 
 
+# `kubectl scale rljob/NAME --replicas=N`, KEDA and an HPA set the rollout workers' desired count;
+# the status says how many exist and which pods they are.
+SCALE_SUBRESOURCE = {
+    "specReplicasPath": ".spec.rolloutWorkers.replicas",
+    "statusReplicasPath": ".status.replicas",
+    "labelSelectorPath": ".status.selector",
+}
+
+
 def rljob_crd() -> dict[str, Any]:
     """The CustomResourceDefinition of RLJob, as a dict ready to dump to YAML."""
     return {
@@ -83,7 +92,7 @@ def rljob_crd() -> dict[str, Any]:
                     "name": VERSION,
                     "served": True,
                     "storage": True,
-                    "subresources": {"status": {}},
+                    "subresources": {"status": {}, "scale": SCALE_SUBRESOURCE},
                     "additionalPrinterColumns": PRINTER_COLUMNS,
                     "schema": {"openAPIV3Schema": rljob_schema()},
                 }

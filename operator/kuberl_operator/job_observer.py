@@ -1,7 +1,8 @@
 """What one reconcile observes of an RLJob besides its own object: whether KubeRay is installed,
 the job's RayCluster and its pods, names of children held by objects the job does not own, and,
-through the Ray head, the current attempt's driver and its progress. This module fetches;
-`observe` reads what was fetched into the plain values of `status.Observed`.
+through the Ray head, the current attempt's driver and its progress (and, until that driver is
+submitted to a cluster an earlier attempt ran on, which earlier drivers there have not ended).
+This module fetches; `observe` reads what was fetched into the plain values of `status.Observed`.
 
 Only the job's own children are observed (ownership.py): a RayCluster of the job's name that is
 not the job's is only a taken name, never followed.
@@ -143,6 +144,7 @@ class JobObserver:
             kuberay_available=kuberay,
             spec_problems=problems,
             taken_names=tuple(taken),
+            worker_selector=builders.worker_pods_selector(job) if job else None,
             **found,
         )
         return Observation(observed, ray_cluster, pods)
@@ -193,13 +195,14 @@ class JobObserver:
             ),
         }
         attempt = status.attempt or cluster.attempt
-        if cluster.attempt != attempt:
-            return found
-        disrupted, short = workers(ray_cluster, pods)
+        if cluster.attempt != (status.cluster_attempt or attempt):
+            return found  # stale: the job's attempts no longer run on it
+        worker_pods = workers(ray_cluster, pods)
         found.update(
             head=observed_head(head),
-            disrupted_workers=disrupted,
-            workers_short=short,
+            disrupted_workers=worker_pods.disrupted,
+            workers_short=worker_pods.short,
+            workers_live=worker_pods.live,
             stale_spec=builders.stale_spec(job, ray_cluster),
             unschedulable=unschedulable(pods),
         )
@@ -215,6 +218,9 @@ class JobObserver:
                 if record is not None:  # its words, not the Jobs API's wrapping of its log
                     driver = replace(driver, message=record.message, outcome=record.outcome)
             found["driver"] = driver
+            if driver is None and cluster.attempt < attempt:  # to be submitted after others
+                earlier = range(cluster.attempt, attempt)
+                found["earlier_drivers"] = await self._running_drivers(client, job, earlier)
         return found
 
     async def job_client(self, job: RLJob, uid: str) -> RayJobsClient | None:
@@ -246,6 +252,23 @@ class JobObserver:
         if found is None:
             return None
         return ObservedDriver(DriverState(found.status), found.message, found.exit_code)
+
+    async def _running_drivers(
+        self, client: RayJobsClient, job: RLJob, attempts: range
+    ) -> tuple[int, ...]:
+        """Those of `attempts` whose drivers have not ended on the cluster; all of them when the
+        head cannot say, so that no attempt is submitted beside one that may still run."""
+        try:
+            found = await client.statuses()
+        except RayJobsError as exc:
+            logger.info("%s: %s", job.name, exc)
+            return tuple(attempts)
+        ids = {attempt: builders.submission_id(job, attempt) for attempt in attempts}
+        return tuple(
+            attempt
+            for attempt, submission in ids.items()
+            if submission in found and not found[submission].ended
+        )
 
     async def _metrics(self, job: RLJob) -> tuple[ObservedProgress | None, float]:
         """The running driver's progress and how long it has waited for its workers' nodes."""

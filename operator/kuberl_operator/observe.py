@@ -8,7 +8,7 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import Iterable
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, NamedTuple
 
 from prometheus_client.parser import text_string_to_metric_families
 
@@ -189,17 +189,29 @@ def desired_workers(ray_cluster: Object) -> int:
     return sum(int(g.get("replicas") or 0) for g in groups)
 
 
-def workers(ray_cluster: Object, pods: Iterable[Object]) -> tuple[frozenset[str], int]:
-    """(UIDs of the preempted worker pods, how many worker pods the cluster lacks): KubeRay refills
-    a group by creating pods, so a group is whole again once pods that were not preempted, and
-    are not being deleted, number its replicas (Pending ones included)."""
+class WorkerPods(NamedTuple):
+    """The current attempt's rollout worker pods as the status counts them."""
+
+    disrupted: frozenset[str]
+    """UIDs of the preempted ones."""
+    short: int
+    """How many the cluster lacks: its groups' replicas minus `live`."""
+    live: int
+    """Those not preempted and not being deleted (Pending ones included): the job's current size,
+    as its scale subresource reports it."""
+
+
+def workers(ray_cluster: Object, pods: Iterable[Object]) -> WorkerPods:
+    """The worker pods as the status counts them: KubeRay refills a group by creating pods, so a
+    group is whole again once pods that were not preempted, and are not being deleted, number its
+    replicas (Pending ones included)."""
     disrupted, live = set(), 0
     for pod in worker_pods(pods):
         if disruption(pod):
             disrupted.add(pod["metadata"]["uid"])
         elif not pod["metadata"].get("deletionTimestamp"):
             live += 1
-    return frozenset(disrupted), max(0, desired_workers(ray_cluster) - live)
+    return WorkerPods(frozenset(disrupted), max(0, desired_workers(ray_cluster) - live), live)
 
 
 def pending_spot_workers(pods: Iterable[Object], now: datetime) -> tuple[int, float]:

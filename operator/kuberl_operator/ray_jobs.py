@@ -115,14 +115,19 @@ class RayJobsClient:
             raise RayJobsError(
                 f"reading {submission_id} from {self.address}: HTTP {status}: {text}"
             )
-        info = json.loads(text)
-        exit_code = info.get("driver_exit_code")
-        return DriverStatus(
-            info["status"],
-            info.get("message") or "",
-            None if exit_code is None else int(exit_code),
-            info.get("driver_node_id") or None,
-        )
+        return _driver_status(json.loads(text))
+
+    async def statuses(self) -> dict[str, DriverStatus]:
+        """Every submission the head knows, by id, in one request (drivers started otherwise than
+        through the Jobs API have no id and are left out)."""
+        status, text = await self._request("GET", JOBS_PATH)
+        if status != 200:
+            raise RayJobsError(f"listing the jobs of {self.address}: HTTP {status}: {text}")
+        return {
+            info["submission_id"]: _driver_status(info)
+            for info in json.loads(text)
+            if info.get("submission_id")
+        }
 
     async def tail(self, submission_id: str) -> AsyncIterator[str]:
         """The driver's log as the Jobs API streams it: from its start, then what the driver
@@ -211,6 +216,17 @@ class RayJobsClient:
                 return response.status, await response.text()
         except (aiohttp.ClientError, TimeoutError) as exc:
             raise RayJobsError(f"the Ray Jobs API at {self.address} is unreachable: {exc}") from exc
+
+
+def _driver_status(info: dict[str, Any]) -> DriverStatus:
+    """A submission's status from the Jobs API's JSON of it."""
+    exit_code = info.get("driver_exit_code")
+    return DriverStatus(
+        info["status"],
+        info.get("message") or "",
+        None if exit_code is None else int(exit_code),
+        info.get("driver_node_id") or None,
+    )
 
 
 class RayHeads:

@@ -21,7 +21,7 @@ from __future__ import annotations
 import logging
 import secrets
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import kopf
@@ -46,6 +46,7 @@ from kuberl_operator.status import (
     Nothing,
     Requeue,
     StatusUpdate,
+    StopDrivers,
     SubmitDriver,
     compute_status,
 )
@@ -137,7 +138,10 @@ class Reconciler:
             kopf.event(dict(body), type=event.type, reason=event.reason, message=event.message)
         if update.on_demand_replicas is not None:
             assert seen.ray_cluster is not None  # decided only for a cluster observed as the job's
-            await self._scale_on_demand(seen.ray_cluster, update.on_demand_replicas)
+            await self._scale(seen.ray_cluster, builders.scale_on_demand, update.on_demand_replicas)
+        if update.rollout_replicas is not None:
+            assert seen.ray_cluster is not None  # decided only for the current attempt's cluster
+            await self._scale(seen.ray_cluster, builders.scale_rollout, update.rollout_replicas)
         return await self._act(update, body, job, seen.ray_cluster)
 
     def _read_job(self, body: Mapping[str, Any]) -> tuple[RLJob | None, tuple[str, ...]]:
@@ -176,6 +180,11 @@ class Reconciler:
             case SubmitDriver(attempt=attempt):
                 assert job is not None
                 await self._submit(job, body["metadata"].get("uid", ""), attempt)
+                return poll
+            case StopDrivers(attempts=attempts):
+                assert job is not None
+                # Looked at again each poll until they have ended: never waited for in here.
+                await self._stop(job, body["metadata"].get("uid", ""), attempts)
                 return poll
             case DeleteCluster():
                 assert ray_cluster is not None  # decided only for a cluster observed as the job's
@@ -231,9 +240,21 @@ class Reconciler:
         if await client.submit(submission, entrypoint, metadata, env):
             logger.info("%s: submitted the driver as %s", job.name, submission)
 
-    async def _scale_on_demand(self, ray_cluster: dict, replicas: int) -> None:
-        """Give the cluster's on-demand rollout group `replicas` (`status.fallback`)."""
-        operations = builders.scale_on_demand(ray_cluster, replicas)
+    async def _stop(self, job: RLJob, uid: str, attempts: tuple[int, ...]) -> None:
+        """Ask the Jobs API to stop these attempts' drivers (SIGTERM, then SIGKILL after Ray's
+        grace); asking again while one stops changes nothing."""
+        client = await self.observer.job_client(job, uid)
+        if client is None:
+            raise RayJobsError(f"{job.name}: the Ray auth Secret is missing")
+        for attempt in attempts:
+            submission = builders.submission_id(job, attempt)
+            if await client.stop(submission):
+                logger.info("%s: stopping %s before the next attempt", job.name, submission)
+
+    async def _scale(self, ray_cluster: dict, scale: Callable, replicas: int) -> None:
+        """Give one of the cluster's rollout groups `replicas` (`status.fallback`): `scale` is
+        the builder of its patch (builders.scale_on_demand, builders.scale_rollout)."""
+        operations = scale(ray_cluster, replicas)
         if operations:
             meta = ray_cluster["metadata"]
             # The `test` makes the patch fail should the name hold another cluster by now.

@@ -4,7 +4,7 @@ import os
 from pathlib import Path
 
 import pytest
-from apiserver import TOKEN, ApiClient, serving
+from apiserver import TOKEN, ApiClient, ApiServer, serving
 
 # Where trainers find this directory's test envs (`recording_env:EnvironmentRecorder`).
 TEST_ENVS_PATH = os.pathsep.join(
@@ -48,3 +48,14 @@ def client(local_api):
 @pytest.fixture
 def queue_client(queue_api):
     return ApiClient(queue_api.url, TOKEN)
+
+
+@pytest.fixture
+def api(cluster, tmp_path):
+    """`kuberl serve` with the kubernetes backend, against the emulated API of the module's
+    `cluster` fixture (a module of the kubernetes backend's tests defines or imports it)."""
+    kubeconfig = cluster.kubeconfig(tmp_path / "kubeconfig")
+    with ApiServer(
+        tmp_path / "unused", "--backend", "kubernetes", "--kubeconfig", str(kubeconfig)
+    ) as server:
+        yield server

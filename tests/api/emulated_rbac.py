@@ -27,13 +27,21 @@ ALLOWED = {
     ("carol", "team-b"): {"get", "list"},
     ("dave", ""): {"get", "list"},
 }
+# Their scale subresource (rljobs/scale), as the chart's edit and view roles grant it: alice may
+# scale them in team-a, bob may only read their scale there.
+ALLOWED_ON_SCALE = {
+    ("alice", "team-a"): {"get", "update", "patch"},
+    ("bob", "team-a"): {"get"},
+}
 
 
-def rbac_allows(user: str, verb: str, namespace: str | None) -> bool:
+def rbac_allows(user: str, verb: str, namespace: str | None, subresource: str = "") -> bool:
     """As RBAC decides: a review without a namespace (every namespace) is allowed only by a
-    cluster-wide grant; one in a namespace by a grant there or a cluster-wide one."""
+    cluster-wide grant; one in a namespace by a grant there or a cluster-wide one. A grant on
+    rljobs grants nothing on their subresources."""
+    grants = {"": ALLOWED, "scale": ALLOWED_ON_SCALE}.get(subresource, {})
     where = {"", namespace or ""}
-    return any(verb in ALLOWED.get((user, scope), ()) for scope in where)
+    return any(verb in grants.get((user, scope), ()) for scope in where)
 
 
 def answer_reviews(kube_api: Any) -> list[dict[str, Any]]:
@@ -53,7 +61,12 @@ def answer_reviews(kube_api: Any) -> list[dict[str, Any]]:
         allowed = (
             attributes["group"] == "kuberl.io"
             and attributes["resource"] == "rljobs"
-            and rbac_allows(spec["user"], attributes["verb"], attributes.get("namespace"))
+            and rbac_allows(
+                spec["user"],
+                attributes["verb"],
+                attributes.get("namespace"),
+                attributes.get("subresource", ""),
+            )
         )
         status = {"allowed": allowed, **({} if allowed else {"reason": "no RBAC rule allows it"})}
         return {"kind": "SubjectAccessReview", "status": status}

@@ -325,6 +325,7 @@ API_COMMANDS = (
     "logs",
     "suspend",
     "resume",
+    "scale",
     "delete",
     "get",
     "describe",

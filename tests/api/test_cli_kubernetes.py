@@ -25,15 +25,6 @@ pytestmark = pytest.mark.timeout(180)
 CHECKPOINT = "s3://rl-checkpoints/team-a/trained/checkpoint-00000005"
 
 
-@pytest.fixture
-def api(cluster, tmp_path):  # noqa: F811
-    kubeconfig = cluster.kubeconfig(tmp_path / "kubeconfig")
-    with ApiServer(
-        tmp_path / "unused", "--backend", "kubernetes", "--kubeconfig", str(kubeconfig)
-    ) as server:
-        yield server
-
-
 def as_user(server: ApiServer, token: str) -> dict[str, str]:
     """The environment a user sets; a narrow terminal, which tables must not care about."""
     return {**os.environ, "KUBERL_SERVER": server.url, "KUBERL_API_TOKEN": token, "COLUMNS": "40"}

@@ -24,16 +24,6 @@ def cluster(kube_api):
     return kube_api
 
 
-@pytest.fixture
-def api(cluster, tmp_path):
-    kubeconfig = cluster.kubeconfig(tmp_path / "kubeconfig")
-    server = ApiServer(
-        tmp_path / "unused", "--backend", "kubernetes", "--kubeconfig", str(kubeconfig)
-    )
-    with server:
-        yield server
-
-
 def test_authentication_and_authorization_follow_kubernetes(api, cluster):
     anonymous, stranger = ApiClient(api.url), ApiClient(api.url, "stolen-token")
     alice, bob = ApiClient(api.url, "alice-token"), ApiClient(api.url, "bob-token")

@@ -35,16 +35,6 @@ def cluster(kube_api):
     return kube_api
 
 
-@pytest.fixture
-def api(cluster, tmp_path):
-    kubeconfig = cluster.kubeconfig(tmp_path / "kubeconfig")
-    server = ApiServer(
-        tmp_path / "unused", "--backend", "kubernetes", "--kubeconfig", str(kubeconfig)
-    )
-    with server:
-        yield server
-
-
 class Scrape(NamedTuple):
     """What one scrape showed, and what it asked the cluster."""
 

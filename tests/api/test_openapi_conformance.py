@@ -81,6 +81,12 @@ def test_successful_answers_match_too(queue_api):
         ("/v1/namespaces/{namespace}/jobs/{name}/plot", "GET", {"query": {"format": "svg"}}),
         ("/v1/namespaces/{namespace}/jobs/{name}/plot", "GET", {}),
         ("/", "GET", {"query": {"namespace": "conformance"}}),
+        ("/v1/namespaces/{namespace}/jobs/{name}/scale", "GET", {}),
+        (
+            "/v1/namespaces/{namespace}/jobs/{name}/scale",
+            "PUT",
+            {"body": {"workers": 1}, "media_type": "application/json"},
+        ),
         ("/v1/namespaces/{namespace}/jobs/{name}/suspend", "POST", {}),
         ("/v1/namespaces/{namespace}/jobs/{name}/resume", "POST", {}),
         ("/v1/namespaces/{namespace}/jobs/{name}", "DELETE", {}),

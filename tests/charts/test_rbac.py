@@ -41,6 +41,9 @@ from test_kubernetes_backend import (  # noqa: E402
     test_status_progress_and_filters_come_from_the_rljob as api_status_scenario,
 )
 from test_operator import PODS, RAYCLUSTERS, KubeRay  # noqa: E402
+from test_scale import (  # noqa: E402
+    test_the_scale_subresource_is_written_for_callers_rbac_lets_scale as api_scale_scenario,
+)
 
 from kuberl_operator.builders import ray_auth_token  # noqa: E402
 from kuberl_operator.handlers import registry  # noqa: E402
@@ -53,8 +56,12 @@ COMPONENT = "Bearer emulated"
 OPERATOR_SA = f"{fullname_of()}-operator"
 API_SA = f"{fullname_of()}-api"
 
-# Grants no scenario here can use, each with why. (Empty: every rule is exercised.)
-UNEXERCISED: dict[tuple[str, str, str], str] = {}
+# Grants no scenario here can use, each with why.
+UNEXERCISED: dict[tuple[str, str, str], str] = {
+    ("kuberl.io", "rljobs", "get"): "the admission webhook reads the RLJob whose scale subresource "
+    "is written (its bounds: admission.scaled_job); the scenario runs no webhook, and "
+    "tests/operator/test_admission.py makes that read against the emulated API",
+}
 
 
 # --- kube-apiserver's request attributes (k8s.io/apiserver/pkg/endpoints/request) ---------------
@@ -475,5 +482,6 @@ def test_the_apis_role_is_exactly_its_requests(api_as_service_account, cluster):
     api_status_scenario(api_as_service_account, cluster)
     # GET /v1/jobs: a cluster-scoped list of rljobs, which the API's ClusterRoleBinding allows.
     api_every_namespace_scenario(api_as_service_account, cluster)
+    api_scale_scenario(api_as_service_account, cluster)  # a patch of rljobs/scale
 
     check(grants_of(render(), API_SA), component_requests(cluster.api.log))

@@ -33,9 +33,13 @@ def operator_pod(objects: list[dict[str, Any]]) -> dict[str, Any]:
     return chart.find(objects, "Deployment", "kuberl-operator")["spec"]["template"]["spec"]
 
 
-def webhook_of(objects: list[dict[str, Any]]) -> dict[str, Any]:
-    (webhook,) = chart.find(objects, "ValidatingWebhookConfiguration")["webhooks"]
-    return webhook
+def webhook_of(objects: list[dict[str, Any]], name: str = "rljobs") -> dict[str, Any]:
+    webhooks = chart.find(objects, "ValidatingWebhookConfiguration")["webhooks"]
+    assert [w["name"] for w in webhooks] == [
+        "rljobs.validate.kuberl.io",
+        "rljobs-scale.validate.kuberl.io",
+    ]
+    return next(w for w in webhooks if w["name"] == f"{name}.validate.kuberl.io")
 
 
 def test_the_configuration_calls_the_operators_handler_for_rljob_creates_and_updates(defaults):
@@ -69,6 +73,13 @@ def test_the_configuration_calls_the_operators_handler_for_rljob_creates_and_upd
     ]
     assert (webhook["failurePolicy"], webhook["sideEffects"]) == ("Fail", "None")
     assert "namespaceSelector" not in webhook  # the operator watches every namespace
+    # `kubectl scale`, an HPA and KEDA write the scale subresource: its own handler checks bounds.
+    scale = webhook_of(defaults, "rljobs-scale")
+    assert scale["clientConfig"]["service"]["path"] == f"/{admission.SCALE_WEBHOOK_ID}"
+    assert scale["rules"] == [
+        webhook["rules"][0] | {"operations": ["UPDATE"], "resources": ["rljobs/scale"]}
+    ]
+    assert scale["clientConfig"]["caBundle"] == webhook["clientConfig"]["caBundle"]
     # The certificate's Secret is what the operator reads its tls.crt and tls.key from.
     mount = next(m for m in operator["volumeMounts"] if m["name"] == "webhook-tls")
     assert mount["mountPath"] == environ["KUBERL_WEBHOOK_CERT_DIR"]

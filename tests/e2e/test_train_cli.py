@@ -105,12 +105,16 @@ def test_sigterm_checkpoints_within_5s_and_a_rerun_continues(tmp_path):
 
     stop_after = stopped_at["iteration"] + 3
     job = manifest(tmp_path, trainer={"stop": {"iterations": stop_after}})
-    rerun = train(job, "--run-dir", str(run_dir))
+    rerun = train(job, "--run-dir", str(run_dir), "--cpu-price", "0.05")
     assert rerun.returncode == 0, rerun.stdout + rerun.stderr
     assert f"Resuming from {checkpoint}" in rerun.stdout
     done = read_final_record(rerun.stdout)
     assert (done.outcome, done.exit_code, done.iteration) == (Outcome.STOPPED, 0, stop_after)
     assert done.message == f"stopped at iterations>={stop_after}"
+    # the driver's one CPU (no rollout workers) for the whole training time, at $0.05 an hour
+    assert done.cpu_hours == pytest.approx(done.time_total_s / 3600)
+    assert (done.gpu_hours, done.dollars) == (0.0, pytest.approx(0.05 * done.cpu_hours))
+    assert "CPU-hours: $" in rerun.stdout and "at $0.05 per CPU-hour" in rerun.stdout
     history = rows(run_dir)
     assert [r["iteration"] for r in history] == list(range(1, stop_after + 1))
     # each iteration adds its own steps: 4 envs x 64, less the steps that only reset an env

@@ -171,12 +171,14 @@ def webhook(kube_api, tmp_path, monkeypatch):
     registry = kopf.OperatorRegistry()
     admission.register(registry, settings, address="127.0.0.1")
     kube_api.register_crd()
-    url = f"https://127.0.0.1:{settings.webhook_port}/{admission.WEBHOOK_ID}"
+    url = f"https://127.0.0.1:{settings.webhook_port}/"
 
-    def post(review: object) -> requests.Response:
+    def post(review: object, webhook_id: str = admission.WEBHOOK_ID) -> requests.Response:
         data = review if isinstance(review, str) else json.dumps(review)
         headers = {"Content-Type": "application/json"}
-        return requests.post(url, data=data, headers=headers, verify=str(ca), timeout=10)
+        return requests.post(
+            url + webhook_id, data=data, headers=headers, verify=str(ca), timeout=10
+        )
 
     def serving() -> bool:
         try:
@@ -267,6 +269,52 @@ def test_a_review_beyond_the_body_limit_is_refused_413(webhook):
 
     assert webhook(review).status_code == 413
     assert webhook(admission_review(rljob("fine"))).json()["response"]["allowed"] is True
+
+
+# --- Scaling -------------------------------------------------------------------------------------
+
+ELASTIC = {"replicas": 4, "minReplicas": 1, "maxReplicas": 8}
+BEYOND = (
+    "spec.rolloutWorkers.maxReplicas: 8 is less than replicas (9); scale within [minReplicas, "
+    "maxReplicas], or raise maxReplicas"
+)
+
+
+def test_a_scale_within_the_bounds_is_allowed_and_one_beyond_them_refused():
+    job = rljob("walker", rolloutWorkers=ELASTIC)
+    assert admission.scale_review(job, 6, SETTINGS) == []
+    assert admission.scale_review(job, 9, SETTINGS) == [BEYOND]
+    assert admission.scale_review(job, 4, SETTINGS) == []  # unchanged
+    fixed = rljob("fixed", rolloutWorkers={"replicas": 4})  # its bounds move with it
+    assert admission.scale_review(fixed, 9, SETTINGS) == []
+
+
+def scale_review(name: str, replicas: int) -> dict:
+    """An AdmissionReview of a write of the RLJob's scale subresource (`kubectl scale`)."""
+    scale = {
+        "apiVersion": "autoscaling/v1",
+        "kind": "Scale",
+        "metadata": {"name": name, "namespace": "default"},
+        "spec": {"replicas": replicas},
+    }
+    review = admission_review(scale, "UPDATE", old=scale | {"spec": {"replicas": 4}})
+    autoscaling = {"group": "autoscaling", "version": "v1", "kind": "Scale"}
+    review["request"] |= {"name": name, "subResource": "scale", "kind": autoscaling}
+    review["request"]["requestKind"] = autoscaling
+    return review
+
+
+def test_the_webhook_refuses_kubectl_scale_beyond_max_replicas(webhook, kube_api):
+    kube_api.create(kube_api.rljobs(), rljob("walker", rolloutWorkers=ELASTIC))
+    scale = admission.SCALE_WEBHOOK_ID
+
+    refused = webhook(scale_review("walker", 9), scale).json()["response"]
+    allowed = webhook(scale_review("walker", 6), scale).json()["response"]
+
+    assert refused["allowed"] is False and refused["status"] == {"message": BEYOND, "code": 422}
+    assert allowed["allowed"] is True
+    # a job it cannot read is left to the reconciler, which checks every job anyway
+    assert webhook(scale_review("unknown", 9), scale).json()["response"]["allowed"] is True
 
 
 # --- Names another object already has -----------------------------------------------------------

@@ -862,6 +862,9 @@ def test_the_head_leaves_the_driver_its_checkpoint_grace(grace, floor, expected)
         assert expected >= grace + RAY_STOP_MARGIN_SECONDS
     for group in cluster["spec"]["workerGroupSpecs"]:  # rollout workers checkpoint nothing
         assert "terminationGracePeriodSeconds" not in group["template"]["spec"]
+    # A driver stopped through the Jobs API (an earlier attempt's) gets its grace before SIGKILL.
+    environment = {e["name"]: e.get("value") for e in head_spec(cluster)["containers"][0]["env"]}
+    assert environment["RAY_JOB_STOP_WAIT_TIME_S"] == str(grace or 20)
 
 
 def advertised(group: dict[str, Any]) -> dict[str, float]:

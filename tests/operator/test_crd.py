@@ -45,7 +45,26 @@ def test_crd_names_and_version():
     assert crd["spec"]["names"]["shortNames"] == list(SHORT_NAMES) == ["rlj"]
     assert crd["spec"]["scope"] == "Namespaced"
     assert (version["name"], version["served"], version["storage"]) == ("v1alpha1", True, True)
-    assert version["subresources"] == {"status": {}}
+    assert version["subresources"]["status"] == {}
+
+
+def test_the_scale_subresource_points_at_the_fields_it_names():
+    """kubectl scale, an HPA and KEDA read and write these paths: the API server requires them to
+    be an integer, an integer and a string of the schema (and the spec one under .spec)."""
+    (version,) = rljob_crd()["spec"]["versions"]
+    scale = version["subresources"]["scale"]
+    schema = version["schema"]["openAPIV3Schema"]
+
+    def at(json_path: str) -> dict:
+        node = schema
+        for name in json_path.removeprefix(".").split("."):
+            node = node["properties"][name]
+        return node
+
+    assert scale["specReplicasPath"] == ".spec.rolloutWorkers.replicas"
+    assert at(scale["specReplicasPath"])["type"] == "integer"
+    assert at(scale["statusReplicasPath"])["type"] == "integer"
+    assert at(scale["labelSelectorPath"])["type"] == "string"
 
 
 def test_printer_columns():

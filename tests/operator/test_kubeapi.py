@@ -97,6 +97,26 @@ def test_status_subresource_isolation(crd):
     assert crd.get(path + "/status")["status"] == {"phase": "Ok"}
 
 
+def test_the_scale_subresource_reads_and_writes_through_the_crds_paths(crd):
+    """As `kubectl scale rljob/job --replicas=6` and an HPA use it."""
+    path = crd.rljobs(name="job")
+    crd.create(crd.rljobs(), rljob("job", rolloutWorkers={"replicas": 2}))
+    selector = "kuberl.io/job=job,ray.io/node-type=worker"
+    crd.patch(path + "/status", {"status": {"replicas": 1, "selector": selector}})
+    scale = crd.get(path + "/scale")
+    assert (scale["apiVersion"], scale["kind"]) == ("autoscaling/v1", "Scale")
+    assert scale["spec"] == {"replicas": 2}
+    assert scale["status"] == {"replicas": 1, "selector": selector}
+    crd.patch(path + "/scale", {"spec": {"replicas": 6}})
+    job = crd.get(path)
+    assert job["spec"]["rolloutWorkers"]["replicas"] == 6 and job["metadata"]["generation"] == 2
+    crd.patch(path + "/scale", [{"op": "replace", "path": "/spec/replicas", "value": 3}], "json")
+    assert crd.get(path + "/scale")["spec"] == {"replicas": 3}
+    crd.patch(path + "/scale", {"spec": {"replicas": -1}}, check=False)
+    assert crd.last.status_code == 422
+    assert crd.get(path)["spec"]["rolloutWorkers"]["replicas"] == 3
+
+
 def watch(kube_api, path: str, count: int, **params) -> list[dict]:
     """The first `count` events of a watch (as (type, name, resourceVersion))."""
     params = {"watch": "true", "timeoutSeconds": "5", **params}

@@ -112,9 +112,9 @@ def test_cluster_readiness_needs_kuberay_ready_and_a_ready_head():
 
 def test_workers_preempted_and_short():
     pods = [pod("h", "head"), pod("a"), pod("b", conditions=[DISRUPTED])]
-    assert workers(CLUSTER, pods) == (frozenset({"b"}), 2)
+    assert workers(CLUSTER, pods) == (frozenset({"b"}), 2, 1)
     refilled = [*pods, pod("c"), pod("d", phase="Pending")]
-    assert workers(CLUSTER, refilled) == (frozenset({"b"}), 0)
+    assert workers(CLUSTER, refilled) == (frozenset({"b"}), 0, 3)
 
 
 def test_pending_spot_workers_and_the_on_demand_fallback():

@@ -115,8 +115,8 @@ class KubeRay:
                 self.up[uid] = cluster
         for uid in [uid for uid in self.up if uid not in clusters]:
             self.stop_drivers(self.up.pop(uid))  # the head's preStop hook
-        for cluster in self.up.values():
-            self.evict_and_refill(cluster)
+        for uid in self.up:  # each group as its spec stands now (the operator resizes them)
+            self.evict_and_refill(clusters[uid])
 
     def bring_up(self, cluster: dict) -> None:
         name = cluster["metadata"]["name"]
@@ -145,21 +145,28 @@ class KubeRay:
                 for p in pods["items"]
                 if p["metadata"]["labels"]["ray.io/group"] == group["groupName"]
             ]
-            live = 0
+            live = []
             for member in members:
                 conditions = member.get("status", {}).get("conditions", [])
                 if any(c["type"] == "DisruptionTarget" for c in conditions):
-                    self.http.delete(f"{self.api}{PODS}/{member['metadata']['name']}", timeout=10)
+                    self.delete_pod(member)
                 else:
-                    live += 1
-            for _ in range(group["replicas"] - live):
+                    live.append(member)
+            for _ in range(group["replicas"] - len(live)):
                 self.create_pod(cluster, "worker", group["groupName"])
+            for member in live[group["replicas"] :]:  # a group scaled down loses its extra pods
+                self.delete_pod(member)
+
+    def delete_pod(self, pod: dict) -> None:
+        self.http.delete(f"{self.api}{PODS}/{pod['metadata']['name']}", timeout=10)
 
     def stop_drivers(self, cluster: dict) -> None:
-        name = cluster["metadata"]["labels"]["kuberl.io/job"]  # submissions are the job's
-        attempt = cluster["metadata"]["labels"]["kuberl.io/attempt"]
+        """The head's preStop hook signals every driver on the head: the job's attempts that ran
+        on this cluster (each is a submission of the job's)."""
+        name = cluster["metadata"]["labels"]["kuberl.io/job"]
         for job in self.ray.get(f"{self.ray_url}/api/jobs/", timeout=10).json():
-            if job["submission_id"] == f"{name}-{attempt}" and job["status"] == "RUNNING":
+            ours = re.fullmatch(rf"{re.escape(name)}-\d+", job["submission_id"] or "")
+            if ours and job["status"] == "RUNNING":
                 self.ray.post(f"{self.ray_url}/api/jobs/{job['submission_id']}/stop", timeout=10)
 
     def patch(self, path: str, body: dict) -> None:
@@ -169,6 +176,10 @@ class KubeRay:
     def submissions(self, name: str) -> list[str]:
         jobs = self.ray.get(f"{self.ray_url}/api/jobs/", timeout=10).json()
         return sorted(j["submission_id"] for j in jobs if j["submission_id"].startswith(f"{name}-"))
+
+    def submission(self, submission_id: str) -> dict:
+        """The Jobs API's details of one submission: status, start and end, runtime env."""
+        return self.ray.get(f"{self.ray_url}/api/jobs/{submission_id}", timeout=10).json()
 
 
 def kuberay_head_service(cluster: dict) -> str:
@@ -627,7 +638,51 @@ def test_a_preempted_spot_worker_then_suspend_and_resume(cluster: Cluster):
         )
 
 
-def test_a_failing_driver_is_restarted_with_backoff_then_fails(cluster: Cluster):
+def test_kubectl_scale_resizes_a_running_elastic_job_in_place(cluster: Cluster):
+    """An elastic fleet (minReplicas and maxReplicas set) scaled through the RLJob's scale
+    subresource, as `kubectl scale` and an HPA write it, and by an edit: the running RayCluster's
+    rollout group follows, with no new attempt, cluster or driver."""
+    workers = {"replicas": 1, "minReplicas": 1, "maxReplicas": 3, "envsPerWorker": 4}
+    job = rljob("elastic", rolloutWorkers=workers)
+    job["spec"]["trainer"]["stop"] = {"timesteps": 10_000_000}
+    path = cluster.kube_api.rljobs(name="elastic")
+
+    def rollout_replicas() -> int:
+        [ray_cluster] = cluster.clusters("elastic")
+        [group] = ray_cluster["spec"]["workerGroupSpecs"]
+        return group["replicas"]
+
+    with cluster.operator():
+        cluster.submit(job)
+        cluster.wait_phase("elastic", "Running")
+        wait_until(lambda: cluster.status("elastic").get("replicas") == 1, PATIENCE, "1 worker")
+        [built] = cluster.clusters("elastic")
+        assert built["spec"]["workerGroupSpecs"][0]["maxReplicas"] == 3
+
+        cluster.kube_api.patch(f"{path}/scale", {"spec": {"replicas": 3}})
+        wait_until(lambda: rollout_replicas() == 3, PATIENCE, "the rollout group resized")
+        wait_until(lambda: cluster.status("elastic").get("replicas") == 3, PATIENCE, "3 workers")
+        scale = cluster.kube_api.get(f"{path}/scale")
+        assert (scale["spec"]["replicas"], scale["status"]["replicas"]) == (3, 3)
+        assert scale["status"]["selector"] == "kuberl.io/job=elastic,ray.io/node-type=worker"
+
+        cluster.kube_api.patch(path, {"spec": {"rolloutWorkers": {"replicas": 2}}})
+        wait_until(lambda: rollout_replicas() == 2, PATIENCE, "the rollout group shrunk")
+        wait_until(lambda: cluster.status("elastic").get("replicas") == 2, PATIENCE, "2 workers")
+        [after] = cluster.clusters("elastic")
+        assert after["metadata"]["uid"] == built["metadata"]["uid"]
+        status = cluster.status("elastic")
+        assert (status["phase"], status["attempt"], status["restarts"]) == ("Running", 1, 0)
+        assert cluster.condition("elastic", "UpToDate")["status"] == "True"
+        assert cluster.kuberay.submissions("elastic") == ["elastic-1"]
+
+        cluster.kube_api.delete(path)
+        wait_until(lambda: not cluster.clusters("elastic"), PATIENCE, "the RayCluster gone")
+
+
+def test_a_failing_driver_is_retried_on_the_same_cluster_after_the_backoff_then_fails(
+    cluster: Cluster,
+):
     job = rljob("flaky", restartPolicy={"maxRestarts": 1, "backoffSeconds": 3})
     # The run directory cannot be made (a file is in the way): the driver crashes, as it would on
     # a broken volume, which a later attempt may find mended.
@@ -636,25 +691,22 @@ def test_a_failing_driver_is_restarted_with_backoff_then_fails(cluster: Cluster)
     (runs / "flaky").write_text("in the way")
     with cluster.operator():
         cluster.submit(job)
+        [ray_cluster] = wait_until(lambda: cluster.clusters("flaky"), PATIENCE, "the RayCluster")
         backoff = cluster.wait_phase("flaky", "Resuming")
         progressing = cluster.condition("flaky", "Progressing")
-        assert (
-            progressing["reason"] == "RestartBackoff"
-            and "restart 1 of 1 in 3s" in progressing["message"]
-        )
+        assert progressing["reason"] == "RestartBackoff"
+        assert "restart 1 of 1 in 3s, on the same Ray cluster" in progressing["message"]
         assert backoff["restarts"] == 1 and backoff["attempt"] == 2
+        assert backoff["clusterAttempt"] == 1
         failed_at = time.monotonic()
-        wait_until(
-            lambda: (
-                cluster.clusters("flaky")
-                and cluster.clusters("flaky")[0]["metadata"]["labels"]["kuberl.io/attempt"] == "2"
-            ),
-            30,
-            "attempt 2",
-        )
-        assert (
-            time.monotonic() - failed_at >= 2
-        )  # the backoff (3 s from the failure) was waited out
+        wait_until(lambda: "flaky-2" in cluster.kuberay.submissions("flaky"), 30, "attempt 2")
+        assert time.monotonic() - failed_at >= 2  # the backoff (3 s from the failure) waited out
+        # A new Ray job on the same RayCluster, told its attempt.
+        [same] = cluster.clusters("flaky")
+        assert same["metadata"]["uid"] == ray_cluster["metadata"]["uid"]
+        second = cluster.kuberay.submission("flaky-2")
+        assert second["runtime_env"]["env_vars"]["KUBERL_ATTEMPT"] == "2"
+        assert second["start_time"] >= cluster.kuberay.submission("flaky-1")["end_time"]
 
         failed = cluster.wait_phase("flaky", "Failed")
         assert failed["restarts"] == 1
@@ -664,11 +716,101 @@ def test_a_failing_driver_is_restarted_with_backoff_then_fails(cluster: Cluster)
         assert "driver FAILED" in condition["message"]
         assert cluster.kuberay.submissions("flaky") == ["flaky-1", "flaky-2"]
         events = cluster.events("flaky")
-        assert ("Warning", "DriverFailed") in events and (
-            "Warning",
-            "BackoffLimitExceeded",
-        ) in events
+        for event in ("DriverFailed", "BackoffLimitExceeded"):
+            assert ("Warning", event) in events, events
+        assert ("Normal", "RetryingOnSameCluster") in events, events
         wait_until(lambda: not cluster.clusters("flaky"), PATIENCE, "the RayCluster deleted")
+
+
+def test_a_lost_head_rebuilds_the_cluster_for_the_next_attempt(cluster: Cluster):
+    job = rljob("headless", restartPolicy={"backoffSeconds": 1})
+    job["spec"]["trainer"]["stop"] = {"timesteps": 10_000_000}
+    with cluster.operator():
+        cluster.submit(job)
+        cluster.wait_phase("headless", "Running")
+        [first] = cluster.clusters("headless")
+        [head] = cluster.kube_api.list(
+            PODS, params={"labelSelector": "ray.io/cluster=headless,ray.io/node-type=head"}
+        )
+        lost = {"phase": "Failed", "message": "the node ran out of memory"}
+        cluster.kube_api.patch(f"{PODS}/{head['metadata']['name']}/status", {"status": lost})
+
+        rebuilt = wait_until(
+            lambda: [
+                c
+                for c in cluster.clusters("headless")
+                if c["metadata"]["uid"] != first["metadata"]["uid"]
+            ],
+            PATIENCE,
+            "a new RayCluster",
+        )
+        assert rebuilt[0]["metadata"]["labels"]["kuberl.io/attempt"] == "2"
+        again = wait_until(
+            lambda: (
+                (s := cluster.status("headless")).get("attempt") == 2
+                and s.get("phase") == "Running"
+                and s
+            ),
+            PATIENCE,
+            "attempt 2 running",
+        )
+        assert (again["restarts"], again["clusterAttempt"]) == (1, 2)
+        assert cluster.kuberay.submissions("headless") == ["headless-1", "headless-2"]
+        said = [
+            e["message"]
+            for e in cluster.kube_api.list(EVENTS)
+            if e["involvedObject"]["name"] == "headless" and e["reason"] == "HeadFailed"
+        ]
+        assert said and "on a new Ray cluster (its head pod was lost)" in said[0], said
+        cluster.kube_api.delete(cluster.kube_api.rljobs(name="headless"))
+        wait_until(lambda: not cluster.clusters("headless"), PATIENCE, "the RayCluster gone")
+
+
+def test_an_earlier_driver_still_running_is_stopped_and_ended_before_the_next_is_submitted(
+    cluster: Cluster,
+):
+    job = rljob("overlap", restartPolicy={"backoffSeconds": 1})
+    job["spec"]["trainer"]["stop"] = {"timesteps": 10_000_000}
+    with cluster.operator():
+        cluster.submit(job)
+        cluster.wait_phase("overlap", "Running")
+        wait_until(lambda: iteration(cluster, "overlap") >= 1, PATIENCE, "training")
+        [ray_cluster] = cluster.clusters("overlap")
+    # The operator went down having given attempt 1 up for attempt 2 on the same cluster (the
+    # status is written before the action), while attempt 1's driver goes on training.
+    status = cluster.status("overlap")
+    backoff = {
+        "type": "Progressing",
+        "status": "False",
+        "reason": "RestartBackoff",
+        "message": "driver FAILED: lost; restart 1 of 3 in 1s, on the same Ray cluster",
+        "lastTransitionTime": status["startTime"],
+    }
+    conditions = [c for c in status["conditions"] if c["type"] != "Progressing"] + [backoff]
+    given_up = {"phase": "Resuming", "attempt": 2, "clusterAttempt": 1, "restarts": 1}
+    cluster.kube_api.patch(
+        cluster.kube_api.rljobs(name="overlap") + "/status",
+        {"status": given_up | {"conditions": conditions, "headPodUID": None}},
+    )
+    assert cluster.kuberay.submission("overlap-1")["status"] == "RUNNING"
+    with cluster.operator():
+        wait_until(
+            lambda: cluster.status("overlap").get("phase") == "Running",
+            PATIENCE,
+            "attempt 2 running",
+        )
+        first = cluster.kuberay.submission("overlap-1")
+        second = cluster.kuberay.submission("overlap-2")
+        assert first["status"] == "STOPPED"
+        assert second["start_time"] >= first["end_time"]  # never side by side
+        assert second["runtime_env"]["env_vars"]["KUBERL_ATTEMPT"] == "2"
+        assert [c["metadata"]["uid"] for c in cluster.clusters("overlap")] == [
+            ray_cluster["metadata"]["uid"]
+        ]
+        assert cluster.status("overlap")["attempt"] == 2
+        assert ("Normal", "RetryingOnSameCluster") in cluster.events("overlap")
+        cluster.kube_api.delete(cluster.kube_api.rljobs(name="overlap"))
+        wait_until(lambda: not cluster.clusters("overlap"), PATIENCE, "the RayCluster gone")
 
 
 def test_an_operator_restarted_mid_reconcile_duplicates_nothing(cluster: Cluster):

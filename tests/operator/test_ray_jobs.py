@@ -143,6 +143,25 @@ def test_stop_ends_a_running_driver(ray_head):
     run(scenario)
 
 
+def test_statuses_lists_every_submission_in_one_request(ray_head):
+    """How the operator finds an earlier attempt's driver still running before it submits the
+    next one to the same cluster."""
+
+    async def scenario(session):
+        client = RayJobsClient(*ray_head, session)
+        await client.submit("listed-1", "python -c 'pass'")
+        await client.submit("listed-2", "sleep 120")
+        await wait_for(client, "listed-1", {"SUCCEEDED", "FAILED"})
+        await wait_for(client, "listed-2", {"RUNNING"})
+        found = await client.statuses()
+        assert (found["listed-1"].status, found["listed-1"].ended) == ("SUCCEEDED", True)
+        assert (found["listed-2"].status, found["listed-2"].ended) == ("RUNNING", False)
+        assert found["listed-1"] == await client.status("listed-1")
+        await client.stop("listed-2")
+
+    run(scenario)
+
+
 def test_every_client_shares_the_operators_session_and_its_connections(ray_head):
     """One session per operator: requests of any number of clients (one per job) reuse its pooled
     connections instead of opening a session, and a connection, per request."""

@@ -50,12 +50,14 @@ from kuberl_operator.status import (
     PhaseEvent,
     Requeue,
     StatusUpdate,
+    StopDrivers,
     SubmitDriver,
     UnschedulablePods,
     backoff_seconds,
     compute_status,
     next_phase,
 )
+from kuberl_operator.status.attempts import driver_stop_seconds, rebuild_reason
 from kuberl_operator.status.phases import attempt_after
 
 NOW = datetime(2026, 3, 1, 12, 0, tzinfo=UTC)
@@ -585,7 +587,7 @@ def test_backoff_doubles_up_to_a_cap(base: int, restarts: int, expected: int) ->
     assert backoff_seconds(policy, restarts) == expected
 
 
-def test_a_failed_driver_restarts_after_a_backoff() -> None:
+def test_a_failed_driver_restarts_after_a_backoff_on_the_same_cluster() -> None:
     job = spec(**{"restartPolicy.backoffSeconds": 30})
     update = compute_status(
         job, on_cluster(running(job), driver=driver(DriverState.FAILED, "ValueError: boom"))
@@ -593,23 +595,35 @@ def test_a_failed_driver_restarts_after_a_backoff() -> None:
     failed_at = NOW + timedelta(seconds=10)
     assert update.phase == Phase.RESUMING
     assert (update.status.restarts, update.status.preemptions, update.attempt) == (1, 0, 2)
-    assert update.action == DeleteCluster(Reason.DRIVER_FAILED)
+    assert (update.action, update.status.cluster_attempt) == (Requeue(30), 1)  # the cluster stays
     progressing = condition(update, ConditionType.PROGRESSING)
     assert (progressing.status, progressing.reason) == ("False", Reason.RESTART_BACKOFF)
     assert progressing.last_transition_time == failed_at
     assert "ValueError: boom" in progressing.message
+    assert progressing.message.endswith("restart 1 of 3 in 30s, on the same Ray cluster")
     assert [(e.type, e.reason) for e in update.events] == [("Warning", Reason.DRIVER_FAILED)]
     assert condition(update, ConditionType.FAILED).status == "False"
 
-    waiting = compute_status(job, after(update, now=failed_at + timedelta(seconds=12)))
+    # Attempt 2 runs on attempt 1's cluster: it is the job's, not a stale one.
+    same = {"cluster": cluster(1), "head": running_head()}
+    waiting = compute_status(job, after(update, now=failed_at + timedelta(seconds=12), **same))
     assert waiting.action == Requeue(18)
     assert (waiting.phase, waiting.status.restarts, waiting.events) == (Phase.RESUMING, 1, ())
     assert condition(waiting, ConditionType.PROGRESSING).last_transition_time == failed_at
 
-    resumed = compute_status(job, after(update, now=failed_at + timedelta(seconds=30)))
-    assert (resumed.phase, resumed.action) == (Phase.RESUMING, CreateCluster(2))
+    resumed = compute_status(job, after(update, now=failed_at + timedelta(seconds=30), **same))
+    assert (resumed.phase, resumed.action) == (Phase.RESUMING, SubmitDriver(2))
     assert condition(resumed, ConditionType.PROGRESSING).status == "True"
-    assert [e.reason for e in resumed.events] == ["Resuming"]
+    assert [(e.reason, e.message) for e in resumed.events] == [
+        (
+            Reason.RETRYING_ON_SAME_CLUSTER,
+            "retrying on the same Ray cluster (built for attempt 1): submitting attempt 2's "
+            "driver, which resumes from the newest checkpoint",
+        )
+    ]
+    again = compute_status(job, on_cluster(resumed, **same))
+    assert (again.phase, again.attempt, again.status.cluster_attempt) == (Phase.RUNNING, 2, 1)
+    assert again.action == Nothing()
 
 
 def test_the_backoff_grows_with_each_restart() -> None:
@@ -836,7 +850,9 @@ def test_a_spec_made_invalid_while_running_deletes_the_cluster() -> None:
 
 
 def test_a_stale_cluster_is_deleted_before_anything_else() -> None:
-    update = compute_status(spec(), on_cluster(running(), attempt=2, cluster=cluster(1)))
+    # Attempt 2 was to get a cluster of its own; the one there was built for attempt 1.
+    stale = running().status.model_copy(update={"attempt": 2, "cluster_attempt": 2})
+    update = compute_status(spec(), on_cluster(StatusUpdate(stale), cluster=cluster(1)))
     assert update.action == DeleteCluster("StaleAttempt")
     assert update.status.restarts == 0
 
@@ -940,6 +956,134 @@ def test_a_driver_that_failed_otherwise_is_restarted() -> None:
     update = compute_status(spec(), on_cluster(running(), driver=failed))
     assert (update.phase, update.status.restarts) == (Phase.RESUMING, 1)
     assert update.events[0].reason == Reason.DRIVER_FAILED
+
+
+# --- The next attempt: on the same cluster or a new one, never beside the last -----------------
+
+
+def failed_on_its_cluster(job: RLJobSpec, **fields: Any) -> StatusUpdate:
+    """A Running job whose driver of attempt 1 just failed, its cluster kept for attempt 2."""
+    return compute_status(
+        job, on_cluster(running(job), driver=driver(DriverState.FAILED), **fields)
+    )
+
+
+def on_the_same_cluster(update: StatusUpdate, seconds: float, **fields: Any) -> Observed:
+    """Attempt 2's observation on attempt 1's cluster, `seconds` after `update`'s newest transition
+    (the failure, for `failed_on_its_cluster`)."""
+    fields.setdefault("cluster", cluster(1))
+    fields.setdefault("head", running_head())
+    return after(update, now=_now_of(update) + timedelta(seconds=seconds), **fields)
+
+
+@pytest.mark.parametrize(
+    ("observation", "why"),
+    [
+        ({"cluster": None}, "the RayCluster is gone"),
+        ({"head": ObservedHead(HeadFate.FAILED, "OOMKilled")}, "its head pod was lost"),
+        ({"head": ObservedHead(HeadFate.PREEMPTED, "NodeLost")}, "its head pod was preempted"),
+        ({"head": running_head("h2")}, "its head pod was replaced"),
+        (
+            {"stale_spec": ("learner", "image")},
+            "spec.learner, spec.image changed since it was built",
+        ),
+        ({}, None),
+        ({"head": None}, None),  # the head pod not listed yet: nothing says it is lost
+        ({"cluster": cluster(1, ready=False)}, None),  # coming up: the submission waits for it
+    ],
+)
+def test_only_what_the_cluster_lost_rebuilds_it(observation: dict[str, Any], why) -> None:
+    status = RLJobStatus(attempt=1, head_pod_uid="h1")
+    fields = {"cluster": cluster(1), "head": running_head("h1")} | observation
+    assert rebuild_reason(Observed(status=status, generation=1, now=NOW, **fields)) == why
+
+
+@pytest.mark.parametrize(
+    ("observation", "reason"),
+    [
+        ({"driver": driver(DriverState.FAILED), "stale_spec": ("learner",)}, Reason.DRIVER_FAILED),
+        ({"head": ObservedHead(HeadFate.FAILED, "OOMKilled")}, Reason.HEAD_FAILED),
+    ],
+)
+def test_a_failure_the_cluster_cannot_outlive_gets_a_new_cluster(observation, reason) -> None:
+    update = compute_status(spec(), on_cluster(running(), **observation))
+    assert (update.attempt, update.status.cluster_attempt) == (2, 2)
+    assert update.action == DeleteCluster(reason)
+    assert "in 30s, on a new Ray cluster (" in update.events[0].message
+    # The old cluster is stale from now on, and is deleted until it is gone.
+    assert compute_status(spec(), on_cluster(update, cluster=cluster(1))).action == DeleteCluster(
+        Reason.STALE_ATTEMPT
+    )
+
+
+def test_an_earlier_driver_still_running_is_stopped_before_the_next_is_submitted() -> None:
+    job = spec(**{"restartPolicy.backoffSeconds": 30})
+    failed = failed_on_its_cluster(job)
+    # Stopped during the backoff already...
+    waiting = compute_status(job, on_the_same_cluster(failed, 10, earlier_drivers=(1,)))
+    assert (waiting.phase, waiting.action) == (Phase.RESUMING, StopDrivers((1,)))
+    assert condition(waiting, ConditionType.PROGRESSING).reason == Reason.RESTART_BACKOFF
+    # ...and after it, the next attempt starts by stopping it, and says so.
+    started = compute_status(job, on_the_same_cluster(failed, 30, earlier_drivers=(1,)))
+    assert (started.attempt, started.action) == (2, StopDrivers((1,)))
+    progressing = condition(started, ConditionType.PROGRESSING)
+    assert (progressing.status, progressing.reason) == ("True", Reason.STOPPING_EARLIER_DRIVER)
+    assert progressing.message == (
+        "the driver of attempt 1 still runs on the Ray cluster: it is stopped, and attempt 2's "
+        "driver is submitted once it has ended"
+    )
+    still = compute_status(job, on_the_same_cluster(started, 5, earlier_drivers=(1,)))
+    assert (still.action, still.events) == (StopDrivers((1,)), ())
+    ended = compute_status(job, on_the_same_cluster(started, 6))
+    assert (ended.action, ended.events) == (SubmitDriver(2), ())
+    assert condition(ended, ConditionType.PROGRESSING).reason == Phase.RESUMING.value
+
+
+def test_an_earlier_driver_that_does_not_stop_is_waited_for_only_so_long() -> None:
+    job = spec(**{"restartPolicy.backoffSeconds": 0, "trainer.checkpoint.gracePeriodSeconds": 20})
+    bound = driver_stop_seconds(job)
+    assert bound == 20 + 15  # the checkpoint grace and Ray's stop margin, as the head's preStop
+    started = compute_status(job, on_the_same_cluster(failed_on_its_cluster(job), 0))
+    assert started.action == SubmitDriver(2)  # none runs: submitted at once
+    within = compute_status(job, on_the_same_cluster(started, bound - 1, earlier_drivers=(1,)))
+    assert within.action == StopDrivers((1,))
+    past = compute_status(job, on_the_same_cluster(started, bound, earlier_drivers=(1,)))
+    assert past.action == SubmitDriver(2)  # the checkpoints are fenced by attempt
+    assert [(e.type, e.reason) for e in past.events] == [
+        ("Warning", Reason.EARLIER_DRIVER_NOT_STOPPED)
+    ]
+    assert "did not end within 35s of being stopped" in past.events[0].message
+
+
+def test_a_head_lost_during_the_backoff_rebuilds_the_cluster_without_counting() -> None:
+    job = spec(**{"restartPolicy.backoffSeconds": 30})
+    failed = failed_on_its_cluster(job)
+    lost = ObservedHead(HeadFate.FAILED, "the pod was deleted")
+    rebuilt = compute_status(job, on_the_same_cluster(failed, 10, head=lost))
+    assert rebuilt.action == DeleteCluster(Reason.STALE_ATTEMPT)
+    assert (rebuilt.status.restarts, rebuilt.attempt, rebuilt.status.cluster_attempt) == (1, 2, 2)
+    assert condition(rebuilt, ConditionType.PROGRESSING).reason == Reason.RESTART_BACKOFF
+    gone = compute_status(job, on_the_same_cluster(rebuilt, 30, cluster=None, head=None))
+    assert (gone.action, gone.status.restarts) == (CreateCluster(2), 1)
+
+
+def test_a_cluster_gone_during_the_backoff_is_created_again_for_the_next_attempt() -> None:
+    job = spec(**{"restartPolicy.backoffSeconds": 30})
+    failed = failed_on_its_cluster(job)
+    gone = compute_status(job, on_the_same_cluster(failed, 30, cluster=None, head=None))
+    assert (gone.action, gone.status.cluster_attempt) == (CreateCluster(2), 2)
+    # The cluster it creates is the job's, not a stale one.
+    created = compute_status(job, on_the_same_cluster(gone, 1, cluster=cluster(2)))
+    assert created.action == SubmitDriver(2)
+
+
+def test_retries_on_the_same_cluster_survive_an_operator_restart() -> None:
+    job = spec(**{"restartPolicy.backoffSeconds": 0})
+    failed = failed_on_its_cluster(job)
+    stored = RLJobStatus.model_validate(failed.status.model_dump(mode="json", by_alias=True))
+    assert stored.cluster_attempt == 1
+    update = compute_status(job, on_the_same_cluster(StatusUpdate(stored), 1))
+    assert (update.attempt, update.action) == (2, SubmitDriver(2))
 
 
 # --- A head pod KubeRay replaced --------------------------------------------------------------
@@ -1196,7 +1340,7 @@ EVENT_SCENARIOS: dict[PhaseEvent, EventScenario] = {
         lambda: (spec(), on_cluster(running(), driver=driver(DriverState.FAILED, "boom"))),
         event=("Warning", Reason.DRIVER_FAILED),
         condition=(ConditionType.PROGRESSING, "False", Reason.RESTART_BACKOFF),
-        action=DeleteCluster(Reason.DRIVER_FAILED),
+        action=Requeue(30),  # on the same cluster, after the backoff
     ),
     E.SUCCEEDED: EventScenario(
         lambda: (spec(), on_cluster(running(), driver=driver(DriverState.SUCCEEDED, "done"))),

@@ -57,7 +57,7 @@ WATCH_REFUSED = (
 )
 
 
-def _errors(*codes: int) -> dict[int | str, dict[str, Any]]:
+def error_responses(*codes: int) -> dict[int | str, dict[str, Any]]:
     """OpenAPI entries for the error codes a route answers (all with a Status body)."""
     return {code: {"model": Status} for code in (400, 401, 403, 500, 503, *codes)}
 
@@ -300,18 +300,18 @@ _SUBMISSION = {
     }
 }
 _LOGS = {
-    **_errors(404, 429, 501),
+    **error_responses(404, 429, 501),
     200: {"content": {"text/plain": {"schema": {"type": "string"}}}},
 }
 _POLICY = {
-    **_errors(404, 501),
+    **error_responses(404, 501),
     200: {
         "description": "The exported policy (ONNX).",
         "content": {"application/octet-stream": {"schema": {"type": "string", "format": "binary"}}},
     },
 }
 _PLOT = {
-    **_errors(404, 501),
+    **error_responses(404, 501),
     200: {
         "description": "The learning curve.",
         "content": {
@@ -330,7 +330,7 @@ def router(history_source: str) -> APIRouter:
         list_jobs_of_every_namespace,
         methods=["GET"],
         response_model=RLJobList,
-        responses=_errors(),
+        responses=error_responses(),
     )
     every_namespace.include_router(_namespaced(history_source))
     return every_namespace
@@ -345,21 +345,21 @@ def _namespaced(history_source: str) -> APIRouter:
         methods=["POST"],
         status_code=201,
         response_model=RLJob,
-        responses=_errors(404, 409, 413, 415, 422),
+        responses=error_responses(404, 409, 413, 415, 422),
         openapi_extra=_SUBMISSION,
     )
     jobs.add_api_route(
-        "", list_jobs, methods=["GET"], response_model=RLJobList, responses=_errors()
+        "", list_jobs, methods=["GET"], response_model=RLJobList, responses=error_responses()
     )
     jobs.add_api_route(
-        "/{name}", get_job, methods=["GET"], response_model=RLJob, responses=_errors(404)
+        "/{name}", get_job, methods=["GET"], response_model=RLJob, responses=error_responses(404)
     )
     jobs.add_api_route(
         "/{name}/progress",
         job_progress,
         methods=["GET"],
         response_model=ProgressHistory,
-        responses=_errors(404),
+        responses=error_responses(404),
         description="The job's training progress, one row per iteration. Source in this "
         f"deployment: {history_source}.",
     )
@@ -373,7 +373,7 @@ def _namespaced(history_source: str) -> APIRouter:
             endpoint,
             methods=[method],
             response_model=RLJob,
-            responses=_errors(404, 415),
+            responses=error_responses(404, 415),
             dependencies=NoBody,
         )
     jobs.add_api_route("/{name}/logs", job_logs, methods=["GET"], responses=_LOGS)

@@ -22,7 +22,18 @@ class RolloutConfig(Spec):
             rllib=("num_env_runners", "num_workers"),
         ),
     ] = Field(0, ge=0, le=10_000)
-    """Remote rollout workers (Ray actors). 0 samples in the driver and never starts Ray."""
+    """Remote rollout workers (Ray actors). 0 samples in the driver and never starts Ray. With
+    minReplicas and maxReplicas both set, the fleet is elastic and this is its desired size:
+    `kubectl scale rljob/NAME --replicas=N` (or an autoscaler, or an edit) within them resizes
+    the running job's rollout pods without a new attempt."""
+
+    min_replicas: int | None = Field(None, ge=0, le=10_000)
+    """The fewest rollout workers an elastic fleet may be scaled down to while the job runs (at
+    least 1). Default: replicas."""
+
+    max_replicas: int | None = Field(None, ge=0, le=10_000)
+    """The most rollout workers an elastic fleet may be scaled up to while the job runs; its Ray
+    cluster is sized to hold them. Default: replicas."""
 
     envs_per_worker: Annotated[
         int,
@@ -45,6 +56,39 @@ class RolloutConfig(Spec):
     workers only on Ray nodes that advertise spot (an RLJob's spot worker pods do, one unit per
     pod, each pod being sized for one worker; its on-demand fallback pods do not). Ray counts
     amounts in steps of 0.0001."""
+
+    @property
+    def fewest(self) -> int:
+        """minReplicas, or replicas when it is not set."""
+        return self.replicas if self.min_replicas is None else self.min_replicas
+
+    @property
+    def most(self) -> int:
+        """maxReplicas, or replicas when it is not set."""
+        return self.replicas if self.max_replicas is None else self.max_replicas
+
+    @model_validator(mode="after")
+    def _replicas_within_bounds(self) -> RolloutConfig:
+        if self.replicas == 0 and self.most > 0:
+            raise ValueError(
+                "maxReplicas: replicas is 0, so the driver samples itself and starts no rollout "
+                "workers to scale; set replicas >= 1, or remove maxReplicas"
+            )
+        if self.fewest > self.replicas:
+            raise ValueError(
+                f"minReplicas: {self.fewest} is more than replicas ({self.replicas}); scale "
+                "within [minReplicas, maxReplicas], or lower minReplicas"
+            )
+        if self.most < self.replicas:
+            raise ValueError(
+                f"maxReplicas: {self.most} is less than replicas ({self.replicas}); scale within "
+                "[minReplicas, maxReplicas], or raise maxReplicas"
+            )
+        if self.replicas > 0 and self.fewest == 0:
+            raise ValueError(
+                "minReplicas: 0 would let training start with no rollout worker; set at least 1"
+            )
+        return self
 
     @model_validator(mode="after")
     def _custom_ray_resources(self) -> RolloutConfig:

@@ -20,9 +20,10 @@ Where each question is answered:
   authentication.
 - children.py: the Secret, ConfigMap, PodDisruptionBudget and NetworkPolicy beside the
   RayCluster, and `build_children`, every object of an attempt in creation order.
-- fallback.py: resizing the on-demand rollout group that stands in for spot workers, and why the
-  operator sizes it rather than Ray's autoscaler (how far to fall back is decided with the status:
-  status/fallback.py).
+- scaling.py: resizing a running cluster's rollout groups in place: the on-demand group that
+  stands in for spot workers (and why the operator sizes it rather than Ray's autoscaler; how far
+  to fall back is decided with the status: status/fallback.py), an elastic fleet scaled within
+  its bounds; and the selector of the job's worker pods.
 
 Each module imports only modules listed above it, so the list reads from the smallest pieces to the
 objects made of them.
@@ -46,7 +47,6 @@ from kuberl_operator.builders.driver import (
     submission_id,
     submission_id_of,
 )
-from kuberl_operator.builders.fallback import scale_on_demand
 from kuberl_operator.builders.names import (
     ChildRef,
     auth_secret_name,
@@ -58,6 +58,7 @@ from kuberl_operator.builders.names import (
     ray_cluster_name,
 )
 from kuberl_operator.builders.ray_cluster import build_ray_cluster
+from kuberl_operator.builders.scaling import scale_on_demand, scale_rollout, worker_pods_selector
 
 __all__ = [
     "RAY_STOP_MARGIN_SECONDS",
@@ -81,7 +82,9 @@ __all__ = [
     "ray_cluster_name",
     "run_dir",
     "scale_on_demand",
+    "scale_rollout",
     "stale_spec",
     "submission_id",
     "submission_id_of",
+    "worker_pods_selector",
 ]

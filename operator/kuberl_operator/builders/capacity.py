@@ -28,12 +28,13 @@ def rollout_node_resources(workers: RolloutWorkers, spot: bool) -> dict[str, int
     return {RAY_CPU: math.ceil(workers.cpus_per_worker)} | ({SPOT_RAY_RESOURCE: 1} if spot else {})
 
 
-def rollout_pods(spec: RLJobSpec) -> int:
-    """Rollout worker pods, one per worker: rolloutWorkers.replicas, for every trial of a PBT
-    population (each trial has workers of its own)."""
-    trainer = spec.trainer
+def rollout_pods(spec: RLJobSpec, at_most: bool = False) -> int:
+    """Rollout worker pods, one per worker: rolloutWorkers.replicas (with `at_most`, the most it
+    may be scaled to, maxReplicas), for every trial of a PBT population (each trial has workers
+    of its own)."""
+    trainer, workers = spec.trainer, spec.rollout_workers
     trials = trainer.hyperparameters.population if trainer.algorithm == PBT else 1
-    return spec.rollout_workers.replicas * trials
+    return (workers.most if at_most else workers.replicas) * trials
 
 
 def head_cpus(job: RLJob) -> int:
@@ -49,7 +50,8 @@ def ray_capacity(job: RLJob, settings: OperatorSettings) -> Capacity:
     """The most the job's RayCluster offers the driver's actors (kuberl_contract.capacity): the
     head (no CPUs: they are the learner's; its GPUs) and every rollout group at its maxReplicas,
     the spot group and the on-demand fallback group together, as the builders make them."""
-    learner, workers, pods = job.spec.learner, job.spec.rollout_workers, rollout_pods(job.spec)
+    learner, workers = job.spec.learner, job.spec.rollout_workers
+    pods = rollout_pods(job.spec, at_most=True)
     groups = [NodeGroup({RAY_CPU: float(head_cpus(job)), RAY_GPU: float(learner.gpus)}, 1)]
     if pods:
         spot = workers.spot.enabled

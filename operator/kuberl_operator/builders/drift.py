@@ -1,7 +1,9 @@
 """Spec edits under a running attempt: which fields changed since its RayCluster was built.
 
 A running Ray cluster and its driver keep the spec they were built from; an edit of the spec
-applies on the next attempt, except the fields the operator acts on itself (APPLIED_IN_PLACE). So
+applies on the next attempt, except the fields the operator acts on itself (APPLIED_IN_PLACE) and
+rolloutWorkers.replicas within the bounds the cluster was built with (minReplicas and
+maxReplicas, which the operator resizes the rollout group within, and the driver follows). So
 the RayCluster carries a hash of each other field (SPEC_HASHES_ANNOTATION), and `stale_spec`
 names the fields whose edit is still waiting for a new attempt.
 """
@@ -27,6 +29,13 @@ def spec_hashes(job: RLJob) -> dict[str, str]:
     """A short hash of each spec field the Ray cluster and the driver are built from (every field
     but APPLIED_IN_PLACE), kept on the RayCluster so a later edit of one can be named."""
     spec = job.spec.model_dump(mode="json", by_alias=True)
+    workers = spec["rolloutWorkers"]
+    elastic = workers["minReplicas"] is not None and workers["maxReplicas"] is not None
+    if elastic and not job.queue_name:
+        # An elastic fleet: its bounds, not its desired count, are what the cluster is built
+        # from. A fixed fleet's replicas is one of its bounds, and needs a new attempt; so does
+        # a queued job's, whose admitted shape Kueue holds it to (scaling.py).
+        del workers["replicas"]
     return {
         key: hashlib.sha256(json.dumps(value, sort_keys=True).encode()).hexdigest()[:12]
         for key, value in sorted(spec.items())

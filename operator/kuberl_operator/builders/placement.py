@@ -10,7 +10,7 @@ spot is enabled: the provider's node selector and, on GKE and AKS, the toleratio
 entries win on the same key: they are the more specific statement). With provider `custom` the
 user's nodeSelector and tolerations alone are the spot placement.
 
-The on-demand fallback group (fallback.py) has the same pods minus the spot placement, plus a node
+The on-demand fallback group (scaling.py) has the same pods minus the spot placement, plus a node
 affinity that keeps them off the provider's spot nodes; with `custom`, none of the user's
 selectors and tolerations, since those are the spot placement.
 """

@@ -44,6 +44,9 @@ from kuberl_operator.reach import referenced_secrets
 from kuberl_operator.settings import OperatorSettings
 from kuberl_operator.spec import RLJob, RolloutWorkers
 
+RAY_JOB_STOP_WAIT_ENV = "RAY_JOB_STOP_WAIT_TIME_S"
+"""Seconds Ray's Jobs API waits, after the SIGTERM of a stop, before it kills the driver."""
+
 
 def _auth_env(job: RLJob, settings: OperatorSettings) -> list[Object]:
     secret = {"name": auth_secret_name(job, settings), "key": RAY_AUTH_TOKEN_SECRET_KEY}
@@ -178,7 +181,12 @@ def head_container(job: RLJob, settings: OperatorSettings) -> Object:
     if names:
         container["envFrom"] = [{"secretRef": {"name": name}} for name in names]
     capacity = {"name": RAY_CAPACITY_ENV, "value": ray_capacity(job, settings).to_json()}
-    container["env"] = [*container["env"], capacity]
+    # A driver the operator stops (an earlier attempt's, before the next is submitted to the same
+    # cluster) gets the Jobs API's SIGTERM, and its checkpoint grace before Ray's SIGKILL, not
+    # Ray's default 3 s.
+    grace = math.ceil(job.spec.trainer.checkpoint.grace_period_seconds)
+    stop_wait = {"name": RAY_JOB_STOP_WAIT_ENV, "value": str(grace)}
+    container["env"] = [*container["env"], capacity, stop_wait]
     return container | {
         "ports": [
             {"name": "gcs-server", "containerPort": RAY_GCS_PORT},

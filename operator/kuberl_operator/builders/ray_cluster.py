@@ -7,7 +7,7 @@ driver, which is the learner, so the head pod gets the learner's CPU, memory, GP
 selection (placement.py). Ray's dashboard and Jobs API (port 8265) are reachable only inside the
 cluster: the head Service is ClusterIP and no ingress is made. The rollout workers are one group,
 `rollout`, and with spot fallback a second one, `rollout-on-demand`, whose size the operator sets
-(fallback.py); Ray's autoscaler stays off.
+(scaling.py); Ray's autoscaler stays off.
 
 Kueue. Kueue admits a RayCluster (its `ray.io/raycluster` integration) when the cluster carries
 the label `kueue.x-k8s.io/queue-name` and was created suspended; Kueue then unsuspends it, having
@@ -15,7 +15,7 @@ injected its ResourceFlavor's node labels. So a job with that label gets a RayCl
 in its metadata and `spec.suspend: true`. After creation `spec.suspend` belongs to Kueue: the
 reconcile must not patch it back. The label goes on the RayCluster only: Kueue reads it there, and
 on the pods or other children it would only invite Kueue's pod integration, where enabled, to
-manage them too. Why the admitted shape then stays fixed: fallback.py.
+manage them too. Why the admitted shape then stays fixed: scaling.py.
 
 Authentication. `spec.authOptions: {mode: token, secretName: <job>-ray-auth}` makes KubeRay start
 Ray with token authentication and read the token from our Secret (key `auth_token`) instead of
@@ -113,10 +113,11 @@ def _rollout_group(
         start_params["resources"] = _ray_resources_param(advertised)
     return {
         "groupName": group.name,
-        # KubeRay keeps replicas within [minReplicas, maxReplicas]; the operator sets replicas.
+        # KubeRay keeps replicas within [minReplicas, maxReplicas]; the operator sets replicas,
+        # within rolloutWorkers' bounds as the job is scaled (its fallback from 0).
         "replicas": group.replicas,
         "minReplicas": 0,
-        "maxReplicas": rollout_pods(job.spec),
+        "maxReplicas": rollout_pods(job.spec, at_most=True),
         "rayStartParams": start_params,
         "template": pod_template(job, settings, labels, container, group.placement),
     }

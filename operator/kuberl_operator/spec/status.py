@@ -64,6 +64,14 @@ class Reason(StrEnum):
     WAITING_FOR_WORKERS = "WaitingForWorkers"
     """The driver runs but waits for the Ray nodes of its rollout workers to join."""
     RESUMING = "Resuming"
+    RETRYING_ON_SAME_CLUSTER = "RetryingOnSameCluster"
+    """The next attempt's driver goes to the Ray cluster the failed one ran on."""
+    STOPPING_EARLIER_DRIVER = "StoppingEarlierDriver"
+    """An earlier attempt's driver still runs on the cluster: it is stopped before the next one is
+    submitted, so attempts never overlap."""
+    EARLIER_DRIVER_NOT_STOPPED = "EarlierDriverNotStopped"
+    """An earlier attempt's driver did not stop in time; the next one was submitted anyway, and
+    the checkpoints' fencing refuses the older one's writes."""
     RESTART_BACKOFF = "RestartBackoff"
     DRIVER_SUCCEEDED = "DriverSucceeded"
     NOT_COMPLETE = "NotComplete"
@@ -189,8 +197,14 @@ class RLJobStatus(Spec):
     """Training progress."""
 
     attempt: int = Field(0, ge=0)
-    """The current attempt (1, 2, ...): each has its own Ray cluster and submits its driver once;
-    0 before the first."""
+    """The current attempt (1, 2, ...): each submits its driver once, as a new Ray job; 0 before
+    the first."""
+
+    cluster_attempt: int = Field(0, ge=0)
+    """The attempt the job's Ray cluster was built for (its kuberl.io/attempt label). A failed
+    driver's next attempt runs on the same cluster, so this stays behind attempt until the cluster
+    is rebuilt (a lost head, a vanished cluster, a spec edit that needs new pods, a resumption).
+    The API's local backend starts each attempt's trainer afresh: there it equals attempt."""
 
     restarts: int = Field(0, ge=0)
     """Restarts after failures so far (preemptions resumed under onPreemption Resume are not
@@ -205,6 +219,15 @@ class RLJobStatus(Spec):
 
     ray_cluster: str | None = None
     """Name of the job's RayCluster."""
+
+    replicas: int = Field(0, ge=0)
+    """Rollout worker pods of the current attempt that exist and were not preempted: what the
+    scale subresource reports as the job's current size (spec.rolloutWorkers.replicas is the
+    desired one)."""
+
+    selector: str | None = None
+    """The label selector of the job's rollout worker pods, for the scale subresource (an HPA
+    counts the pods it selects)."""
 
     head_pod_uid: str | None = Field(None, alias="headPodUID")
     """UID of the head pod the current attempt's driver was submitted to. A head pod with another

@@ -33,6 +33,14 @@ class SubmitDriver:
 
 
 @dataclass(frozen=True)
+class StopDrivers:
+    """Stop these earlier attempts' drivers, still running on the cluster the current attempt is
+    to run on (the Jobs API's stop); the current one is submitted once they have ended."""
+
+    attempts: tuple[int, ...]
+
+
+@dataclass(frozen=True)
 class DeleteCluster:
     """Delete the job's RayCluster (the job, its checkpoints and its storage stay)."""
 
@@ -51,7 +59,7 @@ class DeleteJob:
     """Delete the RLJob itself (its TTL after finishing has passed)."""
 
 
-Action = Nothing | CreateCluster | SubmitDriver | DeleteCluster | Requeue | DeleteJob
+Action = Nothing | CreateCluster | SubmitDriver | StopDrivers | DeleteCluster | Requeue | DeleteJob
 
 
 @dataclass(frozen=True)
@@ -73,6 +81,9 @@ class StatusUpdate:
     on_demand_replicas: int | None = None
     """The size the job's on-demand rollout group should have (`status.fallback`); None leaves
     it as it is."""
+    rollout_replicas: int | None = None
+    """The size an elastic job's rollout group should have (`status.fallback.rollout_replicas`);
+    None leaves it as it is."""
 
     @property
     def attempt(self) -> int:

@@ -9,9 +9,10 @@ from kuberl_operator.builders.driver import ephemeral_checkpoints
 from kuberl_operator.spec import Phase, Progress, RLJobSpec, RLJobStatus
 from kuberl_operator.status.actions import StatusUpdate, SubmitDriver
 from kuberl_operator.status.conditions import wanted_conditions
-from kuberl_operator.status.decide import Decision, decide
+from kuberl_operator.status.decide import decide
+from kuberl_operator.status.decision import Decision
 from kuberl_operator.status.events import change_events, unschedulable_event
-from kuberl_operator.status.fallback import on_demand_replicas
+from kuberl_operator.status.fallback import on_demand_replicas, rollout_replicas
 from kuberl_operator.status.lifecycle import finished_at, merge_conditions, started_at
 from kuberl_operator.status.observed import Observed, ObservedProgress
 from kuberl_operator.status.phases import next_phase, resumes
@@ -56,10 +57,13 @@ def compute_status(spec: RLJobSpec | None, observed: Observed) -> StatusUpdate:
         conditions=conditions,
         progress=merge_progress(previous.progress, observed.progress),
         attempt=decision.attempt,
+        cluster_attempt=decision.cluster_attempt,
         restarts=decision.restarts,
         preemptions=decision.preemptions,
         preempted_pods=list(decision.preempted_pods),
         ray_cluster=observed.cluster.name if observed.cluster else None,
+        replicas=observed.workers_live,
+        selector=observed.worker_selector,
         start_time=started_at(previous, phase, resumed, observed.now),
         head_pod_uid=_head_pod_uid(previous, decision, observed),
         completion_time=finished_at(previous, phase, observed.now),
@@ -71,4 +75,5 @@ def compute_status(spec: RLJobSpec | None, observed: Observed) -> StatusUpdate:
         + unschedulable_event(previous, conditions),
         action=decision.action,
         on_demand_replicas=on_demand_replicas(spec, phase, observed.pending_spot),
+        rollout_replicas=rollout_replicas(spec, phase, observed, decision.cluster_attempt),
     )

@@ -13,7 +13,10 @@ from __future__ import annotations
 
 from kuberl_operator.constants import RAYCLUSTER_CRD_NAME
 from kuberl_operator.spec import ConditionType, Phase, Reason
-from kuberl_operator.status.decide import Decision, workers_preempted_message
+from kuberl_operator.status.actions import StopDrivers
+from kuberl_operator.status.attempts import stopping_message
+from kuberl_operator.status.decide import workers_preempted_message
+from kuberl_operator.status.decision import Decision
 from kuberl_operator.status.lifecycle import Entered, Want, lifecycle_conditions
 from kuberl_operator.status.observed import Observed, condition_of
 from kuberl_operator.status.phases import TERMINAL, PhaseEvent, applies
@@ -62,8 +65,9 @@ def wanted_conditions(
 
 
 def _progressing(decision: Decision, observed: Observed, lifecycle: Want) -> Want:
-    """The lifecycle's Progressing, except while KubeRay is missing, during a restart backoff and
-    while the driver waits for its rollout workers' Ray nodes."""
+    """The lifecycle's Progressing, except while KubeRay is missing, during a restart backoff,
+    while an earlier attempt's driver is stopped, and while the driver waits for its rollout
+    workers' Ray nodes."""
     if not observed.kuberay_available and not decision.in_backoff:
         return Want("False", Reason.CRD_NOT_FOUND, "waiting for KubeRay's RayCluster CRD")
     if decision.in_backoff:
@@ -71,6 +75,9 @@ def _progressing(decision: Decision, observed: Observed, lifecycle: Want) -> Wan
             return Want("False", Reason.RESTART_BACKOFF, decision.message)
         kept = condition_of(observed.status, ConditionType.PROGRESSING)
         return Want("False", Reason.RESTART_BACKOFF, kept.message if kept else "")
+    if isinstance(decision.action, StopDrivers) and lifecycle.status == "True":
+        message = stopping_message(decision.action.attempts, decision.attempt)
+        return Want("True", Reason.STOPPING_EARLIER_DRIVER, message)
     if decision.waiting_for_workers and lifecycle.status == "True":
         return Want(
             "True",

@@ -1,24 +1,11 @@
 """The decision: which `PhaseEvent` an observation amounts to, and what the reconciler does next.
 Attempts, restarts and their backoff, preemption, the active deadline and suspension are decided
-here: why a job restarted is in `_restart` and its callers.
-
-Attempts. Each Ray cluster serves one attempt (1, 2, ...; the `kuberl.io/attempt` label) and each
-attempt submits its driver once (`builders.submission_id(job, attempt)`). The attempt number is
-bumped the moment an attempt is given up (head lost, driver failed, job unsuspended: the events
-`phases.attempt_after` counts, for both backends), so the old
-attempt's cluster becomes stale at once and its failure cannot be counted twice: the reconciler
-only reports the head, workers and driver of the current attempt's cluster. The attempt is kept
-in `status.attempt`, so it survives an operator restart. The submission records the head pod's UID
-(`status.headPodUID`): a head pod of another UID in the same attempt is one KubeRay recreated, and
-the driver went with the old one, so the attempt is given up (counted) rather than submitted again.
+here: why a job restarted is in `_restart` and its callers; the rules of attempts (when the next
+one starts, on which Ray cluster, never overlapping the last) are in `attempts`.
 
 A driver that exits with EXIT_INVALID_JOB found the job invalid (an unknown env, an unsupported
 space, more resources than the cluster will ever have): the job fails at once with reason
 InvalidSpec and the driver's own message, from the final record that ends its log.
-
-Restart backoff. A failed attempt turns Progressing False (reason RestartBackoff); the next
-attempt's cluster is created once `backoff_seconds(...)` have passed since that condition's
-lastTransitionTime, which is the moment of the failure, stored in the status itself.
 
 Names taken. Children are never created over objects the job does not own (`_names_taken`): a
 name held by someone else's object fails the job (NameConflict, naming the object), since only a
@@ -27,14 +14,9 @@ the garbage collector removes it."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
 from datetime import datetime
 
-from kuberl_operator.constants import (
-    KUBERAY_RECHECK_SECONDS,
-    LEFTOVER_RECHECK_SECONDS,
-    MAX_BACKOFF_SECONDS,
-)
+from kuberl_operator.constants import KUBERAY_RECHECK_SECONDS, LEFTOVER_RECHECK_SECONDS
 from kuberl_operator.spec import (
     ConditionType,
     Phase,
@@ -51,53 +33,34 @@ from kuberl_operator.status.actions import (
     DeleteJob,
     Nothing,
     Requeue,
+    StopDrivers,
     SubmitDriver,
 )
+from kuberl_operator.status.attempts import (
+    backoff_left,
+    backoff_seconds,
+    in_backoff,
+    next_driver,
+    not_stopped_message,
+    rebuild_reason,
+)
+from kuberl_operator.status.decision import Decision
 from kuberl_operator.status.observed import DriverState, HeadFate, Observed, condition_of
-from kuberl_operator.status.phases import TERMINAL, PhaseEvent, attempt_after
-
-
-def backoff_seconds(policy: RestartPolicy, restarts: int) -> int:
-    """The wait before restart number `restarts` (1, 2, ...): backoffSeconds doubled per earlier
-    restart, capped at MAX_BACKOFF_SECONDS, or at backoffSeconds itself when that is longer."""
-    base = policy.backoff_seconds
-    cap = max(base, MAX_BACKOFF_SECONDS)
-    doublings = min(max(restarts - 1, 0), 32)  # 2**32 * 1 s is past any cap already
-    return min(base * 2**doublings, cap)
+from kuberl_operator.status.phases import TERMINAL, PhaseEvent
 
 
 def _seconds(later: datetime, earlier: datetime) -> float:
     return (later - earlier).total_seconds()
 
 
-@dataclass
-class Decision:
-    """What compute_status works out, step by step, before the status is assembled."""
-
-    event: PhaseEvent | None = None
-    reason: str = ""
-    message: str = ""
-    action: Action = field(default_factory=Nothing)
-    attempt: int = 0
-    restarts: int = 0
-    preemptions: int = 0
-    workers_preempted: int = 0
-    preempted_pods: tuple[str, ...] = ()
-    in_backoff: bool = False
-    waiting_for_workers: bool = False
-
-    def amount_to(self, event: PhaseEvent, reason: str, message: str) -> None:
-        """The observation amounts to `event`, for `reason`, said in `message`; the attempt moves
-        as the event implies (`attempt_after`)."""
-        self.event, self.reason, self.message = event, reason, message
-        self.attempt = attempt_after(self.attempt, event)
-
-
 def decide(spec: RLJobSpec | None, observed: Observed, phase: Phase) -> Decision:
-    """What the observation amounts to, in `phase`; children are created only over free names."""
+    """What the observation amounts to, in `phase`; children are created only over free names,
+    and a cluster created is built for the attempt that creates it."""
     decision = _decide(spec, observed, phase)
-    if isinstance(decision.action, CreateCluster) and observed.taken_names:
-        return _names_taken(decision, observed)
+    if isinstance(decision.action, CreateCluster):
+        decision.cluster_attempt = decision.action.attempt
+        if observed.taken_names:
+            return _names_taken(decision, observed)
     return decision
 
 
@@ -117,6 +80,7 @@ def _decide(spec: RLJobSpec | None, observed: Observed, phase: Phase) -> Decisio
     attempt = status.attempt or (observed.cluster.attempt if observed.cluster else 0)
     decision = Decision(
         attempt=attempt,
+        cluster_attempt=status.cluster_attempt or attempt,
         restarts=status.restarts,
         preemptions=status.preemptions,
         preempted_pods=tuple(status.preempted_pods),
@@ -131,7 +95,7 @@ def _decide(spec: RLJobSpec | None, observed: Observed, phase: Phase) -> Decisio
         )
     if not observed.kuberay_available:
         decision.action = Requeue(KUBERAY_RECHECK_SECONDS)
-        decision.in_backoff = _in_backoff(status, phase)
+        decision.in_backoff = in_backoff(status, phase)
         return decision
     deadline = _deadline_exceeded(spec, observed, phase)
     if deadline:
@@ -144,7 +108,7 @@ def _decide(spec: RLJobSpec | None, observed: Observed, phase: Phase) -> Decisio
             Reason.RESUMING,
             "unsuspended: resuming from the newest checkpoint",
         )
-        decision.action = _start_attempt(observed, decision.attempt)
+        decision.action = _start_attempt(observed, decision.cluster_attempt)
         return decision
     return _advance(spec, observed, phase, decision)
 
@@ -205,15 +169,6 @@ def _start_attempt(observed: Observed, attempt: int) -> Action:
     return DeleteCluster(Reason.STALE_ATTEMPT)
 
 
-def _in_backoff(status: RLJobStatus, phase: Phase) -> bool:
-    progressing = condition_of(status, ConditionType.PROGRESSING)
-    return (
-        phase == Phase.RESUMING
-        and progressing is not None
-        and progressing.reason == Reason.RESTART_BACKOFF
-    )
-
-
 def _advance(spec: RLJobSpec, observed: Observed, phase: Phase, decision: Decision) -> Decision:
     """An active job: start, wait out a backoff, resume, or follow the current attempt."""
     cluster = observed.cluster
@@ -221,11 +176,11 @@ def _advance(spec: RLJobSpec, observed: Observed, phase: Phase, decision: Decisi
         decision.amount_to(
             PhaseEvent.START, Reason.PROVISIONING, "creating the Ray cluster for attempt 1"
         )
-        decision.action = _start_attempt(observed, decision.attempt)
+        decision.action = _start_attempt(observed, decision.cluster_attempt)
         return decision
-    if cluster is not None and cluster.attempt != decision.attempt:
+    if cluster is not None and cluster.attempt != decision.cluster_attempt:
         decision.action = DeleteCluster(Reason.STALE_ATTEMPT)
-        decision.in_backoff = _in_backoff(observed.status, phase)
+        decision.in_backoff = in_backoff(observed.status, phase)
         return decision
     attempt_given_up = phase == Phase.RESUMING or (
         phase == Phase.PREEMPTED and not _workers_preempted(observed.status)
@@ -238,17 +193,17 @@ def _advance(spec: RLJobSpec, observed: Observed, phase: Phase, decision: Decisi
             return _restart(spec, observed, decision, Reason.CLUSTER_LOST, message)
         decision.action = CreateCluster(decision.attempt)  # requested; not visible yet
         return decision
+    if decision.cluster_attempt != decision.attempt and in_backoff(observed.status, phase):
+        return _retry_on_cluster(spec, observed, decision)
     return _follow_attempt(spec, observed, phase, decision)
 
 
 def _next_attempt(
     spec: RLJobSpec, observed: Observed, phase: Phase, decision: Decision
 ) -> Decision:
-    if _in_backoff(observed.status, phase):
-        progressing = condition_of(observed.status, ConditionType.PROGRESSING)
-        assert progressing is not None
-        wait = backoff_seconds(spec.restart_policy, decision.restarts)
-        remaining = wait - _seconds(observed.now, progressing.last_transition_time)
+    """The attempt given up has no cluster: wait out the backoff, then create the next one's."""
+    if in_backoff(observed.status, phase):
+        remaining = backoff_left(spec.restart_policy, observed.status, observed.now)
         if remaining > 0:
             decision.in_backoff = True
             decision.action = Requeue(remaining)
@@ -264,6 +219,43 @@ def _next_attempt(
     )
     decision.action = CreateCluster(decision.attempt)
     return decision
+
+
+def _retry_on_cluster(spec: RLJobSpec, observed: Observed, decision: Decision) -> Decision:
+    """The next attempt waits out its backoff on the cluster its failed driver ran on, stopping
+    any earlier driver still running there; then its driver is submitted (`attempts`). A cluster
+    that lost its head (or whose spec went stale) meanwhile is rebuilt instead, uncounted: the
+    attempt had not started."""
+    why = rebuild_reason(observed)
+    if why is not None:
+        decision.cluster_attempt = decision.attempt
+        decision.in_backoff = True
+        decision.action = DeleteCluster(Reason.STALE_ATTEMPT)
+        return decision
+    remaining = backoff_left(spec.restart_policy, observed.status, observed.now)
+    if remaining > 0:
+        decision.in_backoff = True
+        earlier = observed.earlier_drivers
+        decision.action = StopDrivers(earlier) if earlier else Requeue(remaining)
+        return decision
+    decision.amount_to(
+        PhaseEvent.NEW_ATTEMPT,
+        Reason.RETRYING_ON_SAME_CLUSTER,
+        f"retrying on the same Ray cluster (built for attempt {decision.cluster_attempt}): "
+        f"submitting attempt {decision.attempt}'s driver, which resumes from the newest "
+        "checkpoint",
+        same_cluster=True,
+    )
+    if observed.cluster is not None and observed.cluster.ready:
+        _submit(spec, observed, decision)
+    return decision
+
+
+def _submit(spec: RLJobSpec, observed: Observed, decision: Decision) -> None:
+    """Submit the attempt's driver, once earlier ones on the cluster have ended (`next_driver`)."""
+    decision.action = next_driver(spec, observed, decision.attempt)
+    if isinstance(decision.action, SubmitDriver) and observed.earlier_drivers:
+        decision.not_stopped = not_stopped_message(observed.earlier_drivers, decision.attempt, spec)
 
 
 def _follow_attempt(
@@ -301,7 +293,7 @@ def _follow_attempt(
     elif driver is not None and driver.state == DriverState.RUNNING:
         _driver_running(observed, phase, decision)
     elif driver is None and observed.cluster is not None and observed.cluster.ready:
-        decision.action = SubmitDriver(decision.attempt)
+        _submit(spec, observed, decision)
     return decision
 
 
@@ -371,13 +363,19 @@ def _restart(
         return _exhausted(decision, observed, policy, message)
     decision.restarts += 1
     wait = backoff_seconds(policy, decision.restarts)
+    why = rebuild_reason(observed)
+    where = "on the same Ray cluster" if why is None else f"on a new Ray cluster ({why})"
     decision.amount_to(
         PhaseEvent.RESTART,
         reason,
-        f"{message}; restart {decision.restarts} of {policy.max_restarts} in {wait}s",
+        f"{message}; restart {decision.restarts} of {policy.max_restarts} in {wait}s, {where}",
+        same_cluster=why is None,
     )
     decision.in_backoff = True
-    decision.action = DeleteCluster(reason) if observed.cluster else Requeue(wait)
+    if why is None:
+        decision.action = Requeue(wait)
+    else:
+        decision.action = DeleteCluster(reason) if observed.cluster else Requeue(wait)
     return decision
 
 

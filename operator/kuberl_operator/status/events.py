@@ -10,7 +10,8 @@ from __future__ import annotations
 
 from kuberl_operator.spec import Condition, ConditionType, Phase, Reason, RLJobStatus
 from kuberl_operator.status.actions import KubeEvent
-from kuberl_operator.status.decide import Decision, workers_preempted_message
+from kuberl_operator.status.decide import workers_preempted_message
+from kuberl_operator.status.decision import Decision
 from kuberl_operator.status.observed import condition_of
 from kuberl_operator.status.phases import PhaseEvent, applies
 
@@ -29,6 +30,8 @@ def change_events(
     if decision.workers_preempted and decision.event != PhaseEvent.WORKERS_PREEMPTED:
         message = workers_preempted_message(decision.workers_preempted)
         events.append(KubeEvent("Warning", Reason.WORKER_PREEMPTED, message))
+    if decision.not_stopped:
+        events.append(KubeEvent("Warning", Reason.EARLIER_DRIVER_NOT_STOPPED, decision.not_stopped))
     for condition in changed:
         if condition.type == ConditionType.KUBERAY_AVAILABLE:
             kind = "Normal" if condition.status == "True" else "Warning"

@@ -1,7 +1,8 @@
-"""The fallback to on-demand rollout workers while spot capacity is missing: how many the
-on-demand group should have, decided with the rest of the status (`compute_status` hands it to
-the reconciler in `StatusUpdate.on_demand_replicas`). The group itself, and why the operator sizes
-it rather than Ray's autoscaler or Kueue: `builders.fallback`.
+"""The rollout groups' sizes, decided with the rest of the status: an elastic fleet's
+(`rollout_replicas`), and the fallback to on-demand rollout workers while spot capacity is
+missing, how many the on-demand group should have (`compute_status` hands them to the reconciler
+in `StatusUpdate.rollout_replicas` and `StatusUpdate.on_demand_replicas`). The groups themselves,
+and why the operator sizes them rather than Ray's autoscaler or Kueue: `builders.scaling`.
 
 The spot group keeps asking for every replica: its Pending pods are what picks spot capacity up
 again when it returns. Once the oldest of them has been Pending longer than the operator's
@@ -14,7 +15,7 @@ from __future__ import annotations
 
 from kuberl_operator.builders.capacity import rollout_pods
 from kuberl_operator.spec import IntOrPercent, Phase, RLJobSpec
-from kuberl_operator.status.observed import PendingSpotWorkers
+from kuberl_operator.status.observed import Observed, PendingSpotWorkers
 from kuberl_operator.status.phases import TERMINAL
 
 
@@ -43,3 +44,25 @@ def on_demand_replicas(
     pods = rollout_pods(spec)
     missing = min(pending.pods, pods)
     return max(0, missing - max_unavailable(workers.spot.max_unavailable, pods))
+
+
+def rollout_replicas(
+    spec: RLJobSpec | None, phase: Phase, observed: Observed, cluster_attempt: int
+) -> int | None:
+    """How many pods the rollout group of an elastic fleet (minReplicas and maxReplicas both set)
+    should have now: its desired size, rolloutWorkers.replicas (for each trial of a population),
+    once the cluster the current attempt runs on (built for `cluster_attempt`: an earlier one's,
+    where a failed driver was retried on it) is up and was built with the fleet's bounds. None
+    leaves the group as it is: a fixed fleet's group is built with its size, a queued job keeps
+    the shape Kueue admitted, and a bound edited under the attempt (stale rolloutWorkers) applies
+    with the next attempt's cluster."""
+    if spec is None or observed.cluster is None or observed.cluster.attempt != cluster_attempt:
+        return None
+    workers = spec.rollout_workers
+    elastic = workers.min_replicas is not None and workers.max_replicas is not None
+    queued = observed.pending_spot is not None and observed.pending_spot.queued
+    if not elastic or queued or phase in TERMINAL or phase == Phase.SUSPENDED:
+        return None
+    if "rolloutWorkers" in observed.stale_spec:
+        return None
+    return rollout_pods(spec)

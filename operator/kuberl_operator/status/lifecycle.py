@@ -172,6 +172,7 @@ def enter(
         conditions=merge_conditions(wanted, previous, at, generation)[0],
         progress=previous.progress,
         attempt=attempt,
+        cluster_attempt=attempt,  # each attempt's trainer starts afresh: nothing is carried over
         start_time=started_at(previous, phase, resumed, at),
         completion_time=finished_at(previous, phase, at),
         observed_generation=generation,

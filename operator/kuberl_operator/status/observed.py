@@ -134,7 +134,7 @@ class PendingSpotWorkers:
     fallback_pending_seconds)."""
     queued: bool = False
     """The job is queued in Kueue, which admitted the cluster's shape: the fallback is Kueue's to
-    make (`builders.fallback`)."""
+    make (`builders.scaling`)."""
 
 
 @dataclass(frozen=True)
@@ -178,12 +178,22 @@ class Observed:
     workers_short: int = 0
     """Rollout worker pods the current attempt's cluster lacks: its replicas minus the worker pods
     that exist and were not preempted (0 once KubeRay has refilled the group)."""
+    worker_selector: str | None = None
+    """The label selector of the job's rollout worker pods (status.selector); None when the job
+    could not be read."""
+    workers_live: int = 0
+    """The current attempt's rollout worker pods that exist and were not preempted (status.replicas,
+    the job's current size as its scale subresource reports it)."""
     stale_spec: tuple[str, ...] = ()
     """Spec fields that changed since the current attempt's cluster was built and cannot change
     under a running driver (they apply on the next attempt)."""
     driver: ObservedDriver | None = None
     """The current attempt's submission; None before it is submitted (or while the Jobs API cannot
     be reached)."""
+    earlier_drivers: tuple[int, ...] = ()
+    """Earlier attempts whose drivers have not ended on the cluster the current attempt runs on
+    (it retries a failed driver there), looked for until the current attempt's driver is
+    submitted."""
     progress: ObservedProgress | None = None
     pending_spot: PendingSpotWorkers | None = None
     """The job's cluster's spot rollout pods that wait for a node; None without a cluster."""

@@ -19,7 +19,7 @@ class PhaseEvent(StrEnum):
     START = "Start"  # the first attempt's cluster is requested
     DRIVER_RUNNING = "DriverRunning"
     HEAD_PREEMPTED = "HeadPreempted"  # the attempt is given up, to be resumed
-    NEW_ATTEMPT = "NewAttempt"  # the next attempt's cluster is requested
+    NEW_ATTEMPT = "NewAttempt"  # the next attempt starts: on a new cluster, or the same one
     RESTART = "Restart"  # the attempt failed; the next one follows after a backoff
     SUCCEEDED = "Succeeded"
     FAIL = "Fail"  # invalid spec, restarts exhausted, deadline exceeded, preemption with Fail

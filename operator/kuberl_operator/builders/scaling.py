@@ -1,12 +1,13 @@
-"""The on-demand rollout group that stands in for spot workers while spot capacity is missing.
+"""Resizing a running cluster's rollout groups in place: the on-demand group that stands in for
+spot workers, and an elastic fleet's rollout group as its desired size changes.
 
 With spot.fallbackToOnDemand the cluster gets a second group, `rollout-on-demand`, with the same
 pods minus the spot placement (placement.py) and 0 replicas. The spot group keeps asking for every
 replica. How many on-demand workers the group should have is decided with the status
 (`status.fallback`, from how many spot pods are Pending and for how long): the builders take that
-size in `build_ray_cluster(..., on_demand_replicas=n)`, and `scale_on_demand` patches a running
-cluster to it; spot.maxUnavailable says how many missing workers training tolerates before paying
-for on-demand ones.
+size in `build_ray_cluster(..., on_demand_replicas=n)`, and `scale_on_demand` patches
+a running cluster to it; spot.maxUnavailable says how many missing workers training
+tolerates before paying for on-demand ones.
 
 Why not Ray's autoscaler: KubeRay v1.7's CRD does have `workerGroupSpecs[].priority`, but it is
 read only by Ray's autoscaler v2 (Ray >= 2.56, `enableInTreeAutoscaling`), where it breaks ties
@@ -22,26 +23,55 @@ longer matches its Workload is stopped and requeued (unless elastic jobs are on)
 would mean losing the learner to gain a worker. So a queued job's on-demand group stays at 0:
 under Kueue, spot-to-on-demand fallback is Kueue's to make (a spot and an on-demand ResourceFlavor
 with flavor fungibility). How a queued job's RayCluster is admitted: ray_cluster.py.
+
+An elastic fleet (rolloutWorkers.minReplicas and maxReplicas both set) has its rollout group
+built to hold maxReplicas, and `scale_rollout` resizes it to replicas as an edit, `kubectl scale`
+or an autoscaler (through the RLJob's scale subresource) sets it: no new attempt, as the group's
+size is not one of the fields the cluster is built from (drift.py). A queued job keeps the shape
+Kueue admitted, as above.
 """
 
 from __future__ import annotations
 
 from kuberl_operator.builders.names import Object
-from kuberl_operator.constants import ROLLOUT_ON_DEMAND_GROUP
+from kuberl_operator.constants import (
+    JOB_LABEL,
+    RAY_NODE_TYPE_LABEL,
+    ROLLOUT_GROUP,
+    ROLLOUT_ON_DEMAND_GROUP,
+)
+from kuberl_operator.spec import RLJob
+
+
+def worker_pods_selector(job: RLJob) -> str:
+    """The label selector of the job's rollout worker pods (every rollout group's, of every
+    attempt), as the scale subresource reports it (status.selector) for an HPA to count them."""
+    return f"{JOB_LABEL}={job.name},{RAY_NODE_TYPE_LABEL}=worker"
 
 
 def scale_on_demand(ray_cluster: Object, replicas: int) -> list[Object]:
-    """A JSON patch setting the on-demand rollout group's replicas, or [] when it has them
+    """A JSON patch setting the on-demand rollout group's replicas (`scale_group`)."""
+    return scale_group(ray_cluster, ROLLOUT_ON_DEMAND_GROUP, replicas)
+
+
+def scale_rollout(ray_cluster: Object, replicas: int) -> list[Object]:
+    """A JSON patch setting the rollout group's replicas (`scale_group`): an elastic job scaled
+    within its bounds (rolloutWorkers.minReplicas and maxReplicas) keeps its cluster."""
+    return scale_group(ray_cluster, ROLLOUT_GROUP, replicas)
+
+
+def scale_group(ray_cluster: Object, name: str, replicas: int) -> list[Object]:
+    """A JSON patch setting the replicas of the worker group `name`, or [] when it has them
     already (or the cluster has no such group). The `test` op makes the patch fail, rather than
     resize another group, if the groups were reordered since `ray_cluster` was read."""
     groups = ray_cluster.get("spec", {}).get("workerGroupSpecs") or []
     for index, group in enumerate(groups):
-        if group.get("groupName") == ROLLOUT_ON_DEMAND_GROUP:
+        if group.get("groupName") == name:
             if group.get("replicas") == replicas:
                 return []
             path = f"/spec/workerGroupSpecs/{index}"
             return [
-                {"op": "test", "path": f"{path}/groupName", "value": ROLLOUT_ON_DEMAND_GROUP},
+                {"op": "test", "path": f"{path}/groupName", "value": name},
                 {"op": "replace", "path": f"{path}/replicas", "value": replicas},
             ]
     return []
