@@ -14,6 +14,8 @@ CRD_NAME = f"{PLURAL}.{GROUP}"
 
 # Kueue admits a job whose metadata carries this label into the named LocalQueue.
 KUEUE_QUEUE_LABEL = "kueue.x-k8s.io/queue-name"
+KUEUE_ELASTIC_JOB_ANNOTATION = "kueue.x-k8s.io/elastic-job"
+"""Kueue's per-job opt-in to elastic workloads (ElasticJobsViaWorkloadSlices), value "true"."""
 
 # GKE's node label naming the GPU model; spec.learner.gpuType selects nodes by it.
 GPU_TYPE_LABEL = "cloud.google.com/gke-accelerator"

@@ -140,6 +140,13 @@ class OperatorSettings(Described):
     """Seconds spot rollout workers may stay Pending before the operator starts on-demand ones in
     their place (KUBERL_FALLBACK_PENDING_SECONDS)."""
 
+    kueue_elastic_jobs: bool = False
+    """Kueue runs with its ElasticJobsViaWorkloadSlices feature gate: a queued job whose fleet is
+    elastic (rolloutWorkers.minReplicas and maxReplicas) has its RayCluster marked
+    kueue.x-k8s.io/elastic-job and is scaled in place, Kueue admitting each scale-up as a new
+    workload slice. Off, a queued job keeps the shape Kueue admitted, and a replicas edit applies
+    on its next attempt (KUBERL_KUEUE_ELASTIC_JOBS)."""
+
     rollout_worker_memory: Quantity = "2Gi"
     """Memory request and limit of each rollout worker's pod, Ray's object store included
     (KUBERL_ROLLOUT_WORKER_MEMORY)."""

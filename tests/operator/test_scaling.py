@@ -22,7 +22,6 @@ from kuberl_operator.builders import (
 from kuberl_operator.settings import OperatorSettings
 from kuberl_operator.spec import Phase
 from kuberl_operator.status.compute import compute_status
-from kuberl_operator.status.observed import PendingSpotWorkers
 from kuberl_operator.validation import validate_rljob
 from testkit import edited, rljob
 
@@ -90,12 +89,29 @@ def test_a_fixed_fleets_replicas_edit_waits_for_the_next_attempt():
     assert stale_spec(job(replicas=6, maxReplicas=8), only_max) == ("rolloutWorkers",)
 
 
+def queued(**workers: Any) -> dict:
+    manifest = rljob("walker", namespace="default", minimal=True, rolloutWorkers=workers)
+    manifest["metadata"]["labels"] = {"kueue.x-k8s.io/queue-name": "team-a"}
+    return manifest
+
+
 def test_a_queued_job_keeps_the_shape_kueue_admitted():
-    queued = rljob("walker", namespace="default", minimal=True, rolloutWorkers=ELASTIC)
-    queued["metadata"]["labels"] = {"kueue.x-k8s.io/queue-name": "team-a"}
-    built = build_ray_cluster(validate_rljob(queued), SETTINGS, 1)
-    rescaled = edited(queued, **{"spec.rolloutWorkers.replicas": 6})
+    built = build_ray_cluster(validate_rljob(queued(**ELASTIC)), SETTINGS, 1)
+    assert "kueue.x-k8s.io/elastic-job" not in built["metadata"]["annotations"]
+    rescaled = edited(queued(**ELASTIC), **{"spec.rolloutWorkers.replicas": 6})
     assert stale_spec(validate_rljob(rescaled), built) == ("rolloutWorkers",)
+
+
+def test_with_kueues_elastic_jobs_a_queued_elastic_job_scales_in_place():
+    """Kueue's ElasticJobsViaWorkloadSlices: the RayCluster opts in, and a scale-up is admitted
+    as a new workload slice rather than requeueing the job."""
+    settings = OperatorSettings(kueue_elastic_jobs=True)
+    built = build_ray_cluster(validate_rljob(queued(**ELASTIC)), settings, 1)
+    assert built["metadata"]["annotations"]["kueue.x-k8s.io/elastic-job"] == "true"
+    rescaled = edited(queued(**ELASTIC), **{"spec.rolloutWorkers.replicas": 6})
+    assert stale_spec(validate_rljob(rescaled), built) == ()
+    fixed = build_ray_cluster(validate_rljob(queued(replicas=4)), settings, 1)
+    assert "kueue.x-k8s.io/elastic-job" not in fixed["metadata"]["annotations"]
 
 
 def test_the_rollout_group_is_resized_by_a_patch_that_names_it():
@@ -122,9 +138,9 @@ def test_a_running_elastic_job_has_its_group_sized_to_replicas():
     assert (update.phase, update.attempt, update.rollout_replicas) == (Phase.RUNNING, 1, 6)
 
 
-def test_a_fixed_fleet_and_a_cluster_of_another_attempt_are_left_as_they_are():
+def test_a_fixed_fleet_keeps_its_size_and_a_cluster_of_another_attempt_is_left_alone():
     fixed = spec(rolloutWorkers={"replicas": 4})
-    assert compute_status(fixed, on_cluster(running(fixed))).rollout_replicas is None
+    assert compute_status(fixed, on_cluster(running(fixed))).rollout_replicas == 4  # as built
     old = on_cluster(running(elastic()), cluster=cluster(attempt=0))
     assert compute_status(elastic(), old).rollout_replicas is None
 
@@ -140,12 +156,6 @@ def test_a_driver_retried_on_the_same_cluster_keeps_it_sized():
 def test_a_bound_edited_under_the_attempt_waits_for_the_next_cluster():
     observed = on_cluster(running(elastic()), stale_spec=("rolloutWorkers",))
     assert compute_status(elastic(maxReplicas=16), observed).rollout_replicas is None
-
-
-def test_a_queued_elastic_job_is_not_resized():
-    pending = PendingSpotWorkers(0, 0.0, 120.0, queued=True)
-    observed = on_cluster(running(elastic()), pending_spot=pending)
-    assert compute_status(elastic(replicas=6), observed).rollout_replicas is None
 
 
 def test_the_status_reports_the_live_workers_and_their_selector():

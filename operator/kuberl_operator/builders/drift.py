@@ -14,6 +14,7 @@ import hashlib
 import json
 
 from kuberl_operator.builders.names import Object
+from kuberl_operator.constants import KUEUE_ELASTIC_JOB_ANNOTATION
 from kuberl_operator.spec import RLJob
 
 # On the RayCluster: the hashes of the spec fields it was built from (`spec_hashes`).
@@ -25,17 +26,23 @@ APPLIED_IN_PLACE = frozenset(
 )
 
 
-def spec_hashes(job: RLJob) -> dict[str, str]:
+def scales_in_place(job: RLJob, kueue_elastic: bool) -> bool:
+    """Whether the job's rollout group is resized in place as its replicas change: an elastic
+    fleet (minReplicas and maxReplicas both set), unless it is queued in a Kueue whose elastic jobs
+    (`kueue_elastic`) are off, which holds it to the shape it admitted (scaling.py)."""
+    workers = job.spec.rollout_workers
+    elastic = workers.min_replicas is not None and workers.max_replicas is not None
+    return elastic and (job.queue_name is None or kueue_elastic)
+
+
+def spec_hashes(job: RLJob, kueue_elastic: bool = False) -> dict[str, str]:
     """A short hash of each spec field the Ray cluster and the driver are built from (every field
     but APPLIED_IN_PLACE), kept on the RayCluster so a later edit of one can be named."""
     spec = job.spec.model_dump(mode="json", by_alias=True)
-    workers = spec["rolloutWorkers"]
-    elastic = workers["minReplicas"] is not None and workers["maxReplicas"] is not None
-    if elastic and not job.queue_name:
-        # An elastic fleet: its bounds, not its desired count, are what the cluster is built
-        # from. A fixed fleet's replicas is one of its bounds, and needs a new attempt; so does
-        # a queued job's, whose admitted shape Kueue holds it to (scaling.py).
-        del workers["replicas"]
+    if scales_in_place(job, kueue_elastic):
+        # Its bounds, not its desired count, are what the cluster is built from. A fixed fleet's
+        # replicas is one of its bounds, and needs a new attempt.
+        del spec["rolloutWorkers"]["replicas"]
     return {
         key: hashlib.sha256(json.dumps(value, sort_keys=True).encode()).hexdigest()[:12]
         for key, value in sorted(spec.items())
@@ -55,5 +62,6 @@ def stale_spec(job: RLJob, ray_cluster: Object) -> tuple[str, ...]:
         return ()
     if not isinstance(built, dict):
         return ()
-    now = spec_hashes(job)
+    annotations = ray_cluster["metadata"].get("annotations") or {}
+    now = spec_hashes(job, annotations.get(KUEUE_ELASTIC_JOB_ANNOTATION) == "true")
     return tuple(key for key in sorted(now.keys() | built.keys()) if now.get(key) != built.get(key))

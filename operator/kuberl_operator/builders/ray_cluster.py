@@ -15,7 +15,10 @@ injected its ResourceFlavor's node labels. So a job with that label gets a RayCl
 in its metadata and `spec.suspend: true`. After creation `spec.suspend` belongs to Kueue: the
 reconcile must not patch it back. The label goes on the RayCluster only: Kueue reads it there, and
 on the pods or other children it would only invite Kueue's pod integration, where enabled, to
-manage them too. Why the admitted shape then stays fixed: scaling.py.
+manage them too. Why the admitted shape then stays fixed: scaling.py; where Kueue's elastic jobs
+are on (the operator's kueue_elastic_jobs), a job with an elastic fleet is marked
+`kueue.x-k8s.io/elastic-job: "true"` and scales in place, Kueue admitting each scale-up as a new
+workload slice.
 
 Authentication. `spec.authOptions: {mode: token, secretName: <job>-ray-auth}` makes KubeRay start
 Ray with token authentication and read the token from our Secret (key `auth_token`) instead of
@@ -29,7 +32,7 @@ from typing import NamedTuple
 
 from kuberl_contract.capacity import RAY_CPU
 from kuberl_operator.builders.capacity import head_cpus, rollout_node_resources, rollout_pods
-from kuberl_operator.builders.drift import SPEC_HASHES_ANNOTATION, spec_hashes
+from kuberl_operator.builders.drift import SPEC_HASHES_ANNOTATION, scales_in_place, spec_hashes
 from kuberl_operator.builders.driver import head_grace_period_seconds
 from kuberl_operator.builders.names import (
     Object,
@@ -55,6 +58,7 @@ from kuberl_operator.builders.pods import (
 )
 from kuberl_operator.constants import (
     ATTEMPT_LABEL,
+    KUEUE_ELASTIC_JOB_ANNOTATION,
     KUEUE_QUEUE_LABEL,
     RAY_API_VERSION,
     ROLLOUT_GROUP,
@@ -160,7 +164,10 @@ def build_ray_cluster(
     labels = child_labels(job) | {ATTEMPT_LABEL: str(attempt)}
     queue = {KUEUE_QUEUE_LABEL: job.queue_name} if job.queue_name else {}
     metadata = child_metadata(job, child_names(job).ray_cluster, labels | queue)
-    metadata["annotations"] = {SPEC_HASHES_ANNOTATION: json.dumps(spec_hashes(job))}
+    kueue_elastic = bool(queue) and settings.kueue_elastic_jobs
+    metadata["annotations"] = {SPEC_HASHES_ANNOTATION: json.dumps(spec_hashes(job, kueue_elastic))}
+    if kueue_elastic and scales_in_place(job, kueue_elastic):  # each scale-up a workload slice
+        metadata["annotations"][KUEUE_ELASTIC_JOB_ANNOTATION] = "true"
     return {
         "apiVersion": RAY_API_VERSION,
         "kind": "RayCluster",

@@ -28,7 +28,10 @@ An elastic fleet (rolloutWorkers.minReplicas and maxReplicas both set) has its r
 built to hold maxReplicas, and `scale_rollout` resizes it to replicas as an edit, `kubectl scale`
 or an autoscaler (through the RLJob's scale subresource) sets it: no new attempt, as the group's
 size is not one of the fields the cluster is built from (drift.py). A queued job keeps the shape
-Kueue admitted, as above.
+Kueue admitted, as above, unless Kueue runs its elastic jobs (ElasticJobsViaWorkloadSlices, alpha
+since Kueue 0.13; the operator's kueue_elastic_jobs): then its RayCluster carries
+`kueue.x-k8s.io/elastic-job: "true"`, a scale-down is recorded in its workload, and a scale-up
+waits for Kueue to admit a new workload slice, its new pods gated until then.
 """
 
 from __future__ import annotations

@@ -11,8 +11,9 @@ name the field.
   and their nodes.
 - `restart`: spec.restartPolicy (RestartPolicy, PreemptionPolicy).
 - `storage`: spec.storage, the claim or Secret for checkpoints, and the mount paths refused.
+- `budget`: spec.budget, the most the job may cost.
 - `pods`: spec.pods, the labels, annotations and ServiceAccount of every pod.
-- `status`: status (Phase, Condition, ConditionType, Progress, RLJobStatus).
+- `status`: status (Phase, Condition, ConditionType, Progress, Cost, RLJobStatus).
 - `job`: RLJob, its metadata (ObjectMeta) and RLJobSpec (spec.trainer is kuberl_contract.config's
   TrainerConfig; suspension, deadlines, priority, and the checks across sections).
 """
@@ -29,6 +30,7 @@ from kuberl_operator.spec.formats import (
     Quantity,
     Toleration,
 )
+from kuberl_operator.spec.budget import Budget
 from kuberl_operator.spec.job import ObjectMeta, RLJob, RLJobSpec
 from kuberl_operator.spec.learner import DisruptionBudget, Learner
 from kuberl_operator.spec.pods import Pods
@@ -36,6 +38,7 @@ from kuberl_operator.spec.restart import PreemptionPolicy, RestartPolicy
 from kuberl_operator.spec.status import (
     Condition,
     ConditionType,
+    Cost,
     Phase,
     Progress,
     Reason,
@@ -50,8 +53,10 @@ __all__ = [
     "JOB_NAME_PATTERN",
     "LABEL_KEY_PATTERN",
     "PATTERN_HINTS",
+    "Budget",
     "Condition",
     "ConditionType",
+    "Cost",
     "DisruptionBudget",
     "IntOrPercent",
     "LabelMap",

@@ -34,6 +34,7 @@ from kuberl_operator.spec.formats import (
     VERSION_PATTERN,
     LabelMap,
 )
+from kuberl_operator.spec.budget import Budget
 from kuberl_operator.spec.learner import Learner
 from kuberl_operator.spec.pods import Pods
 from kuberl_operator.spec.restart import RestartPolicy
@@ -103,6 +104,9 @@ class RLJobSpec(Spec):
 
     suspend: bool = False
     """Stop the job's Ray cluster but keep the job and its checkpoints; false resumes it."""
+
+    budget: Budget | None = None
+    """The most the job may cost (status.cost); null sets no limit."""
 
     ttl_seconds_after_finished: int | None = Field(None, ge=0)
     """Delete the job this many seconds after it succeeded or failed; null keeps it."""

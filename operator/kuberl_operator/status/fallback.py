@@ -49,20 +49,16 @@ def on_demand_replicas(
 def rollout_replicas(
     spec: RLJobSpec | None, phase: Phase, observed: Observed, cluster_attempt: int
 ) -> int | None:
-    """How many pods the rollout group of an elastic fleet (minReplicas and maxReplicas both set)
-    should have now: its desired size, rolloutWorkers.replicas (for each trial of a population),
-    once the cluster the current attempt runs on (built for `cluster_attempt`: an earlier one's,
-    where a failed driver was retried on it) is up and was built with the fleet's bounds. None
-    leaves the group as it is: a fixed fleet's group is built with its size, a queued job keeps
-    the shape Kueue admitted, and a bound edited under the attempt (stale rolloutWorkers) applies
-    with the next attempt's cluster."""
+    """How many pods the job's rollout group should have now: its desired size,
+    rolloutWorkers.replicas (for each trial of a population), once the cluster the current attempt
+    runs on (built for `cluster_attempt`: an earlier one's, where a failed driver was retried on
+    it) is up and rolloutWorkers is as it was built. The cluster's spec hashes leave replicas out
+    exactly where the fleet scales in place (builders.drift.scales_in_place: an elastic fleet, not
+    held by Kueue to its admitted shape), so a fixed fleet's new size, or a queued one's, is a
+    stale rolloutWorkers that waits for the next attempt, and an elastic fleet's is applied here.
+    None leaves the group as it is."""
     if spec is None or observed.cluster is None or observed.cluster.attempt != cluster_attempt:
         return None
-    workers = spec.rollout_workers
-    elastic = workers.min_replicas is not None and workers.max_replicas is not None
-    queued = observed.pending_spot is not None and observed.pending_spot.queued
-    if not elastic or queued or phase in TERMINAL or phase == Phase.SUSPENDED:
-        return None
-    if "rolloutWorkers" in observed.stale_spec:
+    if phase in TERMINAL or phase == Phase.SUSPENDED or "rolloutWorkers" in observed.stale_spec:
         return None
     return rollout_pods(spec)
