@@ -17,14 +17,15 @@ lag.
 
 from __future__ import annotations
 
-from collections import defaultdict, deque
 from typing import Any
 
 import numpy as np
 
 from kuberl_contract.progress_row import POLICY_LAG
 from kuberl_trainer.optimizers.base import PolicyOptimizer, StepResult
+from kuberl_trainer.optimizers.flow_control import calls_to_top_up
 from kuberl_trainer.rollouts.rollout_worker import Gradients
+from kuberl_trainer.rollouts.worker_pool import Completed
 from kuberl_trainer.rollouts.worker_set import WorkerSet
 
 
@@ -33,9 +34,6 @@ class AsyncGradientsOptimizer(PolicyOptimizer):
         super().__init__(workers, config)
         self.requests_per_worker = config.optimizer_config.requests_in_flight_per_worker or 2
         self.num_applied = 0  # gradients applied: the version of the learner's weights
-        # Per worker, the weights version of each call in flight, oldest first (a worker
-        # answers its calls in order).
-        self._versions: dict[int, deque[int]] = defaultdict(deque)
         self._synced = False
 
     def step(self) -> StepResult:
@@ -52,16 +50,15 @@ class AsyncGradientsOptimizer(PolicyOptimizer):
                 lags.append(0)
                 continue
             for index in healthy:
-                versions = self._versions[index]
-                while len(versions) > self.workers.in_flight(index):  # lost with a dead worker
-                    versions.popleft()
                 self._request_gradients(index)  # new workers, and replacements
             with self.timer("wait"):
-                completed = self.workers.completed()
-            for index, gradients in completed:
-                lags.append(self.num_applied - self._versions[index].popleft())
-                results.append(self._apply(gradients, index))
-                self._request_gradients(index)  # behind the weights just sent
+                events = self.workers.events()
+            # A lost worker's calls are dropped with it: nothing here depends on them.
+            for event in events:
+                if isinstance(event, Completed):
+                    lags.append(self.num_applied - event.tag)
+                    results.append(self._apply(event.result, event.worker))
+                    self._request_gradients(event.worker)  # behind the weights just sent
         stats = {key: float(np.mean([r.stats[key] for r in results])) for key in results[0].stats}
         sampled = sum(r.steps for r in results)
         self.counters.steps_sampled += sampled
@@ -75,12 +72,10 @@ class AsyncGradientsOptimizer(PolicyOptimizer):
         )
 
     def _request_gradients(self, index: int) -> None:
-        """Top worker `index` up to its calls in flight, each noting the weights it starts from
-        (the worker's newest, which are the learner's)."""
-        versions = self._versions[index]
-        while len(versions) < self.requests_per_worker:
-            self.workers.call(index, "compute_gradients")
-            versions.append(self.num_applied)
+        """Top worker `index` up to its calls in flight, each tagged with the weights version it
+        starts from (the worker's newest, which are the learner's)."""
+        for _ in range(calls_to_top_up(self.workers.in_flight(index), self.requests_per_worker)):
+            self.workers.call_tagged(index, self.num_applied, "compute_gradients")
 
     def _apply(self, gradients: Gradients, index: int = 0) -> Gradients:
         """Apply a worker's gradients and send the new weights to it alone (remote workers)."""
@@ -90,8 +85,7 @@ class AsyncGradientsOptimizer(PolicyOptimizer):
             self.num_applied += 1
         if index:
             with self.timer("weight_sync"):
-                weights = self.workers.put_weights(
-                    self.policy.get_weights(), self.counters.steps_sampled
+                self.workers.offer_weights(
+                    index, self.num_applied, self.policy.get_weights, self.counters.steps_sampled
                 )
-                self.workers.send_weights(index, weights)
         return gradients

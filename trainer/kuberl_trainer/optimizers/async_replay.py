@@ -25,7 +25,6 @@ RLlib's Ape-X: the others' rates (up to worker_epsilon) hide how good the policy
 from __future__ import annotations
 
 import time
-from collections import defaultdict, deque
 from typing import Any
 
 import numpy as np
@@ -38,10 +37,12 @@ from kuberl_contract.progress_row import (
 )
 from kuberl_trainer.errors import InvalidJobError
 from kuberl_trainer.optimizers.base import PolicyOptimizer, StepResult
+from kuberl_trainer.optimizers.flow_control import calls_to_top_up, replay_behind, weights_due
 from kuberl_trainer.optimizers.learner_thread import LearnerThread
 from kuberl_trainer.optimizers.replay_shard import ReplayShard, ReplayShards
 from kuberl_trainer.policies.sample_batch import SampleBatch
 from kuberl_trainer.rollouts.resources import check_resources, replay_shards_request
+from kuberl_trainer.rollouts.worker_pool import Completed
 from kuberl_trainer.rollouts.worker_set import WorkerSet
 
 REPLAY_CALLS_PER_SHARD = 4  # calls travelling while the shard draws the next (RLlib 0.6: 4)
@@ -105,10 +106,6 @@ class AsyncReplayOptimizer(PolicyOptimizer):
         self._learning = False
         self._added = self._replayed = 0  # transitions sent to the shards, asked of them
         self._next_replay = 0  # the shard to replay from next
-        # Per worker, its sample calls in flight, oldest first (a worker answers in order).
-        self._samples: dict[int, deque] = defaultdict(deque)
-        self._worker_versions: dict[int, int] = {}  # learner steps of each worker's weights
-        self._weights_version, self._weights_ref = 0, None
         n = workers.num_remote
         per_worker = getattr(hp, "worker_epsilon", None) is not None  # APEX
         self.reported = reported_workers(n) if per_worker else None
@@ -138,7 +135,7 @@ class AsyncReplayOptimizer(PolicyOptimizer):
             self._request_replays()
             with self.timer("wait"):
                 self._wait()
-            batches += self._take_samples()
+            batches += self._take_samples(self.workers.events(timeout=0))
             for minibatch in self.shards.completed():
                 self.learner.put(minibatch)
             for shard, generation, indices, td_errors, stats in self.learner.results():
@@ -155,36 +152,40 @@ class AsyncReplayOptimizer(PolicyOptimizer):
     # -- rollout workers ----------------------------------------------------------------------
 
     def _request_samples(self) -> bool:
-        """Top every healthy worker up to its calls in flight; False when none is healthy."""
+        """Top every healthy worker up to its calls in flight, unless replay is behind; False
+        when none is healthy."""
         healthy = self.workers.healthy_indices
-        for index in healthy:
-            calls = self._samples[index]
-            while len(calls) > self.workers.in_flight(index):  # lost with a dead worker
-                calls.popleft()
-            limit = self.config.optimizer_config.requests_in_flight_per_worker or 2
-            while len(calls) < limit and not self._replay_behind():
-                calls.append(self.workers.call(index, "sample"))
+        limit = self.config.optimizer_config.requests_in_flight_per_worker or 2
+        if not self._replay_behind():
+            for index in healthy:
+                for _ in range(calls_to_top_up(self.workers.in_flight(index), limit)):
+                    self.workers.call(index, "sample")
         return bool(healthy)
 
-    def _take_samples(self) -> list[tuple[int, SampleBatch]]:
-        taken = self.workers.completed(timeout=0)
-        for index, batch in taken:
-            self._add(self._samples[index].popleft(), len(batch))
-            self._send_weights(index)  # before its next sample call
+    def _take_samples(self, events) -> list[tuple[int, SampleBatch]]:
+        """The batches that arrived, each to a shard as the object it is (a worker lost drops
+        its calls: nothing here depends on them)."""
+        taken = []
+        for event in events:
+            if isinstance(event, Completed):
+                self._add(event.ref, len(event.result))
+                self._send_weights(event.worker)  # before its next sample call
+                taken.append((event.worker, event.result))
         return taken
 
     def _send_weights(self, index: int) -> None:
-        version = self.learner.num_steps
+        """The learner's newest weights to worker `index` every broadcast_interval learner
+        steps (a worker whose version is unknown holds the start's, version 0)."""
+        newest = self.learner.num_steps
+        held = self.workers.broadcaster.held.get(index)
         interval = self.config.optimizer_config.broadcast_interval
-        if version - self._worker_versions.get(index, 0) < interval:
+        if not weights_due(held or 0, newest, interval):
             return
-        if self._weights_ref is None or self._weights_version != version:
-            with self.timer("weight_sync"), self.learner.lock:
-                self._weights_version = self.learner.num_steps
-                weights = self.policy.get_weights()
-            self._weights_ref = self.workers.put_weights(weights, self.counters.steps_sampled)
-        self.workers.send_weights(index, self._weights_ref)
-        self._worker_versions[index] = self._weights_version
+        weights = None
+        if not self.workers.broadcaster.is_put(newest):
+            with self.timer("weight_sync"), self.learner.lock:  # the weights and their version
+                newest, weights = self.learner.num_steps, self.policy.get_weights()
+        self.workers.offer_weights(index, newest, lambda: weights, self.counters.steps_sampled)
 
     # -- replay -------------------------------------------------------------------------------
 
@@ -195,9 +196,9 @@ class AsyncReplayOptimizer(PolicyOptimizer):
     def _replay_behind(self) -> bool:
         """Replay has not reached training_intensity x the transitions sampled (and can: a
         shard holds transitions)."""
-        if self.intensity is None or not self._learning or not any(self.shards.sizes):
+        if not self._learning or not any(self.shards.sizes):
             return False
-        return self._replayed < self.intensity * self._added
+        return replay_behind(self._replayed, self._added, self.intensity)
 
     def _request_replays(self) -> None:
         """Replay calls, the shards in turn, as many as the learner queue has room for."""
@@ -229,7 +230,7 @@ class AsyncReplayOptimizer(PolicyOptimizer):
         learner has finished a step."""
         import ray
 
-        refs = [*self.shards.pending, *(ref for calls in self._samples.values() for ref in calls)]
+        refs = [*self.shards.pending, *self.workers.calls_in_flight]
         if refs:
             ray.wait(refs, num_returns=1, timeout=POLL_S)
         else:

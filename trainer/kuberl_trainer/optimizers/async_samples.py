@@ -45,9 +45,7 @@ batches, which the workers sample again in seconds).
 
 from __future__ import annotations
 
-import math
 import time
-from collections import defaultdict, deque
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, NamedTuple
 
@@ -62,8 +60,16 @@ from kuberl_contract.progress_row import (
     STALE_BATCHES_DROPPED,
 )
 from kuberl_trainer.optimizers.base import PolicyOptimizer, StepResult
+from kuberl_trainer.optimizers.flow_control import (
+    calls_to_keep_in_flight,
+    counts_in_flight,
+    in_call_order,
+    is_stale,
+    weights_due,
+)
 from kuberl_trainer.optimizers.learner_thread import LearnerThread, moving_average
 from kuberl_trainer.policies.sample_batch import SampleBatch
+from kuberl_trainer.rollouts.worker_pool import Completed
 from kuberl_trainer.rollouts.worker_set import WorkerSet
 
 if TYPE_CHECKING:
@@ -72,10 +78,7 @@ if TYPE_CHECKING:
 # The longest the driver waits on its workers before it looks at the learner (which may have
 # failed) and for replacement workers that have started.
 _POLL_S = 1.0
-# A worker that has kept its latest call for this many times a call's sampling time (and at least
-# MIN_PATIENCE_S) is left out of the calls in flight, so that another worker samples meanwhile.
-STRAGGLER_PATIENCE = 10
-MIN_PATIENCE_S = 1.0
+__all__ = ["AsyncSamplesOptimizer", "TrainBatch", "calls_to_keep_in_flight", "train_batch"]
 
 
 class AsyncSamplesOptimizer(PolicyOptimizer):
@@ -97,13 +100,7 @@ class AsyncSamplesOptimizer(PolicyOptimizer):
         self.learner = LearnerThread(self._learn, settings.learner_queue_size or 1)
         self.learner.start()
         self._pending: list[tuple[SampleBatch, int]] = []  # (batch, version) short of a batch
-        self._weights: tuple[Any, int] | None = None  # (object ref, version) put last
-        self._worker_versions: dict[int, int] = {}  # the weights version each worker holds
-        # Per worker, the weights version of each call in flight, oldest first (a worker
-        # answers its calls in order).
-        self._call_versions: dict[int, deque[int]] = defaultdict(deque)
         self._last_return: dict[int, float] = {}  # worker index → when it last returned a batch
-        self._healthy_before: set[int] = set()  # the healthy workers of the last collection
         self._last_call: dict[int, float] = {}  # worker index → when its latest call went out
         # Moving averages that size the calls in flight (calls_to_keep_in_flight), with the
         # learner's own of its learn calls' seconds: a sample call's seconds on its worker less
@@ -148,14 +145,37 @@ class AsyncSamplesOptimizer(PolicyOptimizer):
     def _collect(self) -> list[tuple[SampleBatch, int]]:
         """The batches that arrived, each with the weights version it was sampled with."""
         healthy = self.workers.healthy_indices
-        for index in set(healthy) - self._healthy_before:  # started, or replaced
-            self._forget(index)
-        self._healthy_before = set(healthy)
         if not healthy:  # none asked for, or all being replaced: the local worker samples
             with self.timer("sample"), self.learner.lock:
                 self.workers.refresh_local_copy()  # the learner has moved on since
                 return [(self.workers.local_worker.sample(), self.version)]
-        in_flight = self._calls_counted(healthy)
+        self._request_samples(healthy)
+        with self.timer("sample"):
+            events = self.workers.events(timeout=_POLL_S)
+        batches = []
+        for event in events:
+            if isinstance(event, Completed):
+                batch = event.result
+                self._sample_s = moving_average(self._sample_s, batch.sample_s)
+                sampling_s = max(0.0, batch.sample_s - batch.cpu_wait_s)
+                self._sampling_s = moving_average(self._sampling_s, sampling_s)
+                self._last_return[event.worker] = time.monotonic()
+                batches.append((batch, event.tag))
+            else:  # joined or lost: a new worker in the slot has returned no batch yet
+                self._last_return.pop(event.worker, None)
+        return batches
+
+    def _request_samples(self, healthy: list[int]) -> None:
+        """Sample calls, the workers in call order, up to the calls to keep in flight; each
+        worker gets fresh weights first where due, and its call the version it samples with."""
+        now = time.monotonic()
+        in_flight = sum(
+            self.workers.in_flight(index)
+            for index in healthy
+            if counts_in_flight(
+                index in self._last_return, now - self._last_call.get(index, now), self._sample_s
+            )
+        )
         capacity = len(healthy) * self.requests_per_worker
         wanted = capacity
         learn_s = self.learner.call_s
@@ -163,69 +183,26 @@ class AsyncSamplesOptimizer(PolicyOptimizer):
             wanted = calls_to_keep_in_flight(
                 self._sampling_s, learn_s, self._calls_per_step, capacity
             )
-        for index in sorted(healthy, key=self._call_order):
+        for index in in_call_order(healthy, self._last_return):
             while in_flight < wanted and self.workers.in_flight(index) < self.requests_per_worker:
-                self._refresh_weights(index)
-                self._call_versions[index].append(self._worker_versions[index])
-                self.workers.call(index, "sample")
+                version = self._refresh_weights(index)
+                self.workers.call_tagged(index, version, "sample")
                 self._last_call[index] = time.monotonic()
                 in_flight += 1
-        with self.timer("sample"):
-            arrived = self.workers.completed(timeout=_POLL_S)
-        for index, batch in arrived:
-            self._sample_s = moving_average(self._sample_s, batch.sample_s)
-            self._sampling_s = moving_average(
-                self._sampling_s, max(0.0, batch.sample_s - batch.cpu_wait_s)
-            )
-            self._last_return[index] = time.monotonic()
-        batches = [(batch, self._call_versions[index].popleft()) for index, batch in arrived]
-        for index, versions in self._call_versions.items():
-            if len(versions) > self.workers.in_flight(index):  # it died, and its calls with it
-                versions.clear()
-                self._forget(index)
-        return batches
 
-    def _forget(self, index: int) -> None:
-        """What is known of the worker in slot `index` no longer holds: a new one (started, or
-        replacing one that died) has returned no batch and gets weights before its first call."""
-        self._last_return.pop(index, None)
-        self._worker_versions.pop(index, None)
-
-    def _call_order(self, index: int) -> tuple[bool, float]:
-        """The order in which workers get calls: those that have not returned a batch yet, then
-        the one that returned one last first."""
-        returned = self._last_return.get(index)
-        return (returned is not None, -(returned or 0.0))
-
-    def _calls_counted(self, healthy: list[int]) -> int:
-        """The calls in flight that count against calls_to_keep_in_flight: neither a starting
-        worker's first (the actor may take many seconds to start) nor those of a worker that has
-        kept its latest call for STRAGGLER_PATIENCE times a call's sampling time (a hung env, a
-        process held up), while the others go on sampling."""
-        now = time.monotonic()
-        patience = max(MIN_PATIENCE_S, STRAGGLER_PATIENCE * (self._sample_s or 0.0))
-        return sum(
-            self.workers.in_flight(index)
-            for index in healthy
-            if index in self._last_return and now - self._last_call[index] < patience
-        )
-
-    def _refresh_weights(self, index: int) -> None:
+    def _refresh_weights(self, index: int) -> int:
         """Before a call: the latest weights, unless the worker's are fewer than
-        broadcast_interval learner steps old."""
+        broadcast_interval learner steps old. Returns the version the worker holds."""
         if self._published is None:  # nothing learned yet: the policy as built or restored
             with self.learner.lock:
                 self._published = (self.policy.get_weights(), self.version)
         weights, version = self._published
-        held = self._worker_versions.get(index)
-        if held is not None and version - held < self.broadcast_interval:
-            return
-        if self._weights is None or self._weights[1] != version:
-            with self.timer("weight_sync"):
-                ref = self.workers.put_weights(weights, self.counters.steps_sampled)
-            self._weights = (ref, version)
-        self.workers.send_weights(index, self._weights[0])
-        self._worker_versions[index] = self._weights[1]
+        held = self.workers.broadcaster.held.get(index)
+        if not weights_due(held, version, self.broadcast_interval):
+            return held
+        with self.timer("weight_sync"):
+            self.workers.offer_weights(index, version, lambda: weights, self.counters.steps_sampled)
+        return version
 
     def _feed(self, batch: SampleBatch, version: int) -> None:
         """Queue the batch for the learner once train_batch_size rows have come together;
@@ -242,7 +219,7 @@ class AsyncSamplesOptimizer(PolicyOptimizer):
         """In the learner thread: drop the sample calls' rows that lag more than max_policy_lag,
         learn on the others, and note how far behind they were."""
         lags = [self.version - version for version in item.versions]
-        fresh = [self.max_policy_lag is None or lag <= self.max_policy_lag for lag in lags]
+        fresh = [not is_stale(lag, self.max_policy_lag) for lag in lags]
         dropped = fresh.count(False)
         if not any(fresh):
             return _Learned({}, [], 0, dropped)
@@ -257,19 +234,6 @@ class AsyncSamplesOptimizer(PolicyOptimizer):
         self.version += 1
         self._published = (self.policy.get_weights(), self.version)
         return _Learned(stats, kept, batch.env_steps, dropped)
-
-
-def calls_to_keep_in_flight(
-    sample_s: float, learn_s: float, calls_per_step: float, capacity: int
-) -> int:
-    """Sample calls to keep in flight, of the `capacity` the workers take, when a call samples
-    for `sample_s` seconds (not counting its waits for a CPU), a learn call takes `learn_s` and a
-    train batch holds `calls_per_step` calls: the calls the learner takes while one samples, plus
-    one train batch's. With 12 workers of 64 CartPole envs on 2 cores (a call samples in about
-    half a learn call), 2: batches lag about 3 learner steps where, every worker sampling, they
-    lagged 10-16, and the learner is as busy."""
-    steps_while_sampling = math.ceil(sample_s / learn_s) if learn_s > 0 else capacity
-    return max(1, min(capacity, math.ceil(calls_per_step * (steps_while_sampling + 1))))
 
 
 class TrainBatch(NamedTuple):

@@ -12,7 +12,7 @@ negated sum to the policy's Adam step (with l2_coeff weight decay).
 
 A step keeps requestsInFlightPerWorker calls on each worker until the calls finished or in flight
 cover episodes_per_batch episodes; each call runs one episode per env of its worker. A worker lost
-mid-step loses its calls: others take them over, and the WorkerSet replaces and counts the worker.
+mid-step loses its calls: others take them over, and the worker pool replaces and counts the worker.
 Without remote workers the local worker evaluates.
 """
 
@@ -27,6 +27,7 @@ from kuberl_trainer.errors import InvalidJobError
 from kuberl_trainer.optimizers.base import PolicyOptimizer, StepResult
 from kuberl_trainer.policies.evolution import noise_rows, noise_table
 from kuberl_trainer.rollouts.rollout_worker import Perturbations
+from kuberl_trainer.rollouts.worker_pool import Completed
 from kuberl_trainer.rollouts.worker_set import WorkerSet
 
 # Noise rows multiplied at a time in the gradient estimate: bounds its memory for large networks.
@@ -94,10 +95,11 @@ class PerturbationsOptimizer(PolicyOptimizer):
                         index, "evaluate_perturbations", self._noise_ref, self.pairs_per_call
                     )
             with self.timer("wait"):
-                completed = self.workers.completed()
-            for _, result in completed:
-                results.append(result)
-                pairs += len(result.noise_indices)
+                events = self.workers.events()
+            for event in events:  # a lost worker's calls are dropped: others take them over
+                if isinstance(event, Completed):
+                    results.append(event.result)
+                    pairs += len(event.result.noise_indices)
         return results
 
     def _pairs_in_flight(self, healthy: list[int]) -> int:

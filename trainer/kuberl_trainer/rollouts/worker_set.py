@@ -1,4 +1,5 @@
-"""WorkerSet: the driver's local worker plus the remote rollout workers (Ray actors).
+"""WorkerSet: the driver's local worker plus the remote rollout workers (Ray actors), whose slots
+the worker pool owns (worker_pool.py) and whose weights one broadcaster sends (broadcaster.py).
 
 A remote worker that dies (killed, OOM, its node preempted) is replaced by a new actor in the
 background; sampling continues on the healthy ones meanwhile, and the restart is counted. With no
@@ -9,9 +10,9 @@ time each worker slot went without a working worker is measured (`downtime_s`).
 
 Observation and reward normalization (spec.trainer.normalization, `GlobalNormalization`): each
 remote worker's batch carries the statistics of what it sampled since its previous one, merged as
-the batch arrives (`completed`, which every remote call's result passes), and the global
-statistics travel with the weights: each `put_weights` puts a copy beside them, and every weight
-call (`send_weights`, a replacement's first) hands both to the worker.
+the batch arrives (the pool hands every result it fetches to `merge_from`), and the global
+statistics travel with the weights: each put puts a copy beside them, and every weight call
+(`send_weights`, `offer_weights`, a replacement's first) hands both to the worker.
 
 Start-up: at most as many remote workers start at once as the Ray cluster has CPUs to spare
 (`startup_slots`: its CPUs, less the one the learner takes where it shares a node with them),
@@ -21,9 +22,9 @@ workers started all at once on a laptop share its CPUs and all come late; one at
 training starts with the first and the others join as replacements do, in the order the policy
 gives (`Policy.worker_start_order`: Ape-X's span its exploration rates).
 
-Calls on remote workers go through one task pool (`call`, `completed`): the synchronous
-`sample()` and the asynchronous optimizers alike, so a dead worker's calls are dropped, the worker
-replaced and the loss counted in one place.
+Calls on remote workers go through the pool (`call`, `call_tagged`; results from `completed`, or
+as events from `events`): the synchronous `sample()` and the asynchronous optimizers alike, so a
+dead worker's calls are dropped, the worker replaced and the loss counted in one place.
 
 Waits on the workers return to Python at least every WAIT_SLICE_S to look for the driver's stop
 request, so a preempted driver never waits out an iteration to checkpoint (see interrupt.py).
@@ -38,19 +39,20 @@ from __future__ import annotations
 
 import logging
 import time
-from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
 from contextlib import AbstractContextManager
 from typing import TYPE_CHECKING, Any
 
 from kuberl_trainer.envs.normalization import GlobalNormalization
 from kuberl_trainer.policies.sample_batch import SampleBatch
-from kuberl_trainer.rollouts.interrupt import WAIT_SLICE_S, StopRequest
+from kuberl_trainer.rollouts.broadcaster import WeightsBroadcaster
+from kuberl_trainer.rollouts.interrupt import StopRequest
 from kuberl_trainer.rollouts.resources import (
     ResourceRequest,
     check_resources,
     rollout_workers_request,
 )
+from kuberl_trainer.rollouts.worker_pool import Completed, Event, WorkerPool
 
 if TYPE_CHECKING:
     from kuberl_trainer.policies.interface import Weights
@@ -76,56 +78,57 @@ class WorkerSet:
         given)."""
         self.local_worker = worker_class(**worker_kwargs(0))
         self.normalization = GlobalNormalization(self.local_worker)
+        self.broadcaster = WeightsBroadcaster(self.normalization, self.local_worker.get_weights)
         self.local_copy = False  # the local worker acts with a CPU copy of the learner's policy
-        self.restarts = 0
-        self._worker_kwargs = worker_kwargs
-        self._remote_class = None
-        self._healthy: dict[int, Any] = {}  # index → actor handle ready to sample
-        # index → (handle, its first call's ref: the weight sync, the weights it sent)
-        self._starting: dict[int, tuple[Any, Any, Any]] = {}
-        self._in_flight: dict[Any, int] = {}  # object ref of a call → index of its worker
-        self._calls: Counter[int] = Counter()  # worker index → its calls in flight
-        self._abandoned: set[Any] = set()  # calls whose results nobody wants (stragglers)
         self.stragglers_dropped = 0
         # Set by the driver: checked wherever an iteration waits on its workers.
         self.stop_request = StopRequest()
-        self._last_heard: dict[int, float] = {}  # index → when its worker last answered a call
-        self._down_since: dict[int, float] = {}  # index → since when the slot has no worker
-        self._downtime_ended_s = 0.0  # downtime of the outages already over
-        self._weights_ref = None
-        self._global_timesteps = 0
-        self._cpus = max(1, int(cpus_per_worker))
-        # Remote workers not started yet, and those started first (healthy at once) whose actor
-        # is still being constructed, with its ready ref: at most _max_starting start at once.
-        self._queued: list[int] = []
-        self._first_starting: dict[int, Any] = {}
-        self._max_starting = 1
+        self.pool: WorkerPool | None = None
         # What the remote workers ask of the Ray cluster: an optimizer that places actors of
         # its own checks them together with these (`check_resources`).
         self.resource_requests: list[ResourceRequest] = []
-        if num_remote:
-            resources = dict(ray_resources or {})
-            self.resource_requests.append(
-                rollout_workers_request(num_remote, cpus_per_worker, resources)
-            )
-            check_resources(self.resource_requests)
-            # SPREAD: one worker per node while there are free nodes. Ray's default policy may
-            # fill a node first, and with cpusPerWorker 0.5 put two workers on one pod's CPU.
-            self._remote_class = worker_class.as_remote(num_cpus=cpus_per_worker).options(
-                scheduling_strategy="SPREAD", resources=resources
-            )
-            self._max_starting = _startup_slots()
-            self._queued = list(start_order or range(1, num_remote + 1))
-            assert sorted(self._queued) == list(range(1, num_remote + 1)), start_order
-            self._launch_queued(first=True)
+        if not num_remote:
+            return
+        resources = dict(ray_resources or {})
+        self.resource_requests.append(
+            rollout_workers_request(num_remote, cpus_per_worker, resources)
+        )
+        check_resources(self.resource_requests)
+        # SPREAD: one worker per node while there are free nodes. Ray's default policy may
+        # fill a node first, and with cpusPerWorker 0.5 put two workers on one pod's CPU.
+        remote_class = worker_class.as_remote(num_cpus=cpus_per_worker).options(
+            scheduling_strategy="SPREAD", resources=resources
+        )
+        cpus = max(1, int(cpus_per_worker))
+        order = list(start_order or range(1, num_remote + 1))
+        assert sorted(order) == list(range(1, num_remote + 1)), start_order
+        self.pool = WorkerPool(
+            lambda index: remote_class.remote(**worker_kwargs(index), cpus=cpus),
+            self.broadcaster,
+            self.normalization.merge_from,
+            lambda: self.stop_request.check(),  # the driver may replace the request
+            order,
+            _startup_slots(),
+        )
+
+    @property
+    def restarts(self) -> int:
+        """Remote workers lost and replaced (a replacement that fails to start is retried, not
+        counted again)."""
+        return 0 if self.pool is None else self.pool.restarts
 
     @property
     def num_remote(self) -> int:
-        return len(self._healthy) + len(self._starting) + len(self._queued)
+        return 0 if self.pool is None else self.pool.num_slots
 
     @property
     def remote_workers(self) -> list:
-        return list(self._healthy.values())
+        return list(self._handles.values())
+
+    @property
+    def _handles(self) -> dict[int, Any]:
+        """Index → handle of the remote workers taking calls, as last promoted."""
+        return {} if self.pool is None else self.pool.handles
 
     @property
     def healthy_indices(self) -> list[int]:
@@ -133,31 +136,26 @@ class WorkerSet:
         optimizer asks this before it waits or samples, so it is also a safe point for a stop
         request (IterationAbandoned)."""
         self.stop_request.check()
-        self._promote_started_workers()
-        return list(self._healthy)
+        return [] if self.pool is None else list(self.pool.healthy)
 
     @property
     def num_ready(self) -> int:
         """Remote workers ready for calls now; replacements still starting or waiting for a node
         to be placed on are not."""
-        self._promote_started_workers()
-        return len(self._healthy)
+        return 0 if self.pool is None else len(self.pool.healthy)
 
     @property
     def downtime_s(self) -> float:
-        """Seconds the remote worker slots have gone without a working worker, summed over slots:
-        for each worker lost, from the last call it answered to the first its replacement answered
-        (so noticing the loss, waiting for a node and starting the actor all count); outages still
-        going on count up to now."""
-        now = time.monotonic()
-        return self._downtime_ended_s + sum(now - since for since in self._down_since.values())
+        """Seconds the remote worker slots have gone without a working worker, summed over slots
+        (see `WorkerPool.downtime_s`)."""
+        return 0.0 if self.pool is None else self.pool.downtime_s
 
     # -- weights ------------------------------------------------------------------------------
 
     def sync_weights(self, global_timesteps: int) -> None:
         """Broadcast the local policy's weights: one object-store put, one call per worker; the
         local worker's CPU copy, if it has one, takes the same arrays."""
-        self._global_timesteps = global_timesteps
+        self.broadcaster.global_timesteps = global_timesteps
         self.local_worker.policy.set_global_timesteps(global_timesteps)
         if not self.num_remote and not self.local_copy:
             return
@@ -166,7 +164,7 @@ class WorkerSet:
         if not self.num_remote:
             return
         ref = self.put_weights(weights, global_timesteps)
-        for index in self._healthy:
+        for index in list(self._handles):
             self.send_weights(index, ref)
 
     def act_locally_with_a_cpu_copy(self) -> None:
@@ -187,65 +185,63 @@ class WorkerSet:
     def put_weights(self, weights: Weights, global_timesteps: int):
         """Weights into the object store once, for any number of `send_weights` calls; they are
         also what a replacement worker starts with."""
-        import ray
-
-        self._global_timesteps = global_timesteps
-        self._weights_ref = ray.put(weights)
-        self.normalization.put()
-        return self._weights_ref
+        return self.broadcaster.put(weights, global_timesteps)
 
     def send_weights(self, index: int, weights_ref) -> None:
         """Weights to one worker (with the normalization statistics put with the newest ones);
         queued behind its calls in flight, so its next call uses them."""
-        self._set_weights(self._healthy[index], weights_ref)
+        self.broadcaster.send(self._handles[index], weights_ref)
 
-    def _set_weights(self, handle, weights_ref):
-        """A worker's set_weights call, with the statistics put last when normalization is on."""
-        extra = self.normalization.with_weights()
-        return handle.set_weights.remote(weights_ref, self._global_timesteps, *extra)
+    def offer_weights(
+        self, index: int, version: int, weights: Callable[[], Weights], global_timesteps: int
+    ) -> None:
+        """Weights `version` to worker `index`, put once for every worker it goes to:
+        `weights()` is read only when that version is not the one put last."""
+        if not self.broadcaster.is_put(version):
+            # Through put_weights and send_weights, as every broadcast: one path to watch.
+            self.put_weights(weights(), global_timesteps)
+            self.broadcaster.version = version
+        self.send_weights(index, self.broadcaster.ref)
+        self.broadcaster.held[index] = version
 
     # -- the task pool ------------------------------------------------------------------------
 
     def call(self, index: int, method: str, *args):
-        """Start `method(*args)` on remote worker `index`; its result comes from `completed()`."""
-        ref = getattr(self._healthy[index], method).remote(*args)
-        self._in_flight[ref] = index
-        self._calls[index] += 1
+        """Start `method(*args)` on remote worker `index`; its result comes from `completed()`
+        and `events()`."""
+        return self.pool.call(index, method, *args)
+
+    def call_tagged(self, index: int, tag: Any, method: str, *args):
+        """`call`, with `tag` (a weights version, say) on the call's `Completed` or `Lost`."""
+        ref = self.call(index, method, *args)
+        self.pool.tag(ref, tag)
         return ref
+
+    @property
+    def calls_in_flight(self) -> list:
+        """The object refs of the calls in flight whose results are wanted, to wait on together
+        with other actors' calls."""
+        return [] if self.pool is None else self.pool.pending
 
     def in_flight(self, index: int) -> int:
         """Calls started on worker `index` whose results have not been taken yet."""
-        return self._calls[index]
+        return 0 if self.pool is None else self.pool.in_flight(index)
 
-    def completed(self, timeout: float | None = None, refs: list | None = None) -> list[tuple]:
-        """(worker index, result) of every call in flight (or of `refs`) that has finished,
-        waiting up to `timeout` seconds for the first (None: as long as it takes). A dead
-        worker's calls are dropped, and the worker replaced and counted."""
-        self._reap_abandoned()
-        wanted = self._in_flight if refs is None else refs
-        pending = [r for r in wanted if r in self._in_flight and r not in self._abandoned]
-        if not pending:
-            return []
-        import ray
+    def completed(self, timeout: float | None = None, refs: list | None = None) -> list[Completed]:
+        """Every call in flight (or of `refs`) that has finished, each unpacking as (worker
+        index, result), waiting up to `timeout` seconds for the first (None: as long as it
+        takes). A dead worker's calls are dropped, and the worker replaced and counted."""
+        return [] if self.pool is None else self.pool.collect(timeout, refs)
 
-        if not self._wait_for_one(pending, timeout):
+    def events(self, timeout: float | None = None) -> list[Event]:
+        """What happened since the last look, in order: workers that joined or were lost, then
+        the calls completed (waiting up to `timeout` for the first unless there is news), then
+        the losses found while fetching them. The asynchronous optimizers' loops read these."""
+        if self.pool is None:
             return []
-        # Take every result already there, not just the first.
-        ready, _ = ray.wait(pending, num_returns=len(pending), timeout=0)
-        results = []
-        for ref in ready:
-            index = self._forget(ref)
-            if index is None:  # dropped with its worker, which died earlier in this loop
-                continue
-            try:
-                result = ray.get(ref)
-                self.normalization.merge_from(result)
-                results.append((index, result))
-                self._last_heard[index] = time.monotonic()
-            except _worker_lost() as exc:
-                log.warning("rollout worker %d died (%s); starting a replacement", index, exc)
-                self._lose(index)
-        return results
+        news = self.pool.take_news()
+        completed = self.completed(0.0 if news else timeout)
+        return [*news, *completed, *self.pool.take_news()]
 
     def sample(self, timeout: float | None = None) -> list[SampleBatch]:
         """One batch per healthy remote worker, or from the local worker when there are none.
@@ -253,10 +249,13 @@ class WorkerSet:
         With `timeout`, the step learns on what arrived by then (at least one batch): workers
         still sampling are stragglers, counted in `stragglers_dropped`; their batches are thrown
         away when they come, and they sit out the steps until then."""
-        self._reap_abandoned()  # a straggler that has finished takes calls again from this step
+        if self.pool is not None:
+            self.pool.reap_abandoned()  # a straggler that has finished takes calls from this step
+            self.pool.take_news()  # a synchronous step has nothing to keep of joins and losses
         free = [index for index in self.healthy_indices if not self.in_flight(index)]
-        if not free and self._abandoned:  # every worker is still on a straggling call
-            self._wait_for_a_free_worker(timeout)
+        if not free and self.pool is not None and self.pool.has_abandoned:
+            # every worker is still on a straggling call
+            self.pool.wait_for_an_abandoned_call(timeout)
             free = [index for index in self.healthy_indices if not self.in_flight(index)]
         if not free:  # none healthy, or none free in time: the local worker keeps training going
             return [self._sample_locally()]
@@ -271,10 +270,10 @@ class WorkerSet:
                     break
             for _, batch in self.completed(wait, refs):
                 batches.append(batch)
-            refs = [ref for ref in refs if ref in self._in_flight]
+            refs = [ref for ref in refs if self.pool.is_in_flight(ref)]
         if refs:
             self.stragglers_dropped += len(refs)
-            self._abandoned.update(refs)
+            self.pool.abandon(refs)
             log.info("learning without %d straggling rollout worker(s)", len(refs))
         if not batches:  # every worker died on the way: the local worker keeps training going
             return [self._sample_locally()]
@@ -286,154 +285,15 @@ class WorkerSet:
         with self.stop_request.abandonable():
             return self.local_worker.sample()
 
-    def _wait_for_one(self, refs: list, timeout: float | None) -> bool:
-        """Until one of `refs` is ready (True) or `timeout` seconds passed (None: as long as it
-        takes). Returns to Python every WAIT_SLICE_S to look for a stop request: a dead node's
-        calls fail only once Ray has noticed, and a slow env's batch may take minutes."""
-        import ray
-
-        deadline = None if timeout is None else time.monotonic() + timeout
-        while True:
-            self.stop_request.check()
-            left = WAIT_SLICE_S if deadline is None else deadline - time.monotonic()
-            ready, _ = ray.wait(refs, num_returns=1, timeout=max(0.0, min(left, WAIT_SLICE_S)))
-            if ready:
-                return True
-            if deadline is not None and time.monotonic() >= deadline:
-                return False
-
-    def _wait_for_a_free_worker(self, timeout: float | None) -> None:
-        self._wait_for_one(list(self._abandoned), timeout)
-        self._reap_abandoned()
-
-    def _forget(self, ref) -> int | None:
-        """Take a call out of the pool; the index of its worker, or None if it was not in it."""
-        index = self._in_flight.pop(ref, None)
-        if index is not None:
-            self._calls[index] -= 1
-        return index
-
-    def _reap_abandoned(self) -> None:
-        """Forget abandoned calls that have finished, so their workers take calls again."""
-        if not self._abandoned:
-            return
-        import ray
-
-        done, _ = ray.wait(list(self._abandoned), num_returns=len(self._abandoned), timeout=0)
-        for ref in done:
-            self._abandoned.discard(ref)
-            index = self._forget(ref)
-            try:
-                # Fetched to learn whether the worker died on the way (a late batch costs one
-                # transfer; an error left unread would be logged by Ray as unhandled), and for
-                # the normalization statistics of what it sampled, which count all the same.
-                self.normalization.merge_from(ray.get(ref))
-                if index in self._healthy:
-                    self._last_heard[index] = time.monotonic()
-            except _worker_lost() as exc:
-                if index in self._healthy:
-                    log.warning("rollout worker %d died (%s); starting a replacement", index, exc)
-                    self._lose(index)
-
     def foreach_remote(self, method: str, *args) -> list:
         import ray
 
-        return ray.get([getattr(h, method).remote(*args) for h in self._healthy.values()])
-
-    def _lose(self, index: int) -> None:
-        """A healthy worker died: drop its calls, count the restart and start its replacement."""
-        import ray
-
-        # Dead already, or alive but unusable (a result lost): never two workers in one slot.
-        ray.kill(self._healthy.pop(index))
-        self._down_since[index] = self._last_heard.pop(index, time.monotonic())
-        for ref in [ref for ref, owner in self._in_flight.items() if owner == index]:
-            self._forget(ref)
-            self._abandoned.discard(ref)
-        self.restarts += 1
-        self._start_replacement(index)
-
-    def _launch_queued(self, first: bool = False) -> None:
-        """Start queued workers while fewer than `_max_starting` are starting (`startup_slots`).
-        Starting a worker is CPU-bound (Python and Ray, kuberl and its envs: 0.41 CPU-seconds on
-        a 2-core VM, 1.4-1.6 with torch), and workers that start together share the CPUs: 12 at
-        once on 2 cores, each importing torch, answered their first call after 12 s, beside a
-        learner that had nothing to learn on.
-        Those started `first` are healthy at once, so the first step waits for their batches as
-        for any; the others join in the background (`_starting`) while training goes on with
-        the workers already up."""
-        import ray
-
-        if self._first_starting:
-            refs = list(self._first_starting.values())
-            done, _ = ray.wait(refs, num_returns=len(refs), timeout=0)
-            for index in [i for i, ref in self._first_starting.items() if ref in done]:
-                del self._first_starting[index]
-        while self._queued and len(self._starting) + len(self._first_starting) < self._max_starting:
-            index = self._queued.pop(0)
-            if first:
-                handle = self._healthy[index] = self._start_remote(index)
-                self._first_starting[index] = handle.__ray_ready__.remote()
-                self._last_heard[index] = time.monotonic()
-            else:
-                self._start_replacement(index)
-
-    def _start_replacement(self, index: int) -> None:
-        """A new actor for slot `index`; it joins the healthy ones once its first call (the
-        weight sync) has returned, so sampling never waits for it."""
-        handle = self._start_remote(index)
-        if self._weights_ref is None:
-            self.put_weights(self.local_worker.get_weights(), self._global_timesteps)
-        sent = self._weights_ref
-        self._starting[index] = (handle, self._set_weights(handle, sent), sent)
-
-    def _start_remote(self, index: int):
-        return self._remote_class.remote(**self._worker_kwargs(index), cpus=self._cpus)
-
-    def _promote_started_workers(self) -> None:
-        """Move replacements and queued workers whose first call (the weight sync) finished into
-        the healthy set, and start more queued ones in their place."""
-        if not self._starting and not self._queued:
-            return
-        import ray
-
-        for index, (handle, ready, sent) in list(self._starting.items()):
-            done, _ = ray.wait([ready], timeout=0)
-            if not done:
-                continue
-            del self._starting[index]
-            try:
-                ray.get(ready)
-            except _worker_lost() as exc:
-                # The same loss, retried: not a new restart.
-                log.warning("starting rollout worker %d failed (%s); retrying", index, exc)
-                self._start_replacement(index)
-                continue
-            if self._weights_ref is not sent:  # they moved on while it started
-                self._set_weights(handle, self._weights_ref)
-            self._healthy[index] = handle
-            now = time.monotonic()
-            self._downtime_ended_s += now - self._down_since.pop(index, now)
-            self._last_heard[index] = now
-        self._launch_queued()
+        return ray.get([getattr(h, method).remote(*args) for h in self.remote_workers])
 
     def stop(self) -> None:
         self.local_worker.close()
-        if self._remote_class is None:
-            return
-        import ray
-
-        for handle in [*self._healthy.values(), *(h for h, _, _ in self._starting.values())]:
-            ray.kill(handle)
-        self._healthy.clear()
-        self._starting.clear()
-        self._queued.clear()
-        self._first_starting.clear()
-        self._in_flight.clear()
-        self._calls.clear()
-        self._abandoned.clear()
-        self._last_heard.clear()
-        self._down_since.clear()
+        if self.pool is not None:
+            self.pool.stop()
 
 
 def _startup_slots() -> int:
@@ -447,14 +307,6 @@ def _startup_slots() -> int:
 
 
 def startup_slots(cluster_cpus: float, driver_node_cpus: float) -> int:
-    """Remote workers that may start at once (see WorkerSet._launch_queued): 1 on a 2-CPU
+    """Remote workers that may start at once (see WorkerPool._launch_queued): 1 on a 2-CPU
     laptop, 12 on a cluster of 12 one-CPU worker pods beside a head that offers Ray no CPUs."""
     return max(1, int(cluster_cpus) - (1 if driver_node_cpus >= 1 else 0))
-
-
-def _worker_lost() -> tuple[type[Exception], ...]:
-    """What a call on a lost worker raises: its actor died, or its result was lost with the
-    worker's node (a batch still in that node's object store when it went)."""
-    import ray
-
-    return (ray.exceptions.RayActorError, ray.exceptions.ObjectLostError)
