@@ -43,7 +43,8 @@ small one below, served as kmock fallback reactions. What it fixes (see DESIGN.m
 - Label selectors on lists (`labelSelector`: equality, inequality, existence, in/notin) and the
   garbage collector (background cascading deletion along ownerReferences) are emulated; built-in
   kinds the operator touches (pods, secrets, configmaps, events, poddisruptionbudgets,
-  networkpolicies) are registered, and a Secret's stringData is stored as base64 data.
+  networkpolicies, and the cluster-scoped nodes) are registered, and a Secret's stringData is
+  stored as base64 data.
 
 Not emulated (don't rely on it): field selectors, server-side apply, admission and schema
 validation, watch bookmarks and 410 Gone.
@@ -75,6 +76,7 @@ from kmock._internal.rendering import ReactionMismatchError
 
 CRDS = kmock.resource("apiextensions.k8s.io", "v1", "customresourcedefinitions")
 NAMESPACES = kmock.resource("", "v1", "namespaces")
+NODES = kmock.resource("", "v1", "nodes")  # cluster-scoped: the operator reads them for cost
 EVENTS = kmock.resource("", "v1", "events")  # kopf posts its handlers' outcomes as events
 # Built-in kinds the operator creates or watches: (group, version, plural, kind, subresources).
 BUILT_IN = [
@@ -166,6 +168,7 @@ class KubeAPI(kmock.KubernetesScaffold):
         self.resources[NAMESPACES] = kmock.ResourceInfo(
             kind="Namespace", singular="namespace", namespaced=False
         )
+        self.resources[NODES] = kmock.ResourceInfo(kind="Node", singular="node", namespaced=False)
         for verbs in (kmock.action.LIST, kmock.action.FETCH, kmock.action.DELETE):
             self.fallback[verbs] << getattr(self, f"_{verbs.value.lower()}")
         self.fallback[kmock.action.CREATE] << 201 << self._create

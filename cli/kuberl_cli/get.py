@@ -207,13 +207,13 @@ def _identity(job: dict[str, Any]) -> tuple[str, str]:
 
 
 def _key(job: dict[str, Any], output: Output | None) -> object:
-    """What must differ for a job to be shown again: its table row but the age (which changes by
-    itself) for a table, and the whole document for the other outputs."""
+    """What must differ for a job to be shown again: its table row but the age and the cost
+    (which go up by themselves while it runs) for a table, and the whole document for the other
+    outputs."""
     if output not in (None, Output.wide):
         return json.dumps(job, sort_keys=True)
-    cells = list(views.row(job, wide=True))
-    del cells[views.COLUMNS.index("AGE")]
-    return tuple(cells)
+    ticking = {views.header(wide=True).index(column) for column in ("AGE", "COST")}
+    return tuple(cell for i, cell in enumerate(views.row(job, wide=True)) if i not in ticking)
 
 
 def _document_text(job: dict[str, Any], output: Output | None) -> str:

@@ -19,8 +19,9 @@ RESOURCE_NAME = KIND.lower()
 """What `-o name` prints before the slash, as kubectl prints `pod/NAME`."""
 
 COLUMNS = ("NAME", "PHASE", "ALGORITHM", "ENV", "ITERATION", "TIMESTEPS", "RETURN", "EVAL", "AGE")
-WIDE_COLUMNS = ("RESTARTS", "PREEMPTIONS", "WORKERS", "SAMPLES/S", "CHECKPOINT")
-"""Added after COLUMNS by `-o wide`, as kubectl adds its wide columns at the end."""
+WIDE_COLUMNS = ("RESTARTS", "PREEMPTIONS", "WORKERS", "SAMPLES/S", "COST", "CHECKPOINT")
+"""Added after COLUMNS by `-o wide`, as kubectl adds its wide columns at the end (the longest,
+a checkpoint's location, last)."""
 NAMESPACE_COLUMN = "NAMESPACE"
 """Put before COLUMNS by `-A` (jobs of every namespace), as kubectl puts it first."""
 
@@ -123,6 +124,7 @@ def _cells(job: dict[str, Any], wide: bool, now: datetime | None) -> tuple[str, 
         str(state.get("preemptions", 0)),
         f"{workers.get('replicas', 0)}x{workers.get('envsPerWorker', 1)}",
         "-" if samples is None else f"{samples:,.0f}",
+        _dollars((state.get("cost") or {}).get("dollars")),
         progress.get("lastCheckpoint") or "-",
     )
 
@@ -186,7 +188,7 @@ def status_text(job: dict[str, Any]) -> str:
 
 def describe(job: dict[str, Any], now: datetime | None = None) -> str:
     """`kuberl describe job NAME`, laid out as `kubectl describe`: the object's metadata, the
-    spec's essentials, the status with its progress and conditions, and Events: the job's
+    spec's essentials, the status with its progress, cost and conditions, and Events: the job's
     history as its conditions' transitions tell it, oldest first."""
     metadata, spec = job["metadata"], job["spec"]
     state = job.get("status") or {}
@@ -241,6 +243,7 @@ def describe(job: dict[str, Any], now: datetime | None = None) -> str:
         ("Exported Policy", _shown(progress.get("exportedPolicy"))),
         ("Last Update Time", _shown(progress.get("lastUpdateTime"))),
     )
+    lines += _cost_lines(state.get("cost"), (spec.get("budget") or {}).get("maxDollars"))
     conditions = state.get("conditions") or []
     lines.append("  Conditions:" + ("" if conditions else "  <none>"))
     if conditions:
@@ -264,6 +267,39 @@ def describe(job: dict[str, Any], now: datetime | None = None) -> str:
         rows.append(tuple("-" * len(cell) for cell in rows[0]))
         lines += ["  " + line for line in aligned(rows + history).splitlines()]
     return "\n".join(lines)
+
+
+def _cost_lines(cost: dict[str, Any] | None, budget: float | None) -> list[str]:
+    """The Cost section: dollars split spot and on-demand, what spot saved against on-demand
+    nodes, GPU- and worker-hours, the dollars when the target was reached, the budget."""
+    budget_shown = "<none>" if budget is None else _dollars(budget)
+    if not cost:
+        return (
+            ["  Cost:  <none>"] if budget is None else ["  Cost:", f"    Budget:  {budget_shown}"]
+        )
+    dollars, equivalent = cost.get("dollars", 0.0), cost.get("onDemandEquivalentDollars", 0.0)
+    if budget is not None:
+        budget_shown += f" ({dollars / budget:.0%} spent)"
+    saved = _dollars(equivalent - dollars)
+    rows = _fields(
+        4,
+        ("Dollars", _dollars(dollars)),
+        ("Spot", _dollars(cost.get("spotDollars", 0.0))),
+        ("On-Demand", _dollars(cost.get("onDemandDollars", 0.0))),
+        ("All On-Demand", f"{_dollars(equivalent)} (spot saved {saved})"),
+        ("GPU Hours", f"{cost.get('gpuHours', 0.0):,.2f}"),
+        ("Worker Hours", f"{cost.get('workerHours', 0.0):,.2f}"),
+        ("Dollars At Target", _dollars(cost.get("dollarsAtTarget"))),
+        ("Budget", budget_shown),
+    )
+    return ["  Cost:", *rows]
+
+
+def _dollars(value: float | None) -> str:
+    """$1,234.56; a cost under a cent shows its first figures ($0.0031), not $0.00."""
+    if value is None:
+        return "-"
+    return f"${value:,.2f}" if value == 0 or abs(value) >= 0.01 else f"${value:.2g}"
 
 
 def events(job: dict[str, Any], now: datetime | None = None) -> list[tuple[str, str, str, str]]:

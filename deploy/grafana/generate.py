@@ -4,7 +4,8 @@ committed JSON differs from what this writes).
 - kuberl-fleet.json: every job at a glance (phases, preemptions, restarts, samples/s, GPU use, the
   operator and the API);
 - kuberl-training.json: one job's training, chosen with the `namespace` and `rljob` variables;
-- kuberl-spot.json: spot and cost (preemptions, time lost to them, worker-hours by capacity).
+- kuberl-spot.json: spot and cost (preemptions, time lost to them, worker-hours and dollars by
+  capacity).
 
 Plain dicts. The metric names come from the code that exports them (kuberl_contract.progress_row,
 kuberl_operator.constants, kuberl_api.metrics), so a renamed metric changes its panels with it. The

@@ -1,5 +1,6 @@
-"""kuberl-spot.json: spot and cost (preemptions, time lost to them, worker-hours by capacity),
-across the namespaces the `namespace` variable selects."""
+"""kuberl-spot.json: spot and cost (preemptions, time lost to them, worker-hours by capacity,
+dollars by capacity against their on-demand equivalent), across the namespaces the `namespace`
+variable selects."""
 
 from __future__ import annotations
 
@@ -22,6 +23,8 @@ from kuberl_contract.progress_row import (
     METRIC_WORKER_DOWNTIME,
 )
 from kuberl_operator.constants import (
+    METRIC_JOB_COST,
+    METRIC_JOB_ON_DEMAND_EQUIVALENT,
     METRIC_JOB_PHASE_SECONDS,
     METRIC_JOBS,
     METRIC_PREEMPTIONS,
@@ -134,6 +137,17 @@ def spot() -> dict[str, Any]:
             custom={"stacking": {"mode": "normal"}, "fillOpacity": 30},
         ),
         timeseries(
+            "Cost by capacity",
+            [
+                target(f"sum by (capacity) ({METRIC_JOB_COST}{{{ns}}})", "{{capacity}}"),
+                target(f"sum({METRIC_JOB_ON_DEMAND_EQUIVALENT}{{{ns}}})", "all on on-demand nodes"),
+            ],
+            "currencyUSD",
+            "Dollars the jobs have cost so far on spot and on on-demand nodes (each pod's share of "
+            "its node at the operator's price table), against what the same pod-hours would "
+            "have cost on on-demand nodes: the gap is what spot saved.",
+        ),
+        timeseries(
             "Pending rollout worker pods",
             [
                 target(
@@ -177,7 +191,8 @@ def spot() -> dict[str, Any]:
     return dashboard(
         "kuberl-spot",
         "kuberl / Spot and cost",
-        "Preemptions, the time they cost, and rollout worker-hours on spot and on-demand nodes.",
+        "Preemptions, the time they cost, rollout worker-hours on spot and on-demand nodes, and "
+        "what jobs cost.",
         variables,
         panels,
     )

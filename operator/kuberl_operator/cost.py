@@ -8,8 +8,9 @@ type (spot or on-demand, read from the labels each cloud puts on its nodes) and 
 table says of its pool or instance type. Pending pods cost nothing: they hold no node.
 
 `tally_step` adds one poll interval to a `CostTally`; it reads no clock, so the caller decides the
-interval and the same inputs always give the same tally. `status_cost` is the tally as the RLJob's
-status.cost shows it.
+interval and the same inputs always give the same tally. A pod that has held its node for less
+than the interval (it was scheduled since the last poll) is charged only that long. The status
+module keeps the tally in the RLJob's status.cost (`status.cost`).
 """
 
 from __future__ import annotations
@@ -92,14 +93,15 @@ DECIMAL_SUFFIXES = {
     "E": 18,
 }
 
-DOLLAR_DECIMALS = 4  # a hundredth of a cent: a short job on one small node still shows its cost
-HOUR_DECIMALS = 3
+
+Quantity = str | int | Fraction
+"""A quantity as Kubernetes writes it ("500m", "4Gi"), or as a number already."""
 
 
-def parse_quantity(value: str | int, where: str = "quantity") -> Fraction:
+def parse_quantity(value: Quantity, where: str = "quantity") -> Fraction:
     """A Kubernetes quantity ("500m", "2", "4Gi", "1e3", "100M") as an exact number. Raises
     ValueError naming `where` for anything else."""
-    if isinstance(value, int) and not isinstance(value, bool) and value >= 0:
+    if isinstance(value, int | Fraction) and not isinstance(value, bool) and value >= 0:
         return Fraction(value)
     match = QUANTITY.fullmatch(value) if isinstance(value, str) else None
     if match is None:
@@ -128,7 +130,7 @@ def instance_type(node_labels: Mapping[str, str]) -> str | None:
 
 
 def pod_share(
-    pod_requests: Mapping[str, str | int], node_allocatable: Mapping[str, str | int]
+    pod_requests: Mapping[str, Quantity], node_allocatable: Mapping[str, Quantity]
 ) -> float:
     """The share of its node a pod is charged, as OpenCost charges it: the largest of its CPU,
     memory and GPU requests over the node's allocatable, at most 1. A resource the node has none
@@ -226,9 +228,12 @@ class PodOnNode:
     """One pod of a job, scheduled on a node: what the cost model needs of both."""
 
     role: PodRole
-    requests: Mapping[str, str | int]
+    requests: Mapping[str, Quantity]
     node_labels: Mapping[str, str]
-    node_allocatable: Mapping[str, str | int]
+    node_allocatable: Mapping[str, Quantity]
+    held_seconds: float | None = None
+    """How long the pod has held its node (since it was scheduled); None when unknown. A poll
+    interval longer than this charges the pod only this long."""
 
 
 @dataclass(frozen=True)
@@ -266,9 +271,10 @@ def tally_step(
     reaching the target)."""
     if not math.isfinite(seconds) or seconds < 0:
         raise ValueError(f"seconds: {seconds} is not a duration: write seconds >= 0")
-    hours = seconds / 3600
     spot = on_demand = equivalent = gpu_hours = worker_hours = 0.0
     for pod in pods_on_nodes:
+        held = seconds if pod.held_seconds is None else min(seconds, max(pod.held_seconds, 0.0))
+        hours = held / 3600
         share = pod_share(pod.requests, pod.node_allocatable)
         capacity = capacity_type(pod.node_labels)
         dollars = share * prices.hourly_price(pod.node_labels, capacity) * hours
@@ -293,16 +299,38 @@ def tally_step(
     return after
 
 
-def status_cost(tally: CostTally) -> dict[str, float | None]:
-    """The tally as the RLJob's status.cost: dollars to a hundredth of a cent, hours to the
-    thousandth."""
-    at_target = tally.dollars_at_target
-    return {
-        "dollars": round(tally.dollars, DOLLAR_DECIMALS),
-        "spotDollars": round(tally.spot_dollars, DOLLAR_DECIMALS),
-        "onDemandDollars": round(tally.on_demand_dollars, DOLLAR_DECIMALS),
-        "onDemandEquivalentDollars": round(tally.on_demand_equivalent_dollars, DOLLAR_DECIMALS),
-        "gpuHours": round(tally.gpu_hours, HOUR_DECIMALS),
-        "workerHours": round(tally.worker_hours, HOUR_DECIMALS),
-        "dollarsAtTarget": None if at_target is None else round(at_target, DOLLAR_DECIMALS),
-    }
+def pod_requests(pod: Mapping[str, Any]) -> dict[str, Fraction]:
+    """What a pod requests of its node, as the scheduler counts it: its containers' requests
+    added up, or an init container's where that is larger (init containers run one at a time,
+    before the others)."""
+    spec = pod.get("spec") or {}
+
+    def requests_of(container: Mapping[str, Any]) -> dict[str, Fraction]:
+        asked = (container.get("resources") or {}).get("requests") or {}
+        name = container.get("name", "?")
+        return {
+            resource: parse_quantity(value, f"{name}.resources.requests.{resource}")
+            for resource, value in asked.items()
+        }
+
+    total: dict[str, Fraction] = {}
+    for container in spec.get("containers") or []:
+        for resource, amount in requests_of(container).items():
+            total[resource] = total.get(resource, Fraction(0)) + amount
+    for container in spec.get("initContainers") or []:
+        for resource, amount in requests_of(container).items():
+            total[resource] = max(total.get(resource, Fraction(0)), amount)
+    return total
+
+
+def pod_on_node(
+    pod: Mapping[str, Any], node: Mapping[str, Any], role: PodRole, held_seconds: float | None
+) -> PodOnNode:
+    """A pod and the node object it is scheduled on, as the cost model reads them."""
+    return PodOnNode(
+        role=role,
+        requests=pod_requests(pod),
+        node_labels=(node.get("metadata") or {}).get("labels") or {},
+        node_allocatable=(node.get("status") or {}).get("allocatable") or {},
+        held_seconds=held_seconds,
+    )

@@ -58,6 +58,8 @@ PRINTER_COLUMNS = [
     {"name": "Timesteps", "type": "integer", "jsonPath": ".status.progress.timesteps"},
     {"name": "Restarts", "type": "integer", "jsonPath": ".status.restarts"},
     {"name": "Age", "type": "date", "jsonPath": ".metadata.creationTimestamp"},
+    # Dollars so far: with -o wide only (priority 1), as kubectl shows a pod's node.
+    {"name": "Cost", "type": "number", "jsonPath": ".status.cost.dollars", "priority": 1},
 ]
 
 

@@ -1,7 +1,8 @@
 """What one reconcile observes of an RLJob besides its own object: whether KubeRay is installed,
-the job's RayCluster and its pods, names of children held by objects the job does not own, and,
-through the Ray head, the current attempt's driver and its progress (and, until that driver is
-submitted to a cluster an earlier attempt ran on, which earlier drivers there have not ended).
+the job's RayCluster and its pods (and the nodes they run on, for their cost: nodes.py), names of
+children held by objects the job does not own, and, through the Ray head, the current attempt's
+driver and its progress (and, until that driver is submitted to a cluster an earlier attempt ran
+on, which earlier drivers there have not ended).
 This module fetches; `observe` reads what was fetched into the plain values of `status.Observed`.
 
 Only the job's own children are observed (ownership.py): a RayCluster of the job's name that is
@@ -36,13 +37,16 @@ from kuberl_operator.constants import (
     RAY_CLUSTER_LABEL,
 )
 from kuberl_operator.kube import Kube, path
+from kuberl_operator.nodes import NodeCache
 from kuberl_operator.observe import (
     head_pod,
     observed_cluster,
     observed_head,
     pending_spot_workers,
+    pods_on_nodes,
     progress_from_final_record,
     progress_from_metrics,
+    scheduled_nodes,
     taken_name,
     unschedulable,
     waiting_from_metrics,
@@ -94,6 +98,8 @@ class JobObserver:
         self._kuberay: tuple[bool, float] = (False, -math.inf)  # (installed, when checked)
         self._tokens: dict[tuple[str, str], str] = {}
         self.heads = RayHeads()
+        self.nodes = NodeCache(kube)
+        self.prices = settings.price_table
 
     async def close(self) -> None:
         await self.heads.close()
@@ -133,6 +139,8 @@ class JobObserver:
                     path("v1", "pods", namespace), {RAY_CLUSTER_LABEL: cluster_name}
                 )
                 found = await self._observe_cluster(job, uid, status, ray_cluster, pods, now)
+                nodes = await self.nodes.nodes(scheduled_nodes(pods))
+                found["pods_on_nodes"] = pods_on_nodes(pods, nodes, now)
             elif kuberay and status.phase not in TERMINAL:  # its children would be created next
                 refs = builders.child_refs(job, self.settings)
                 others = [ref for ref in refs if ref.kind != "RayCluster"]
@@ -145,6 +153,7 @@ class JobObserver:
             spec_problems=problems,
             taken_names=tuple(taken),
             worker_selector=builders.worker_pods_selector(job) if job else None,
+            prices=self.prices,
             **found,
         )
         return Observation(observed, ray_cluster, pods)

@@ -1,20 +1,28 @@
 """The operator's Prometheus metrics (DESIGN.md §6): jobs by phase, reconcile duration,
-preemptions and restarts, and where each job's time and rollout workers go (the spot dashboard's
-figures). Labels stay bounded: namespace, rljob (the RLJob's name), phase, capacity."""
+preemptions and restarts, where each job's time and rollout workers go, and what each job cost
+and may cost (the spot dashboard's figures). Labels stay bounded: namespace, rljob (the RLJob's
+name), phase, capacity."""
 
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, start_http_server
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 
 from kuberl_contract.progress_row import RLJOB_LABEL
 from kuberl_operator.constants import (
+    METRIC_JOB_BUDGET,
+    METRIC_JOB_COST,
+    METRIC_JOB_COST_AT_TARGET,
+    METRIC_JOB_GPU_HOURS,
+    METRIC_JOB_ON_DEMAND_EQUIVALENT,
     METRIC_JOB_PHASE,
     METRIC_JOB_PHASE_SECONDS,
+    METRIC_JOB_WORKER_HOURS,
     METRIC_JOBS,
     METRIC_PREEMPTIONS,
     METRIC_RECONCILE_DURATION,
@@ -25,7 +33,7 @@ from kuberl_operator.constants import (
     ROLLOUT_GROUP,
 )
 from kuberl_operator.observe import RAY_GROUP_LABEL, disruption, worker_pods
-from kuberl_operator.spec import Phase, RLJobStatus
+from kuberl_operator.spec import Cost, Phase, RLJobStatus
 
 # Values of the `capacity` label: which kind of node a rollout worker pod runs on.
 SPOT = "spot"
@@ -54,6 +62,56 @@ class _Seen:
     at: float
     phase: str
     workers: dict[str, int] = field(default_factory=dict)
+
+
+class CostCollector:
+    """Each job's status.cost, and its budget, as Prometheus series. They are read from the status,
+    the one tally, rather than counted here: an operator restarted goes on from the same figures
+    and never counts a poll twice."""
+
+    def __init__(self) -> None:
+        self.jobs: dict[tuple[str, str], tuple[Cost | None, float | None]] = {}
+        """(namespace, name) -> (status.cost, spec.budget.maxDollars)."""
+
+    def collect(self) -> Iterator[Metric]:
+        job = ("namespace", RLJOB_LABEL)
+        dollars = CounterMetricFamily(
+            METRIC_JOB_COST,
+            "Dollars each RLJob has cost (status.cost), by capacity (spot or on-demand).",
+            labels=(*job, "capacity"),
+        )
+        equivalent = CounterMetricFamily(
+            METRIC_JOB_ON_DEMAND_EQUIVALENT,
+            "What each RLJob's pod-hours would have cost on on-demand nodes of the same types.",
+            labels=job,
+        )
+        gpu_hours = CounterMetricFamily(
+            METRIC_JOB_GPU_HOURS, "GPU-hours of each RLJob's pods.", labels=job
+        )
+        worker_hours = CounterMetricFamily(
+            METRIC_JOB_WORKER_HOURS, "Rollout worker pod-hours of each RLJob.", labels=job
+        )
+        at_target = GaugeMetricFamily(
+            METRIC_JOB_COST_AT_TARGET,
+            "Dollars each RLJob had cost when it first reached its target return.",
+            labels=job,
+        )
+        budget = GaugeMetricFamily(
+            METRIC_JOB_BUDGET, "Each RLJob's spec.budget.maxDollars.", labels=job
+        )
+        for key, (cost, max_dollars) in sorted(self.jobs.items()):
+            if max_dollars is not None:
+                budget.add_metric(key, max_dollars)
+            if cost is None:
+                continue
+            dollars.add_metric((*key, SPOT), cost.spot_dollars)
+            dollars.add_metric((*key, ON_DEMAND), cost.on_demand_dollars)
+            equivalent.add_metric(key, cost.on_demand_equivalent_dollars)
+            gpu_hours.add_metric(key, cost.gpu_hours)
+            worker_hours.add_metric(key, cost.worker_hours)
+            if cost.dollars_at_target is not None:
+                at_target.add_metric(key, cost.dollars_at_target)
+        yield from (dollars, equivalent, gpu_hours, worker_hours, at_target, budget)
 
 
 class OperatorMetrics:
@@ -115,6 +173,8 @@ class OperatorMetrics:
             ("namespace", RLJOB_LABEL),
             registry=r,
         )
+        self.cost = CostCollector()
+        r.register(self.cost)
         self._seen: dict[tuple[str, str], _Seen] = {}
 
     def serve(self, port: int, address: str = "0.0.0.0") -> Callable[[], None]:
@@ -135,9 +195,12 @@ class OperatorMetrics:
         before: RLJobStatus,
         after: RLJobStatus,
         workers: Mapping[str, int] | None = None,
+        budget: float | None = None,
     ) -> None:
         """Count what one status write changed; `workers` are the job's running rollout workers
-        by capacity (`rollout_workers`), none when it has no Ray cluster."""
+        by capacity (`rollout_workers`), none when it has no Ray cluster; `budget` is its
+        spec.budget.maxDollars, None without one."""
+        self.cost.jobs[namespace, name] = (after.cost, budget)
         job = {"namespace": namespace, RLJOB_LABEL: name}
         previous = self._seen.get((namespace, name))
         if previous is None:
@@ -160,8 +223,9 @@ class OperatorMetrics:
         self._move_phase(namespace, name, previous.phase if previous else None, phase)
 
     def forget(self, namespace: str, name: str) -> None:
-        """The job is gone: it leaves the phase counts and its gauges (its counters stay, as
-        counters do)."""
+        """The job is gone: it leaves the phase counts, its gauges and its cost's series (its other
+        counters stay, as counters do)."""
+        self.cost.jobs.pop((namespace, name), None)
         previous = self._seen.pop((namespace, name), None)
         if previous is not None:
             self._move_phase(namespace, name, previous.phase, None)

@@ -38,6 +38,7 @@ from kuberl_operator.constants import (
     RAY_NODE_TYPE_LABEL,
     ROLLOUT_GROUP,
 )
+from kuberl_operator.cost import PodOnNode, pod_on_node
 from kuberl_operator.status import (
     HEAD_GROUP,
     HeadFate,
@@ -212,6 +213,31 @@ def workers(ray_cluster: Object, pods: Iterable[Object]) -> WorkerPods:
         elif not pod["metadata"].get("deletionTimestamp"):
             live += 1
     return WorkerPods(frozenset(disrupted), max(0, desired_workers(ray_cluster) - live), live)
+
+
+def scheduled_nodes(pods: Iterable[Object]) -> set[str]:
+    """The names of the nodes the pods are scheduled on (spec.nodeName)."""
+    return {name for p in pods if (name := (p.get("spec") or {}).get("nodeName"))}
+
+
+def pods_on_nodes(
+    pods: Iterable[Object], nodes: dict[str, Object], now: datetime
+) -> tuple[PodOnNode, ...]:
+    """The pods that hold a node now, with the node (`nodes`, by name: those that could be read):
+    scheduled and not finished (a Succeeded or Failed pod holds nothing). Each has held its node
+    since its PodScheduled condition turned True, else since it was created."""
+    held = []
+    for pod in pods:
+        node = nodes.get((pod.get("spec") or {}).get("nodeName") or "")
+        if node is None or (pod.get("status") or {}).get("phase") in ("Succeeded", "Failed"):
+            continue
+        scheduled = _condition(pod, "PodScheduled") or {}
+        when = scheduled.get("lastTransitionTime") if scheduled.get("status") == "True" else None
+        since = parse_time(when) or parse_time(pod["metadata"].get("creationTimestamp"))
+        seconds = None if since is None else max((now - since).total_seconds(), 0.0)
+        role = "head" if _labels(pod).get(RAY_NODE_TYPE_LABEL) == RAY_HEAD_NODE_TYPE else "worker"
+        held.append(pod_on_node(pod, node, role, seconds))
+    return tuple(held)
 
 
 def pending_spot_workers(pods: Iterable[Object], now: datetime) -> tuple[int, float]:

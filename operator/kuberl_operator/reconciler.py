@@ -133,7 +133,8 @@ class Reconciler:
             )
         spot = job is not None and job.spec.rollout_workers.spot.enabled
         workers = rollout_workers(seen.pods, spot)
-        self.metrics.observed(namespace, name, status, update.status, workers)
+        budget = job.spec.budget.max_dollars if job is not None and job.spec.budget else None
+        self.metrics.observed(namespace, name, status, update.status, workers, budget)
         for event in update.events:
             kopf.event(dict(body), type=event.type, reason=event.reason, message=event.message)
         if update.on_demand_replicas is not None:

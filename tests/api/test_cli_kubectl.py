@@ -81,6 +81,7 @@ def test_get_prints_the_apis_documents_in_every_output(queued, queue_client):
         "PREEMPTIONS",
         "WORKERS",
         "SAMPLES/S",
+        "COST",
         "CHECKPOINT",
     ]
     assert wide[1].split()[:2] == ["fmt-a", "Pending"] and wide[1].split()[9:12] == [

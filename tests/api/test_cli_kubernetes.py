@@ -148,8 +148,9 @@ def test_submit_then_get_in_every_output(alice, api, cluster, tmp_path):  # noqa
     assert json.loads(alice("get", "jobs", "-n", "team-a", "-o", "json").stdout) == listed
 
     wide = alice("get", "jobs", "trained", "-n", "team-a", "-o", "wide").stdout.splitlines()
-    assert wide[0].split()[9:] == ["RESTARTS", "PREEMPTIONS", "WORKERS", "SAMPLES/S", "CHECKPOINT"]
-    assert wide[1].split()[9:] == ["0", "0", "0x4", "1,234", CHECKPOINT]
+    header = ["RESTARTS", "PREEMPTIONS", "WORKERS", "SAMPLES/S", "COST", "CHECKPOINT"]
+    assert wide[0].split()[9:] == header
+    assert wide[1].split()[9:] == ["0", "0", "0x4", "1,234", "-", CHECKPOINT]
     names = alice("get", "jobs", "-n", "team-a", "-o", "name").stdout.splitlines()
     assert sorted(names) == ["rljob/trained", "rljob/waiting"]
 

@@ -98,3 +98,45 @@ def test_describe_without_status_says_none():
         ["----", "------", "---", "-------"],
         ["Normal", "Submitted", "1h", "the", "job", "was", "stored"],
     ]
+
+
+COST = {
+    "dollars": 1.25,
+    "spotDollars": 0.25,
+    "onDemandDollars": 1.0,
+    "onDemandEquivalentDollars": 2.0,
+    "gpuHours": 1.5,
+    "workerHours": 6.0,
+    "dollarsAtTarget": 0.75,
+}
+
+
+def test_describe_shows_the_cost_split_the_saving_and_the_budget():
+    priced = job(cost=COST)
+    priced["spec"]["budget"] = {"maxDollars": 5}
+    lines = views.describe(priced, NOW).splitlines()
+    section = lines[lines.index("  Cost:") + 1 : lines.index("  Conditions:  <none>")]
+    assert [line.split(":", 1)[0].strip() for line in section] == [
+        "Dollars",
+        "Spot",
+        "On-Demand",
+        "All On-Demand",
+        "GPU Hours",
+        "Worker Hours",
+        "Dollars At Target",
+        "Budget",
+    ]
+    shown = {line.split(":", 1)[0].strip(): line.split(":", 1)[1].strip() for line in section}
+    assert shown["Dollars"] == "$1.25"
+    assert shown["All On-Demand"] == "$2.00 (spot saved $0.75)"
+    assert shown["Budget"] == "$5.00 (25% spent)"
+    assert shown["Dollars At Target"] == "$0.75"
+
+    assert "  Cost:  <none>" in views.describe(job(), NOW).splitlines()
+
+
+def test_wide_shows_the_cost_even_under_a_cent():
+    cost = views.header(wide=True).index("COST")
+    assert views.row(job(cost=COST), wide=True, now=NOW)[cost] == "$1.25"
+    assert views.row(job(cost={**COST, "dollars": 0.0031}), wide=True, now=NOW)[cost] == "$0.0031"
+    assert views.row(job(), wide=True, now=NOW)[cost] == "-"

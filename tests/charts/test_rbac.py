@@ -380,7 +380,8 @@ def run_operator_scenario(kube_api: KubeAPIClient, tmp_path: Path, **kopf_option
     """Every Kubernetes call the operator makes, without a Ray head (the Ray Jobs API is
     unreachable, so the driver never runs: its calls go to Ray, not to Kubernetes): a finished job
     deleted after its TTL; a spot job's children created (its Ray token derived from the key the
-    chart gives the operator, never read back); a Pending spot worker replaced by the on-demand
+    chart gives the operator, never read back; its pods on the emulated KubeRay's labelled nodes,
+    which the operator reads for their cost); a Pending spot worker replaced by the on-demand
     group; suspend (the cluster deleted) and resume (the children again: the manifest patched in
     place); the job deleted (kopf's finalizer)."""
     dead = f"http://127.0.0.1:{free_port()}"

@@ -27,6 +27,7 @@ ALERTS = {
     "KuberlCheckpointFailing",
     "KuberlWaitingForWorkers",
     "KuberlRolloutWorkersDown",
+    "KuberlJobBudgetNearlySpent",
     "KuberlOperatorDown",
     "KuberlApiErrors",
 }

@@ -1,11 +1,18 @@
 """The operator's per-job series the dashboards and alerts read: phase, time per phase, rollout
-workers by capacity and worker-time, preemptions and restarts from the first reconcile on."""
+workers by capacity and worker-time, preemptions and restarts from the first reconcile on, and
+each job's cost and budget as its status says them."""
 
 from __future__ import annotations
 
 from kuberl_operator.constants import (
+    METRIC_JOB_BUDGET,
+    METRIC_JOB_COST,
+    METRIC_JOB_COST_AT_TARGET,
+    METRIC_JOB_GPU_HOURS,
+    METRIC_JOB_ON_DEMAND_EQUIVALENT,
     METRIC_JOB_PHASE,
     METRIC_JOB_PHASE_SECONDS,
+    METRIC_JOB_WORKER_HOURS,
     METRIC_JOBS,
     METRIC_PREEMPTIONS,
     METRIC_RESTARTS,
@@ -13,7 +20,7 @@ from kuberl_operator.constants import (
     METRIC_ROLLOUT_WORKERS,
 )
 from kuberl_operator.metrics import ON_DEMAND, SPOT, OperatorMetrics, rollout_workers
-from kuberl_operator.spec import Phase, RLJobStatus
+from kuberl_operator.spec import Cost, Phase, RLJobStatus
 
 
 def worker(name: str, group: str, phase: str = "Running") -> dict:
@@ -91,3 +98,34 @@ def test_time_goes_to_the_phase_and_the_workers_a_job_had():
     assert sample(metrics, METRIC_ROLLOUT_WORKERS, **job, capacity=SPOT) is None
     assert sample(metrics, METRIC_JOBS, namespace="team", phase="Running") == 0
     assert sample(metrics, worker_seconds, **job, capacity=SPOT) == 24  # counters stay
+
+
+def test_a_jobs_cost_and_budget_are_its_status_and_spec_and_leave_with_it():
+    metrics = OperatorMetrics()
+    job = {"namespace": "team-a", "rljob": "pricey"}
+    metrics.observed("team-a", "pricey", RLJobStatus(), RLJobStatus(), budget=50.0)
+    assert sample(metrics, METRIC_JOB_COST, **job, capacity=SPOT) is None  # nothing on a node yet
+    assert sample(metrics, METRIC_JOB_BUDGET, **job) == 50.0
+
+    cost = Cost(
+        dollars=3.0,
+        spot_dollars=1.0,
+        on_demand_dollars=2.0,
+        on_demand_equivalent_dollars=4.5,
+        gpu_hours=1.5,
+        worker_hours=6.0,
+        dollars_at_target=2.5,
+    )
+    # Read from the status, not counted here: a restarted operator shows the same figures.
+    restarted = OperatorMetrics()
+    restarted.observed("team-a", "pricey", RLJobStatus(), RLJobStatus(cost=cost))
+    assert sample(restarted, METRIC_JOB_COST, **job, capacity=SPOT) == 1.0
+    assert sample(restarted, METRIC_JOB_COST, **job, capacity=ON_DEMAND) == 2.0
+    assert sample(restarted, METRIC_JOB_ON_DEMAND_EQUIVALENT, **job) == 4.5
+    assert sample(restarted, METRIC_JOB_GPU_HOURS, **job) == 1.5
+    assert sample(restarted, METRIC_JOB_WORKER_HOURS, **job) == 6.0
+    assert sample(restarted, METRIC_JOB_COST_AT_TARGET, **job) == 2.5
+    assert sample(restarted, METRIC_JOB_BUDGET, **job) is None  # no budget
+
+    restarted.forget("team-a", "pricey")
+    assert sample(restarted, METRIC_JOB_COST, **job, capacity=SPOT) is None

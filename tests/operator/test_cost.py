@@ -15,8 +15,9 @@ from kuberl_operator.cost import (
     PriceTable,
     capacity_type,
     parse_quantity,
+    pod_on_node,
+    pod_requests,
     pod_share,
-    status_cost,
     tally_step,
 )
 from kuberl_operator.settings import InvalidSettings, OperatorSettings
@@ -261,22 +262,35 @@ def test_a_negative_interval_is_refused():
         tally_step(CostTally(), [HEAD], PRICES, -5, target_reached=False)
 
 
-def test_status_cost_is_the_tally_in_camel_case_rounded():
-    tally = CostTally(
-        spot_dollars=0.123456,
-        on_demand_dollars=1.0,
-        on_demand_equivalent_dollars=2.5,
-        gpu_hours=1.23456,
-        worker_hours=6.0,
-    )
-    assert status_cost(tally) == {
-        "dollars": 1.1235,
-        "spotDollars": 0.1235,
-        "onDemandDollars": 1.0,
-        "onDemandEquivalentDollars": 2.5,
-        "gpuHours": 1.235,
-        "workerHours": 6.0,
-        "dollarsAtTarget": None,
+def test_a_pod_scheduled_during_the_interval_is_charged_only_since():
+    newcomer = PodOnNode(**{**WORKER.__dict__, "held_seconds": 900})
+    tally = tally_step(CostTally(), [WORKER, newcomer], PRICES, 1800, target_reached=False)
+
+    assert tally.spot_dollars == pytest.approx(0.25 * 0.07 * (0.5 + 0.25))
+    assert tally.worker_hours == pytest.approx(0.75)
+
+
+# --- Reading pods and nodes ----------------------------------------------------------------------
+
+
+def test_a_pods_request_adds_its_containers_up_or_takes_a_larger_init_container():
+    pod = {
+        "spec": {
+            "containers": [
+                {"name": "ray", "resources": {"requests": {"cpu": "1500m", "memory": "2Gi"}}},
+                {"name": "relay", "resources": {"requests": {"cpu": "500m"}}},
+            ],
+            "initContainers": [{"name": "wait", "resources": {"requests": {"memory": "3Gi"}}}],
+        }
     }
-    reached = tally_step(tally, [], PRICES, 0, target_reached=True)
-    assert status_cost(reached)["dollarsAtTarget"] == 1.1235
+    assert pod_requests(pod) == {"cpu": 2, "memory": 3 * 2**30}
+    assert pod_requests({"spec": {"containers": [{"name": "bare"}]}}) == {}
+
+
+def test_a_pod_on_a_node_reads_the_nodes_labels_and_allocatable():
+    pod = {"spec": {"containers": [{"name": "ray", "resources": {"requests": {"cpu": "2"}}}]}}
+    node = {"metadata": {"labels": SPOT_M6I}, "status": {"allocatable": M6I_ALLOCATABLE}}
+    on_node = pod_on_node(pod, node, "worker", 30.0)
+
+    assert on_node == PodOnNode("worker", {"cpu": 2}, SPOT_M6I, M6I_ALLOCATABLE, 30.0)
+    assert pod_share(on_node.requests, on_node.node_allocatable) == 0.5

@@ -81,7 +81,9 @@ def test_printer_columns():
         "Timesteps",
         "Restarts",
         "Age",
+        "Cost",
     ]
+    assert columns["Cost"]["priority"] == 1  # -o wide only
     assert columns["Return"] == {
         "name": "Return",
         "type": "number",

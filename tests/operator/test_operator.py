@@ -1,12 +1,13 @@
 """The operator end to end: kopf running for real (handlers.py) against the emulated Kubernetes API,
 drivers submitted to a real Ray head on loopback and training for real.
 
-Nothing here plays the operator's part. The tests play KubeRay's and the kubelet's (`KubeRay`
-below): they bring a RayCluster's pods up and mark it ready, mount the job's ConfigMap where the
-head reads it, refill worker groups, complete evictions, and stop a deleted cluster's driver the
-way its head's preStop hook does. All clusters map to the one real Ray head: the stand-in for the
-cluster's DNS (`HeadServices`) lets a request through to it only with the token in the auth Secret
-the cluster names, as that cluster's own head would, and hands the real head its own token.
+Nothing here plays the operator's part. The tests play KubeRay's, the scheduler's and the
+kubelet's (`KubeRay` below): they bring a RayCluster's pods up on labelled nodes and mark it
+ready, mount the job's ConfigMap where the head reads it, refill worker groups, complete evictions,
+and stop a deleted cluster's driver the way its head's preStop hook does. All clusters map to the
+one real Ray head: the stand-in for the cluster's DNS (`HeadServices`) lets a request through to it
+only with the token in the auth Secret the cluster names, as that cluster's own head would, and
+hands the real head its own token.
 """
 
 from __future__ import annotations
@@ -30,6 +31,7 @@ from kubeapi import RAYCLUSTER_CRD
 from rayhead import running_ray_head
 
 from kuberl_operator.constants import RAY_DASHBOARD_PORT
+from kuberl_operator.cost import capacity_type
 from kuberl_operator.handlers import registry
 from kuberl_operator.settings import OperatorSettings
 from testkit import free_port, rljob, wait_until
@@ -48,9 +50,40 @@ PATIENCE = 180
 RELAY_TOKEN = "relay-token-" + "r" * 32  # the API's, to the operator's log relay
 
 
+# The nodes the emulated scheduler places pods on: a spot node for pods whose template selects spot
+# capacity, an on-demand node for every other (both m6i.xlarge-sized, as Karpenter labels them).
+ALLOCATABLE = {"cpu": "4", "memory": "16Gi", "pods": "110"}
+NODES = {
+    capacity: {
+        "metadata": {
+            "name": f"node-{capacity}",
+            "labels": {
+                "node.kubernetes.io/instance-type": "m6i.xlarge",
+                "karpenter.sh/capacity-type": capacity,
+            },
+        },
+        "status": {"allocatable": ALLOCATABLE},
+    }
+    for capacity in ("spot", "on-demand")
+}
+
+
+def template(cluster: dict, group: str) -> dict:
+    """The pod template of the cluster's group `group` (headgroup: the head's)."""
+    if group == "headgroup":
+        return cluster["spec"]["headGroupSpec"]["template"]
+    groups = cluster["spec"].get("workerGroupSpecs") or []
+    return next(g["template"] for g in groups if g["groupName"] == group)
+
+
 def pod(name: str, cluster: dict, node_type: str, group: str) -> dict:
+    """A pod of the group as KubeRay makes it (with its template's resource requests), scheduled
+    on the node of the capacity its template selects."""
     meta = cluster["metadata"]
     owner = {"apiVersion": "ray.io/v1", "kind": "RayCluster", "name": meta["name"]}
+    spec = template(cluster, group)["spec"]
+    resources = spec["containers"][0].get("resources") or {}
+    node = NODES[capacity_type(spec.get("nodeSelector") or {})]
     return {
         "metadata": {
             "name": name,
@@ -61,7 +94,10 @@ def pod(name: str, cluster: dict, node_type: str, group: str) -> dict:
             },
             "ownerReferences": [owner | {"uid": meta["uid"], "controller": True}],
         },
-        "spec": {"containers": [{"name": "ray", "image": "ray"}]},
+        "spec": {
+            "containers": [{"name": "ray", "image": "ray", "resources": resources}],
+            "nodeName": node["metadata"]["name"],
+        },
     }
 
 
@@ -90,6 +126,8 @@ class KubeRay:
         self._pods = 0
 
     def __enter__(self) -> KubeRay:
+        for node in NODES.values():  # the cluster's nodes (a 409 when they exist already)
+            self.http.post(f"{self.api}/api/v1/nodes", json=node, timeout=10)
         self._thread.start()
         return self
 

@@ -22,7 +22,7 @@ SPEC_HASHES_ANNOTATION = "kuberl.io/spec-hashes"
 
 # What the operator itself acts on: an edit of these applies at once, with no new Ray cluster.
 APPLIED_IN_PLACE = frozenset(
-    {"suspend", "restartPolicy", "activeDeadlineSeconds", "ttlSecondsAfterFinished"}
+    {"suspend", "budget", "restartPolicy", "activeDeadlineSeconds", "ttlSecondsAfterFinished"}
 )
 
 

@@ -18,6 +18,7 @@ name the field.
   TrainerConfig; suspension, deadlines, priority, and the checks across sections).
 """
 
+from kuberl_operator.spec.budget import Budget
 from kuberl_operator.spec.formats import (
     DNS_LABEL_PATTERN,
     IMAGE_PATTERN,
@@ -30,7 +31,6 @@ from kuberl_operator.spec.formats import (
     Quantity,
     Toleration,
 )
-from kuberl_operator.spec.budget import Budget
 from kuberl_operator.spec.job import ObjectMeta, RLJob, RLJobSpec
 from kuberl_operator.spec.learner import DisruptionBudget, Learner
 from kuberl_operator.spec.pods import Pods

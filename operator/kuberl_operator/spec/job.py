@@ -26,6 +26,7 @@ from kuberl_operator.constants import (
     KUEUE_QUEUE_LABEL,
     MAX_JOB_NAME_LENGTH,
 )
+from kuberl_operator.spec.budget import Budget
 from kuberl_operator.spec.formats import (
     DNS_LABEL_PATTERN,
     DNS_SUBDOMAIN_PATTERN,
@@ -34,7 +35,6 @@ from kuberl_operator.spec.formats import (
     VERSION_PATTERN,
     LabelMap,
 )
-from kuberl_operator.spec.budget import Budget
 from kuberl_operator.spec.learner import Learner
 from kuberl_operator.spec.pods import Pods
 from kuberl_operator.spec.restart import RestartPolicy

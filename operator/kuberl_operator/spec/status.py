@@ -119,6 +119,11 @@ class Reason(StrEnum):
     CHECKPOINTS_ON_STORAGE = "CheckpointsOnStorage"
     CHECKPOINTS_IN_POD = "CheckpointsInPod"
 
+    # Suspended by the operator.
+    BUDGET_EXCEEDED = "BudgetExceeded"
+    """status.cost.dollars reached spec.budget.maxDollars: the job is suspended until the budget
+    is raised or removed."""
+
     # Why a Ray cluster is deleted, beside the reasons above.
     FINISHED = "Finished"
     STALE_ATTEMPT = "StaleAttempt"
@@ -177,6 +182,41 @@ class Progress(Spec):
     """Env steps sampled per second over the last iteration."""
 
 
+class Cost(Spec):
+    """What the job has cost so far: each pod of its Ray cluster that runs on a node is charged
+    its share of the node (its largest request over the node's allocatable, as OpenCost charges
+    it) at the node's price in the operator's price table, for the time it held the node. Values
+    are kept unrounded, so that many small polls add up."""
+
+    dollars: float = Field(0.0, ge=0)
+    """Dollars so far, spot and on-demand together."""
+
+    spot_dollars: float = Field(0.0, ge=0)
+    """Dollars of pods on spot (preemptible) nodes."""
+
+    on_demand_dollars: float = Field(0.0, ge=0)
+    """Dollars of pods on on-demand nodes."""
+
+    on_demand_equivalent_dollars: float = Field(0.0, ge=0)
+    """What the same pod-hours would have cost on on-demand nodes of the same types: the saving
+    spot brought is this less dollars."""
+
+    gpu_hours: float = Field(0.0, ge=0)
+    """GPUs requested by the job's pods times the hours they ran."""
+
+    worker_hours: float = Field(0.0, ge=0)
+    """Rollout worker pods times the hours they ran."""
+
+    dollars_at_target: float | None = Field(None, ge=0)
+    """Dollars when the job first reached its target return (spec.trainer.stop's
+    evaluationReturnMean where set, else its episodeReturnMean); null before, or without one."""
+
+    last_tally_time: datetime | None = None
+    """The time up to which the job's pods are counted. The next poll counts each pod from here,
+    or from when it was scheduled if later: a restarted operator counts the time it was down for
+    the pods that still run, and nothing twice."""
+
+
 class RLJobStatus(Spec):
     """The observed state of the job, written only by the operator."""
 
@@ -195,6 +235,9 @@ class RLJobStatus(Spec):
 
     progress: Progress = Field(default_factory=Progress)
     """Training progress."""
+
+    cost: Cost | None = None
+    """What the job has cost so far; null before any of its pods ran on a node."""
 
     attempt: int = Field(0, ge=0)
     """The current attempt (1, 2, ...): each submits its driver once, as a new Ray job; 0 before

@@ -3,9 +3,10 @@
 `compute_status(spec, observed)` reads no clock, no environment and no API: the reconciler gathers
 an `Observed` (the current status, the RayCluster, the head pod, disrupted rollout workers, pods
 the scheduler cannot place, spot pods waiting for nodes, the driver's submission, the newest
-progress row, the time), calls it, writes `StatusUpdate.status` when it differs from the current
-one, emits `StatusUpdate.events`, carries out `StatusUpdate.action` and sizes the rollout groups
-as `StatusUpdate.rollout_replicas` and `StatusUpdate.on_demand_replicas` say.
+progress row, the pods on their nodes and their prices, the time), calls it, writes
+`StatusUpdate.status` when it differs from the current one, emits `StatusUpdate.events`, carries
+out `StatusUpdate.action` and sizes the rollout groups as `StatusUpdate.rollout_replicas` and
+`StatusUpdate.on_demand_replicas` say.
 
 The phase is decided by one transition function, `next_phase(current, event)`, over the table
 `TRANSITIONS`; `compute_status` only works out which `PhaseEvent` the observation amounts to. The
@@ -32,6 +33,8 @@ One module per question:
   implies, startTime and completionTime, and how a new status meets the previous one (`enter`
   takes the local backend's events through it all). Why is Ready False?
 - `progress`: status.progress from a progress row, for every backend.
+- `cost`: status.cost, the job's cost carried from poll to poll (and whether its target was
+  reached); `budget`: whether it is to be suspended (spec.suspend, or a spent spec.budget).
 - `fallback`: the rollout groups' sizes: an elastic fleet's, and how many on-demand rollout
   workers stand in for spot ones that get no node.
 - `conditions`: the operator's conditions: the lifecycle's, and those only a cluster has.

@@ -1,7 +1,7 @@
 """`compute_status`, the one public function: it decides, moves the phase, and assembles the new
 status with its conditions and Events, and the on-demand rollout group's size; beside it, the
-small helpers that carry a field of the previous status over (progress, headPodUID). What every
-backend shares is in `lifecycle`."""
+small helpers that carry a field of the previous status over (progress, headPodUID); the cost's
+tally is `cost`'s. What every backend shares is in `lifecycle`."""
 
 from __future__ import annotations
 
@@ -9,6 +9,7 @@ from kuberl_operator.builders.driver import ephemeral_checkpoints
 from kuberl_operator.spec import Phase, Progress, RLJobSpec, RLJobStatus
 from kuberl_operator.status.actions import StatusUpdate, SubmitDriver
 from kuberl_operator.status.conditions import wanted_conditions
+from kuberl_operator.status.cost import next_cost, target_reached
 from kuberl_operator.status.decide import decide
 from kuberl_operator.status.decision import Decision
 from kuberl_operator.status.events import change_events, unschedulable_event
@@ -52,10 +53,15 @@ def compute_status(spec: RLJobSpec | None, observed: Observed) -> StatusUpdate:
     )
     conditions, changed = merge_conditions(wanted, previous, observed.now, observed.generation)
     resumed = resumes(previous.phase, decision.event)
+    progress = merge_progress(previous.progress, observed.progress)
+    reached = target_reached(spec, progress)
     status = RLJobStatus(
         phase=phase,
         conditions=conditions,
-        progress=merge_progress(previous.progress, observed.progress),
+        progress=progress,
+        cost=next_cost(
+            previous.cost, observed.pods_on_nodes, observed.prices, observed.now, reached
+        ),
         attempt=decision.attempt,
         cluster_attempt=decision.cluster_attempt,
         restarts=decision.restarts,

@@ -1,8 +1,9 @@
 """The conditions of each status (Ready, Progressing, Preempted, Complete, Failed, Suspended,
 UpToDate, Schedulable, KubeRayAvailable): each one's status, reason and message, worked out from
 the phase, the decision and the observation. The five every backend writes come from
-`lifecycle` (why Ready is False is there); the cluster adds Preempted, UpToDate, Schedulable and
-KubeRayAvailable, and why the job is not progressing in `_progressing`.
+`lifecycle` (why Ready is False is there), but for a spent budget's Suspended (BudgetExceeded);
+the cluster adds Preempted, UpToDate, Schedulable and KubeRayAvailable, and why the job is not
+progressing in `_progressing`.
 
 Pods the scheduler cannot place (no GPU node, a request larger than any node, a node selector
 nothing matches) leave the phase alone (the job waits where it is; activeDeadlineSeconds still
@@ -48,7 +49,7 @@ def wanted_conditions(
         ConditionType.PREEMPTED: _preempted(phase, decision, observed),
         ConditionType.COMPLETE: lifecycle[ConditionType.COMPLETE],
         ConditionType.FAILED: lifecycle[ConditionType.FAILED],
-        ConditionType.SUSPENDED: lifecycle[ConditionType.SUSPENDED],
+        ConditionType.SUSPENDED: _suspended(phase, decision, lifecycle[ConditionType.SUSPENDED]),
         ConditionType.UP_TO_DATE: _up_to_date(observed),
         ConditionType.SCHEDULABLE: _schedulable(phase, observed),
         ConditionType.KUBERAY_AVAILABLE: (
@@ -103,6 +104,16 @@ def _preempted(phase: Phase, decision: Decision, observed: Observed) -> Want:
         if kept.reason == Reason.WORKER_PREEMPTED and phase == Phase.PREEMPTED:
             return Want("True", kept.reason, kept.message)
     return Want("False", Reason.NOT_PREEMPTED)
+
+
+def _suspended(phase: Phase, decision: Decision, lifecycle: Want) -> Want:
+    """The lifecycle's Suspended, except for a job the operator suspended itself: its budget is
+    spent (reason BudgetExceeded, with the dollars)."""
+    if phase == Phase.SUSPENDED and decision.suspended is not None:
+        reason, message = decision.suspended
+        if reason == Reason.BUDGET_EXCEEDED:
+            return Want("True", reason, message)
+    return lifecycle
 
 
 def _up_to_date(observed: Observed) -> Want:

@@ -1,7 +1,8 @@
 """The decision: which `PhaseEvent` an observation amounts to, and what the reconciler does next.
-Attempts, restarts and their backoff, preemption, the active deadline and suspension are decided
-here: why a job restarted is in `_restart` and its callers; the rules of attempts (when the next
-one starts, on which Ray cluster, never overlapping the last) are in `attempts`.
+Attempts, restarts and their backoff, preemption, the active deadline and suspension (spec.suspend
+or a spent budget: `budget`) are decided here: why a job restarted is in `_restart` and its
+callers; the rules of attempts (when the next one starts, on which Ray cluster, never overlapping
+the last) are in `attempts`.
 
 A driver that exits with EXIT_INVALID_JOB found the job invalid (an unknown env, an unsupported
 space, more resources than the cluster will ever have): the job fails at once with reason
@@ -44,6 +45,7 @@ from kuberl_operator.status.attempts import (
     not_stopped_message,
     rebuild_reason,
 )
+from kuberl_operator.status.budget import suspension
 from kuberl_operator.status.decision import Decision
 from kuberl_operator.status.observed import DriverState, HeadFate, Observed, condition_of
 from kuberl_operator.status.phases import TERMINAL, PhaseEvent
@@ -100,8 +102,9 @@ def _decide(spec: RLJobSpec | None, observed: Observed, phase: Phase) -> Decisio
     deadline = _deadline_exceeded(spec, observed, phase)
     if deadline:
         return _fail(decision, observed, Reason.DEADLINE_EXCEEDED, deadline)
-    if spec.suspend:
-        return _suspend(decision, observed, phase)
+    suspended = suspension(spec, observed.status)
+    if suspended is not None:
+        return _suspend(decision, observed, phase, *suspended)
     if phase == Phase.SUSPENDED:
         decision.amount_to(
             PhaseEvent.UNSUSPEND,
@@ -148,14 +151,13 @@ def _deadline_exceeded(spec: RLJobSpec, observed: Observed, phase: Phase) -> str
     )
 
 
-def _suspend(decision: Decision, observed: Observed, phase: Phase) -> Decision:
+def _suspend(
+    decision: Decision, observed: Observed, phase: Phase, reason: str, message: str
+) -> Decision:
+    decision.suspended = (reason, message)
     if phase != Phase.SUSPENDED:
-        decision.amount_to(
-            PhaseEvent.SUSPEND,
-            Reason.SUSPENDED,
-            "suspended: the Ray cluster is deleted; checkpoints are kept",
-        )
-    decision.action = DeleteCluster(Reason.SUSPENDED) if observed.cluster else Nothing()
+        decision.amount_to(PhaseEvent.SUSPEND, reason, message)
+    decision.action = DeleteCluster(reason) if observed.cluster else Nothing()
     return decision
 
 

@@ -28,6 +28,9 @@ class Decision:
     waiting_for_workers: bool = False
     not_stopped: str = ""
     """Why the driver is submitted while an earlier one still runs (a Warning Event); "" else."""
+    suspended: tuple[str, str] | None = None
+    """(reason, message) of why the job is suspended (spec.suspend, a spent budget); None when it
+    is not to be."""
 
     def amount_to(
         self, event: PhaseEvent, reason: str, message: str, same_cluster: bool = False

@@ -1,7 +1,7 @@
 """The Kubernetes Events a status change emits: one per phase transition (a Warning for a restart,
-a preemption or a failure), one per batch of newly preempted rollout workers, one when KubeRay's
-RayCluster CRD appears or goes, one when the job's checkpoints turn out to die with its pods, and
-one per distinct message about pods the scheduler cannot place.
+a preemption, a failure or a spent budget), one per batch of newly preempted rollout workers, one
+when KubeRay's RayCluster CRD appears or goes, one when the job's checkpoints turn out to die with
+its pods, and one per distinct message about pods the scheduler cannot place.
 
 Events follow changes, never polls: a job that waits emits nothing more until something about it
 changes."""
@@ -23,7 +23,11 @@ def change_events(
 ) -> tuple[KubeEvent, ...]:
     events: list[KubeEvent] = []
     if applies(previous, decision.event):
-        warning = phase in WARNING_PHASES or decision.event == PhaseEvent.RESTART
+        warning = (
+            phase in WARNING_PHASES
+            or decision.event == PhaseEvent.RESTART
+            or decision.reason == Reason.BUDGET_EXCEEDED
+        )
         events.append(
             KubeEvent("Warning" if warning else "Normal", decision.reason, decision.message)
         )

@@ -1,6 +1,7 @@
 """What the reconciler observed, in plain values: `Observed` and its parts (the RayCluster, the
 current attempt's head pod, its driver, pods the scheduler cannot place, spot pods waiting for a
-node, the newest progress, the names of children that other objects hold).
+node, the newest progress, the names of children that other objects hold, the pods on their nodes
+and the prices that cost them).
 
 They are frozen dataclasses that hold no Kubernetes object, so every rule of the status is tested
 with a few lines of plain values; `kuberl_operator.observe` reads them out of the API's objects."""
@@ -13,6 +14,7 @@ from enum import StrEnum
 from typing import Any
 
 from kuberl_contract.final_record import EXIT_INVALID_JOB, Outcome
+from kuberl_operator.cost import PodOnNode, PriceTable
 from kuberl_operator.spec import Condition, RLJobStatus
 
 
@@ -207,6 +209,10 @@ class Observed:
     """Children's names held by objects the job does not own, looked for while the job has no Ray
     cluster of its own (the children would be created next); a RayCluster of the job's name that
     is not the job's is here, never in `cluster`."""
+    pods_on_nodes: tuple[PodOnNode, ...] = ()
+    """The job's pods that hold a node now, with their nodes (those that could be read)."""
+    prices: PriceTable | None = None
+    """The operator's price table; None counts no cost (status.cost stays as it is)."""
 
 
 def condition_of(status: RLJobStatus, type_: str) -> Condition | None:
