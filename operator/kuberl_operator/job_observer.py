@@ -40,6 +40,7 @@ from kuberl_operator.kube import Kube, path
 from kuberl_operator.nodes import NodeCache
 from kuberl_operator.observe import (
     head_pod,
+    learner_load_from_metrics,
     observed_cluster,
     observed_head,
     pending_spot_workers,
@@ -59,6 +60,7 @@ from kuberl_operator.spec import RLJob, RLJobStatus
 from kuberl_operator.status import (
     TERMINAL,
     DriverState,
+    LearnerLoad,
     Observed,
     ObservedDriver,
     ObservedProgress,
@@ -220,7 +222,8 @@ class JobObserver:
             submission = builders.submission_id(job, attempt)
             driver = await self._driver(client, job, submission)
             if driver is not None and driver.state == DriverState.RUNNING:
-                found["progress"], found["driver_waiting_s"] = await self._metrics(job)
+                metrics = await self._metrics(job)
+                found["progress"], found["driver_waiting_s"], found["learner_load"] = metrics
             elif driver is not None and driver.state in ENDED:
                 record = await self._final_record(client, job, submission)
                 found["progress"] = progress_from_final_record(record)
@@ -279,15 +282,22 @@ class JobObserver:
             if submission in found and not found[submission].ended
         )
 
-    async def _metrics(self, job: RLJob) -> tuple[ObservedProgress | None, float]:
-        """The running driver's progress and how long it has waited for its workers' nodes."""
+    async def _metrics(
+        self, job: RLJob
+    ) -> tuple[ObservedProgress | None, float, LearnerLoad | None]:
+        """The running driver's progress, how long it has waited for its workers' nodes, and how
+        its learner keeps up."""
         url = _head_url(job.metadata.namespace or "default", job.name, self.settings.metrics_url)
         try:
             text = await self.heads.driver_metrics(url)
-            return progress_from_metrics(text), waiting_from_metrics(text)
+            return (
+                progress_from_metrics(text),
+                waiting_from_metrics(text),
+                learner_load_from_metrics(text),
+            )
         except (RayJobsError, ValueError) as exc:
             logger.info("%s: no progress from %s: %s", job.name, url, exc)
-            return None, 0.0
+            return None, 0.0, None
 
     async def _final_record(
         self, client: RayJobsClient, job: RLJob, submission: str

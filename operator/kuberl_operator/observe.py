@@ -24,8 +24,11 @@ from kuberl_contract.progress_row import (
     METRIC_EVALUATION_RETURN_MEAN,
     METRIC_ITERATION,
     METRIC_LAST_ITERATION_TIMESTAMP,
+    METRIC_LEARNER_UTILISATION,
+    METRIC_POLICY_LAG_MAX,
     METRIC_RESOURCE_WAIT,
     METRIC_SAMPLES_PER_SECOND,
+    METRIC_STALE_BATCHES_DROPPED,
     METRIC_TIMESTEPS,
     SAMPLES_PER_S,
     TIMESTEPS_TOTAL,
@@ -42,6 +45,7 @@ from kuberl_operator.cost import PodOnNode, pod_on_node
 from kuberl_operator.status import (
     HEAD_GROUP,
     HeadFate,
+    LearnerLoad,
     ObservedCluster,
     ObservedHead,
     ObservedProgress,
@@ -317,6 +321,20 @@ def progress_from_metrics(text: str) -> ObservedProgress | None:
     }
     return ObservedProgress(
         row=row, time=datetime.fromtimestamp(when, UTC), last_checkpoint=checkpoint
+    )
+
+
+def learner_load_from_metrics(text: str) -> LearnerLoad | None:
+    """How the driver's learner thread keeps up, as its metrics report it; None where its
+    optimizer has no learner thread (or it has not reported an iteration yet)."""
+    values, _ = _metric_values(text)
+    utilisation = finite_or_none(values.get(METRIC_LEARNER_UTILISATION))
+    if utilisation is None:
+        return None
+    return LearnerLoad(
+        utilisation=utilisation,
+        policy_lag_max=finite_or_none(values.get(METRIC_POLICY_LAG_MAX)),
+        stale_batches_dropped=int(values.get(METRIC_STALE_BATCHES_DROPPED, 0)),
     )
 
 

@@ -143,6 +143,11 @@ class Reconciler:
         if update.rollout_replicas is not None:
             assert seen.ray_cluster is not None  # decided only for the current attempt's cluster
             await self._scale(seen.ray_cluster, builders.scale_rollout, update.rollout_replicas)
+        if update.scale_to is not None:  # as an HPA writes it: the cluster follows next poll
+            workers = {"rolloutWorkers": {"replicas": update.scale_to}}
+            await self.kube.merge_patch(
+                path(API_VERSION, PLURAL, namespace, name), {"spec": workers}
+            )
         return await self._act(update, body, job, seen.ray_cluster)
 
     def _read_job(self, body: Mapping[str, Any]) -> tuple[RLJob | None, tuple[str, ...]]:

@@ -16,6 +16,8 @@ import base64
 import contextlib
 import functools
 import re
+import shlex
+import sys
 import threading
 import time
 import urllib.request
@@ -30,6 +32,7 @@ import requests
 from kubeapi import RAYCLUSTER_CRD
 from rayhead import running_ray_head
 
+from kuberl_operator import builders
 from kuberl_operator.constants import RAY_DASHBOARD_PORT
 from kuberl_operator.cost import capacity_type
 from kuberl_operator.handlers import registry
@@ -716,6 +719,60 @@ def test_kubectl_scale_resizes_a_running_elastic_job_in_place(cluster: Cluster):
 
         cluster.kube_api.delete(path)
         wait_until(lambda: not cluster.clusters("elastic"), PATIENCE, "the RayCluster gone")
+
+
+def learner_metrics(utilisation: float, lag: float, dropped: int) -> str:
+    """What a driver's metrics say of its learner (and that it has trained an iteration)."""
+    return (
+        f"kuberl_training_iteration 3\nkuberl_last_iteration_timestamp_seconds {time.time()}\n"
+        f"kuberl_learner_utilisation {utilisation}\nkuberl_policy_lag_max {lag}\n"
+        "# TYPE kuberl_stale_batches_dropped counter\n"
+        f"kuberl_stale_batches_dropped_total {dropped}\n"
+    )
+
+
+def test_the_learner_driven_fleet_grows_for_a_starved_learner_and_shrinks_a_saturated_one(
+    cluster: Cluster, monkeypatch, tmp_path
+):
+    """spec.rolloutWorkers.autoscaling with a driver whose metrics the test sets (fake_driver.py,
+    run by the real Ray Jobs API): the operator writes replicas as an HPA would, with an Event, and
+    the running cluster follows, on one attempt."""
+    metrics = tmp_path / "metrics.txt"
+    metrics.write_text(learner_metrics(utilisation=0.2, lag=1, dropped=0))
+    fake = [sys.executable, str(Path(__file__).with_name("fake_driver.py"))]
+    command = shlex.join([*fake, str(cluster.settings.trainer_metrics_port), str(metrics)])
+    monkeypatch.setattr(builders, "driver_entrypoint", lambda job, settings: command)
+    workers = {"replicas": 2, "minReplicas": 1, "maxReplicas": 6, "envsPerWorker": 4}
+    workers["autoscaling"] = {"stabilizationSeconds": 0}
+    job = rljob("auto", rolloutWorkers=workers)
+    job["spec"]["trainer"] = {"algorithm": "IMPALA", "env": "CartPole-v1", "seed": 0}
+    job["spec"]["trainer"]["stop"] = {"timesteps": 10_000_000}
+    path = cluster.kube_api.rljobs(name="auto")
+
+    def replicas() -> int:
+        return cluster.job("auto")["spec"]["rolloutWorkers"]["replicas"]
+
+    def group() -> int:
+        [ray_cluster] = cluster.clusters("auto")
+        return ray_cluster["spec"]["workerGroupSpecs"][0]["replicas"]
+
+    with cluster.operator():
+        cluster.submit(job)
+        cluster.wait_phase("auto", "Running")
+        wait_until(lambda: replicas() == 6, PATIENCE, "the fleet grown to maxReplicas")
+        wait_until(lambda: group() == 6, PATIENCE, "the rollout group grown")
+        assert ("Normal", "ScaledUp") in cluster.events("auto")
+
+        metrics.write_text(learner_metrics(utilisation=0.99, lag=3, dropped=0))
+        wait_until(lambda: replicas() == 1, PATIENCE, "the fleet shrunk to minReplicas")
+        wait_until(lambda: group() == 1, PATIENCE, "the rollout group shrunk")
+        assert ("Normal", "ScaledDown") in cluster.events("auto")
+        status = cluster.status("auto")
+        assert (status["phase"], status["attempt"], status["restarts"]) == ("Running", 1, 0)
+        assert cluster.kuberay.submissions("auto") == ["auto-1"]
+
+        cluster.kube_api.delete(path)
+        wait_until(lambda: not cluster.clusters("auto"), PATIENCE, "the RayCluster gone")
 
 
 def test_a_failing_driver_is_retried_on_the_same_cluster_after_the_backoff_then_fails(

@@ -36,6 +36,7 @@ from kuberl_operator.spec.learner import DisruptionBudget, Learner
 from kuberl_operator.spec.pods import Pods
 from kuberl_operator.spec.restart import PreemptionPolicy, RestartPolicy
 from kuberl_operator.spec.status import (
+    Autoscaled,
     Condition,
     ConditionType,
     Cost,
@@ -45,7 +46,7 @@ from kuberl_operator.spec.status import (
     RLJobStatus,
 )
 from kuberl_operator.spec.storage import PersistentVolumeClaimRef, SecretRef, Storage
-from kuberl_operator.spec.workers import RolloutWorkers, Spot, SpotProvider
+from kuberl_operator.spec.workers import Autoscaling, RolloutWorkers, Spot, SpotProvider
 
 __all__ = [
     "DNS_LABEL_PATTERN",
@@ -53,6 +54,8 @@ __all__ = [
     "JOB_NAME_PATTERN",
     "LABEL_KEY_PATTERN",
     "PATTERN_HINTS",
+    "Autoscaled",
+    "Autoscaling",
     "Budget",
     "Condition",
     "ConditionType",

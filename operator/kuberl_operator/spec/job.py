@@ -73,6 +73,10 @@ class ObjectMeta(Spec):
         return name
 
 
+LEARNER_THREADS = (OptimizerName.ASYNC_SAMPLES, OptimizerName.ASYNC_REPLAY)
+"""The optimizers whose learner thread reports how busy it is (learner_utilisation)."""
+
+
 class RLJobSpec(Spec):
     """What to train and on which resources."""
 
@@ -131,6 +135,17 @@ class RLJobSpec(Spec):
             raise ValueError(
                 "rolloutWorkers.replicas: AsyncReplay feeds its replay shards from remote rollout "
                 "workers, and replicas is 0; set replicas to 1 or more, or use SyncReplay"
+            )
+        return self
+
+    @model_validator(mode="after")
+    def _learner_autoscaling_needs_a_learner_thread(self) -> RLJobSpec:
+        optimizer = self.trainer.optimizer_name
+        if self.rollout_workers.autoscaling is not None and optimizer not in LEARNER_THREADS:
+            raise ValueError(
+                f"rolloutWorkers.autoscaling: policy Learner reads how busy the learner thread "
+                f"of AsyncSamples (IMPALA, APPO) or AsyncReplay (Ape-X) is, and {optimizer} has "
+                "none; remove autoscaling, or size the fleet with replicas"
             )
         return self
 

@@ -120,6 +120,10 @@ class Reason(StrEnum):
     CHECKPOINTS_IN_POD = "CheckpointsInPod"
 
     # Suspended by the operator.
+    SCALED_UP = "ScaledUp"
+    """The learner waits for data: the operator added rollout workers (autoscaling)."""
+    SCALED_DOWN = "ScaledDown"
+    """The learner is saturated, or drops batches: the operator removed rollout workers."""
     BUDGET_EXCEEDED = "BudgetExceeded"
     """status.cost.dollars reached spec.budget.maxDollars: the job is suspended until the budget
     is raised or removed."""
@@ -217,6 +221,18 @@ class Cost(Spec):
     the pods that still run, and nothing twice."""
 
 
+class Autoscaled(Spec):
+    """What the learner-driven autoscaling (spec.rolloutWorkers.autoscaling) remembers between
+    polls."""
+
+    last_scale_time: datetime | None = None
+    """When it last changed spec.rolloutWorkers.replicas."""
+
+    stale_batches_dropped: int = Field(0, ge=0)
+    """The driver's count of batches dropped as too stale, as last seen: a count that grew since
+    is batches dropped now."""
+
+
 class RLJobStatus(Spec):
     """The observed state of the job, written only by the operator."""
 
@@ -267,6 +283,9 @@ class RLJobStatus(Spec):
     """Rollout worker pods of the current attempt that exist and were not preempted: what the
     scale subresource reports as the job's current size (spec.rolloutWorkers.replicas is the
     desired one)."""
+
+    autoscaled: Autoscaled | None = None
+    """The learner-driven autoscaling's memory; null without spec.rolloutWorkers.autoscaling."""
 
     selector: str | None = None
     """The label selector of the job's rollout worker pods, for the scale subresource (an HPA

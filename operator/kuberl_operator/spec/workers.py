@@ -4,6 +4,7 @@ trainer's RolloutConfig), their spot placement and the nodes their pods run on."
 from __future__ import annotations
 
 from enum import StrEnum
+from typing import Literal
 
 from pydantic import Field, model_validator
 
@@ -49,6 +50,24 @@ class Spot(Spec):
         return self
 
 
+class Autoscaling(Spec):
+    """Who sets an elastic fleet's replicas while the job runs."""
+
+    policy: Literal["Learner"] = "Learner"
+    """Learner: the operator sizes the fleet by what the learner needs, from the driver's
+    metrics: more workers while the learner waits for data (busy less than
+    targetLearnerUtilisation) and the policy lag stays within optimizerConfig.maxPolicyLag; fewer
+    while batches are dropped as too stale or the learner is saturated."""
+
+    target_learner_utilisation: float = Field(0.8, ge=0.1, le=1.0)
+    """The share of its time the learner should spend learning: below it the learner waits for
+    data, and the fleet grows in proportion (as an HPA scales to its target)."""
+
+    stabilization_seconds: int = Field(60, ge=0, le=3600)
+    """The least time between two changes, so the fleet does not flap while the learner's figures
+    settle after one."""
+
+
 class RolloutWorkers(RolloutConfig):
     """The remote rollout workers (Ray actors) and where their pods run."""
 
@@ -60,6 +79,20 @@ class RolloutWorkers(RolloutConfig):
 
     tolerations: list[Toleration] = Field(default_factory=list)
     """Tolerations of the rollout workers' pods."""
+
+    autoscaling: Autoscaling | None = None
+    """Size the elastic fleet (minReplicas, maxReplicas) by what the learner needs; null leaves
+    replicas to the user, `kubectl scale` or an HPA."""
+
+    @model_validator(mode="after")
+    def _autoscaling_needs_bounds(self) -> RolloutWorkers:
+        if self.autoscaling is not None and (
+            self.min_replicas is None or self.max_replicas is None
+        ):
+            raise ValueError(
+                "autoscaling: it sizes an elastic fleet within [minReplicas, maxReplicas]; set both"
+            )
+        return self
 
     @model_validator(mode="after")
     def _spot_needs_workers(self) -> RolloutWorkers:

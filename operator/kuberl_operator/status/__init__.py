@@ -39,6 +39,7 @@ One module per question:
   workers stand in for spot ones that get no node.
 - `conditions`: the operator's conditions: the lifecycle's, and those only a cluster has.
 - `events`: the Kubernetes Events a change emits.
+- `autoscale`: the learner-driven size of an elastic fleet (rolloutWorkers.autoscaling).
 - `compute`: `compute_status`, which puts them together.
 """
 
@@ -60,6 +61,7 @@ from kuberl_operator.status.observed import (
     HEAD_GROUP,
     DriverState,
     HeadFate,
+    LearnerLoad,
     Observed,
     ObservedCluster,
     ObservedDriver,
@@ -82,6 +84,7 @@ __all__ = [
     "DriverState",
     "HeadFate",
     "KubeEvent",
+    "LearnerLoad",
     "Nothing",
     "Observed",
     "ObservedCluster",

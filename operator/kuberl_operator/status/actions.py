@@ -81,6 +81,9 @@ class StatusUpdate:
     on_demand_replicas: int | None = None
     """The size the job's on-demand rollout group should have (`status.fallback`); None leaves
     it as it is."""
+    scale_to: int | None = None
+    """The elastic fleet's new size, which the learner-driven autoscaling decided: written to
+    spec.rolloutWorkers.replicas; None leaves it as it is."""
     rollout_replicas: int | None = None
     """The size an elastic job's rollout group should have (`status.fallback.rollout_replicas`);
     None leaves it as it is."""

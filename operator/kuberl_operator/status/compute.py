@@ -7,7 +7,8 @@ from __future__ import annotations
 
 from kuberl_operator.builders.driver import ephemeral_checkpoints
 from kuberl_operator.spec import Phase, Progress, RLJobSpec, RLJobStatus
-from kuberl_operator.status.actions import StatusUpdate, SubmitDriver
+from kuberl_operator.status.actions import KubeEvent, StatusUpdate, SubmitDriver
+from kuberl_operator.status.autoscale import Scaling, learner_scaling, remembered
 from kuberl_operator.status.conditions import wanted_conditions
 from kuberl_operator.status.cost import next_cost, target_reached
 from kuberl_operator.status.decide import decide
@@ -55,6 +56,10 @@ def compute_status(spec: RLJobSpec | None, observed: Observed) -> StatusUpdate:
     resumed = resumes(previous.phase, decision.event)
     progress = merge_progress(previous.progress, observed.progress)
     reached = target_reached(spec, progress)
+    scaling = learner_scaling(spec, previous, phase, observed.learner_load, observed.now)
+    autoscaled = remembered(spec, previous, observed.learner_load)
+    if scaling is not None and autoscaled is not None:
+        autoscaled = autoscaled.model_copy(update={"last_scale_time": observed.now})
     status = RLJobStatus(
         phase=phase,
         conditions=conditions,
@@ -69,6 +74,7 @@ def compute_status(spec: RLJobSpec | None, observed: Observed) -> StatusUpdate:
         preempted_pods=list(decision.preempted_pods),
         ray_cluster=observed.cluster.name if observed.cluster else None,
         replicas=observed.workers_live,
+        autoscaled=autoscaled,
         selector=observed.worker_selector,
         start_time=started_at(previous, phase, resumed, observed.now),
         head_pod_uid=_head_pod_uid(previous, decision, observed),
@@ -78,8 +84,17 @@ def compute_status(spec: RLJobSpec | None, observed: Observed) -> StatusUpdate:
     return StatusUpdate(
         status=status,
         events=change_events(previous.phase, phase, decision, changed)
-        + unschedulable_event(previous, conditions),
+        + unschedulable_event(previous, conditions)
+        + scaling_event(scaling),
         action=decision.action,
         on_demand_replicas=on_demand_replicas(spec, phase, observed.pending_spot),
         rollout_replicas=rollout_replicas(spec, phase, observed, decision.cluster_attempt),
+        scale_to=None if scaling is None else scaling.replicas,
     )
+
+
+def scaling_event(scaling: Scaling | None) -> tuple[KubeEvent, ...]:
+    """The Event of an autoscaling change, with its reason."""
+    if scaling is None:
+        return ()
+    return (KubeEvent("Normal", scaling.reason, scaling.message),)

@@ -123,6 +123,19 @@ class ObservedProgress:
 
 
 @dataclass(frozen=True)
+class LearnerLoad:
+    """How the running driver's learner keeps up, from its metrics (an asynchronous optimizer's
+    learner thread: AsyncSamples, AsyncReplay)."""
+
+    utilisation: float
+    """Share (0..1) of the last iteration the learner spent learning; the rest it waited."""
+    policy_lag_max: float | None
+    """The largest policy lag of the last iteration's batches."""
+    stale_batches_dropped: int
+    """Batches dropped as too stale so far in this run (a counter)."""
+
+
+@dataclass(frozen=True)
 class PendingSpotWorkers:
     """The spot rollout pods of the job's cluster that wait for a node, with what the fallback to
     on-demand workers (`status.fallback`) weighs them against besides the spec."""
@@ -197,6 +210,8 @@ class Observed:
     (it retries a failed driver there), looked for until the current attempt's driver is
     submitted."""
     progress: ObservedProgress | None = None
+    learner_load: LearnerLoad | None = None
+    """How the running driver's learner keeps up; None when the driver does not say."""
     pending_spot: PendingSpotWorkers | None = None
     """The job's cluster's spot rollout pods that wait for a node; None without a cluster."""
     driver_waiting_s: float = 0.0
