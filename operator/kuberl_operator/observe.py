@@ -244,8 +244,9 @@ def pods_on_nodes(
     return tuple(held)
 
 
-def pending_spot_workers(pods: Iterable[Object], now: datetime) -> tuple[int, float]:
-    """(Pending pods of the spot rollout group, seconds the oldest of them has been Pending)."""
+def pending_rollout_pods(pods: Iterable[Object]) -> list[Object]:
+    """The pods of the (spot) rollout group still Pending, oldest first: those that hold no node
+    yet, which a shrinking group gives up first."""
     pending = [
         p
         for p in worker_pods(pods)
@@ -253,6 +254,12 @@ def pending_spot_workers(pods: Iterable[Object], now: datetime) -> tuple[int, fl
         and (p.get("status") or {}).get("phase", "Pending") == "Pending"
         and not p["metadata"].get("deletionTimestamp")
     ]
+    return sorted(pending, key=lambda p: p["metadata"].get("creationTimestamp") or "")
+
+
+def pending_spot_workers(pods: Iterable[Object], now: datetime) -> tuple[int, float]:
+    """(Pending pods of the spot rollout group, seconds the oldest of them has been Pending)."""
+    pending = pending_rollout_pods(pods)
     created = [parse_time(p["metadata"].get("creationTimestamp")) or now for p in pending]
     oldest = max(((now - t).total_seconds() for t in created), default=0.0)
     return len(pending), oldest

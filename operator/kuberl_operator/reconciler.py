@@ -21,7 +21,7 @@ from __future__ import annotations
 import logging
 import secrets
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from typing import Any
 
 import kopf
@@ -32,6 +32,7 @@ from kuberl_operator.constants import API_VERSION, ATTEMPT_LABEL, JOB_LABEL, KIN
 from kuberl_operator.job_observer import RAY_CLUSTERS, JobObserver
 from kuberl_operator.kube import Kube, KubeError, path
 from kuberl_operator.metrics import OperatorMetrics, rollout_workers
+from kuberl_operator.observe import pending_rollout_pods
 from kuberl_operator.ownership import ensure_child
 from kuberl_operator.ray_jobs import RayJobsError
 from kuberl_operator.reach import reach_problems
@@ -139,10 +140,13 @@ class Reconciler:
             kopf.event(dict(body), type=event.type, reason=event.reason, message=event.message)
         if update.on_demand_replicas is not None:
             assert seen.ray_cluster is not None  # decided only for a cluster observed as the job's
-            await self._scale(seen.ray_cluster, builders.scale_on_demand, update.on_demand_replicas)
+            operations = builders.scale_on_demand(seen.ray_cluster, update.on_demand_replicas)
+            await self._patch_cluster(seen.ray_cluster, operations)
         if update.rollout_replicas is not None:
             assert seen.ray_cluster is not None  # decided only for the current attempt's cluster
-            await self._scale(seen.ray_cluster, builders.scale_rollout, update.rollout_replicas)
+            pending = [pod["metadata"]["name"] for pod in pending_rollout_pods(seen.pods)]
+            operations = builders.scale_rollout(seen.ray_cluster, update.rollout_replicas, pending)
+            await self._patch_cluster(seen.ray_cluster, operations)
         if update.scale_to is not None:  # as an HPA writes it: the cluster follows next poll
             workers = {"rolloutWorkers": {"replicas": update.scale_to}}
             await self.kube.merge_patch(
@@ -257,10 +261,8 @@ class Reconciler:
             if await client.stop(submission):
                 logger.info("%s: stopping %s before the next attempt", job.name, submission)
 
-    async def _scale(self, ray_cluster: dict, scale: Callable, replicas: int) -> None:
-        """Give one of the cluster's rollout groups `replicas` (`status.fallback`): `scale` is
-        the builder of its patch (builders.scale_on_demand, builders.scale_rollout)."""
-        operations = scale(ray_cluster, replicas)
+    async def _patch_cluster(self, ray_cluster: dict, operations: list[dict]) -> None:
+        """Apply a builder's JSON patch of the cluster's groups (builders.scaling), if any."""
         if operations:
             meta = ray_cluster["metadata"]
             # The `test` makes the patch fail should the name hold another cluster by now.

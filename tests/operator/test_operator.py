@@ -195,7 +195,10 @@ class KubeRay:
                     live.append(member)
             for _ in range(group["replicas"] - len(live)):
                 self.create_pod(cluster, "worker", group["groupName"])
-            for member in live[group["replicas"] :]:  # a group scaled down loses its extra pods
+            # A group scaled down loses its extra pods, those it names to delete first.
+            named = set((group.get("scaleStrategy") or {}).get("workersToDelete") or [])
+            live.sort(key=lambda pod: pod["metadata"]["name"] in named)
+            for member in live[group["replicas"] :]:
                 self.delete_pod(member)
 
     def delete_pod(self, pod: dict) -> None:

@@ -6,6 +6,7 @@ import re
 from dataclasses import replace
 from typing import Any
 
+import jsonpatch
 import pytest
 from pydantic import ValidationError
 from test_status import cluster, on_cluster, running, spec
@@ -120,6 +121,21 @@ def test_the_rollout_group_is_resized_by_a_patch_that_names_it():
     [test, replace] = scale_rollout(built, 6)
     assert test == {"op": "test", "path": "/spec/workerGroupSpecs/0/groupName", "value": "rollout"}
     assert replace == {"op": "replace", "path": "/spec/workerGroupSpecs/0/replicas", "value": 6}
+
+
+def test_a_shrinking_group_gives_up_its_pending_pods_first():
+    """Spot is preferred: a Pending spot pod holds no node, and the on-demand fallback stands in
+    for it, so dropping it first keeps the workers that sample and shrinks the on-demand group."""
+    built = build_ray_cluster(job(**ELASTIC | {"replicas": 6}), SETTINGS, 1)
+    operations = scale_rollout(built, 3, pending=["walker-rollout-a", "walker-rollout-b"])
+    shrunk = jsonpatch.apply_patch(built, operations)
+    [group] = shrunk["spec"]["workerGroupSpecs"]
+    assert group["replicas"] == 3
+    assert group["scaleStrategy"] == {"workersToDelete": ["walker-rollout-a", "walker-rollout-b"]}
+    fewer = jsonpatch.apply_patch(built, scale_rollout(built, 5, pending=["a", "b"]))
+    assert fewer["spec"]["workerGroupSpecs"][0]["scaleStrategy"] == {"workersToDelete": ["a"]}
+    grown = jsonpatch.apply_patch(built, scale_rollout(built, 8, pending=["a"]))
+    assert "scaleStrategy" not in grown["spec"]["workerGroupSpecs"][0]
 
 
 def test_the_selector_picks_the_jobs_worker_pods():

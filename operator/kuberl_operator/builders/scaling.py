@@ -36,6 +36,8 @@ waits for Kueue to admit a new workload slice, its new pods gated until then.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 from kuberl_operator.builders.names import Object
 from kuberl_operator.constants import (
     JOB_LABEL,
@@ -57,10 +59,23 @@ def scale_on_demand(ray_cluster: Object, replicas: int) -> list[Object]:
     return scale_group(ray_cluster, ROLLOUT_ON_DEMAND_GROUP, replicas)
 
 
-def scale_rollout(ray_cluster: Object, replicas: int) -> list[Object]:
+def scale_rollout(ray_cluster: Object, replicas: int, pending: Sequence[str] = ()) -> list[Object]:
     """A JSON patch setting the rollout group's replicas (`scale_group`): an elastic job scaled
-    within its bounds (rolloutWorkers.minReplicas and maxReplicas) keeps its cluster."""
-    return scale_group(ray_cluster, ROLLOUT_GROUP, replicas)
+    within its bounds (rolloutWorkers.minReplicas and maxReplicas) keeps its cluster. A group
+    that shrinks gives up its `pending` pods first (KubeRay deletes a group's workersToDelete
+    before any other): a Pending spot pod holds no node, so the workers that sample go on, and
+    the on-demand fallback, which stands in for Pending spot pods, shrinks with them."""
+    operations = scale_group(ray_cluster, ROLLOUT_GROUP, replicas)
+    if not operations:
+        return operations
+    groups = ray_cluster["spec"]["workerGroupSpecs"]
+    index = next(i for i, g in enumerate(groups) if g.get("groupName") == ROLLOUT_GROUP)
+    fewer = groups[index].get("replicas", 0) - replicas
+    if fewer > 0 and pending:
+        strategy = {"workersToDelete": list(pending[:fewer])}
+        path = f"/spec/workerGroupSpecs/{index}/scaleStrategy"
+        operations.append({"op": "add", "path": path, "value": strategy})
+    return operations
 
 
 def scale_group(ray_cluster: Object, name: str, replicas: int) -> list[Object]:
