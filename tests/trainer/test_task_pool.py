@@ -7,8 +7,10 @@ import signal
 from pathlib import Path
 
 import numpy as np
+import pytest
 from test_sync_samples import ROWS, MockWorker
 
+from kuberl_trainer.rollouts.worker_pool import WorkerPool
 from kuberl_trainer.rollouts.worker_set import WorkerSet, startup_slots
 from testkit import all_started, wait_until
 
@@ -74,7 +76,7 @@ def test_a_dead_workers_calls_are_dropped_and_it_is_replaced_once(ray_local):
         wait_until(
             lambda: replacement.extend(workers.completed(timeout=1)) or replacement, timeout=90
         )
-        assert replacement[0][0] == 1
+        assert replacement[0].worker == 1
         assert victim not in ray_local.get([w.pid.remote() for w in workers.remote_workers])
     finally:
         workers.stop()
@@ -91,35 +93,44 @@ class GatedWorker(MockWorker):
             wait_until(lambda: (Path(gate) / f"go-{index}").exists(), timeout=300)
 
 
-class LaunchRecording(WorkerSet):
-    """The order in which remote workers were started."""
+@pytest.fixture
+def launched(monkeypatch) -> list[int]:
+    """The order in which the worker pool starts remote workers' actors."""
+    order: list[int] = []
+    init = WorkerPool.__init__
 
-    def _start_remote(self, index: int):
-        self.__dict__.setdefault("launched", []).append(index)
-        return super()._start_remote(index)
+    def recording(pool: WorkerPool, start_actor, *args, **kwargs) -> None:
+        def start(index: int):
+            order.append(index)
+            return start_actor(index)
+
+        init(pool, start, *args, **kwargs)
+
+    monkeypatch.setattr(WorkerPool, "__init__", recording)
+    return order
 
 
-def test_workers_start_one_at_a_time_where_the_learner_shares_two_cpus(ray_local, tmp_path):
+def test_workers_start_one_at_a_time_where_the_learner_shares_two_cpus(
+    ray_local, tmp_path, launched
+):
     # ray_local: the driver's node with 2 CPUs, one of them the learner's. So 1 of the 5 workers
     # starts, and each further one once the one before has started.
-    workers = LaunchRecording(
-        GatedWorker, lambda index: {"gate": str(tmp_path), "index": index}, 5, 0.25
-    )
+    workers = WorkerSet(GatedWorker, lambda index: {"gate": str(tmp_path), "index": index}, 5, 0.25)
     try:
-        assert workers.launched == [1]
+        assert launched == [1]
         assert workers.num_remote == 5  # an iteration still counts on all 5
         assert workers.healthy_indices == [1]  # the first step waits for its batch
         wait_until(lambda: (tmp_path / "started-1").exists(), timeout=120)
-        assert workers.healthy_indices == [1] and workers.launched == [1]
+        assert workers.healthy_indices == [1] and launched == [1]
 
         (tmp_path / "go-1").touch()
-        wait_until(lambda: workers.healthy_indices == [1] and workers.launched == [1, 2], 120)
+        wait_until(lambda: workers.healthy_indices == [1] and launched == [1, 2], 120)
 
         # Worker 2 took the weights as its first call; new ones follow it once it has started.
         workers.put_weights({"w": np.ones(3, np.float32)}, global_timesteps=5)
         (tmp_path / "go-2").touch()
         wait_until(lambda: workers.healthy_indices == [1, 2], timeout=120)
-        assert workers.launched == [1, 2, 3]  # the next starts as one joins
+        assert launched == [1, 2, 3]  # the next starts as one joins
         assert workers.foreach_remote("report")[1][1] == [(0.0, 0), (1.0, 5)]
 
         for index in (3, 4, 5):
@@ -134,12 +145,12 @@ def test_workers_start_one_at_a_time_where_the_learner_shares_two_cpus(ray_local
         workers.stop()
 
 
-def test_workers_start_in_the_order_given(ray_local):
-    workers = LaunchRecording(MockWorker, lambda index: {}, 3, 0.25, start_order=[3, 1, 2])
+def test_workers_start_in_the_order_given(ray_local, launched):
+    workers = WorkerSet(MockWorker, lambda index: {}, 3, 0.25, start_order=[3, 1, 2])
     try:
         assert workers.healthy_indices == [3] and workers.num_remote == 3
         all_started(workers)
-        assert workers.launched == [3, 1, 2] and sorted(workers.healthy_indices) == [1, 2, 3]
+        assert launched == [3, 1, 2] and sorted(workers.healthy_indices) == [1, 2, 3]
     finally:
         workers.stop()
 
