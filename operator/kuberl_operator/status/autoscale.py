@@ -37,7 +37,9 @@ class Scaling:
     message: str
 
 
-def remembered(spec: RLJobSpec | None, status: RLJobStatus, load: LearnerLoad | None):
+def remembered(
+    spec: RLJobSpec | None, status: RLJobStatus, load: LearnerLoad | None
+) -> Autoscaled | None:
     """status.autoscaled after this poll: the drop count seen now (the last one when the driver
     said nothing); None without autoscaling."""
     if spec is None or spec.rollout_workers.autoscaling is None:

@@ -10,6 +10,7 @@ counted: the tally is as fine as the polls (KUBERL_POLL_SECONDS)."""
 
 from __future__ import annotations
 
+from dataclasses import asdict, fields
 from datetime import datetime
 
 from kuberl_operator.cost import CostTally, PodOnNode, PriceTable, tally_step
@@ -32,16 +33,10 @@ def target_reached(spec: RLJobSpec | None, progress: Progress) -> bool:
 
 
 def _tally(cost: Cost | None) -> CostTally:
+    """The tally a status's cost holds: the fields of the same names."""
     if cost is None:
         return CostTally()
-    return CostTally(
-        spot_dollars=cost.spot_dollars,
-        on_demand_dollars=cost.on_demand_dollars,
-        on_demand_equivalent_dollars=cost.on_demand_equivalent_dollars,
-        gpu_hours=cost.gpu_hours,
-        worker_hours=cost.worker_hours,
-        dollars_at_target=cost.dollars_at_target,
-    )
+    return CostTally(**{field.name: getattr(cost, field.name) for field in fields(CostTally)})
 
 
 def next_cost(
@@ -61,13 +56,4 @@ def next_cost(
     else:
         seconds = max((now - last).total_seconds(), 0.0)
     tally = tally_step(_tally(previous), pods, prices, seconds, reached)
-    return Cost(
-        dollars=tally.dollars,
-        spot_dollars=tally.spot_dollars,
-        on_demand_dollars=tally.on_demand_dollars,
-        on_demand_equivalent_dollars=tally.on_demand_equivalent_dollars,
-        gpu_hours=tally.gpu_hours,
-        worker_hours=tally.worker_hours,
-        dollars_at_target=tally.dollars_at_target,
-        last_tally_time=now if pods else last,
-    )
+    return Cost(dollars=tally.dollars, last_tally_time=now if pods else last, **asdict(tally))
