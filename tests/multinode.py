@@ -54,7 +54,7 @@ TESTS = Path(__file__).parent
 SPOT = "spot"  # the custom resource of an RLJob's spot worker pods (SPOT_RAY_RESOURCE)
 NODE_MARKER_ENV = "KUBERL_TEST_RAY_NODE"  # set on each node: its processes inherit it
 OBJECT_STORE_BYTES = 150 * 1024**2  # small nodes: CartPole batches and weights are tiny
-START_TIMEOUT_S = 120  # a node joining, on a loaded 2-core machine
+START_TIMEOUT_S = 300  # a node joining, on a loaded 2-core machine (load 25: over 120 s)
 HEALTH_CHECKS = {  # how fast Ray's control service notices a dead node (see the docstring)
     "RAY_health_check_period_ms": "1000",
     "RAY_health_check_timeout_ms": "1000",
@@ -126,14 +126,15 @@ class LoopbackCluster:
         """The head's GCS address, what RAY_ADDRESS and `ray start --address` take."""
         return f"127.0.0.1:{self.head_port}"
 
-    def client_env(self, capacity_wait_s: float = START_TIMEOUT_S) -> dict[str, str]:
+    def client_env(
+        self, capacity_wait_s: float = START_TIMEOUT_S, spot_nodes_at_most: int = 2
+    ) -> dict[str, str]:
         """The environment of a driver joining this cluster, as the operator sets it on the
-        head's container: RAY_ADDRESS, the token, and the cluster's capacity (each live spot
-        node's group at two nodes), with which a driver starting while a spot node is missing
+        head's container: RAY_ADDRESS, the token, and the cluster's capacity (the spot group at
+        `spot_nodes_at_most` nodes), with which a driver starting while a spot node is missing
         waits up to `capacity_wait_s` for it instead of failing."""
-        capacity = Capacity(
-            (NodeGroup({"CPU": 1.0}, 1), NodeGroup({"CPU": 1.0, SPOT: 1.0}, 2)), capacity_wait_s
-        )
+        spot_group = NodeGroup({"CPU": 1.0, SPOT: 1.0}, spot_nodes_at_most)
+        capacity = Capacity((NodeGroup({"CPU": 1.0}, 1), spot_group), capacity_wait_s)
         return {**self.env, "RAY_ADDRESS": self.address, RAY_CAPACITY_ENV: capacity.to_json()}
 
     def start_head(self) -> None:
@@ -152,11 +153,14 @@ class LoopbackCluster:
         finally:  # a head still running after a failed start is stopped with the cluster too
             self.head = started[-1] if started else None
 
-    def add_spot_node(self) -> RayNode:
-        """Start a worker node advertising one unit of `spot`; returns once Ray lists it alive."""
+    def add_spot_node(self, ip: str = "127.0.0.1") -> RayNode:
+        """Start a worker node advertising one unit of `spot`; returns once Ray lists it alive.
+        `ip` is the node's address in Ray (any of 127.0.0.0/8 is this machine's loopback: a node
+        of its own address, as each pod has)."""
         name = f"spot-{len(self.spot_nodes) + 1}"
         options = (
             f"--address={self.address}",
+            f"--node-ip-address={ip}",
             f"--node-name={name}",
             f"--resources={json.dumps({SPOT: 1})}",
             f"--object-store-memory={OBJECT_STORE_BYTES}",
@@ -210,6 +214,16 @@ class LoopbackCluster:
         """Start spot nodes until `count` are alive (counting none still starting elsewhere)."""
         while len(self.live_spot_nodes()) < count:
             self.add_spot_node()
+
+    def keep_spot_nodes(self, count: int) -> None:
+        """Preempt the newest live spot nodes until `count` are left; returns once Ray lists
+        only those (a spot pool scaled down)."""
+        for node in self.live_spot_nodes()[count:]:
+            node.kill()
+        deadline = time.monotonic() + START_TIMEOUT_S
+        while len([n for n in self.alive_nodes() if not n.get("is_head_node")]) > count:
+            assert time.monotonic() < deadline, "Ray still lists the preempted spot nodes"
+            time.sleep(0.5)
 
     def alive_nodes(self) -> list[dict]:
         """The nodes Ray lists as alive (its state API on the head's dashboard); none while the
@@ -275,6 +289,8 @@ def loopback_cluster(
         **HEALTH_CHECKS,
         "PATH": path,
         "PYTHONPATH": os.pathsep.join(p for p in paths if p),
+        # A loaded machine's raylet may take longer to register than Ray's default 30 s.
+        "RAY_raylet_start_wait_time_s": str(START_TIMEOUT_S),
         "RAY_AUTH_MODE": "token",
         "RAY_AUTH_TOKEN": token,
     }

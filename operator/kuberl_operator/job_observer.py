@@ -1,8 +1,9 @@
 """What one reconcile observes of an RLJob besides its own object: whether KubeRay is installed,
-the job's RayCluster and its pods (and the nodes they run on, for their cost: nodes.py), names of
-children held by objects the job does not own, and, through the Ray head, the current attempt's
-driver and its progress (and, until that driver is submitted to a cluster an earlier attempt ran
-on, which earlier drivers there have not ended).
+the job's RayCluster and its pods (and the nodes they run on, for their cost and their taints:
+nodes.py), names of children held by objects the job does not own, and, through the Ray head, the
+current attempt's driver and its progress (and, until that driver is submitted to a cluster an
+earlier attempt ran on, which earlier drivers there have not ended); while that driver runs, the
+attempt's pods about to go (status.disruption).
 This module fetches; `observe` reads what was fetched into the plain values of `status.Observed`.
 
 Only the job's own children are observed (ownership.py): a RayCluster of the job's name that is
@@ -67,6 +68,7 @@ from kuberl_operator.status import (
     PendingSpotWorkers,
     TakenName,
 )
+from kuberl_operator.status.disruption import pods_about_to_go
 
 RAY_CLUSTERS = (RAY_API_VERSION, "rayclusters")
 # The driver states after which it serves no metrics and its log ends with its final record.
@@ -140,9 +142,14 @@ class JobObserver:
                 pods = await self.kube.list(
                     path("v1", "pods", namespace), {RAY_CLUSTER_LABEL: cluster_name}
                 )
-                found = await self._observe_cluster(job, uid, status, ray_cluster, pods, now)
                 nodes = await self.nodes.nodes(scheduled_nodes(pods))
+                found = await self._observe_cluster(job, uid, status, ray_cluster, pods, now)
                 found["pods_on_nodes"] = pods_on_nodes(pods, nodes, now)
+                found["pod_names"] = frozenset(pod["metadata"]["name"] for pod in pods)
+                driver = found.get("driver")  # the current attempt's, on a ready cluster
+                if driver is not None and driver.state == DriverState.RUNNING:
+                    # Drained only under a running driver: it is what reads Ray's drain state.
+                    found["about_to_go"] = pods_about_to_go(pods, nodes, now)
             elif kuberay and status.phase not in TERMINAL:  # its children would be created next
                 refs = builders.child_refs(job, self.settings)
                 others = [ref for ref in refs if ref.kind != "RayCluster"]

@@ -1,12 +1,16 @@
-"""The nodes jobs' pods run on, read for the cost model (`cost.pod_on_node`): one GET per node,
-shared by every job and kept for NODE_CACHE_SECONDS.
+"""The nodes jobs' pods run on, read for the cost model (`cost.pod_on_node`) and for the taints
+that say a node is about to go (`status.disruption`): one GET per node, shared by every job and
+kept for NODE_CACHE_SECONDS.
 
-A node's capacity type and instance type are fixed for its life, and its allocatable rarely moves,
-so a cluster of thousands of nodes and many jobs costs the API server one GET per node in use per
-NODE_CACHE_SECONDS, never a list of every node. Only what the cost model reads is kept (labels
-and allocatable). A node that cannot be read (gone, forbidden, the API unreachable) is skipped
-with a log line, and tried again after NODE_RETRY_SECONDS: its pods go uncounted meanwhile, and
-the reconcile goes on.
+A node's capacity type and instance type are fixed for its life, but its taints change at the
+moment it is to be removed (a cluster autoscaler, Karpenter or a cloud's interruption handler
+taints it with a notice of seconds to minutes), so a node is read again once NODE_CACHE_SECONDS
+(about two polls of the operator) have passed: a taint is seen within a poll or two. A cluster of
+thousands of nodes and many jobs costs the API server one GET per node in use per
+NODE_CACHE_SECONDS, never a list of every node. Only what is read is kept (labels, allocatable,
+taints). A node that cannot be read (gone, forbidden, the API unreachable) is skipped with a log
+line, and tried again after NODE_RETRY_SECONDS: its pods go uncounted meanwhile, and the reconcile
+goes on.
 """
 
 from __future__ import annotations
@@ -18,7 +22,7 @@ from typing import Any
 
 from kuberl_operator.kube import Kube, KubeError, path
 
-NODE_CACHE_SECONDS = 300.0
+NODE_CACHE_SECONDS = 10.0
 NODE_RETRY_SECONDS = 30.0
 
 Object = dict[str, Any]
@@ -55,7 +59,7 @@ class NodeCache:
         else:
             if node is None:
                 logger.info("node %s is gone: its pods are not counted", name)
-        kept = None if node is None else _cost_fields(node)
+        kept = None if node is None else _kept_fields(node)
         expires = now + (NODE_CACHE_SECONDS if kept is not None else NODE_RETRY_SECONDS)
         self._nodes[name] = (expires, kept)
         self._prune(now)
@@ -70,9 +74,11 @@ class NodeCache:
         self._pruned = now
 
 
-def _cost_fields(node: Object) -> Object:
-    """What the cost model reads of a node: its labels and allocatable resources."""
+def _kept_fields(node: Object) -> Object:
+    """What is read of a node: its labels and allocatable resources (the cost model's), and its
+    taints (whether it is about to go)."""
     return {
         "metadata": {"labels": (node.get("metadata") or {}).get("labels") or {}},
+        "spec": {"taints": (node.get("spec") or {}).get("taints") or []},
         "status": {"allocatable": (node.get("status") or {}).get("allocatable") or {}},
     }

@@ -1,6 +1,7 @@
-"""The operator's HTTP to the Ray heads: the Ray Jobs API, through which it submits a job's driver,
-and the driver's metrics, from which it reads the job's progress. No other module of the operator
-talks to a Ray head; the log relay (log_relay.py) reads drivers' output for the API through it.
+"""The operator's HTTP to the Ray heads: the Ray Jobs API, through which it submits a job's driver
+(and the jobs that drain the Ray nodes of pods about to go), and the driver's metrics, from which
+it reads the job's progress. No other module of the operator talks to a Ray head; the log relay
+(log_relay.py) reads drivers' output for the API through it.
 
 The operator never imports ray, so it speaks the Jobs API's REST endpoints (the same ones
 `ray job submit` uses) with aiohttp, kopf's own HTTP client. Every request carries the cluster's
@@ -29,6 +30,7 @@ from typing import Any
 
 import aiohttp
 
+from kuberl_contract.drain import DRAIN_SUBMISSION_PREFIX
 from kuberl_operator.status.observed import DriverState
 
 JOBS_PATH = "/api/jobs/"
@@ -118,15 +120,17 @@ class RayJobsClient:
         return _driver_status(json.loads(text))
 
     async def statuses(self) -> dict[str, DriverStatus]:
-        """Every submission the head knows, by id, in one request (drivers started otherwise than
-        through the Jobs API have no id and are left out)."""
+        """Every driver submission the head knows, by id, in one request. Drivers started
+        otherwise than through the Jobs API have no id, and drain jobs (DRAIN_SUBMISSION_PREFIX)
+        are no driver: both are left out."""
         status, text = await self._request("GET", JOBS_PATH)
         if status != 200:
             raise RayJobsError(f"listing the jobs of {self.address}: HTTP {status}: {text}")
         return {
-            info["submission_id"]: _driver_status(info)
+            submission: _driver_status(info)
             for info in json.loads(text)
-            if info.get("submission_id")
+            if (submission := info.get("submission_id"))
+            and not submission.startswith(DRAIN_SUBMISSION_PREFIX)
         }
 
     async def tail(self, submission_id: str) -> AsyncIterator[str]:

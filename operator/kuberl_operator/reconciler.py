@@ -12,8 +12,11 @@ the UID observed, so Kubernetes refuses them for an object that took the name in
 A job is checked once per version: its spec (validation.py), then what it may reach against the
 operator's settings (reach.py); either's problems fail it with reason InvalidSpec.
 
-Order matters once: the status is written before the action is carried out, so an attempt number
-is on record before its Ray cluster exists, and a crash in between only repeats the action.
+Order matters twice: the status is written before the action is carried out, so an attempt number
+is on record before its Ray cluster exists, and a crash in between only repeats the action; and the
+Ray nodes of pods about to go are drained before the status that remembers them (status.draining)
+is written, so a drain that failed is tried again, and one repeated after a crash is refused by
+its fixed submission id.
 """
 
 from __future__ import annotations
@@ -22,11 +25,13 @@ import logging
 import secrets
 import time
 from collections.abc import Mapping
+from dataclasses import replace
 from typing import Any
 
 import kopf
 
 from kuberl_contract.attempt import ATTEMPT_ENV
+from kuberl_contract.drain import checkpoint_now_entrypoint, drain_entrypoint
 from kuberl_operator import builders
 from kuberl_operator.constants import API_VERSION, ATTEMPT_LABEL, JOB_LABEL, KIND, PLURAL
 from kuberl_operator.job_observer import RAY_CLUSTERS, JobObserver
@@ -37,7 +42,7 @@ from kuberl_operator.ownership import ensure_child
 from kuberl_operator.ray_jobs import RayJobsError
 from kuberl_operator.reach import reach_problems
 from kuberl_operator.settings import OperatorSettings
-from kuberl_operator.spec import Phase, RLJob, RLJobStatus
+from kuberl_operator.spec import Phase, Reason, RLJob, RLJobStatus
 from kuberl_operator.status import (
     TERMINAL,
     Action,
@@ -51,6 +56,7 @@ from kuberl_operator.status import (
     SubmitDriver,
     compute_status,
 )
+from kuberl_operator.status.disruption import drain_submission_id, draining_message
 from kuberl_operator.validation import InvalidManifest, validate_rljob
 
 # A job that waits for nothing but an edit (suspended) is still looked at now and then.
@@ -128,6 +134,9 @@ class Reconciler:
         job, problems = self._read_job(body)
         seen = await self.observer.observe(body, status, job, problems)
         update = compute_status(job.spec if job else None, seen.observed)
+        if update.drains:
+            assert job is not None  # pods about to go are observed only under a running driver
+            update = await self._drain(job, meta.get("uid", ""), update)
         if update.status != status:
             await self.kube.merge_patch(
                 path(API_VERSION, PLURAL, namespace, name, "status"), status_patch(update.status)
@@ -138,6 +147,9 @@ class Reconciler:
         self.metrics.observed(namespace, name, status, update.status, workers, budget)
         for event in update.events:
             kopf.event(dict(body), type=event.type, reason=event.reason, message=event.message)
+        for pod in update.drains:
+            message = draining_message(pod)
+            kopf.event(dict(body), type="Normal", reason=Reason.NODE_DRAINING, message=message)
         if update.on_demand_replicas is not None:
             assert seen.ray_cluster is not None  # decided only for a cluster observed as the job's
             operations = builders.scale_on_demand(seen.ray_cluster, update.on_demand_replicas)
@@ -249,6 +261,38 @@ class Reconciler:
         env = {ATTEMPT_ENV: str(attempt)}
         if await client.submit(submission, entrypoint, metadata, env):
             logger.info("%s: submitted the driver as %s", job.name, submission)
+
+    async def _drain(self, job: RLJob, uid: str, update: StatusUpdate) -> StatusUpdate:
+        """Drain the Ray nodes of the pods about to go (`update.drains`), one Ray job each on the
+        job's head (kuberl_contract.drain; for the head's own pod, a notice that has the driver
+        checkpoint at once). The update comes back with only the pods drained, those
+        that could not be (the head unreachable) left out of status.draining: the next poll tries
+        them again, and the fixed submission id keeps a retry from draining twice."""
+        client = await self.observer.job_client(job, uid)
+        drained = []
+        for pod in update.drains:
+            submission = drain_submission_id(update.attempt, pod.name)
+            metadata = {JOB_LABEL: job.name, ATTEMPT_LABEL: str(update.attempt)}
+            try:
+                if client is None:
+                    raise RayJobsError("the Ray auth Secret is missing")
+                entrypoint = (
+                    checkpoint_now_entrypoint(pod.deadline_s, pod.reason)
+                    if pod.head
+                    else drain_entrypoint([pod.ip], pod.deadline_s, pod.reason)
+                )
+                if await client.submit(submission, entrypoint, metadata):
+                    logger.info("%s: draining pod %s as %s", job.name, pod.name, submission)
+            except (RayJobsError, ValueError) as exc:
+                logger.warning(
+                    "%s: pod %s is about to go, not drained: %s", job.name, pod.name, exc
+                )
+                continue
+            drained.append(pod)
+        undrained = {pod.name for pod in update.drains} - {pod.name for pod in drained}
+        draining = [name for name in update.status.draining if name not in undrained]
+        status = update.status.model_copy(update={"draining": draining})
+        return replace(update, status=status, drains=tuple(drained))
 
     async def _stop(self, job: RLJob, uid: str, attempts: tuple[int, ...]) -> None:
         """Ask the Jobs API to stop these attempts' drivers (SIGTERM, then SIGKILL after Ray's

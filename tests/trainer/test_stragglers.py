@@ -66,7 +66,7 @@ class GatedWorker(MockWorker):
         self.policy = TaggingPolicy()
         self.index, self.gate, self.samples = index, gate, 0
 
-    def sample(self) -> SampleBatch:
+    def sample(self, steps: int | None = None) -> SampleBatch:
         self.samples += 1
         if self.gate is not None:
             ray.get(self.gate.wait.remote())

@@ -9,7 +9,7 @@ import time
 import numpy as np
 from test_sync_samples import MockWorker
 
-from kuberl_trainer.rollouts.worker_pool import Completed, Joined, Lost
+from kuberl_trainer.rollouts.pool_events import Completed, Joined, Lost
 from kuberl_trainer.rollouts.worker_set import WorkerSet
 from testkit import wait_until
 

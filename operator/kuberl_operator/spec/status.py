@@ -101,6 +101,8 @@ class Reason(StrEnum):
     WORKER_PREEMPTED = "WorkerPreempted"
     WORKERS_REFILLED = "WorkersRefilled"
     NOT_PREEMPTED = "NotPreempted"
+    NODE_DRAINING = "NodeDraining"
+    """An Event's only: a pod is about to go, and its Ray node was asked to drain."""
 
     # UpToDate.
     SPEC_APPLIED = "SpecApplied"
@@ -275,6 +277,10 @@ class RLJobStatus(Spec):
     preempted_pods: list[str] = Field(default_factory=list)
     """UIDs of the preempted rollout worker pods already counted in preemptions, kept while the
     pods still exist, so each is counted once."""
+
+    draining: list[str] = Field(default_factory=list)
+    """Names of the job's pods that Kubernetes said are about to go and whose Ray nodes were asked
+    to drain, kept while the pods exist, so each is drained once."""
 
     ray_cluster: str | None = None
     """Name of the job's RayCluster."""

@@ -40,6 +40,8 @@ One module per question:
 - `conditions`: the operator's conditions: the lifecycle's, and those only a cluster has.
 - `events`: the Kubernetes Events a change emits.
 - `autoscale`: the learner-driven size of an elastic fleet (rolloutWorkers.autoscaling).
+- `disruption`: pods about to go (a DisruptionTarget, a node's taint, a deletion), and which of
+  them get their Ray nodes drained (status.draining, `StatusUpdate.drains`).
 - `compute`: `compute_status`, which puts them together.
 """
 

@@ -10,6 +10,7 @@ from dataclasses import dataclass, field
 from typing import Literal
 
 from kuberl_operator.spec import Phase, RLJobStatus
+from kuberl_operator.status.disruption import PodAboutToGo
 
 
 @dataclass(frozen=True)
@@ -87,6 +88,10 @@ class StatusUpdate:
     rollout_replicas: int | None = None
     """The size an elastic job's rollout group should have (`status.fallback.rollout_replicas`);
     None leaves it as it is."""
+    drains: tuple[PodAboutToGo, ...] = ()
+    """Pods about to go whose Ray nodes are to be drained now, each by one Ray job
+    (`disruption.drain_submission_id`), before the status that names them in status.draining is
+    written: one that could not be submitted is left out of it, and tried again next poll."""
 
     @property
     def attempt(self) -> int:

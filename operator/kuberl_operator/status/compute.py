@@ -13,6 +13,7 @@ from kuberl_operator.status.conditions import wanted_conditions
 from kuberl_operator.status.cost import next_cost, target_reached
 from kuberl_operator.status.decide import decide
 from kuberl_operator.status.decision import Decision
+from kuberl_operator.status.disruption import next_drains
 from kuberl_operator.status.events import change_events, unschedulable_event
 from kuberl_operator.status.fallback import on_demand_replicas, rollout_replicas
 from kuberl_operator.status.lifecycle import finished_at, merge_conditions, started_at
@@ -60,6 +61,7 @@ def compute_status(spec: RLJobSpec | None, observed: Observed) -> StatusUpdate:
     autoscaled = remembered(spec, previous, observed.learner_load)
     if scaling is not None and autoscaled is not None:
         autoscaled = autoscaled.model_copy(update={"last_scale_time": observed.now})
+    drains, draining = next_drains(previous.draining, observed.about_to_go, observed.pod_names)
     status = RLJobStatus(
         phase=phase,
         conditions=conditions,
@@ -72,6 +74,7 @@ def compute_status(spec: RLJobSpec | None, observed: Observed) -> StatusUpdate:
         restarts=decision.restarts,
         preemptions=decision.preemptions,
         preempted_pods=list(decision.preempted_pods),
+        draining=draining,
         ray_cluster=observed.cluster.name if observed.cluster else None,
         replicas=observed.workers_live,
         autoscaled=autoscaled,
@@ -90,6 +93,7 @@ def compute_status(spec: RLJobSpec | None, observed: Observed) -> StatusUpdate:
         on_demand_replicas=on_demand_replicas(spec, phase, observed.pending_spot),
         rollout_replicas=rollout_replicas(spec, phase, observed, decision.cluster_attempt),
         scale_to=None if scaling is None else scaling.replicas,
+        drains=drains,
     )
 
 

@@ -16,6 +16,7 @@ from typing import Any
 from kuberl_contract.final_record import EXIT_INVALID_JOB, Outcome
 from kuberl_operator.cost import PodOnNode, PriceTable
 from kuberl_operator.spec import Condition, RLJobStatus
+from kuberl_operator.status.disruption import PodAboutToGo
 
 
 class HeadFate(StrEnum):
@@ -228,6 +229,11 @@ class Observed:
     """The job's pods that hold a node now, with their nodes (those that could be read)."""
     prices: PriceTable | None = None
     """The operator's price table; None counts no cost (status.cost stays as it is)."""
+    about_to_go: tuple[PodAboutToGo, ...] = ()
+    """The current attempt's pods that Kubernetes says are about to go, looked for while its
+    driver runs (`disruption.pods_about_to_go`)."""
+    pod_names: frozenset[str] = frozenset()
+    """Names of the pods of the job's Ray cluster that exist (status.draining keeps only those)."""
 
 
 def condition_of(status: RLJobStatus, type_: str) -> Condition | None:

@@ -50,6 +50,7 @@ from kuberl_trainer.job.resume import (
 from kuberl_trainer.job.tensorboard import TensorBoardLog
 from kuberl_trainer.job.trainer import Trainer
 from kuberl_trainer.rollouts.interrupt import IterationAbandoned, StopRequest
+from kuberl_trainer.rollouts.node_drain import OwnNodeDrain, until
 
 log = logging.getLogger(__name__)
 
@@ -118,6 +119,7 @@ class Driver:
             config.checkpoint.grace_period_seconds, stop_request, self.report
         )
         self._ray = RaySession()
+        self._own_drain = OwnNodeDrain()
         self._tensorboard: TensorBoardLog | None = None
 
     @property
@@ -244,6 +246,9 @@ class Driver:
             self._record(row, timer_deltas, restarts)
             stopped_by = stop_reason(self.config.stop, row)
             due = self.iteration % self.config.checkpoint.every_iterations == 0
+            if (drain := self._own_drain.begun()) is not None:  # before the node goes
+                self.report.message(f"This Ray node is about to go ({until(drain)}): checkpointing")
+                due = True
             if stopped_by or due or self.preemption.signalled:
                 checkpoint, saved = self._checkpoint(saved, row)
             row[CHECKPOINT] = self.checkpoint
@@ -313,6 +318,7 @@ class Driver:
             private_ray=self._ray.private,
             waited=self.metrics.waiting_for_resources,
             interrupted=lambda: self.preemption.signalled,
+            to_start=job_requests(self.config, self.rollout, self.rollout.fewest),
         )
 
     # -- checkpoints --------------------------------------------------------------------------

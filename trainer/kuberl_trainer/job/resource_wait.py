@@ -7,6 +7,9 @@ nodes to join (rollout worker pods still Pending): bounded by the capacity's wai
 reported as the gauge kuberl_resource_wait_seconds, which the operator shows in the job's status.
 Without a capacity the live nodes are all there is to judge by: in a private local Ray nothing
 else will ever join (invalid), and in a Ray cluster of unknown shape the request fails as before.
+An elastic fleet (rolloutWorkers.minReplicas, maxReplicas) is judged at both ends: the job's full
+shape, at maxReplicas, must fit what the cluster can ever have, and training starts once the live
+nodes hold it at minReplicas (the other workers join as their nodes come; see WorkerSet).
 Here are the job's requests (`job_requests`) and the wait (`await_resources`); what a request is,
 and whether given nodes can hold it, come from kuberl_trainer.rollouts.resources.
 """
@@ -42,10 +45,13 @@ def live_ray_nodes() -> list[dict[str, float]]:
     return [node["Resources"] for node in ray.nodes() if node.get("Alive")]
 
 
-def job_requests(config: JobTrainerConfig, rollout: RolloutConfig) -> list[ResourceRequest]:
-    """What the job's actors ask of the Ray cluster: its rollout workers and, for AsyncReplay,
-    its replay shards (the same requests WorkerSet and the optimizer check); for PBT, a trial
-    actor and what its trainer asks, times the population."""
+def job_requests(
+    config: JobTrainerConfig, rollout: RolloutConfig, workers: int | None = None
+) -> list[ResourceRequest]:
+    """What the job's actors ask of the Ray cluster with `workers` rollout workers (its most,
+    maxReplicas, if None; its fewest to start training): the rollout workers and, for
+    AsyncReplay, its replay shards (the same requests WorkerSet and the optimizer check); for
+    PBT, a trial actor and what its trainer asks, times the population."""
     if config.algorithm == PBT:
         hp = config.hyperparameters
         trials = ResourceRequest(
@@ -56,14 +62,13 @@ def job_requests(config: JobTrainerConfig, rollout: RolloutConfig) -> list[Resou
             {RAY_CPU: hp.cpus_per_trial},
             {RAY_CPU: "cpus_per_trial"},
         )
-        inner = job_requests(config.trainer, rollout)
+        inner = job_requests(config.trainer, rollout, workers)
         return [trials, *(replace(r, count=r.count * hp.population) for r in inner)]
     requests = []
-    if rollout.replicas:
+    workers = rollout.most if workers is None else workers
+    if workers:
         requests.append(
-            rollout_workers_request(
-                rollout.replicas, rollout.cpus_per_worker, rollout.ray_resources
-            )
+            rollout_workers_request(workers, rollout.cpus_per_worker, rollout.ray_resources)
         )
     if config.optimizer_name == OptimizerName.ASYNC_REPLAY:
         settings = config.optimizer_config
@@ -82,25 +87,21 @@ def await_resources(
     interrupted: Callable[[], bool] = lambda: False,
     clock: Callable[[], float] = time.monotonic,
     sleep: Callable[[float], None] = time.sleep,
+    to_start: list[ResourceRequest] | None = None,
 ) -> None:
-    """Return once the live Ray nodes (`live_nodes()`, each as its Ray resources) can hold every
-    request. Raises InvalidJobError when no node the cluster will ever have can (`capacity`, or
-    with `private_ray` the live nodes themselves), TrainingError when the nodes that could have not
-    joined within `capacity.wait_seconds`, and ResourceError when the live nodes cannot and nothing
-    says more are coming. `waited(seconds)` is told the wait so far (0 when there is none, or no
-    more); `interrupted()` true (a stop signal came) ends a wait with a TrainingError."""
-    if capacity is not None:
-        try:
-            check_resources(requests, capacity.nodes())
-        except ResourceError as exc:
-            raise InvalidJobError(
-                f"{exc} (counting every node the job's Ray cluster can ever have: the head and "
-                "each worker group at its most replicas)"
-            ) from None
+    """Return once the live Ray nodes (`live_nodes()`, each as its Ray resources) can hold
+    `to_start` (what training starts with: the fewest rollout workers; all the requests if
+    None). Raises InvalidJobError when no node the cluster will ever have can hold every request
+    (`capacity`, or with `private_ray` the live nodes themselves), TrainingError when the nodes
+    that could have not joined within `capacity.wait_seconds`, and ResourceError when the live
+    nodes cannot and nothing says more are coming. `waited(seconds)` is told the wait so far (0
+    when there is none, or no more); `interrupted()` true (a stop signal came) ends a wait with
+    a TrainingError."""
+    _check_ever_possible(requests, capacity, live_nodes if private_ray else None)
     started, reported = clock(), None
     while True:
         try:
-            check_resources(requests, live_nodes())
+            check_resources(requests if to_start is None else to_start, live_nodes())
         except ResourceError as exc:
             if capacity is None and private_ray:
                 raise InvalidJobError(f"{exc} (this machine's Ray is all there is)") from None
@@ -136,3 +137,26 @@ def await_resources(
             log.warning("the Ray nodes joined after %.0fs", clock() - started)
         waited(0.0)
         return
+
+
+def _check_ever_possible(
+    requests: list[ResourceRequest],
+    capacity: Capacity | None,
+    private_nodes: Callable[[], list[dict[str, float]]] | None,
+) -> None:
+    """Raise InvalidJobError when the nodes the Ray cluster can ever have (`capacity`; without
+    one, a private Ray's live nodes, `private_nodes()`: it never grows) cannot hold every request:
+    the job's full shape, its most rollout workers included."""
+    if capacity is not None:
+        try:
+            check_resources(requests, capacity.nodes())
+        except ResourceError as exc:
+            raise InvalidJobError(
+                f"{exc} (counting every node the job's Ray cluster can ever have: the head and "
+                "each worker group at its most replicas)"
+            ) from None
+    elif private_nodes is not None:
+        try:
+            check_resources(requests, private_nodes())
+        except ResourceError as exc:
+            raise InvalidJobError(f"{exc} (this machine's Ray is all there is)") from None

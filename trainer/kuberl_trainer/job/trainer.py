@@ -171,16 +171,20 @@ class Trainer:
                 "num_envs": self.rollout.envs_per_worker,
                 "seed": seed,
                 "worker_index": index,
-                "num_workers": self.rollout.replicas,
+                "num_workers": self.rollout.most,
             }
 
+        # A slot for each of the most workers (maxReplicas); training starts with the fewest,
+        # and the batches of the synchronous optimizers stay those of `replicas` workers.
         return WorkerSet(
             RolloutWorker,
             worker_kwargs,
-            self.rollout.replicas,
+            self.rollout.most,
             self.rollout.cpus_per_worker,
             self.rollout.ray_resources,
-            policy_class.worker_start_order(self.rollout.replicas),
+            policy_class.worker_start_order(self.rollout.most),
+            fewest=self.rollout.fewest,
+            batch_replicas=self.rollout.replicas,
         )
 
     # -- iterations ---------------------------------------------------------------------------

@@ -24,8 +24,8 @@ import numpy as np
 from kuberl_contract.progress_row import POLICY_LAG
 from kuberl_trainer.optimizers.base import PolicyOptimizer, StepResult
 from kuberl_trainer.optimizers.flow_control import calls_to_top_up
+from kuberl_trainer.rollouts.pool_events import Completed
 from kuberl_trainer.rollouts.rollout_worker import Gradients
-from kuberl_trainer.rollouts.worker_pool import Completed
 from kuberl_trainer.rollouts.worker_set import WorkerSet
 
 
@@ -58,7 +58,8 @@ class AsyncGradientsOptimizer(PolicyOptimizer):
                 if isinstance(event, Completed):
                     lags.append(self.num_applied - event.tag)
                     results.append(self._apply(event.result, event.worker))
-                    self._request_gradients(event.worker)  # behind the weights just sent
+                    if self.workers.takes_calls(event.worker):  # not if its node drains
+                        self._request_gradients(event.worker)  # behind the weights just sent
         stats = {key: float(np.mean([r.stats[key] for r in results])) for key in results[0].stats}
         sampled = sum(r.steps for r in results)
         self.counters.steps_sampled += sampled

@@ -41,8 +41,8 @@ from kuberl_trainer.optimizers.flow_control import calls_to_top_up, replay_behin
 from kuberl_trainer.optimizers.learner_thread import LearnerThread
 from kuberl_trainer.optimizers.replay_shard import ReplayShard, ReplayShards
 from kuberl_trainer.policies.sample_batch import SampleBatch
+from kuberl_trainer.rollouts.pool_events import Completed
 from kuberl_trainer.rollouts.resources import check_resources, replay_shards_request
-from kuberl_trainer.rollouts.worker_pool import Completed
 from kuberl_trainer.rollouts.worker_set import WorkerSet
 
 REPLAY_CALLS_PER_SHARD = 4  # calls travelling while the shard draws the next (RLlib 0.6: 4)

@@ -69,7 +69,7 @@ from kuberl_trainer.optimizers.flow_control import (
 )
 from kuberl_trainer.optimizers.learner_thread import LearnerThread, moving_average
 from kuberl_trainer.policies.sample_batch import SampleBatch
-from kuberl_trainer.rollouts.worker_pool import Completed
+from kuberl_trainer.rollouts.pool_events import Completed
 from kuberl_trainer.rollouts.worker_set import WorkerSet
 
 if TYPE_CHECKING:

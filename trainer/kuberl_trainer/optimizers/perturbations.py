@@ -26,8 +26,8 @@ import numpy as np
 from kuberl_trainer.errors import InvalidJobError
 from kuberl_trainer.optimizers.base import PolicyOptimizer, StepResult
 from kuberl_trainer.policies.evolution import noise_rows, noise_table
+from kuberl_trainer.rollouts.pool_events import Completed
 from kuberl_trainer.rollouts.rollout_worker import Perturbations
-from kuberl_trainer.rollouts.worker_pool import Completed
 from kuberl_trainer.rollouts.worker_set import WorkerSet
 
 # Noise rows multiplied at a time in the gradient estimate: bounds its memory for large networks.

@@ -1,6 +1,7 @@
 """SyncReplay: gather samples from every worker into a replay buffer, then take gradient steps on
 minibatches drawn from it: a fixed number per iteration (DQN) or one per env step sampled (SAC),
-as the hyperparameters say. Stragglers are dropped as in SyncSamples."""
+as the hyperparameters say. The iteration samples as many env steps whatever the number of
+healthy workers, and stragglers are dropped, as in SyncSamples."""
 
 from __future__ import annotations
 
@@ -10,7 +11,7 @@ from typing import Any
 from kuberl_contract.progress_row import REPLAY_SIZE
 from kuberl_trainer.optimizers.base import PolicyOptimizer, StepResult
 from kuberl_trainer.optimizers.replay_buffer import PrioritizedReplayBuffer, ReplayBuffer
-from kuberl_trainer.optimizers.sync_samples import sample_timeout
+from kuberl_trainer.optimizers.sync_samples import fixed_batch_fragments, sample_timeout
 from kuberl_trainer.rollouts.worker_set import WorkerSet
 
 # Mixed into the seed so the buffer's draws are independent of the policy's exploration draws.
@@ -38,7 +39,10 @@ class SyncReplayOptimizer(PolicyOptimizer):
         with self.timer("weight_sync"):
             self.workers.sync_weights(self.counters.steps_sampled)
         with self.timer("sample"):
-            batches = self.workers.sample(sample_timeout(self.config))
+            batches = self.workers.sample(
+                sample_timeout(self.config),
+                fixed_batch_fragments(self.config, self.workers.batch_replicas, self.policy),
+            )
         with self.timer("replay_add"):
             for batch in batches:
                 self.buffer.add(batch.columns)

@@ -139,6 +139,7 @@ LEARNABLE_ROWS = "learnable_rows"  # batch_tensors' indices of the rows that are
 
 
 class IMPALAPolicy(ActorCriticPolicy):
+    LEARNS_ON_WHOLE_ROLLOUTS = True  # vtrace_from reshapes by rollout_length
     STAT_KEYS = (
         POLICY_LOSS,
         VF_LOSS,

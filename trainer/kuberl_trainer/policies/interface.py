@@ -27,6 +27,10 @@ class Policy(ABC):
     """The statistics its learn step returns (progress_row.POLICY_STATS); GRAD_NORM only where
     max_grad_norm clips."""
 
+    LEARNS_ON_WHOLE_ROLLOUTS: ClassVar[bool] = False
+    """Its learn step cuts a batch into sequences of rollout_length steps (V-trace), so the
+    synchronous optimizers give each worker whole rollouts to sample."""
+
     # Set by the rollout worker that holds the policy: 0 for the driver's local worker, 1..N for
     # the remote ones (Ape-X explores at a rate per worker).
     worker_index: int = 0

@@ -137,8 +137,10 @@ class RolloutWorker:
         self.acting_policy.set_weights(weights)
         self.acting_policy.set_global_timesteps(self.policy.global_timesteps)
 
-    def sample(self) -> SampleBatch:
-        """rollout_length steps of every env, postprocessed by the policy (GAE, n-step, ...).
+    def sample(self, steps: int | None = None) -> SampleBatch:
+        """`steps` (rollout_length if None) steps of every env, postprocessed by the policy (GAE,
+        n-step, ...). The synchronous optimizers choose `steps` so that their batch's size does
+        not depend on the number of workers sampling it (see WorkerSet.sample).
 
         The envs reset on the step after an episode's end (see `make_vector_env`); that step is
         marked invalid, so the policy learns nothing from it and it counts as no env step."""
@@ -147,7 +149,8 @@ class RolloutWorker:
             raw_obs, *_ = self.envs.step(self.envs.action_space.sample())  # actions are ignored
             self.obs = self._observed(raw_obs)
             self.resetting[:] = False
-        horizon, n = self.config.hyperparameters.rollout_length, self.num_envs
+        horizon = self.config.hyperparameters.rollout_length if steps is None else steps
+        n = self.num_envs
         # obs[t] is what the envs act on at step t and obs[t + 1] what that step returned: the
         # next observation, also at an episode's end, since the reset comes a step later.
         # uint8 images stay uint8 (see encode_obs): 4x less memory and bandwidth than float32

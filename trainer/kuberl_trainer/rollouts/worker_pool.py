@@ -15,10 +15,20 @@ with, say), and reads what happened as events (`WorkerSet.events`: `take_news()`
 One place decides what a lost call means (`_lose`: the worker is killed, its calls dropped, the
 restart counted, a replacement started) and one place replaces workers (`_start`).
 
+A worker whose node drains (Ray was told the node will go: see node_drain.py) gets no more
+calls; once its calls in flight are done it is ended and reported `Lost` with none, not counted
+as a restart, and its replacement waits for a place on a node that stays.
+
 A replacement joins once its first call, the weight sync, returns; until then sampling never
 waits for it, and one that cannot be placed yet (its node gone, no room elsewhere) waits in Ray's
-queue. At most `max_starting` workers start at once (see `WorkerSet`); those started first are
-healthy at once, so the first step waits for their batches as for any.
+queue. At most `max_starting` workers start at once (see `WorkerSet`); the first `placeable` of
+them are healthy at once, so the first step waits for their batches as for any.
+
+The fleet is elastic: the slots are the most workers the job may have (maxReplicas), and only the
+fewest it trains with (minReplicas) are known to fit the Ray cluster when the pool starts. The
+others start as replacements do, wait in Ray's queue until a node has room (a spot pod scaled up)
+and join then; a worker whose node goes is lost and its slot waits again. So the healthy workers
+follow what Ray can place, and nothing waits for a slot that has no node.
 """
 
 from __future__ import annotations
@@ -26,47 +36,16 @@ from __future__ import annotations
 import logging
 import time
 from collections import Counter
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from kuberl_trainer.rollouts.broadcaster import WeightsBroadcaster
 from kuberl_trainer.rollouts.interrupt import WAIT_SLICE_S
+from kuberl_trainer.rollouts.node_drain import DrainWatch
+from kuberl_trainer.rollouts.pool_events import Completed, Joined, Lost
 
 log = logging.getLogger(__name__)
-
-
-@dataclass(frozen=True)
-class Completed:
-    """A call's result arrived from worker `worker`; `tag` is what the caller attached, `ref`
-    the call's object ref (its result, still in the object store, passes on without a copy). It
-    unpacks as (worker, result), as the task pool's results did before they had tags."""
-
-    worker: int
-    result: Any
-    tag: Any = None
-    ref: Any = None
-
-    def __iter__(self) -> Iterator[Any]:
-        return iter((self.worker, self.result))
-
-
-@dataclass(frozen=True)
-class Joined:
-    """Worker `worker` (started first, or a replacement) takes calls from now on."""
-
-    worker: int
-
-
-@dataclass(frozen=True)
-class Lost:
-    """Worker `worker` died or its node went; `calls` are the tags of its calls dropped."""
-
-    worker: int
-    calls: tuple[Any, ...] = ()
-
-
-Event = Completed | Joined | Lost
 
 
 @dataclass
@@ -88,15 +67,22 @@ class WorkerPool:
         check_stop: Callable[[], None],
         start_order: Sequence[int],
         max_starting: int,
+        placeable: int | None = None,
+        drains: DrainWatch | None = None,
     ):
         """`start_actor(index)` creates worker `index`'s actor; `on_result(result)` sees every
         result fetched (a straggler's too), for the statistics it carries; `check_stop()` raises
         where the driver asked to stop (IterationAbandoned), every WAIT_SLICE_S of a wait. The
         workers start in
-        `start_order`, at most `max_starting` at once; those that can start now are healthy at
-        once."""
+        `start_order`, at most `max_starting` at once; of those, the first `placeable` (all, if
+        None: the Ray cluster can place that many now) are healthy at once, and the others join
+        once placed and started. `drains` says which workers' nodes drain (None: never looked
+        at)."""
         self.broadcaster = broadcaster
         self.restarts = 0
+        self.drained = 0  # workers ended because their node drained
+        self._drains = drains
+        self._draining: dict[int, Any] = {}  # index → handle: its calls finish, no new ones
         self._start_actor = start_actor
         self._on_result = on_result
         self._check_stop = check_stop
@@ -112,14 +98,14 @@ class WorkerPool:
         self._down_since: dict[int, float] = {}  # index → since when the slot has no worker
         self._downtime_ended_s = 0.0  # downtime of the outages already over
         self._news: list[Joined | Lost] = []  # until the next `take_news()`
-        self._launch_queued(first=True)
+        self._launch_queued(healthy_at_once=len(start_order) if placeable is None else placeable)
 
     # -- slots --------------------------------------------------------------------------------
 
     @property
     def num_slots(self) -> int:
         """The slots, whatever their state: the remote workers asked for."""
-        return len(self._healthy) + len(self._starting) + len(self._queued)
+        return len(self._healthy) + len(self._draining) + len(self._starting) + len(self._queued)
 
     @property
     def handles(self) -> dict[int, Any]:
@@ -128,8 +114,10 @@ class WorkerPool:
 
     @property
     def healthy(self) -> dict[int, Any]:
-        """Index → handle of the workers taking calls, after promoting those that have started."""
+        """Index → handle of the workers taking calls, after promoting those that have started
+        and setting aside those whose node drains."""
         self._promote_started_workers()
+        self._heed_drains()
         return self._healthy
 
     @property
@@ -268,22 +256,38 @@ class WorkerPool:
 
     # -- losses and replacements --------------------------------------------------------------
 
-    def _lose(self, index: int, dropped: tuple = ()) -> None:
-        """A healthy worker died: drop its calls, count the restart, start its replacement.
-        `dropped` are the tags of its calls already taken out of the pool."""
+    def _lose(self, index: int, dropped: tuple = (), restart: bool = True) -> None:
+        """A worker died (or, not a `restart`, its node drains): drop its calls, count the
+        restart, start its replacement. `dropped` are the tags of its calls already taken out of
+        the pool."""
         import ray
 
         # Dead already, or alive but unusable (a result lost): never two workers in one slot.
-        ray.kill(self._healthy.pop(index))
+        ray.kill(self._healthy.pop(index) if index in self._healthy else self._draining.pop(index))
         self._down_since[index] = self._last_heard.pop(index, time.monotonic())
         tags = list(dropped)
         for ref in [ref for ref, (owner, _) in self._calls.items() if owner == index]:
             tags.append(self._forget(ref)[1])
             self._abandoned.discard(ref)
         self.broadcaster.forget(index)
-        self.restarts += 1
+        if self._drains is not None:
+            self._drains.forget(index)
+        self.restarts += restart
         self._start(index)
         self._news.append(Lost(index, tuple(tags)))
+
+    def _heed_drains(self) -> None:
+        """Give the workers on draining nodes no more calls, and end those whose calls are done
+        (their replacements wait for a place on a node that stays: Ray places nothing new on a
+        draining node)."""
+        if self._drains is None:
+            return
+        for index in self._drains.on_draining_nodes(list(self._healthy)):
+            log.warning("rollout worker %d's node drains: it gets no more calls", index)
+            self._draining[index] = self._healthy.pop(index)
+        for index in [i for i in self._draining if not self._in_flight[i]]:
+            self.drained += 1
+            self._lose(index, restart=False)
 
     def _start(self, index: int) -> None:
         """A new actor for slot `index`; it joins the healthy ones once its first call (the
@@ -292,14 +296,15 @@ class WorkerPool:
         ready, sent = self.broadcaster.to_joining(index, handle)
         self._starting[index] = _Starting(handle, ready, sent)
 
-    def _launch_queued(self, first: bool = False) -> None:
+    def _launch_queued(self, healthy_at_once: int = 0) -> None:
         """Start queued workers while fewer than `max_starting` are starting (`startup_slots`).
         Starting a worker is CPU-bound (Python and Ray, kuberl and its envs: 0.41 CPU-seconds on
         a 2-core VM, 1.4-1.6 with torch), and workers that start together share the CPUs: 12 at
         once on 2 cores, each importing torch, answered their first call after 12 s, beside a
-        learner that had nothing to learn on. Those started `first` are healthy at once, so the
-        first step waits for their batches as for any; the others join in the background while
-        training goes on with the workers already up."""
+        learner that had nothing to learn on. The first `healthy_at_once` started are healthy
+        at once, so the first step waits for their batches as for any (only workers the Ray
+        cluster can place now: a call on one it cannot would wait for a node); the others join
+        in the background while training goes on with the workers already up."""
         import ray
 
         if self._constructing:
@@ -309,8 +314,10 @@ class WorkerPool:
                 del self._constructing[index]
         while self._queued and len(self._starting) + len(self._constructing) < self._max_starting:
             index = self._queued.pop(0)
-            if first:
+            if healthy_at_once > 0:
+                healthy_at_once -= 1
                 handle = self._healthy[index] = self._start_actor(index)
+                self._placed(index, handle)
                 self._constructing[index] = handle.__ray_ready__.remote()
                 self._last_heard[index] = time.monotonic()
                 self._news.append(Joined(index))
@@ -338,20 +345,27 @@ class WorkerPool:
                 continue
             self.broadcaster.catch_up(index, starting.handle, starting.sent)
             self._healthy[index] = starting.handle
+            self._placed(index, starting.handle)
             now = time.monotonic()
             self._downtime_ended_s += now - self._down_since.pop(index, now)
             self._last_heard[index] = now
             self._news.append(Joined(index))
         self._launch_queued()
 
+    def _placed(self, index: int, handle: Any) -> None:
+        if self._drains is not None:
+            self._drains.placed(index, handle)
+
     def stop(self) -> None:
         """Kill every actor, started or starting; the pool is empty after."""
         import ray
 
-        for handle in [*self._healthy.values(), *(s.handle for s in self._starting.values())]:
+        starting = [s.handle for s in self._starting.values()]
+        for handle in [*self._healthy.values(), *self._draining.values(), *starting]:
             ray.kill(handle)
-        for state in (self._healthy, self._starting, self._constructing, self._calls):
+        for state in (self._healthy, self._draining, self._starting, self._constructing):
             state.clear()
+        self._calls.clear()
         for state in (self._queued, self._news):
             state.clear()
         self._in_flight.clear()

@@ -29,6 +29,12 @@ dead worker's calls are dropped, the worker replaced and the loss counted in one
 Waits on the workers return to Python at least every WAIT_SLICE_S to look for the driver's stop
 request, so a preempted driver never waits out an iteration to checkpoint (see interrupt.py).
 
+Elastic fleets (rolloutWorkers.minReplicas, maxReplicas): there is a slot for each of the most
+workers (`num_remote`), training starts once the fewest (`fewest`) can be placed, and the other
+slots wait in Ray's queue and join as nodes come (see worker_pool.py). `batch_replicas` (the
+manifest's replicas) sizes the synchronous optimizers' batches, which `sample(fragments=...)`
+splits over the workers that are there.
+
 Placement: remote workers are created with Ray's SPREAD strategy and the job's custom Ray resources
 (rolloutWorkers.rayResources). What the Ray cluster could never place fails at once with the
 manifest field to change (`check_resources`, in kuberl_trainer.rollouts.resources), where Ray
@@ -47,12 +53,14 @@ from kuberl_trainer.envs.normalization import GlobalNormalization
 from kuberl_trainer.policies.sample_batch import SampleBatch
 from kuberl_trainer.rollouts.broadcaster import WeightsBroadcaster
 from kuberl_trainer.rollouts.interrupt import StopRequest
+from kuberl_trainer.rollouts.node_drain import DrainWatch
+from kuberl_trainer.rollouts.pool_events import Completed, Event
 from kuberl_trainer.rollouts.resources import (
     ResourceRequest,
     check_resources,
     rollout_workers_request,
 )
-from kuberl_trainer.rollouts.worker_pool import Completed, Event, WorkerPool
+from kuberl_trainer.rollouts.worker_pool import WorkerPool
 
 if TYPE_CHECKING:
     from kuberl_trainer.policies.interface import Weights
@@ -69,13 +77,18 @@ class WorkerSet:
         cpus_per_worker: float = 1.0,
         ray_resources: Mapping[str, float] | None = None,
         start_order: Sequence[int] | None = None,
+        fewest: int | None = None,
+        batch_replicas: int | None = None,
     ):
         """`worker_kwargs(index)` gives the constructor arguments of worker `index` (0 is the
         local worker, 1.. the remote ones), so every worker gets its own seed. `ray_resources`
         are custom Ray resources each remote worker requires (`{"spot": 1}` pins them to the
         nodes that advertise `spot`). `start_order` is the order in which the remote workers
         start where not all can start at once (`Policy.worker_start_order`; by index if not
-        given)."""
+        given). `num_remote` is the number of slots, the most workers (maxReplicas); `fewest`
+        (minReplicas; all of them if None) must fit the live Ray nodes now, the others join as
+        nodes come. `batch_replicas` (replicas; `num_remote` if None) is the number of workers
+        whose batches a synchronous iteration learns on, whatever the number there."""
         self.local_worker = worker_class(**worker_kwargs(0))
         self.normalization = GlobalNormalization(self.local_worker)
         self.broadcaster = WeightsBroadcaster(self.normalization, self.local_worker.get_weights)
@@ -87,11 +100,14 @@ class WorkerSet:
         # What the remote workers ask of the Ray cluster: an optimizer that places actors of
         # its own checks them together with these (`check_resources`).
         self.resource_requests: list[ResourceRequest] = []
+        self.batch_replicas = num_remote if batch_replicas is None else batch_replicas
         if not num_remote:
             return
         resources = dict(ray_resources or {})
+        placeable = num_remote if fewest is None else min(fewest, num_remote)
+        # Only the fewest must fit now: the other slots wait in Ray's queue for their nodes.
         self.resource_requests.append(
-            rollout_workers_request(num_remote, cpus_per_worker, resources)
+            rollout_workers_request(placeable, cpus_per_worker, resources)
         )
         check_resources(self.resource_requests)
         # SPREAD: one worker per node while there are free nodes. Ray's default policy may
@@ -109,6 +125,8 @@ class WorkerSet:
             lambda: self.stop_request.check(),  # the driver may replace the request
             order,
             _startup_slots(),
+            placeable,
+            DrainWatch(),
         )
 
     @property
@@ -137,6 +155,10 @@ class WorkerSet:
         request (IterationAbandoned)."""
         self.stop_request.check()
         return [] if self.pool is None else list(self.pool.healthy)
+
+    def takes_calls(self, index: int) -> bool:
+        """Whether remote worker `index` takes calls now (not lost, starting or draining)."""
+        return self.pool is not None and index in self.pool.handles
 
     @property
     def num_ready(self) -> int:
@@ -196,7 +218,10 @@ class WorkerSet:
         self, index: int, version: int, weights: Callable[[], Weights], global_timesteps: int
     ) -> None:
         """Weights `version` to worker `index`, put once for every worker it goes to:
-        `weights()` is read only when that version is not the one put last."""
+        `weights()` is read only when that version is not the one put last. None to a worker
+        that no longer takes calls (its node drains: its last result came after)."""
+        if not self.takes_calls(index):
+            return
         if not self.broadcaster.is_put(version):
             # Through put_weights and send_weights, as every broadcast: one path to watch.
             self.put_weights(weights(), global_timesteps)
@@ -243,8 +268,15 @@ class WorkerSet:
         completed = self.completed(0.0 if news else timeout)
         return [*news, *completed, *self.pool.take_news()]
 
-    def sample(self, timeout: float | None = None) -> list[SampleBatch]:
+    def sample(
+        self, timeout: float | None = None, fragments: Callable[[int], list[int]] | None = None
+    ) -> list[SampleBatch]:
         """One batch per healthy remote worker, or from the local worker when there are none.
+
+        With `fragments`, `fragments(n)` gives the env steps of each of the `n` workers sampling
+        (the local worker's too, as `n` = 1), so that the batch's size does not depend on how
+        many there are (see `optimizers.sync_samples.fragment_lengths`); a worker given none
+        sits the step out. Without, each samples its rollout_length.
 
         With `timeout`, the step learns on what arrived by then (at least one batch): workers
         still sampling are stragglers, counted in `stragglers_dropped`; their batches are thrown
@@ -258,8 +290,13 @@ class WorkerSet:
             self.pool.wait_for_an_abandoned_call(timeout)
             free = [index for index in self.healthy_indices if not self.in_flight(index)]
         if not free:  # none healthy, or none free in time: the local worker keeps training going
-            return [self._sample_locally()]
-        refs = [self.call(index, "sample") for index in free]
+            return [self._sample_locally(fragments)]
+        steps: list[int | None] = [None] * len(free) if fragments is None else fragments(len(free))
+        refs = [
+            self.call(index, "sample") if n is None else self.call(index, "sample", n)
+            for index, n in zip(free, steps, strict=True)
+            if n is None or n > 0
+        ]
         deadline = None if timeout is None else time.monotonic() + timeout
         batches: list[SampleBatch] = []
         while refs:
@@ -276,14 +313,16 @@ class WorkerSet:
             self.pool.abandon(refs)
             log.info("learning without %d straggling rollout worker(s)", len(refs))
         if not batches:  # every worker died on the way: the local worker keeps training going
-            return [self._sample_locally()]
+            return [self._sample_locally(fragments)]
         return batches
 
-    def _sample_locally(self) -> SampleBatch:
-        """A batch from the local worker; a stop request may cut it short (it only reads the
-        policy)."""
+    def _sample_locally(self, fragments: Callable[[int], list[int]] | None) -> SampleBatch:
+        """A batch from the local worker (the whole iteration's, with `fragments`); a stop
+        request may cut it short (it only reads the policy)."""
         with self.stop_request.abandonable():
-            return self.local_worker.sample()
+            if fragments is None:
+                return self.local_worker.sample()
+            return self.local_worker.sample(fragments(1)[0])
 
     def foreach_remote(self, method: str, *args) -> list:
         import ray
