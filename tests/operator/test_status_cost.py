@@ -187,3 +187,16 @@ def test_a_budget_must_be_positive_and_says_where(max_dollars):
     }
     with pytest.raises(InvalidManifest, match=r"spec\.budget\.maxDollars"):
         validate_rljob(document)
+
+
+def test_a_job_suspended_by_hand_and_over_its_budget_stays_suspended_for_the_budget_once_resumed():
+    over = budget(10)
+    by_hand = compute_status(spec(suspend=True, **over), on_cluster(running(spec(), cost=SPENT)))
+    gone = compute_status(spec(suspend=True, **over), after(by_hand))
+    assert condition(gone, ConditionType.SUSPENDED).reason == "Suspended"
+
+    unsuspended = compute_status(spec(**over), after(gone))  # spec.suspend cleared, budget spent
+    assert (unsuspended.phase, unsuspended.action) == (Phase.SUSPENDED, Nothing())
+    suspended = condition(unsuspended, ConditionType.SUSPENDED)
+    assert suspended.reason == "BudgetExceeded"
+    assert "raise maxDollars or remove the budget" in suspended.message
