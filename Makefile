@@ -3,7 +3,8 @@ PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 # Every install takes its versions from the lock (pyproject.toml declares ranges); reinstall
-# whenever either changes. `make run` needs the trainer only; `make test` needs everything.
+# whenever either changes. `make run` needs the trainer (and the API, for `kuberl serve` after
+# it); `make test` needs everything.
 LOCK := requirements.lock
 TRAINER_INSTALLED := $(VENV)/.installed-trainer
 INSTALLED := $(VENV)/.installed
@@ -24,7 +25,7 @@ $(BIN)/python:
 $(TRAINER_INSTALLED): pyproject.toml $(LOCK) | $(BIN)/python
 	$(BIN)/python -m pip install --quiet --upgrade pip
 	$(PIP) torch
-	$(PIP) -e '.[trainer]'
+	$(PIP) -e '.[trainer,api]'
 	touch $(TRAINER_INSTALLED)
 
 $(INSTALLED): $(TRAINER_INSTALLED)
@@ -33,6 +34,12 @@ $(INSTALLED): $(TRAINER_INSTALLED)
 
 run: $(TRAINER_INSTALLED)
 	$(BIN)/kuberl train deploy/examples/cartpole-ppo.yaml
+	@echo
+	@echo "Next, as they can be typed here ('. $(BIN)/activate' puts kuberl on PATH):"
+	@echo "  $(BIN)/kuberl evaluate runs/cartpole-ppo --episodes 100   # the trained policy, greedy"
+	@echo "  $(BIN)/kuberl export runs/cartpole-ppo -o policy.onnx     # a file that runs without kuberl"
+	@echo "  $(BIN)/kuberl serve                                       # the REST API and status page"
+	@echo "  $(BIN)/kuberl --help"
 
 # Two processes, whole modules each (module fixtures such as the built images are made once); the
 # slow modules go first (see tests/conftest.py). TEST_WORKERS=0 runs the suite in one process.

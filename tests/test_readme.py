@@ -89,6 +89,11 @@ def readme_commands() -> dict[str, set[str]]:
         for block in re.findall(r"```(?:sh|bash|console)\n(.*?)```", text, re.DOTALL)
         for line in block.splitlines()
     ]
+    return commands_of(lines)
+
+
+def commands_of(lines: list[str]) -> dict[str, set[str]]:
+    """{command: its long options} of the `kuberl ...` commands in `lines`."""
     commands: dict[str, set[str]] = {}
     for line in lines:
         for part in line.split(";"):
@@ -104,12 +109,25 @@ def readme_commands() -> dict[str, set[str]]:
 
 
 def test_every_command_and_option_the_readme_shows_exists():
+    commands = readme_commands()
+    assert {"train", "validate", "evaluate", "get", "logs"} <= commands.keys()
+    assert_commands_exist(commands)
+
+
+def test_make_run_prints_next_commands_that_exist_as_they_can_be_typed():
+    echoed = re.findall(
+        r'@echo "\s*\$\(BIN\)/(kuberl [^"]*)"', (README.parent / "Makefile").read_text()
+    )
+    commands = commands_of(echoed)
+    assert {"evaluate", "export", "serve"} <= commands.keys()
+    assert_commands_exist(commands)
+
+
+def assert_commands_exist(commands: dict[str, set[str]]) -> None:
     from typer.testing import CliRunner
 
     from kuberl_cli.main import app
 
-    commands = readme_commands()
-    assert {"train", "validate", "evaluate", "get", "logs"} <= commands.keys()
     for command, options in commands.items():
         result = CliRunner().invoke(app, [command, "--help"] if command else ["--help"])
         assert result.exit_code == 0, f"kuberl {command}: {result.output}"

@@ -27,7 +27,6 @@ from kuberl_api.log_follows import FollowLimits
 
 log = logging.getLogger("kuberl_api")
 
-DEFAULT_PORT = 8080
 DEFAULT_FORWARDED_ALLOW_IPS = "127.0.0.1,::1"
 """The proxies believed by default, as by uvicorn's: one on this machine (or a sidecar in this
 pod), whose address nobody elsewhere can send from."""

@@ -27,7 +27,7 @@ class ApiOptions:
     server: Annotated[
         str | None,
         typer.Option(
-            help="URL of the kuberl API [default: http://127.0.0.1:8080].", envvar="KUBERL_SERVER"
+            help="URL of the kuberl API [default: http://127.0.0.1:8470].", envvar="KUBERL_SERVER"
         ),
     ] = None
     """The API's URL; None: the client's default, a `kuberl serve` on this machine."""

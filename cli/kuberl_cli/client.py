@@ -27,7 +27,9 @@ from kuberl_operator.constants import KEPT_FILES_ANNOTATION, KIND, PLURAL, SHORT
 from kuberl_operator.spec import Phase
 from kuberl_operator.validation import InvalidManifest, parse_yaml_document, read_manifest_file
 
-DEFAULT_SERVER = "http://127.0.0.1:8080"
+# kuberl's own port: 8080 is the operator's metrics' (and a thousand dev servers').
+DEFAULT_PORT = 8470
+DEFAULT_SERVER = f"http://127.0.0.1:{DEFAULT_PORT}"
 SERVER_ENV, TOKEN_ENV = "KUBERL_SERVER", "KUBERL_API_TOKEN"
 EXIT_OK, EXIT_REFUSED, EXIT_NO_FILE, EXIT_UNREACHABLE = 0, 1, 2, 3
 EXIT_INTERRUPTED = 130  # 128 + SIGINT, as shells report it

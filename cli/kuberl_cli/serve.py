@@ -2,14 +2,19 @@
 
 from __future__ import annotations
 
+import errno
 import logging
 import os
+import socket
 import sys
 from enum import StrEnum
 from pathlib import Path
 from typing import Annotated
 
 import typer
+
+from kuberl_cli.client import DEFAULT_PORT
+from kuberl_cli.extras import missing_extra
 
 
 class BackendName(StrEnum):
@@ -22,7 +27,7 @@ def serve(
         BackendName, typer.Option(help="local: trainer processes here; kubernetes: RLJobs.")
     ] = BackendName.local,
     host: Annotated[str, typer.Option(help="Address to listen on.")] = "127.0.0.1",
-    port: Annotated[int, typer.Option(help="Port to listen on.", min=1, max=65535)] = 8080,
+    port: Annotated[int, typer.Option(help="Port to listen on.", min=1, max=65535)] = DEFAULT_PORT,
     data_dir: Annotated[
         Path | None,
         typer.Option(
@@ -104,6 +109,9 @@ def serve_command(
 ) -> int:
     """Serves until interrupted; 0 after a graceful stop, 1 when the configuration is refused."""
     logging.basicConfig(format="%(levelname)s: %(message)s", level=logging.WARNING)
+    if (missing := missing_extra("api", "serve")) is not None:
+        print(missing, file=sys.stderr)
+        return 1
     from kuberl_api import server
 
     try:
@@ -128,5 +136,23 @@ def serve_command(
     except server.ServeError as exc:
         print(f"kuberl serve: {exc}", file=sys.stderr)
         return 1
+    if (problem := listen_problem(host, port)) is not None:
+        print(f"kuberl serve: {problem}", file=sys.stderr)
+        return 1
     server.serve(chosen, authorizer, host, port, proxies, secure_cookies, follow_limits)
     return 0
+
+
+def listen_problem(host: str, port: int) -> str | None:
+    """Why the API cannot listen on host:port (in one line, naming the port), or None: tried by
+    binding as uvicorn will, so that a port in use is said before the server starts."""
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    with socket.socket(family, socket.SOCK_STREAM) as probe:
+        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as uvicorn binds
+        try:
+            probe.bind((host, port))
+        except OSError as exc:
+            if exc.errno == errno.EADDRINUSE:
+                return f"port {port} on {host} is in use by another program: pass --port"
+            return f"cannot listen on {host}:{port}: {exc.strerror or exc}"
+    return None

@@ -347,7 +347,7 @@ def test_every_api_command_takes_the_same_server_token_and_namespace():
     shown = {command: api_options(command) for command in API_COMMANDS}
     assert len(set(shown.values())) == 1, shown
     assert shown["get"] == (
-        "--server <str> URL of the kuberl API [default: http://127.0.0.1:8080]. "
+        "--server <str> URL of the kuberl API [default: http://127.0.0.1:8470]. "
         "[env var: KUBERL_SERVER] --token <str> Bearer token. [env var: KUBERL_API_TOKEN] "
         "-n, --namespace <str> The jobs' namespace [default: default]. submit defaults to the "
         "manifest's metadata.namespace, and refuses one that differs from it. "
@@ -365,7 +365,7 @@ def test_version_short_help_and_help_that_keeps_defaults_and_env_vars(tmp_path):
 
     submit = " ".join(run_kuberl("submit", "--help").stdout.split())
     assert "[env var: KUBERL_SERVER]" in submit and "[env var: KUBERL_API_TOKEN]" in submit
-    assert "[default: http://127.0.0.1:8080]" in submit
+    assert "[default: http://127.0.0.1:8470]" in submit
     train = " ".join(run_kuberl("train", "--help").stdout.split())
     assert "[default: runs/<job name>]" in train and "--set PATH=VALUE" in train
     assert "[default: default]" in " ".join(run_kuberl("jobs", "--help").stdout.split())

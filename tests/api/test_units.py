@@ -4,6 +4,9 @@ a trainer's environment."""
 
 import json
 import math
+import socket
+import subprocess
+import sys
 from datetime import UTC, datetime
 
 import pytest
@@ -25,7 +28,7 @@ from kuberl_contract.json_values import finite_or_none
 from kuberl_operator.spec import Phase, RLJobStatus
 from kuberl_operator.status.lifecycle import enter
 from kuberl_operator.status.local_decide import Change, EndedTrainer, trainer_ended
-from testkit import free_port, run_kuberl
+from testkit import ROOT, free_port, run_kuberl
 
 LABELS = {"team": "rl", "tier": "gold"}
 
@@ -185,6 +188,34 @@ def test_no_tokens_means_loopback_only(tmp_path):
         "serve", "--token-file", tmp_path / "nope", "--data-dir", tmp_path, env=env
     )
     assert missing.returncode == 1 and "--token-file" in missing.stderr
+
+
+def test_serve_without_the_api_extra_says_in_one_line_what_to_install(tmp_path):
+    # As after an install of the trainer extra only: fastapi cannot be imported.
+    script = (
+        "import sys; sys.modules['fastapi'] = None; sys.argv = ['kuberl', 'serve', "
+        f"'--data-dir', {str(tmp_path)!r}]; from kuberl_cli.main import app; app()"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, timeout=120, cwd=tmp_path
+    )
+    assert out.returncode == 1
+    [line] = out.stderr.strip().splitlines()
+    assert line.startswith("kuberl serve needs kuberl's 'api' extra (fastapi not installed): ")
+    assert line.endswith(f"{sys.executable} -m pip install -e '{ROOT}[api]'")
+
+
+def test_serve_on_a_port_in_use_says_so_in_one_line_naming_the_port(tmp_path):
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        out = run_kuberl("serve", "--port", port, "--data-dir", tmp_path)
+    assert out.returncode == 1
+    assert out.stderr.strip().splitlines()[-1] == (
+        f"kuberl serve: port {port} on 127.0.0.1 is in use by another program: pass --port"
+    )
+    assert "Errno" not in out.stderr and "Traceback" not in out.stderr
 
 
 @pytest.mark.parametrize(
