@@ -37,7 +37,7 @@ run: $(TRAINER_INSTALLED)
 	@echo
 	@echo "Next, as they can be typed here ('. $(BIN)/activate' puts kuberl on PATH):"
 	@echo "  $(BIN)/kuberl evaluate runs/cartpole-ppo --episodes 100   # the trained policy, greedy"
-	@echo "  $(BIN)/kuberl export runs/cartpole-ppo -o policy.onnx     # a file that runs without kuberl"
+	@echo "  $(BIN)/kuberl export runs/cartpole-ppo                    # policy.onnx, runs without kuberl"
 	@echo "  $(BIN)/kuberl serve                                       # the REST API and status page"
 	@echo "  $(BIN)/kuberl --help"
 

@@ -31,9 +31,8 @@ def export(
             "--output",
             "-o",
             help="The file: .onnx (ONNX, opset 18) or .pt (TorchScript).",
-            show_default=False,
         ),
-    ],
+    ] = Path("policy.onnx"),
     trust_env_code: Annotated[
         bool,
         typer.Option(

@@ -5,7 +5,8 @@ PATH is dotted below the manifest (`spec.trainer.hyperparameters.learning_rate`)
 when it does not start at one of the manifest's top-level fields (`trainer.stop.timesteps`); a
 number picks an item of a list, and `\\.` is a dot inside a key (`metadata.labels.kuberl\\.io/x`).
 VALUE is YAML, read with the bounds every manifest is read with: `0.001`, `true`, `[64, 64]`,
-`{a: 1}`, or a string. Missing mappings on the way are made; the changed manifest, as parsed, is
+`{a: 1}`, or a string; `null` clears the field (its default applies), as `helm --set` does.
+Missing mappings on the way are made; the changed manifest, as parsed, is
 then checked as a whole, so an unknown or ill-typed field gets the usual problem line naming it.
 A PATH and its VALUE together nest at most as deep as any manifest may (bounded.MAX_DEPTH), so
 that no PATH, however long, makes the manifest too deep: its problem line names the --set.
@@ -25,6 +26,8 @@ TOP_LEVEL = frozenset({"apiVersion", "kind", "metadata", "spec", "status"})
 
 SEED_PATH = "spec.trainer.seed"
 """What --seed sets (kuberl_contract.config.trainer's `seed`)."""
+
+YAML_NULLS = frozenset({"null", "Null", "NULL", "~"})
 
 _UNESCAPED_DOT = re.compile(r"(?<!\\)\.")
 
@@ -53,6 +56,8 @@ def parse_override(text: str) -> tuple[list[str], Any]:
         )
     if not raw.strip():
         raise OverrideError(f"--set {text}: no value: write {path}=null, or {path}='' for ''")
+    if raw.strip() in YAML_NULLS:  # a document of null alone reads as no document at all
+        return keys, None
     try:
         value = parse_yaml_document(raw)
     except InvalidManifest as exc:
@@ -99,7 +104,8 @@ def with_overrides(document: Any, overrides: list[str], seed: int | None = None)
 
 
 def _set(document: dict[str, Any], keys: list[str], value: Any) -> None:
-    """Sets document[k1][k2]... = value, making the missing mappings on the way."""
+    """Sets document[k1][k2]... = value, making the missing mappings on the way; a null value
+    removes the key instead (nothing is made for it)."""
     node: Any = document
     for depth, key in enumerate(keys):
         where = ".".join(keys[: depth + 1])
@@ -122,8 +128,13 @@ def _set(document: dict[str, Any], keys: list[str], value: Any) -> None:
                 f"--set {'.'.join(keys)}: {parent} is {_kind(node)}, not a mapping: "
                 f"{where} cannot be set"
             )
+        if last and value is None:
+            node.pop(key, None)
+            return
         if last:
             node[key] = value
+            return
+        if node.get(key) is None and value is None:  # nothing there to clear
             return
         if node.get(key) is None:  # missing (or null): made, as helm --set makes it
             node[key] = {}

@@ -4,6 +4,8 @@ directory) and the Python API (`load`, `predict`, `evaluate`) on the same solved
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -70,6 +72,16 @@ def test_evaluate_an_exported_file_as_the_run_it_came_from(solved_run, tmp_path)
     stochastic = run_kuberl("evaluate", exported, "--stochastic")
     assert stochastic.returncode == 1
     assert "an exported policy is greedy only" in stochastic.stderr
+
+
+def test_export_writes_policy_onnx_here_unless_told_otherwise(solved_run, tmp_path):
+    command = [sys.executable, "-m", "kuberl_cli.main", "export", str(solved_run)]
+    result = subprocess.run(command, capture_output=True, text=True, cwd=tmp_path, timeout=300)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.startswith("policy.onnx: PPO on CartPole-v1, greedy policy, ONNX opset")
+    assert evaluate(tmp_path / "policy.onnx", "--episodes", "3") == evaluate(
+        solved_run, "--episodes", "3"
+    )
 
 
 def test_evaluate_prints_the_summary_and_every_episode(solved_run):

@@ -91,6 +91,19 @@ def test_overrides_change_a_copy_and_make_missing_mappings():
     assert document["spec"]["trainer"] == {"seed": 1, "wrappers": [{"name": "a"}]}
 
 
+def test_null_clears_a_field_so_its_default_applies_and_makes_nothing_on_the_way():
+    document = {"spec": {"trainer": {"seed": 1, "stop": {"timesteps": 5}}}}
+    changed = with_overrides(
+        document, ["trainer.stop.timesteps=null", "trainer.seed=null", "trainer.x.y=null"]
+    )
+    assert changed["spec"]["trainer"] == {"stop": {}}
+    trainer = {"algorithm": "PPO", "env": "CartPole-v1", "stop": {"iterations": 1}}
+    default_seed = validation.validate_rljob(rljob("cleared", trainer=trainer)).spec.trainer.seed
+    document = rljob("cleared", trainer={**trainer, "seed": 7})
+    cleared = validation.validate_rljob(with_overrides(document, ["trainer.seed=null"]))
+    assert cleared.spec.trainer.seed == default_seed != 7
+
+
 @pytest.mark.parametrize(
     ("override", "message"),
     [
