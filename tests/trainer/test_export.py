@@ -147,6 +147,9 @@ def test_the_exported_graph_and_module_act_as_the_policy(case, run_dir, tmp_path
             assert observations_counted(policy) >= 2  # the statistics are in use
         obs = sample_observations(policy.observation_space, PARITY_OBSERVATIONS, seed=1)
         expected, _ = policy.predict(obs)
+        as_sb3, state = policy.predict(obs, state=None, episode_start=[True], deterministic=True)
+        np.testing.assert_array_equal(as_sb3, expected)
+        assert state is None
         onnx_path = export(policy, tmp_path / "policy.onnx")
         torchscript_path = export(policy, tmp_path / "policy.pt")
 
@@ -219,6 +222,10 @@ def test_an_exported_policy_predicts_one_observation_or_a_batch(cartpole, suffix
     obs = sample_observations(policy.observation_space, 64, seed=2)
 
     actions, state = exported.predict(obs)
+    # Stable-Baselines3's calling convention, as in its evaluation loops
+    sb3 = exported.predict(obs, state=None, episode_start=np.ones(len(obs), bool))
+    np.testing.assert_array_equal(sb3[0], actions)
+    assert sb3[1] is None
     assert state is None
     np.testing.assert_array_equal(actions, policy.predict(obs)[0])
     single, _ = exported.predict(obs[5])

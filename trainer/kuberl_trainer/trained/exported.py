@@ -91,9 +91,16 @@ class ExportedPolicy(LoadedPolicy):
     def describe(self) -> str:
         return f"{super().describe()}, exported as {self.meta['format']} to {self.path}"
 
-    def predict(self, obs: Any, deterministic: bool = True) -> tuple[np.ndarray, None]:
+    def predict(
+        self,
+        obs: Any,
+        deterministic: bool = True,
+        *,
+        state: Any = None,
+        episode_start: Any = None,
+    ) -> tuple[np.ndarray, None]:
         """Actions for one observation or a batch of them (a leading axis), as
-        `TrainedPolicy.predict`: `(actions, None)`."""
+        `TrainedPolicy.predict`: `(actions, None)`, SB3's `state` and `episode_start` ignored."""
         if not deterministic:
             raise ValueError(GREEDY_ONLY)
         batch, single = self.as_batch(obs)

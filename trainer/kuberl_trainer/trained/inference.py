@@ -105,11 +105,19 @@ class TrainedPolicy(LoadedPolicy):
         finally:
             envs.close()
 
-    def predict(self, obs: Any, deterministic: bool = True) -> tuple[np.ndarray, None]:
+    def predict(
+        self,
+        obs: Any,
+        deterministic: bool = True,
+        *,
+        state: Any = None,
+        episode_start: Any = None,
+    ) -> tuple[np.ndarray, None]:
         """Actions for one observation or a batch of them (a leading axis), as Stable-Baselines3's
         `predict`: the greedy ones by default (the distribution's mode, DQN's argmax, SAC's
         squashed mean), sampled with `deterministic=False`. Returns `(actions, None)`: the
-        second item is SB3's recurrent state, which kuberl's policies do not have."""
+        second item is SB3's recurrent state, which kuberl's policies do not have; SB3's `state`
+        and `episode_start` are taken and, as SB3's feed-forward policies do, ignored."""
         batch, single = self.as_batch(obs)
         actions = self._act(batch, explore=not deterministic)
         return (actions[0] if single else actions), None
