@@ -51,6 +51,10 @@ def test_discrete_actions_that_start_elsewhere_are_refused_saying_why():
         ("custom_envs:Nope", {}, "has no attribute 'Nope'"),
         ("no_such_module:Env", {}, "cannot import module 'no_such_module'"),
         ("custom_envs:Corridor", {"width": 3}, "unexpected keyword argument 'width'"),
+        # gym's old Atari ids: the ALE/ id kuberl makes, and how to get v4's behaviour
+        ("PongNoFrameskip-v4", {}, "did you mean 'ALE/Pong-v5'?"),
+        ("SpaceInvaders-v4", {}, "did you mean 'ALE/SpaceInvaders-v5'?"),
+        ("Pong-v5", {}, "envConfig {repeat_action_probability: 0.0}"),
     ],
 )
 def test_env_problems_are_explained(env, config, needle):

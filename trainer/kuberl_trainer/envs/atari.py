@@ -18,6 +18,7 @@ the same preprocessing built from gymnasium's wrappers: what a recorded evaluati
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 import gymnasium as gym
@@ -26,6 +27,7 @@ import numpy as np
 from kuberl_trainer.cpu_quota import usable_cpus
 
 NAMESPACE = "ALE/"
+LEGACY_ID = re.compile(r"(?P<game>[A-Z][A-Za-z]*?)(?:NoFrameskip|Deterministic)?-v[045]")
 
 RAW_REWARD = "raw_reward"
 """Info key of a vector env's step: each env's reward before clipping, which the episode
@@ -46,6 +48,27 @@ def register(env: str) -> None:
     except ImportError:
         return
     gym.register_envs(ale_py)
+
+
+def legacy_suggestion(env: str) -> str | None:
+    """For gym's old Atari ids (`PongNoFrameskip-v4`, `Pong-v4`, or `Pong-v5` without the
+    namespace), what to write instead: the `ALE/` id kuberl makes, and the envConfig that gives
+    the v4 ids' behaviour; None for any other id."""
+    match = LEGACY_ID.fullmatch(env)
+    if match is None:
+        return None
+    try:
+        from ale_py.roms import get_all_rom_ids
+    except ImportError:
+        return None
+    game = match["game"]
+    if re.sub(r"(?<!^)(?=[A-Z])", "_", game).lower() not in get_all_rom_ids():
+        return None
+    return (
+        f"; did you mean '{NAMESPACE}{game}-v5'? kuberl makes ale-py's v5 ids (frame skip 4 with "
+        "max-pooling, sticky actions at 0.25); for the v4 ids' behaviour add envConfig "
+        "{repeat_action_probability: 0.0}"
+    )
 
 
 def is_atari_vector(env: str) -> bool:

@@ -75,6 +75,8 @@ def env_creator(env: str) -> Callable[..., gym.Env]:
     atari.register(env)
     if ":" in env and env.split(":", 1)[0] not in gym.registry:
         return _imported(env, "env")
+    if (legacy := atari.legacy_suggestion(env)) is not None:  # known or not, as ale-py was loaded
+        raise EnvError(f"{env!r} is gym's old Atari id, which kuberl does not make{legacy}")
     if env not in gym.registry:
         raise EnvError(
             f"{env!r} is not a registered gymnasium id nor a module:Class path"
