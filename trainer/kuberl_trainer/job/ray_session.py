@@ -7,6 +7,7 @@ imports it."""
 
 from __future__ import annotations
 
+import logging
 import os
 import secrets
 from collections.abc import MutableMapping
@@ -15,6 +16,7 @@ RAY_ADDRESS = "RAY_ADDRESS"
 RAY_AUTH_MODE = "RAY_AUTH_MODE"
 RAY_AUTH_TOKEN = "RAY_AUTH_TOKEN"
 RAY_AUTH_TOKEN_PATH = "RAY_AUTH_TOKEN_PATH"
+RAY_AUTH_SETUP_LOGGER = "ray._private.authentication.authentication_token_setup"
 
 
 def set_private_ray_token(environ: MutableMapping[str, str]) -> bool:
@@ -55,7 +57,16 @@ class RaySession:
             ray.init(address=address, log_to_driver=True)
         else:  # a private local instance, ended with this run; never someone else's
             self._token_set = set_private_ray_token(os.environ)
-            ray.init(address="local", include_dashboard=False, log_to_driver=False)
+            # Ray warns on every start that it turned token authentication on; this run chose
+            # it (its own token), so nothing is wrong and nothing is said.
+            quiet = logging.getLogger(RAY_AUTH_SETUP_LOGGER)
+            level = quiet.level
+            if self._token_set:
+                quiet.setLevel(logging.ERROR)
+            try:
+                ray.init(address="local", include_dashboard=False, log_to_driver=False)
+            finally:
+                quiet.setLevel(level)
         self.started = True
 
     def shutdown(self) -> None:
