@@ -200,8 +200,9 @@ def test_the_copy_explores_as_the_learner_schedules(monkeypatch):
         monkeypatch.setattr(
             worker,
             "sample",
-            lambda: (
-                epsilons.append((worker.acting_policy.epsilon, worker.policy.epsilon)) or original()
+            lambda *steps: (
+                epsilons.append((worker.acting_policy.epsilon, worker.policy.epsilon))
+                or original(*steps)
             ),
         )
         for _ in range(ITERATIONS):
