@@ -1,11 +1,12 @@
 """The worker pool: the one owner of the remote rollout worker slots, and of the calls on them.
 
-A slot (a worker index, 1..N) is queued, starting or healthy. The pool knows which actor holds
+A slot (a worker index, 1..N) is queued, starting, healthy or draining (its node is about to go:
+its calls finish, it gets none new). The pool knows which actor holds
 it, its calls in flight, when it last answered and, while it has no working worker, since when.
 Whoever drives the pool (the WorkerSet's synchronous `sample()`, the asynchronous optimizers)
 makes calls on healthy workers, each with a `tag` of its own (the weights version it was made
 with, say), and reads what happened as events (`WorkerSet.events`: `take_news()`, then
-`collect()`):
+`collect()`; the events are in pool_events.py):
 
 - `Completed(worker, result, tag, ref)`: a call's result arrived;
 - `Joined(worker)`: a worker, started first or replacing a lost one, takes calls from now on;
