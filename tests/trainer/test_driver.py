@@ -4,7 +4,6 @@ workers."""
 import itertools
 import json
 import math
-import os
 import pathlib
 import subprocess
 import sys
@@ -249,19 +248,3 @@ def test_a_private_ray_gets_a_token_of_its_own():
     assert (
         len(first["RAY_AUTH_TOKEN"]) == 64 and first["RAY_AUTH_TOKEN"] != second["RAY_AUTH_TOKEN"]
     )
-
-
-def test_a_local_run_prints_no_ray_authentication_banner(tmp_path):
-    job = tmp_path / "job.yaml"
-    job.write_text(
-        "apiVersion: kuberl.io/v1alpha1\nkind: RLJob\nmetadata: {name: quiet}\nspec:\n"
-        "  trainer: {algorithm: PPO, env: CartPole-v1, stop: {iterations: 1}}\n"
-        "  rolloutWorkers: {replicas: 1}\n"
-    )
-    environ = {k: v for k, v in os.environ.items() if not k.startswith("RAY_AUTH")}
-    command = [sys.executable, "-m", "kuberl_cli.main", "train", str(job), "--run-dir"]
-    out = subprocess.run(
-        [*command, str(tmp_path / "run")], capture_output=True, text=True, env=environ, timeout=300
-    )
-    assert out.returncode == 0, out.stderr
-    assert "Token authentication" not in out.stdout + out.stderr
