@@ -21,10 +21,16 @@ install: $(INSTALLED)
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
 
-# torch first, at the lock's version: an unpinned torch pulls a multi-GB CUDA build.
+# torch first, at the lock's version, and its CPU build (192 MB) where no NVIDIA GPU is seen:
+# PyPI's Linux torch is the CUDA build, several GB with its libraries. On a GPU machine
+# TORCH_INDEX is empty and PyPI's build comes; `make run TORCH_INDEX=URL` picks a build of torch's
+# own index (https://download.pytorch.org/whl/cu128 for CUDA 12.8). Where the index cannot be
+# reached, pip says so and takes torch from its other sources.
+TORCH_CPU_INDEX := https://download.pytorch.org/whl/cpu
+TORCH_INDEX ?= $(if $(shell command -v nvidia-smi 2>/dev/null),,$(TORCH_CPU_INDEX))
 $(TRAINER_INSTALLED): pyproject.toml $(LOCK) | $(BIN)/python
 	$(BIN)/python -m pip install --quiet --upgrade pip
-	$(PIP) torch
+	$(PIP) torch $(if $(TORCH_INDEX),--extra-index-url $(TORCH_INDEX))
 	$(PIP) -e '.[trainer,api]'
 	touch $(TRAINER_INSTALLED)
 

@@ -1,14 +1,16 @@
 """Time to solve CartPole-v1 with PPO: kuberl's two examples against Stable-Baselines3 and RLlib.
 
-Every run is a fresh child process (this same file with --child). The clock starts when the
-parent calls Popen, so interpreter start-up and imports count, and stops at the moment the child
-sees a 10-episode greedy evaluation reach 475 (the child reports that time.time(); shutting
-down after it does not count). Evaluation cadence: kuberl every 20 iterations of 256 steps (5,120
-steps), SB3 every 5,000 steps, RLlib every iteration (4,000 steps). Runs are interleaved across
-systems, seed by seed, and capped at 300 s of wall time (SIGINT, then SIGKILL) and at the step
-budget of each setup: kuberl and SB3 decay their linear schedules to zero at 100k steps (rl-zoo's
-n_timesteps and the example manifest's stop), so 100k is their end; kuberl-fast (the faster
-example, cartpole-ppo-fast.yaml) decays at 50k and ends there; RLlib gets 200k.
+Every run is a fresh child process (this same file with --child). The clock starts when the parent
+calls Popen, so interpreter start-up and imports count, and stops at the moment the child sees a
+10-episode greedy evaluation reach 475 and 100 more greedy episodes, on fresh start states, confirm
+it (the child reports that time.time(); shutting down after it does not count). Every system
+confirms alike: kuberl with its own evaluation.confirmEpisodes, SB3 and RLlib with `greedy_mean`
+below; a confirmation that fails lets training go on. Evaluation cadence: kuberl every 20 iterations
+of 256 steps (5,120 steps), SB3 every 5,000 steps, RLlib every iteration (4,000 steps). Runs are
+interleaved across systems, seed by seed, and capped at 300 s of wall time (SIGINT, then SIGKILL)
+and at the step budget of each setup: kuberl and SB3 decay their linear schedules to zero at 100k
+steps (rl-zoo's n_timesteps and the example manifest's stop), so 100k is their end; kuberl-fast (the
+faster example, cartpole-ppo-fast.yaml) decays at 50k and ends there; RLlib gets 200k.
 
     python bench/solve_cartpole.py [--seeds 3] [--systems kuberl kuberl-fast sb3 rllib]
 """
@@ -30,6 +32,7 @@ from pathlib import Path  # noqa: E402
 
 TARGET = 475.0
 EVAL_EPISODES = 10
+CONFIRM_EPISODES = 100  # fresh greedy episodes that must hold a passing evaluation's target
 WALL_CAP_S = 300.0
 RLLIB_MAX_STEPS = 200_000
 ROOT = Path(__file__).resolve().parent.parent
@@ -41,6 +44,24 @@ MANIFESTS = {  # kuberl's two examples: rl-zoo's settings, and fewer epochs at a
 
 
 # -- children: each prints one line `RESULT {json}` ------------------------------------------
+
+
+def greedy_mean(act, seed: int, episodes: int = CONFIRM_EPISODES) -> float:
+    """The mean return of `episodes` CartPole-v1 episodes, env k reset with `seed + k`, all
+    stepped together, with `act(observations) -> actions` greedy: the confirmation SB3 and RLlib
+    get, as kuberl's evaluation.confirmEpisodes plays them."""
+    import gymnasium as gym
+    import numpy as np
+
+    envs = gym.vector.SyncVectorEnv([lambda: gym.make("CartPole-v1")] * episodes)
+    obs, _ = envs.reset(seed=[seed + k for k in range(episodes)])
+    returns, done = np.zeros(episodes), np.zeros(episodes, dtype=bool)
+    while not done.all():
+        obs, rewards, terminated, truncated, _ = envs.step(act(obs))
+        returns += np.where(done, 0.0, rewards)  # an ended env's autoreset steps do not count
+        done |= terminated | truncated
+    envs.close()
+    return float(returns.mean())
 
 
 def run_kuberl(seed: int, example: str = "kuberl") -> dict:
@@ -55,7 +76,11 @@ def run_kuberl(seed: int, example: str = "kuberl") -> dict:
         "seed": seed,
         # the manifest's training-return stop replaced by the greedy evaluation; same horizon
         "stop": {"evaluationReturnMean": TARGET, "timesteps": spec["trainer"]["stop"]["timesteps"]},
-        "evaluation": {"everyIterations": 20, "episodes": EVAL_EPISODES},  # 20 x 256 steps
+        "evaluation": {  # every 20 x 256 steps, a passing one confirmed
+            "everyIterations": 20,
+            "episodes": EVAL_EPISODES,
+            "confirmEpisodes": CONFIRM_EPISODES,
+        },
     }
     config = TypeAdapter(TrainerConfig).validate_python(trainer)
     rollout = RolloutConfig.model_validate(spec["rolloutWorkers"])
@@ -104,6 +129,11 @@ def run_sb3(seed: int) -> dict:
             )
             self.last_eval = float(mean)
             if mean >= TARGET:
+                self.last_eval = greedy_mean(
+                    lambda obs: self.model.predict(obs, deterministic=True)[0],
+                    seed + 2 * 10**6 + self.num_timesteps,
+                )
+            if self.last_eval >= TARGET:
                 self.solved_at = time.time()
                 return False
             return True
@@ -172,6 +202,16 @@ def run_rllib(seed: int) -> dict:
             result = algo.train()
             steps = int(result["env_runners"]["num_env_steps_sampled_lifetime"])
             last_eval = float(result["evaluation"]["env_runners"]["episode_return_mean"])
+            if last_eval >= TARGET:
+                module = algo.get_module()
+
+                def act(obs, module=module):
+                    with torch.no_grad():
+                        batch = {"obs": torch.as_tensor(obs)}
+                        logits = module.forward_inference(batch)["action_dist_inputs"]
+                    return logits.argmax(-1).numpy()
+
+                last_eval = greedy_mean(act, seed + 2 * 10**6 + steps)
         now, solved = time.time(), last_eval >= TARGET
         return {
             "solved": solved,
@@ -293,7 +333,8 @@ def main() -> None:
         }
 
     print(
-        f"\nCartPole-v1 PPO to a {EVAL_EPISODES}-episode greedy return >= {TARGET:g}; wall time "
+        f"\nCartPole-v1 PPO to a {EVAL_EPISODES}-episode greedy return >= {TARGET:g}, confirmed on "
+        f"{CONFIRM_EPISODES} fresh episodes; wall time "
         f"from Popen (imports included); load average {load_before[0]:.1f} -> "
         f"{os.getloadavg()[0]:.1f} on {os.cpu_count()} CPUs\n"
     )

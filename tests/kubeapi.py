@@ -83,6 +83,7 @@ BUILT_IN = [
     ("", "v1", "pods", "Pod", ("status",)),
     ("", "v1", "secrets", "Secret", ()),
     ("", "v1", "configmaps", "ConfigMap", ()),
+    ("", "v1", "persistentvolumeclaims", "PersistentVolumeClaim", ("status",)),
     ("", "v1", "events", "Event", ()),
     ("policy", "v1", "poddisruptionbudgets", "PodDisruptionBudget", ("status",)),
     ("networking.k8s.io", "v1", "networkpolicies", "NetworkPolicy", ()),

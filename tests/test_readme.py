@@ -1,5 +1,6 @@
-"""The README's tables of algorithms, of optimizerConfig, of the model section and of every
-algorithm's hyperparameters say what the code says."""
+"""The documentation says what the code says: the tables of algorithms, of optimizerConfig and of
+every algorithm's hyperparameters (docs/reference/algorithms.md), of the model section
+(docs/guides/train.md), and every `kuberl` command that the README and the docs show."""
 
 import re
 from pathlib import Path
@@ -10,13 +11,17 @@ from kuberl_cli.explain import HYPERPARAMETERS
 from kuberl_contract.config import ALGORITHMS, ModelConfig, OptimizerConfig, optimizers_using
 from kuberl_contract.hyperparameters.fields import field_docs
 
-README = Path(__file__).parents[1] / "README.md"
+ROOT = Path(__file__).parents[1]
+README = ROOT / "README.md"
+DOCS = ROOT / "docs"
+ALGORITHMS_PAGE = DOCS / "reference" / "algorithms.md"
+TRAIN_PAGE = DOCS / "guides" / "train.md"
 
 
-def table(header: str, section: str = "") -> list[list[str]]:
-    """The rows of the README's first table whose header row starts with `header` (after the
+def table(page: Path, header: str, section: str = "") -> list[list[str]]:
+    """The rows of the first table of `page` whose header row starts with `header` (after the
     line `section`, when given)."""
-    lines = README.read_text().splitlines()
+    lines = page.read_text().splitlines()
     after = lines.index(section) if section else 0
     start = next(i for i, line in enumerate(lines) if i > after and line.startswith(header))
     rows = []
@@ -42,7 +47,7 @@ def test_the_algorithm_table_matches_the_algorithms():
         for name, row in ALGORITHMS.items()
     ]
 
-    assert table("| algorithm | default optimizer |") == expected
+    assert table(ALGORITHMS_PAGE, "| algorithm | default optimizer |") == expected
 
 
 def test_the_optimizer_config_table_matches_the_settings():
@@ -55,7 +60,9 @@ def test_the_optimizer_config_table_matches_the_settings():
         for name, field in OptimizerConfig.model_fields.items()
     ]
 
-    assert [row[:3] for row in table("| field | default | optimizers |")] == expected
+    assert [
+        row[:3] for row in table(ALGORITHMS_PAGE, "| field | default | optimizers |")
+    ] == expected
 
 
 def test_the_model_table_lists_the_model_sections_fields_and_defaults():
@@ -70,20 +77,20 @@ def test_the_model_table_lists_the_model_sections_fields_and_defaults():
         [to_camel(name), shown(getattr(ModelConfig(), name))] for name in ModelConfig.model_fields
     ]
 
-    assert [row[:2] for row in table("| field | default |", "### Models")] == expected
+    assert [row[:2] for row in table(TRAIN_PAGE, "| field | default |", "## Models")] == expected
 
 
 def test_every_algorithm_has_a_table_of_its_hyperparameters_and_their_defaults():
     for algorithm, model in HYPERPARAMETERS.items():
         expected = [[doc.name, doc.default, doc.summary] for doc in field_docs(model)]
 
-        assert table("| hyperparameter | default |", f"#### {algorithm}") == expected, algorithm
+        rows = table(ALGORITHMS_PAGE, "| hyperparameter | default |", f"### {algorithm}")
+        assert rows == expected, algorithm
 
 
-def readme_commands() -> dict[str, set[str]]:
-    """{command: its long options} of every `kuberl ...` the README shows, in code spans and in
+def documented_commands(text: str) -> dict[str, set[str]]:
+    """{command: its long options} of every `kuberl ...` that `text` shows, in code spans and in
     shell blocks (`kuberl --version` counts as the option of the program itself, "")."""
-    text = README.read_text()
     lines = re.findall(r"`(kuberl [^`\n]+)`", text) + [
         line.strip()
         for block in re.findall(r"```(?:sh|bash|console)\n(.*?)```", text, re.DOTALL)
@@ -109,15 +116,20 @@ def commands_of(lines: list[str]) -> dict[str, set[str]]:
 
 
 def test_every_command_and_option_the_readme_shows_exists():
-    commands = readme_commands()
-    assert {"train", "validate", "evaluate", "get", "logs"} <= commands.keys()
+    commands = documented_commands(README.read_text())
+    assert {"train", "evaluate", "export", "serve", "submit", "get", "logs"} <= commands.keys()
+    assert_commands_exist(commands)
+
+
+def test_every_command_and_option_the_docs_show_exists():
+    pages = sorted(DOCS.rglob("*.md"))
+    commands = documented_commands("\n".join(page.read_text() for page in pages))
+    assert {"train", "validate", "evaluate", "export", "get", "logs"} <= commands.keys()
     assert_commands_exist(commands)
 
 
 def test_make_run_prints_next_commands_that_exist_as_they_can_be_typed():
-    echoed = re.findall(
-        r'@echo "\s*\$\(BIN\)/(kuberl [^"]*)"', (README.parent / "Makefile").read_text()
-    )
+    echoed = re.findall(r'@echo "\s*\$\(BIN\)/(kuberl [^"]*)"', (ROOT / "Makefile").read_text())
     commands = commands_of(echoed)
     assert {"evaluate", "export", "serve"} <= commands.keys()
     assert_commands_exist(commands)

@@ -37,6 +37,8 @@ from kuberl_api.listing_cache import ListingCache
 from kuberl_api.ray_logs import DriverLogs
 from kuberl_api.scaling import WORKERS_FIELD
 from kuberl_api.selectors import matches, parse_label_selector
+from kuberl_api.submission import invalid
+from kuberl_operator.builders import WarmStartUnavailable, cluster_warm_start_source
 from kuberl_operator.constants import API_VERSION, GROUP, PLURAL, VERSION
 from kuberl_operator.kube import Kube, KubeConfig, KubeError, path
 from kuberl_operator.spec import Progress, RLJob
@@ -181,12 +183,31 @@ class KubernetesBackend:
         return None
 
     async def create(self, namespace: str, job: RLJob, document: dict[str, Any]) -> dict[str, Any]:
+        await self._check_warm_start(namespace, job)
         try:
             return await self.kube.request("POST", rljobs_path(namespace), document)
         except KubeError as exc:
             if exc.status == 404:  # the namespace, or the CRD, is missing
                 raise ApiError(404, "NotFound", f"Kubernetes: {exc.message}") from None
             raise _job_error(exc, namespace, job.name) from None
+
+    async def _check_warm_start(self, namespace: str, job: RLJob) -> None:
+        """A 422 naming spec.trainer.warmStart.job when the job it names cannot start `job` (none
+        of that name, no checkpoint yet, none that outlives its pods), read as the caller: the
+        operator's webhook checks it too, where a cluster runs one."""
+        warm_start = job.spec.trainer.warm_start
+        if warm_start is None or warm_start.job is None:
+            return
+        try:
+            found = await self.kube.request("GET", rljobs_path(namespace, warm_start.job))
+        except KubeError as exc:
+            if exc.status != 404:
+                raise _job_error(exc, namespace, warm_start.job) from None
+            found = None
+        try:
+            cluster_warm_start_source(job, found)
+        except WarmStartUnavailable as exc:
+            raise invalid([exc.problem]) from None
 
     async def list(self, namespace: str | None, query: ListQuery) -> JobChunk:
         """Kubernetes' own list (of every namespace when `namespace` is None: one cluster-scoped

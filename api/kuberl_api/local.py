@@ -44,6 +44,7 @@ from kuberl_api.local_lifecycle import (
     with_suspend,
     with_workers,
 )
+from kuberl_api.local_warm_start import as_job_problems, source_job_name, trainer_manifest
 from kuberl_api.processes import TrainerFiles, TrainerProcesses, read_exit_status
 from kuberl_api.run_files import (
     follow_log,
@@ -144,8 +145,9 @@ class LocalBackend:
         """Stores the job to run, once checked as `kuberl validate` checks a file (env_check)."""
         if self.store.get(namespace, job.name) is not None:  # before the check's seconds
             raise already_exists(namespace, job.name)
+        checked = self._trainer_manifest(document, check_source=True)
         async with self._checks:
-            problems = await env_problems(document, self.data_dir / "checks")
+            problems = as_job_problems(await env_problems(checked, self.data_dir / "checks"))
         if problems:
             raise invalid(problems)
         stored = initial_document(job, namespace, now())
@@ -319,7 +321,8 @@ class LocalBackend:
     def _start(self, row: JobRow) -> None:
         files = self._files(row.namespace, row.name)
         files.manifest.parent.mkdir(parents=True, exist_ok=True)
-        files.manifest.write_text(yaml.safe_dump(manifest_of(row.document), sort_keys=False))
+        manifest = self._trainer_manifest(manifest_of(row.document))
+        files.manifest.write_text(yaml.safe_dump(manifest, sort_keys=False))
         started = self.processes.start(files, resume_command(row.namespace, row.name))
         change = trainer_started(RLJobStatus.model_validate(row.document["status"]))
         document = with_change(row.document, change, now())
@@ -363,6 +366,15 @@ class LocalBackend:
         if row is None:
             raise not_found(namespace, name)
         return row
+
+    def _trainer_manifest(self, manifest: dict[str, Any], check_source: bool = False) -> Any:
+        """`manifest` as its trainer reads it: a warmStart.job resolved to that job's checkpoints
+        (a 422 when `check_source` and that job has none: local_warm_start.checked_source)."""
+        if (name := source_job_name(manifest)) is None:
+            return manifest
+        namespace = manifest["metadata"]["namespace"]
+        found = row.document if (row := self.store.get(namespace, name)) else None
+        return trainer_manifest(manifest, found, self._files(namespace, name).run_dir, check_source)
 
     def _job_dir(self, namespace: str, name: str) -> Path:
         return self.data_dir / "jobs" / namespace / name

@@ -1,19 +1,20 @@
 """The status page at `/`: a namespace's jobs with their phase, latest progress and learning curve,
-for people without Grafana. Server-rendered HTML, every value escaped, no script (its Content
-Security Policy forbids any), reloaded every REFRESH_SECONDS. It fits a window 1200 pixels wide
-(plots shrink with narrower ones). A job without progress (one that failed before its first
+for people without Grafana, each job linking to its details (JSON), its trainer's output and, once
+exported, its policy (an ONNX download). Server-rendered HTML, every value escaped, no script (its
+Content Security Policy forbids any), reloaded every REFRESH_SECONDS. It fits a window 1200 pixels
+wide (plots shrink with narrower ones). A job without progress (one that failed before its first
 iteration) gets no plot, and messages show no paths of the server's files, only their last part.
 
 Authentication: a browser cannot put a bearer token on the page's `<img>` requests, so where the
 server asks for tokens the page first shows a form. `POST /login` checks the token as any request
 would and keeps it on the server (sessions.py); the browser gets an HttpOnly, SameSite=Strict
 session cookie holding only the session's random id, `Secure` when the request came over HTTPS
-(`cookie_is_secure`). `POST /logout` ends the session on the server. Only two read-only routes
-accept that cookie in place of the `Authorization` header: this page and GET .../plot. Every
-other route still needs the header, so the cookie cannot be used to change anything (no
-cross-site request forgery). Kubernetes still decides what the session's token may read (list for
-the page, get for a plot). The login and logout forms are refused (403) from another site's page,
-as every POST is (guard.py).
+(`cookie_is_secure`). `POST /logout` ends the session on the server. Only read-only routes accept
+that cookie in place of the `Authorization` header: this page and the GETs it shows or links to
+(a job's plot, details, logs and policy). Every other route still needs the header, so the cookie
+cannot be used to change anything (no cross-site request forgery). Kubernetes still decides what
+the session's token may read (list for the page, get for a job's). The login and logout forms are
+refused (403) from another site's page, as every POST is (guard.py).
 
 This module draws the page and reads the token back; the routes are in routes/page.py.
 """
@@ -24,6 +25,7 @@ import html
 import re
 from collections.abc import Callable, Sequence
 from typing import Any
+from urllib.parse import urlencode
 
 from fastapi import Request
 from fastapi.responses import HTMLResponse
@@ -43,6 +45,8 @@ PLOT_WIDTH, PLOT_HEIGHT = 400, 225
 """The plots' size on the page, in CSS pixels (the PNG is drawn larger, 16:9 too, for sharpness)."""
 PLOT_ROUTE = "job_plot"
 """The name of the route of GET .../jobs/{name}/plot, for its URL."""
+DETAILS_ROUTE, LOGS_ROUTE, POLICY_ROUTE = "get_job", "job_logs", "job_policy"
+"""The names of the routes of GET .../jobs/{name}, .../logs and .../policy, for the page's links."""
 
 _HEADERS = {
     "Content-Security-Policy": "default-src 'none'; img-src 'self'; style-src 'unsafe-inline'; "
@@ -51,6 +55,8 @@ _HEADERS = {
     "Referrer-Policy": "no-referrer",
     "Cache-Control": "no-store",
 }
+# Links are teal rather than the browser's blue: the plots' first curve is the one blue thing on
+# the page, so it stands out.
 _STYLE = """
 body { font-family: sans-serif; margin: 1.5em; color: #222; background: #fff; }
 table { border-collapse: collapse; }
@@ -61,6 +67,7 @@ small { color: #666; }
 .error { color: #a00; }
 code { overflow-wrap: anywhere; }
 td img { max-width: 34vw; height: auto; }
+a, a:visited { color: #00695c; }
 """
 _SERVER_PATH = re.compile(r"(?<![\w:/.~-])/(?:[^\s/'\"]+/)+")
 """An absolute path's folders (not a URL's: those follow `:` and `/`), for `without_paths`."""
@@ -100,15 +107,15 @@ def cookie_is_secure(request: Request) -> bool:
 def jobs_page(
     namespace: str,
     first: JobChunk,
-    plot_url: Callable[[str], str],
+    route_url: Callable[[str, str], str],
     no_history_reason: str | None,
     forget_form: bool,
 ) -> HTMLResponse:
     """The page of the namespace's jobs (`first`, the first PAGE_LIMIT of them by name): each job's
-    learning curve from `plot_url(name)`, or why there are none (`no_history_reason`, the
-    backend's); `forget_form`: a form to end the cookie's session."""
+    links and learning curve at `route_url(route, name)`, or why there are no curves
+    (`no_history_reason`, the backend's); `forget_form`: a form to end the cookie's session."""
     plots = no_history_reason is None
-    body = jobs_table(namespace, first.items, plot_url if plots else None)
+    body = jobs_table(namespace, first.items, route_url, plots)
     if first.continue_token:
         body += f"<p><small>The first {PAGE_LIMIT} jobs are shown.</small></p>"
     if not plots:
@@ -128,8 +135,14 @@ def forbidden_page(problem: str) -> HTMLResponse:
     return _html(_document("Forbidden", f'<p class="error">{_e(problem)}</p>'), 403)
 
 
-def jobs_table(namespace: str, documents: Sequence[dict[str, Any]], plot_url: Any) -> str:
-    """The page's table; `plot_url(name)` gives each job's plot, or None shows no plots."""
+def jobs_table(
+    namespace: str,
+    documents: Sequence[dict[str, Any]],
+    route_url: Callable[[str, str], str],
+    plots: bool = True,
+) -> str:
+    """The page's table; `route_url(route, name)` gives the path of a job's route (its plot and
+    links); `plots` false shows no plots."""
     header = "".join(
         f"<th>{column}</th>"
         for column in (
@@ -143,8 +156,8 @@ def jobs_table(namespace: str, documents: Sequence[dict[str, Any]], plot_url: An
             "Evaluation",
         )
     )
-    header += "<th>Learning curve</th>" if plot_url else ""
-    rows = "".join(_job_row(document, plot_url) for document in documents)
+    header += "<th>Learning curve</th>" if plots else ""
+    rows = "".join(_job_row(document, route_url, plots) for document in documents)
     if not rows:
         return _namespace_form(namespace) + f"<p>No jobs in namespace {_e(namespace)}.</p>"
     table = f"<table><thead><tr>{header}</tr></thead><tbody>{rows}</tbody></table>"
@@ -166,7 +179,7 @@ def login_form(namespace: str, problem: str) -> str:
     return _document("kuberl: a token is needed", body)
 
 
-def _job_row(document: dict[str, Any], plot_url: Any) -> str:
+def _job_row(document: dict[str, Any], route_url: Callable[[str, str], str], plots: bool) -> str:
     name = str((document.get("metadata") or {}).get("name", ""))
     try:
         job = RLJob.model_validate(document)
@@ -179,8 +192,11 @@ def _job_row(document: dict[str, Any], plot_url: Any) -> str:
     why = without_paths(why)
     labels = ", ".join(f"{key}={value}" for key, value in sorted(job.metadata.labels.items()))
     trainer, progress = job.spec.trainer, job.status.progress
+    links = _links(name, route_url, progress.exported_policy is not None)
     cells = [
-        f"{_e(name)}" + (f"<br><small>{_e(labels)}</small>" if labels else ""),
+        f"{_e(name)}"
+        + (f"<br><small>{_e(labels)}</small>" if labels else "")
+        + f"<br><small>{links}</small>",
         _e(phase) + (f"<br><small>{_e(why)}</small>" if why else ""),
         _e(trainer.algorithm),
         f"<code>{_e(trainer.env)}</code>",
@@ -190,14 +206,28 @@ def _job_row(document: dict[str, Any], plot_url: Any) -> str:
     numbers.append(format_return(progress.evaluation_return_mean))
     row = "".join(f"<td>{cell}</td>" for cell in cells)
     row += "".join(f'<td class="number">{_e(number)}</td>' for number in numbers)
-    if plot_url and progress.iteration == 0 and job.status.phase in TERMINAL:
+    if plots and progress.iteration == 0 and job.status.phase in TERMINAL:
         row += "<td><small>none: it ended before its first iteration</small></td>"
-    elif plot_url:
+    elif plots:
+        src = f"{route_url(PLOT_ROUTE, name)}?{urlencode({'format': 'png'})}"
         row += (
-            f'<td><img src="{_e(plot_url(name))}" width="{PLOT_WIDTH}" height="{PLOT_HEIGHT}" '
+            f'<td><img src="{_e(src)}" width="{PLOT_WIDTH}" height="{PLOT_HEIGHT}" '
             f'alt="{_e(f"learning curve of {name}")}"></td>'
         )
     return f'<tr id="{_e(f"job-{name}")}">{row}</tr>'
+
+
+def _links(name: str, route_url: Callable[[str, str], str], exported: bool) -> str:
+    """A job's details (its JSON), its trainer's output and, once exported, its policy (a
+    download named after the job)."""
+    links = [
+        f'<a href="{_e(route_url(DETAILS_ROUTE, name))}" type="application/json">details</a>',
+        f'<a href="{_e(route_url(LOGS_ROUTE, name))}" type="text/plain">logs</a>',
+    ]
+    if exported:
+        policy = route_url(POLICY_ROUTE, name)
+        links.append(f'<a href="{_e(policy)}" download="{_e(name)}.onnx">policy</a>')
+    return " · ".join(links)
 
 
 def without_paths(message: str) -> str:

@@ -1,7 +1,9 @@
 """A submitted request body turned into a validated RLJob, or into a 4xx naming every bad field.
 
 The RLJob contract is the operator's (`validate_rljob`); this module only decodes the body by its
-media type and adds the one rule that belongs to a REST path: the job's namespace is the URL's.
+media type and adds the rules that belong to a server: the job's namespace is the URL's, and a
+warm start names no relative path, which the server would read in its own working directory
+(`served_warm_start_problems`, as the operator's webhook checks it).
 """
 
 from __future__ import annotations
@@ -10,6 +12,7 @@ from typing import Any
 
 from kuberl_api.backend import ApiError, Cause
 from kuberl_operator.bounded import MAX_MANIFEST_BYTES, load_json
+from kuberl_operator.builders import served_warm_start_problems
 from kuberl_operator.spec import RLJob
 from kuberl_operator.validation import InvalidManifest, Problem, parse_yaml_document, validate_rljob
 
@@ -34,6 +37,7 @@ def parse_submission(
         job = validate_rljob(document)
     except InvalidManifest as exc:
         raise invalid([*exc.problems, *problems]) from None
+    problems += served_warm_start_problems(job)
     if problems:
         raise invalid(problems)
     document = {**document, "metadata": {**document["metadata"], "namespace": namespace}}

@@ -1,17 +1,19 @@
-"""The REST API's client as commands: `submit`, `jobs`, `status`, `logs`, `suspend`, `resume`,
-`scale`, `delete`, `get` and `describe`, their arguments and options. Each takes --server, --token
-and --namespace as one ApiOptions, declared once here, and imports the client (kuberl_cli.client,
-kuberl_cli.get) only when it runs, so that help and shell completion need no import of it."""
+"""The REST API's client as commands: `submit`, `apply`, `jobs`, `status`, `logs`, `suspend`,
+`resume`, `scale`, `delete`, `get` and `describe`, their arguments and options. Each takes
+--server, --token and --namespace as one ApiOptions, declared once here, and imports the client
+(kuberl_cli.client, kuberl_cli.get, kuberl_cli.submission) only when it runs, so that help and
+shell completion need no import of it."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 from enum import StrEnum
+from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
-from kuberl_cli.manifest_commands import ManifestFile
+from kuberl_cli.manifest_commands import ManifestChanges, OptionalManifestFile
 from kuberl_cli.option_groups import with_option_groups
 
 if TYPE_CHECKING:
@@ -57,7 +59,9 @@ class ApiOptions:
         return Client.from_options(self.server, self.token, namespace)
 
 
-JobName = Annotated[str, typer.Argument(help="The job's name.", show_default=False)]
+JobName = Annotated[
+    str, typer.Argument(metavar="NAME", help="The job's name (or job/NAME).", show_default=False)
+]
 
 
 def _words(metavar: str, help: str) -> Any:
@@ -67,15 +71,16 @@ def _words(metavar: str, help: str) -> Any:
 
 
 GetWords = _words(
-    "jobs [NAME]", "The resource type (jobs, job, rljob, rlj), then one job's name (or rljob/NAME)."
+    "jobs [NAME] | policy NAME",
+    "The resource type (jobs, job, rljob, rlj), then one job's name (or rljob/NAME); or policy "
+    "and a job's name: its exported policy, written to a file (-o FILE).",
 )
 NamedJobWords = _words(
-    "job NAME", "The resource type (job, rljob, rlj) and the job's name (or rljob/NAME)."
-)
-DeleteWords = _words(
     "[job] NAME",
     "The job's name, after the resource type as kubectl takes it (job NAME, rljob/NAME) or alone.",
 )
+POLICY_RESOURCES = frozenset({"policy", "policies"})
+"""The words by which `get` names a job's exported policy rather than the job."""
 
 
 class GetOutput(StrEnum):
@@ -119,8 +124,23 @@ class JobListing:
         typer.Option("--selector", "-l", help="Label selector, as in kubectl."),
     ] = None
     """Only the jobs whose labels match (`team=rl`); None: every job."""
-    output: OutputOption = None
-    """How the jobs are shown; None: kubectl's table."""
+    output: Annotated[
+        str | None,
+        typer.Option(
+            "--output",
+            "-o",
+            metavar="FORMAT|FILE",
+            help="json or yaml: the API's document; name: rljob/NAME; wide: more columns "
+            "[default: the table]. For get policy: the file to write [default: NAME.onnx].",
+            show_default=False,
+        ),
+    ] = None
+    """How the jobs are shown (a GetOutput; None: kubectl's table), or, for `get policy`, the
+    file to write."""
+    no_headers: Annotated[
+        bool, typer.Option("--no-headers", help="The table without its header row.")
+    ] = False
+    """Whether the table goes without its header row, as kubectl's --no-headers."""
     watch: Watch = False
     """Whether to go on printing changes until the jobs have finished."""
     all_namespaces: Annotated[
@@ -135,18 +155,50 @@ class JobListing:
     """Whether to list every namespace's jobs rather than those of --namespace."""
 
 
-def _output(value: GetOutput | None) -> Output | None:
+def _output(value: GetOutput | str | None) -> Output | None:
+    """The views' output of -o: one of GetOutput, else a usage error naming the option."""
     from kuberl_cli.views import Output
 
-    return None if value is None else Output(value.value)
+    if value is None:
+        return None
+    if value not in tuple(GetOutput):
+        shown = ", ".join(output.value for output in GetOutput)
+        raise typer.BadParameter(
+            f"{value!r} is not one of {shown} (a FILE only with get policy)",
+            param_hint="'--output' / '-o'",
+        )
+    return Output(str(value))
 
 
 @with_option_groups
-def submit(file: ManifestFile, *, api: ApiOptions) -> None:
-    """Submit an RLJob manifest to the kuberl API."""
-    from kuberl_cli import client
+def submit(file: OptionalManifestFile = None, *, changes: ManifestChanges, api: ApiOptions) -> None:
+    """Submit an RLJob manifest to the kuberl API (changed first by --set and --seed)."""
+    _send("submit", file, changes, api)
 
-    raise typer.Exit(client.run(client.submit, api.client(), file, api.namespace))
+
+@with_option_groups
+def apply(file: OptionalManifestFile = None, *, changes: ManifestChanges, api: ApiOptions) -> None:
+    """Create the job of an RLJob manifest, or bring the existing one to it, as kubectl apply
+    does: "unchanged" when it already is; spec.suspend and spec.rolloutWorkers.replicas are
+    changed as suspend, resume and scale change them; any other field that differs is refused,
+    named, since the job must then be deleted and submitted again."""
+    _send("apply", file, changes, api)
+
+
+def _send(command: str, file: Path | None, changes: ManifestChanges, api: ApiOptions) -> None:
+    from kuberl_cli import client, submission
+
+    action = submission.submit if command == "submit" else submission.apply
+    raise typer.Exit(
+        client.run(
+            action,
+            api.client(),
+            changes.file(file, command),
+            api.namespace,
+            changes.overrides or [],
+            changes.seed,
+        )
+    )
 
 
 @with_option_groups
@@ -229,7 +281,7 @@ def scale(
 
 @with_option_groups
 def delete(
-    words: DeleteWords,
+    words: NamedJobWords,
     purge: Annotated[
         bool,
         typer.Option(
@@ -248,15 +300,45 @@ def delete(
 
 
 @with_option_groups
-def get(words: GetWords, *, listing: JobListing, api: ApiOptions) -> None:
-    """List jobs, or show one, as kubectl get does: a table, or -o json|yaml|wide|name."""
+def get(
+    words: GetWords,
+    overwrite: Annotated[
+        bool,
+        typer.Option("--overwrite", help="get policy: replace the file -o names if it exists."),
+    ] = False,
+    *,
+    listing: JobListing,
+    api: ApiOptions,
+) -> None:
+    """List jobs, or show one, as kubectl get does: a table, or -o json|yaml|wide|name. `get
+    policy NAME` downloads the job's exported policy to NAME.onnx (or -o FILE)."""
+    if words[0].lower() in POLICY_RESOURCES:
+        _get_policy(words, overwrite, listing, api)
+    if overwrite:
+        raise typer.BadParameter("--overwrite is for get policy NAME -o FILE")
     _get(words, "get", listing, api)
+
+
+def _get_policy(words: list[str], overwrite: bool, listing: JobListing, api: ApiOptions) -> None:
+    from kuberl_cli import client, job_policy
+
+    if len(words) != 2:
+        raise typer.BadParameter("name one job: kuberl get policy NAME [-o FILE]")
+    listed = listing.phase or listing.selector or listing.watch or listing.all_namespaces
+    if listed or listing.no_headers:
+        raise typer.BadParameter(
+            "get policy takes -o FILE and --overwrite, not the options of a list of jobs"
+        )
+    raise typer.Exit(
+        client.run(job_policy.get_policy, api.client(), words[1], listing.output, overwrite)
+    )
 
 
 def _get(words: list[str], command: str, listing: JobListing, api: ApiOptions) -> None:
     """`get` and `jobs` (`command`, the one typed): the job `words` name, or the list."""
     from kuberl_cli import client, get
 
+    output = _output(listing.output)
     raise typer.Exit(
         client.run(
             get.get_named,
@@ -265,9 +347,10 @@ def _get(words: list[str], command: str, listing: JobListing, api: ApiOptions) -
             command,
             listing.phase,
             listing.selector,
-            _output(listing.output),
+            output,
             listing.watch,
             listing.all_namespaces,
+            not listing.no_headers,  # headers
         )
     )
 

@@ -1,8 +1,8 @@
 """`kuberl submit`, `logs`, `suspend`, `resume`, `scale`, `delete`: the REST API from a terminal,
 in the spirit of kubectl (`get`, `describe` and the older `jobs` and `status` are in
 kuberl_cli.get, and the commands' arguments and options in kuberl_cli.api_commands). A job is
-named as kubectl names an object, `job NAME` or `rljob/NAME` (resource_and_name), by scale,
-delete, get and describe.
+named as kubectl names an object, `job NAME` or `rljob/NAME`, or by its name alone (job_name), by
+every command that takes one.
 
 Standard library HTTP only, so the client needs nothing beyond the CLI's own dependencies. Every
 failure ends in one clear line on stderr (the server's message, and each bad field on a line of
@@ -18,14 +18,12 @@ import sys
 import urllib.error
 import urllib.parse
 import urllib.request
-from dataclasses import dataclass, replace
-from pathlib import Path
+from dataclasses import dataclass
 from typing import Any
 
 from kuberl_cli.views import finished, phase_of
 from kuberl_operator.constants import KEPT_FILES_ANNOTATION, KIND, PLURAL, SHORT_NAMES
 from kuberl_operator.spec import Phase
-from kuberl_operator.validation import InvalidManifest, parse_yaml_document, read_manifest_file
 
 # kuberl's own port: 8080 is the operator's metrics' (and a thousand dev servers').
 DEFAULT_PORT = 8470
@@ -127,6 +125,14 @@ def named_job(words: list[str], command: str) -> str:
     return name
 
 
+def job_name(words: str | list[str], command: str) -> str:
+    """The job's name in `NAME` alone, `TYPE/NAME` or `TYPE NAME` (kubectl's forms, TYPE one of
+    RESOURCES): the one reading of a job's name for every command that takes one."""
+    words = [words] if isinstance(words, str) else words
+    alone = len(words) == 1 and "/" not in words[0] and words[0].lower() not in RESOURCES
+    return words[0] if alone else named_job(words, command)
+
+
 def _refusal(code: int, body: bytes) -> str:
     """The server's Status message and causes, one per line."""
     try:
@@ -156,45 +162,10 @@ def run(action: Any, *args: Any) -> int:
 # --- commands -----------------------------------------------------------------------------------
 
 
-def submit(client: Client, file: Path, namespace: str | None = None) -> None:
-    """Submits the manifest to `namespace` (-n), else to its own metadata.namespace, else to
-    the default one; -n and a metadata.namespace that differ are refused, as kubectl does."""
-    if not file.is_file():
-        raise ClientError(f"{file}: no such file", EXIT_NO_FILE)
-    body = file.read_bytes()
-    written = manifest_namespace(file)
-    if namespace is not None and written is not None and written != namespace:
-        raise ClientError(
-            f'{file}: metadata.namespace is "{written}", which does not match --namespace '
-            f'"{namespace}": pass -n {written}, or remove metadata.namespace from the manifest',
-            EXIT_REFUSED,
-        )
-    client = replace(client, namespace=namespace or written or DEFAULT_NAMESPACE)
-    job = client.json("POST", client.jobs_path(), body=body, content_type="application/yaml")
-    # On a cluster the operator writes the first status, after the API has answered.
-    phase = phase_of(job) if (job.get("status") or {}).get("phase") else "no status yet"
-    print(
-        f"{job['metadata']['name']} submitted ({phase}) to {client.server} "
-        f"in namespace {client.namespace}"
-    )
-
-
-def manifest_namespace(file: Path) -> str | None:
-    """metadata.namespace of the manifest when it names one (None for a manifest the parser
-    refuses: the server then says what is wrong with it)."""
-    try:
-        document = parse_yaml_document(read_manifest_file(file))
-    except (InvalidManifest, OSError, UnicodeDecodeError):
-        return None
-    metadata = document.get("metadata") if isinstance(document, dict) else None
-    written = metadata.get("namespace") if isinstance(metadata, dict) else None
-    return written if isinstance(written, str) and written else None
-
-
 def logs(client: Client, name: str, tail: int | None, follow: bool = False) -> None:
     """The job's output; with `follow`, each line as the server streams it, until the server ends
-    the stream (the job has ended)."""
-    path = client.jobs_path(name, "logs")
+    the stream (the job has ended). `name` may be `job/NAME`, as kubectl logs takes it."""
+    path = client.jobs_path(job_name(name, "logs"), "logs")
     if not follow:
         text = client.call("GET", path, params={"tailLines": tail})
         sys.stdout.write(text.decode("utf-8", errors="replace"))
@@ -221,7 +192,10 @@ def logs(client: Client, name: str, tail: int | None, follow: bool = False) -> N
 
 
 def set_suspended(client: Client, name: str, suspend: bool) -> None:
-    job = client.json("POST", client.jobs_path(name, "suspend" if suspend else "resume"))
+    """Suspends or resumes the job `name` names (NAME, job/NAME)."""
+    verb = "suspend" if suspend else "resume"
+    name = job_name(name, verb)
+    job = client.json("POST", client.jobs_path(name, verb))
     print(suspend_message(name, suspend, job))
 
 
@@ -240,7 +214,7 @@ def suspend_message(name: str, suspend: bool, job: dict[str, Any]) -> str:
 def scale(client: Client, words: list[str], workers: int) -> None:
     """Sets the rollout workers of the job `words` name (job NAME, rljob/NAME), as `kubectl scale
     rljob/NAME --replicas=N` does."""
-    name = named_job(words, "scale")
+    name = job_name(words, "scale")
     body = json.dumps({"workers": workers}).encode()
     path = client.jobs_path(name, "scale")
     job = client.json("PUT", path, body=body, content_type="application/json")
@@ -257,8 +231,7 @@ def scale_message(name: str, job: dict[str, Any]) -> str:
 def delete(client: Client, words: list[str], purge: bool = False) -> None:
     """Deletes the job `words` name as kubectl names it (job NAME, rljob/NAME), or by its name
     alone, as `kuberl delete NAME` always has; its run directory goes too with `purge`."""
-    alone = len(words) == 1 and "/" not in words[0] and words[0].lower() not in RESOURCES
-    name = words[0] if alone else named_job(words, "delete")
+    name = job_name(words, "delete")
     params = {"purge": "true"} if purge else None
     job = client.json("DELETE", client.jobs_path(name), params=params)
     kept = (job.get("metadata", {}).get("annotations") or {}).get(KEPT_FILES_ANNOTATION)

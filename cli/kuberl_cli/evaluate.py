@@ -1,19 +1,24 @@
-"""`kuberl evaluate RUN_DIR | CHECKPOINT | EXPORTED_FILE [--episodes N] [--seed S] [--stochastic]
-[--video FILE.mp4|FILE.gif [--video-episodes N]] [--env ID] [--trust-env-code] [-o json]`: a
-trained policy on seeded episodes of its env (or of the env named with --env), greedy unless
---stochastic, recorded as a video with --video. An env that would run code the file names is made
-only with --trust-env-code (see kuberl_trainer.envs.trust)."""
+"""`kuberl evaluate RUN_DIR | CHECKPOINT | EXPORTED_FILE | JOB [--episodes N] [--seed S]
+[--stochastic] [--video FILE.mp4|FILE.gif [--video-episodes N]] [--env ID] [--trust-env-code]
+[-o json]`: a trained policy on seeded episodes of its env (or of the env named with --env), greedy
+unless --stochastic, recorded as a video with --video. An env that would run code the file names
+is made only with --trust-env-code (see kuberl_trainer.envs.trust). A JOB (NAME or job/NAME, where
+no local path of that name is) is one of the kuberl API's: its exported policy is downloaded and
+played as an exported file is."""
 
 from __future__ import annotations
 
 import json
 import sys
 from enum import StrEnum
-from typing import Annotated
+from pathlib import Path
+from typing import Annotated, Any
 
 import typer
 
-from kuberl_cli.policies import EXIT_INVALID, EXIT_OK, named_policy, one_line
+from kuberl_cli.api_commands import ApiOptions
+from kuberl_cli.option_groups import with_option_groups
+from kuberl_cli.policies import EXIT_INVALID, EXIT_NO_FILE, EXIT_OK, named_policy, one_line
 
 OPT_IN = "pass --env ID to evaluate on an env you name, or --trust-env-code if you trust it"
 """How a user lets `kuberl evaluate` play a policy whose file names code for its env."""
@@ -24,13 +29,15 @@ class OutputFormat(StrEnum):
     json = "json"
 
 
+@with_option_groups
 def evaluate(
     path: Annotated[
         str,
         typer.Argument(
-            metavar="RUN_DIR|CHECKPOINT|EXPORTED_FILE",
+            metavar="RUN_DIR|CHECKPOINT|EXPORTED_FILE|JOB",
             help="A run directory (its newest checkpoint), a checkpoint location, one "
-            "checkpoint (a folder or an object store's URI), or a file of kuberl export.",
+            "checkpoint (a folder or an object store's URI), a file of kuberl export, or, where "
+            "no such path is, a job of the kuberl API (NAME or job/NAME): its exported policy.",
             show_default=False,
         ),
     ],
@@ -46,7 +53,8 @@ def evaluate(
         str | None,
         typer.Option(
             metavar="FILE.mp4|FILE.gif",
-            help="Record the episodes to this video, the env rendering rgb_array frames.",
+            help="Record the episodes to this video (an H.264 MP4 that browsers play, or a GIF), "
+            "the env rendering rgb_array frames; a line on stderr shows its progress.",
             show_default=False,
         ),
     ] = None,
@@ -76,22 +84,50 @@ def evaluate(
             "env or wrapper): only for a file you trust.",
         ),
     ] = False,
+    *,
+    api: ApiOptions,
 ) -> None:
     """Play a trained policy on seeded episodes of its env: mean ± std of the returns, and each
     episode's return and length; with --video, a recording of them."""
-    raise typer.Exit(
-        evaluate_command(
-            path,
-            episodes,
-            seed,
-            stochastic,
-            output.value,
-            video,
-            video_episodes,
-            env,
-            trust_env_code,
+    played = (episodes, seed, stochastic, output.value, video, video_episodes, env, trust_env_code)
+    raise typer.Exit(evaluate_named(path, api, *played))
+
+
+def evaluate_named(path: str, api: ApiOptions, *played: Any) -> int:
+    """evaluate_command of the local `path`, or, where nothing is at `path`, of the exported
+    policy of the API's job `path` names (NAME, job/NAME), downloaded; `played`: the rest of
+    evaluate_command's arguments. Says which in one line (on stderr under -o json); a name that
+    is neither gets one line naming both tries."""
+    from kuberl_cli.client import RESOURCES, ClientError, job_name
+
+    kind, slash, _ = path.partition("/")
+    named_as_job = not slash or kind.lower() in RESOURCES  # NAME or job/NAME, not a path
+    if "://" in path or Path(path).exists() or not named_as_job:
+        return evaluate_command(path, *played)
+    from kuberl_cli.job_policy import downloaded_policy
+
+    client = api.client()
+    try:
+        name = job_name(path, "evaluate")
+        client.json("GET", client.jobs_path(name))
+    except ClientError as exc:
+        print(
+            f"kuberl evaluate: {path}: no such file or directory, nor a job of the kuberl API at "
+            f"{client.server} in namespace {client.namespace} ({' '.join(str(exc).split())})",
+            file=sys.stderr,
         )
-    )
+        return EXIT_NO_FILE
+    try:
+        with downloaded_policy(client, name) as file:
+            note = (
+                f"{path}: no such local path; evaluating the exported policy of job {name} "
+                f"(namespace {client.namespace}, {client.server})"
+            )
+            print(note, file=sys.stderr if played[3] == "json" else sys.stdout)
+            return evaluate_command(str(file), *played)
+    except ClientError as exc:  # the job has no policy yet
+        print(f"kuberl evaluate: {exc}", file=sys.stderr)
+        return exc.exit_code
 
 
 def evaluate_command(

@@ -1,6 +1,7 @@
 """`kuberl explain [ALGORITHM]`: an algorithm's hyperparameters, read from their models (type,
 range, default, docstring), with where to set each and the Stable-Baselines3 and RLlib names that
-map to it. Light: pydantic models only, no ray or torch, so it answers at once."""
+map to it; a path of RLJob instead (`kuberl explain rljob.spec.trainer.stop`) goes to
+explain_paths. Light: pydantic models only, no ray or torch, so it answers at once."""
 
 from __future__ import annotations
 
@@ -10,6 +11,12 @@ import textwrap
 
 from pydantic import BaseModel
 
+from kuberl_cli.explain_paths import (
+    EXIT_OK,
+    EXIT_UNKNOWN,
+    explain_path_command,
+    is_rljob_path,
+)
 from kuberl_contract.config import ALGORITHMS, PBT
 from kuberl_contract.hyperparameters import PBTHyperparameters
 from kuberl_contract.hyperparameters.fields import (
@@ -20,21 +27,32 @@ from kuberl_contract.hyperparameters.fields import (
 )
 from kuberl_contract.hyperparameters.known_names import KNOWN_NAMES, names_mapped_to
 
-EXIT_OK, EXIT_UNKNOWN = 0, 2
-
 HYPERPARAMETERS: dict[str, type[BaseModel]] = {
     **{name: row.hyperparameters for name, row in ALGORITHMS.items()},
     PBT: PBTHyperparameters,
 }
 """Every algorithm `spec.trainer.algorithm` takes, and its hyperparameters."""
 
+RECURSIVE_NEEDS_A_PATH = (
+    "--recursive lists the fields under a path of RLJob (kuberl explain rljob.spec --recursive); "
+    "an algorithm's hyperparameters have none"
+)
+
 _WIDTH = 100
 _INDENT = "    "
 
 
-def explain_command(algorithm: str | None, full: bool = False, markdown: bool = False) -> int:
-    """Prints the algorithms (without one), or one algorithm's hyperparameters; EXIT_UNKNOWN
-    after a did-you-mean for an algorithm that is not one."""
+def explain_command(
+    algorithm: str | None, full: bool = False, markdown: bool = False, recursive: bool = False
+) -> int:
+    """Prints the algorithms (without one), one algorithm's hyperparameters, or the field of RLJob
+    a path names (`rljob.spec.trainer.stop`); EXIT_UNKNOWN after a did-you-mean for an algorithm
+    or a path that is not one."""
+    if algorithm is not None and is_rljob_path(algorithm):
+        return explain_path_command(algorithm, recursive=recursive, full=full, markdown=markdown)
+    if recursive:
+        print(RECURSIVE_NEEDS_A_PATH, file=sys.stderr)
+        return EXIT_UNKNOWN
     if algorithm is None:
         print("\n".join(algorithm_lines()))
         return EXIT_OK

@@ -16,7 +16,7 @@ from collections.abc import Callable
 from typing import Any
 
 from kuberl_cli import views
-from kuberl_cli.client import EXIT_REFUSED, Client, ClientError, named_job, resource_and_name
+from kuberl_cli.client import EXIT_REFUSED, Client, ClientError, job_name, resource_and_name
 from kuberl_cli.views import Output
 
 WATCH_INTERVAL_S = 1.0
@@ -50,10 +50,11 @@ def get(
     output: Output | None,
     watch: bool = False,
     every_namespace: bool = False,
+    headers: bool = True,
 ) -> None:
     """Prints one job or the namespace's jobs (every namespace's with `every_namespace`) in the
-    `output` format (the table without one); with `watch`, then a line per change until the job
-    (every job listed) has finished."""
+    `output` format (the table without one, and without its header row unless `headers`); with
+    `watch`, then a line per change until the job (every job listed) has finished."""
     if name and (phase or selector):
         raise ClientError("a job NAME and --phase or --selector do not go together", EXIT_REFUSED)
     if name and every_namespace:
@@ -64,19 +65,23 @@ def get(
             EXIT_REFUSED,
         )
     if watch:
-        return watch_jobs(client, name, phase, selector, output, every_namespace=every_namespace)
+        return watch_jobs(
+            client, name, phase, selector, output, every_namespace=every_namespace, headers=headers
+        )
     if name:
         job = client.json("GET", client.jobs_path(name))
-        print(_shown([job], output, document=job))
+        print(_shown([job], output, document=job, headers=headers))
         return
     listed = list_document(client, phase, selector, every_namespace)
     if not listed["items"] and output in (None, Output.wide):
         where = "any namespace" if every_namespace else f"namespace {client.namespace}"
-        print(f"no jobs in {where}")
+        # Without headers the output is for a script: nothing on stdout, as kubectl does.
+        print(f"no jobs in {where}", file=sys.stdout if headers else sys.stderr)
         return
     if output is Output.name and not listed["items"]:
         return
-    print(_shown(listed["items"], output, document=listed, namespaces=every_namespace))
+    shown = _shown(listed["items"], output, listed, namespaces=every_namespace, headers=headers)
+    print(shown)
 
 
 def get_named(client: Client, words: list[str], command: str, *listing: Any) -> None:
@@ -91,6 +96,7 @@ def _shown(
     output: Output | None,
     document: dict[str, Any],
     namespaces: bool = False,
+    headers: bool = True,
 ) -> str:
     if output is Output.json:
         return views.as_json(document)
@@ -98,11 +104,13 @@ def _shown(
         return views.as_yaml(document)
     if output is Output.name:
         return "\n".join(views.name_line(job) for job in jobs)  # no namespace, as kubectl -A
-    return views.table(jobs, wide=output is Output.wide, namespaces=namespaces)
+    return views.table(jobs, wide=output is Output.wide, namespaces=namespaces, headers=headers)
 
 
 def status(client: Client, name: str, output: Output | None, watch: bool = False) -> None:
-    """`kuberl status NAME`: the summary; with -o, as `get jobs NAME -o ...` shows it."""
+    """`kuberl status NAME` (or job/NAME): the summary; with -o, as `get jobs NAME -o ...` shows
+    it."""
+    name = job_name(name, "status")
     if output is None and not watch:
         print(views.status_text(client.json("GET", client.jobs_path(name))))
         return
@@ -110,8 +118,9 @@ def status(client: Client, name: str, output: Output | None, watch: bool = False
 
 
 def describe(client: Client, words: list[str]) -> None:
-    """`kuberl describe job NAME`: the job in detail, as views.describe lays it out."""
-    name = named_job(words, "describe")
+    """`kuberl describe job NAME` (rljob/NAME, or NAME alone): the job in detail, as
+    views.describe lays it out."""
+    name = job_name(words, "describe")
     print(views.describe(client.json("GET", client.jobs_path(name))))
 
 
@@ -127,14 +136,16 @@ def watch_jobs(
     interval_s: float = WATCH_INTERVAL_S,
     emit: Callable[[str], None] = print,
     every_namespace: bool = False,
+    headers: bool = True,
 ) -> None:
     """Prints the job(s), then a line (a document with -o json/yaml) each time one changes, and
     a job's last line when it is deleted or leaves the selection. Returns once the named job has
     finished, or, for a list, once every job listed has (and there is one): a watch that ends
     by itself is one a script can wait on. Ctrl-C stops it earlier. `every_namespace` (-A):
-    the jobs of every namespace, the table with a NAMESPACE column first."""
+    the jobs of every namespace, the table with a NAMESPACE column first; `headers`: whether
+    the table starts with its header row."""
     lines = (
-        _TableLines(output is Output.wide, every_namespace)
+        _TableLines(output is Output.wide, every_namespace, headers)
         if output in (None, Output.wide)
         else None
     )
@@ -165,8 +176,8 @@ class _TableLines:
     """The watch's table: the header once, then rows padded to the widest cell seen so far (a
     row printed cannot be realigned, as with kubectl get -w)."""
 
-    def __init__(self, wide: bool, namespaces: bool = False) -> None:
-        self.wide, self.namespaces, self.started = wide, namespaces, False
+    def __init__(self, wide: bool, namespaces: bool = False, headers: bool = True) -> None:
+        self.wide, self.namespaces, self.started = wide, namespaces, not headers
         self.widths = [0] * len(views.header(wide, namespaces))
 
     def of(self, jobs: list[dict[str, Any]]) -> list[str]:

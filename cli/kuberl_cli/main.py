@@ -12,6 +12,7 @@ from typing import Annotated
 import typer
 
 from kuberl_cli.api_commands import (
+    apply,
     delete,
     describe,
     get,
@@ -94,21 +95,32 @@ def explain(
     algorithm: Annotated[
         str | None,
         typer.Argument(
-            help="An algorithm (PPO, DQN, ...); without one, the list.", show_default=False
+            metavar="ALGORITHM|rljob.PATH",
+            help="An algorithm (PPO, DQN, ...), without one the list; or a field of RLJob, as "
+            "kubectl explain takes it (rljob.spec.trainer.stop).",
+            show_default=False,
         ),
     ] = None,
     full: Annotated[
         bool, typer.Option("--full", help="Each description whole, not its first sentence.")
     ] = False,
     markdown: Annotated[
-        bool, typer.Option("--markdown", help="The README's table of defaults instead.")
+        bool,
+        typer.Option(
+            "--markdown",
+            help="The docs' table of defaults instead; for a path, its field reference.",
+        ),
+    ] = False,
+    recursive: Annotated[
+        bool, typer.Option("--recursive", help="For a path: every field under it, as a tree.")
     ] = False,
 ) -> None:
     """List an algorithm's hyperparameters: type, range, default, meaning, where to set each, and
-    the Stable-Baselines3 and RLlib names that map to it."""
+    the Stable-Baselines3 and RLlib names that map to it. Or explain any field of RLJob offline,
+    as kubectl explain does, with its default and limits: kuberl explain rljob.spec.trainer.stop."""
     from kuberl_cli.explain import explain_command
 
-    raise typer.Exit(explain_command(algorithm, full=full, markdown=markdown))
+    raise typer.Exit(explain_command(algorithm, full=full, markdown=markdown, recursive=recursive))
 
 
 # Help lists the commands in this order.
@@ -123,6 +135,7 @@ for command in (
     serve,
     explain,
     submit,
+    apply,
     jobs,
     status,
     logs,

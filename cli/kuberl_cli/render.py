@@ -43,6 +43,7 @@ def render_command(file: Path, check_env: bool = True) -> int:
         driver_entrypoint,
         submission_id,
     )
+    from kuberl_operator.builders.driver import ephemeral_checkpoints
     from kuberl_operator.reach import reach_problems
     from kuberl_operator.settings import InvalidSettings, OperatorSettings
 
@@ -64,6 +65,9 @@ def render_command(file: Path, check_env: bool = True) -> int:
         if not (child["kind"] == "Secret" and child["metadata"]["name"] == secret)
     ]
     print(left_out_secret(secret), file=sys.stderr)
+    # Said here, where the objects go to a cluster: a run on this machine keeps its directory.
+    if warning := ephemeral_checkpoints(job.spec):
+        print(f"{file}: warning: {warning}", file=sys.stderr)
     print(
         f"# Objects the kuberl operator creates for RLJob {job.name} (attempt {FIRST_ATTEMPT}),\n"
         f"# less the Secret {secret} with the Ray auth token, which it makes with the job.\n"

@@ -1,10 +1,12 @@
-"""The live progress of `kuberl train` on a terminal: two lines that fit any width.
+"""The live progress of `kuberl train` on a terminal: a bar line and a figures line that fit any
+width without cutting the job's name.
 
-One line of columns (job, steps, iteration, return, speed, evaluation, elapsed time and the bar)
-is wider than a 100-column terminal, and rich then shrinks the bar to nothing and cuts the time.
-So the bar has a line of its own (the job's title, cut with an ellipsis when long, the bar filling
-the rest, the steps and the time) and the figures go on a second line, cut at the terminal's edge.
-Off a terminal, the driver's own ConsoleReport prints a line every few seconds instead.
+The bar line is the job's title (name, algorithm and env, whole: a name cut with an ellipsis says
+nothing of which run this is), the bar towards the stop that binds, and the time elapsed; where the
+terminal is too narrow for a useful bar the bar goes, and a title longer than the terminal folds
+onto the next line rather than being cut. The figures line (kuberl_trainer.job.progress_line) drops
+its least important columns until it fits. Off a terminal, the driver's own ConsoleReport prints a
+line every few seconds instead.
 """
 
 from __future__ import annotations
@@ -13,49 +15,69 @@ from collections.abc import Iterable
 from typing import Any
 
 from rich.console import Console, RenderableType
-from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
-from rich.table import Column
+from rich.progress import Progress
+from rich.progress_bar import ProgressBar
+from rich.table import Table
 from rich.text import Text
 
-from kuberl_contract.progress_row import TIMESTEPS_TOTAL
-from kuberl_trainer.job.progress import figures
+from kuberl_contract.config import StopConditions
+from kuberl_trainer.job.progress_line import RunStart, binding_stop, duration, progress_line
 
-TITLE_WIDTH = 32
-"""The most columns the job's title takes on the bar's line."""
+MIN_BAR_WIDTH = 10
+"""The narrowest bar worth drawing; narrower, the bar line is the title and the time alone."""
+
+
+def bar_line(title: str, fraction: float | None, elapsed_s: float, width: int) -> RenderableType:
+    """The title, the bar (`fraction` done; None pulses) filling what the title and the time
+    leave of `width`, and the time; without the bar where it would be narrower than
+    MIN_BAR_WIDTH."""
+    elapsed = duration(elapsed_s)
+    bar_width = width - len(title) - len(elapsed) - 2  # a space each side of the bar
+    if bar_width < MIN_BAR_WIDTH:
+        return Text(f"{title} {elapsed}", style="bold", overflow="fold")
+    grid = Table.grid(padding=(0, 1))
+    bar = ProgressBar(total=None if fraction is None else 1.0, width=bar_width)
+    bar.completed = min(fraction or 0.0, 1.0)
+    grid.add_row(Text(title, style="bold"), bar, Text(elapsed))
+    return grid
 
 
 class _BarThenFigures(Progress):
-    """Each task as its bar's line, then its figures' line."""
+    """Each task as its bar's line, then its figures' line, fitted to the console's width."""
 
     def get_renderables(self) -> Iterable[RenderableType]:
-        yield self.make_tasks_table(self.tasks)
+        if not self.tasks:  # Progress renders once while it is built, before its console is set
+            return
+        width = self.console.width
         for task in self.tasks:
-            yield Text(task.fields["figures"], no_wrap=True, overflow="ellipsis")
+            elapsed = task.elapsed or 0.0
+            yield bar_line(task.description, task.fields["fraction"], elapsed, width)
+            yield Text(task.fields["figures"](width), no_wrap=True, overflow="crop")
 
 
 class TerminalReport:
     """What the driver reports to (as kuberl_trainer.job.progress.ConsoleReport): the live bar and
     its figures, with messages printed above them."""
 
-    def __init__(self, title: str, total_timesteps: int | None, console: Console | None = None):
+    def __init__(self, title: str, stop: StopConditions | None, console: Console | None = None):
         self.console = console or Console()
-        title_column = Column(no_wrap=True, overflow="ellipsis", max_width=TITLE_WIDTH)
-        self.progress = _BarThenFigures(
-            TextColumn("[bold]{task.description}", table_column=title_column),
-            BarColumn(bar_width=None),  # whatever the other columns leave
-            TextColumn("{task.completed:,.0f} steps"),
-            TimeElapsedColumn(),
-            console=self.console,
-            expand=True,
-        )
-        self._task = self.progress.add_task(title, total=total_timesteps, figures="starting")
+        self.stop = stop
+        self._start: RunStart | None = None
+        self.progress = _BarThenFigures(console=self.console)
+        self._task = self.progress.add_task(title, fraction=None, figures=lambda width: "starting")
 
     def start(self) -> TerminalReport:
         self.progress.start()
         return self
 
     def update(self, row: dict[str, Any]) -> None:
-        self.progress.update(self._task, completed=row[TIMESTEPS_TOTAL], figures=figures(row))
+        start = self._start = self._start or RunStart.before(row)
+        fraction = None if self.stop is None else binding_stop(self.stop, row, start).fraction
+        self.progress.update(
+            self._task,
+            fraction=fraction,
+            figures=lambda width: progress_line(row, self.stop, start, width),
+        )
 
     def message(self, text: str) -> None:
         self.console.print(text, highlight=False)

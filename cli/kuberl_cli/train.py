@@ -15,8 +15,10 @@ import os
 import signal
 import sys
 import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from kuberl_cli.local_cost import local_cost
 from kuberl_cli.overrides import OverrideError, with_overrides
@@ -26,6 +28,7 @@ from kuberl_cli.validate import (
     describe_job,
     job_in_document,
     manifest_document,
+    noisy_stop,
     warm_start_checked,
 )
 from kuberl_contract.final_record import (
@@ -56,6 +59,7 @@ def train_command(
     overrides: list[str] | None = None,
     seed: int | None = None,
     prices: tuple[float | None, float | None] = (None, None),
+    resume: bool = False,
 ) -> int:
     """The exit status (final_record's EXIT_*): 0 when a stop condition was met, 128+N when
     interrupted by signal N (after checkpointing), 65 when the job is invalid (its manifest, or
@@ -63,13 +67,51 @@ def train_command(
     cluster never offers), 1 when training failed, 2 when the file is missing.
     `tensorboard` turns on spec.trainer.tensorboard; `overrides` (PATH=VALUE) and `seed` change
     the manifest before it is checked; `prices` (dollars per CPU-hour and per GPU-hour) price the
-    hours the run held (local_cost)."""
+    hours the run held (local_cost); `resume` continues the run directory's checkpoint even when
+    it was trained with another spec.trainer (without it, such a run is refused: its directory
+    would record this job's result under that run)."""
+    run = train_run(
+        file, run_dir, metrics_port, tensorboard, overrides, seed, prices, resume=resume
+    )
+    return run.record.exit_code
+
+
+@dataclass(frozen=True)
+class TrainedRun:
+    """How a run ended: its final record, and its run directory (None when it never had one: the
+    manifest was missing or invalid)."""
+
+    record: FinalRecord
+    run_dir: Path | None
+
+
+def train_run(
+    file: Path,
+    run_dir: Path | None,
+    metrics_port: int | None,
+    tensorboard: bool = False,
+    overrides: list[str] | None = None,
+    seed: int | None = None,
+    prices: tuple[float | None, float | None] = (None, None),
+    make_report: Callable[[RLJob], Any] | None = None,
+    env_directories: Sequence[Path] | None = None,
+    resume: bool = False,
+) -> TrainedRun:
+    """train_command's run, with its final record (printed as train_command says, except where the
+    file is missing) and its run directory. `make_report(job)` gives what the driver reports
+    progress to (default: the live bar on a terminal, else the driver's own lines). A `module:Class`
+    env is looked for in `env_directories` after the installed packages (default: the manifest's
+    directory and the working directory; kuberl_trainer.envs.search_path)."""
+    from kuberl_trainer.envs.search_path import run_directories, search_for_envs_in
+
+    search_for_envs_in(run_directories(file) if env_directories is None else env_directories)
     job, warm_start, exit_code, problems = _job_to_train(file, overrides or [], seed)
     if job is None:
         print("\n".join(problems), file=sys.stderr)
         if exit_code != EXIT_INVALID:
-            return exit_code
-        return _ended(Outcome.INVALID_JOB, EXIT_INVALID_JOB, "; ".join(problems))
+            record = FinalRecord(Outcome.INVALID_JOB, exit_code, "; ".join(problems), time.time())
+            return TrainedRun(record, None)
+        return TrainedRun(_ended(Outcome.INVALID_JOB, EXIT_INVALID_JOB, "; ".join(problems)), None)
 
     # Warnings the user must see (a corrupt checkpoint skipped, a worker replaced), one per line.
     logging.basicConfig(format="%(levelname)s: %(message)s", level=logging.WARNING)
@@ -80,7 +122,9 @@ def train_command(
 
     run_dir = run_dir or Path("runs") / (job.name if seed is None else f"{job.name}-seed{seed}")
     print(f"Training {job.name}: {describe_job(job)}; run directory {run_dir}", flush=True)
-    report = _terminal_report(job)
+    if warning := noisy_stop(job):
+        print(f"warning: {warning}", file=sys.stderr, flush=True)
+    report = (make_report or _terminal_report)(job)
     try:
         trainer = job.spec.trainer
         if tensorboard:
@@ -97,13 +141,14 @@ def train_command(
             learner_device=job.spec.learner.device,
             warm_start=warm_start,
             export=export_checkpoint,
+            refuse_other_run=not resume,
         ).run()
     except InvalidJobError as exc:
         print(f"{job.name}: invalid job: {exc}", file=sys.stderr)
-        return _ended(Outcome.INVALID_JOB, EXIT_INVALID_JOB, str(exc))
+        return TrainedRun(_ended(Outcome.INVALID_JOB, EXIT_INVALID_JOB, str(exc)), run_dir)
     except TrainingError as exc:
         print(f"{job.name}: training failed: {exc}", file=sys.stderr)
-        return _ended(Outcome.FAILED, EXIT_FAILED, str(exc))
+        return TrainedRun(_ended(Outcome.FAILED, EXIT_FAILED, str(exc)), run_dir)
     finally:
         if report is not None:  # the driver closes it, unless it failed before running
             report.close()
@@ -121,8 +166,8 @@ def train_command(
     lines += [
         f"  training time      {result.time_total_s:.1f} s",
         f"  held               {cost.describe(*prices)}",
-        f"  checkpoint         {result.checkpoint}",
-        *([f"  policy             {result.policy}"] if result.policy else []),
+        f"  checkpoint         {_for_people(result.checkpoint)}",
+        *([f"  policy             {_for_people(result.policy)}"] if result.policy else []),
         f"  progress           {run_dir / PROGRESS_FILE}",
     ]
     if result.interrupted:
@@ -153,15 +198,23 @@ def train_command(
         dollars=cost.dollars,
     )
     _print_record(record)
-    return exit_code
+    return TrainedRun(record, run_dir)
 
 
-def _ended(outcome: Outcome, exit_code: int, message: str) -> int:
-    """Print the final record of a run that ended before training; its exit status."""
-    _print_record(
-        FinalRecord(outcome=outcome, exit_code=exit_code, message=message, time=time.time())
-    )
-    return exit_code
+def _for_people(location: str | None) -> str | None:
+    """A location as the summary shows it: a local path relative to the working directory when it
+    lies below it (as `runs/NAME` is given), so that a log shared from this machine shows none of
+    its paths; anything else as it is."""
+    if location is None or "://" in location or not Path(location).is_relative_to(Path.cwd()):
+        return location
+    return str(Path(location).relative_to(Path.cwd()))
+
+
+def _ended(outcome: Outcome, exit_code: int, message: str) -> FinalRecord:
+    """Print the final record of a run that ended before training, and return it."""
+    record = FinalRecord(outcome=outcome, exit_code=exit_code, message=message, time=time.time())
+    _print_record(record)
+    return record
 
 
 def _print_record(record: FinalRecord) -> None:
@@ -180,7 +233,7 @@ def _terminal_report(job: RLJob):
 
     trainer = job.spec.trainer
     title = f"{job.name} {trainer.algorithm} {trainer.env}"
-    return TerminalReport(title, trainer.stop.timesteps).start()
+    return TerminalReport(title, trainer.stop).start()
 
 
 def _job_to_train(

@@ -1,4 +1,4 @@
-"""`kuberl validate FILE`: the whole RLJob contract checked before anything runs.
+"""`kuberl validate FILE|DIRECTORY...`: the whole RLJob contract checked before anything runs.
 
 The spec and hyperparameters are checked by the operator's models; the env is then made once here
 (this command has gymnasium, the operator does not) and put inside its wrappers, so an unknown id,
@@ -16,6 +16,7 @@ import warnings
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from kuberl_contract.config.evaluation import noisy_evaluation_stop
 from kuberl_operator.bounded import document_problems
 from kuberl_operator.builders.driver import ephemeral_checkpoints
 from kuberl_operator.spec import RLJob
@@ -35,14 +36,60 @@ if TYPE_CHECKING:
 EXIT_OK, EXIT_INVALID, EXIT_NO_FILE = 0, 1, 2
 
 
-def validate_command(file: Path, check_env: bool = True) -> int:
-    """Prints one summary line and returns 0 for a valid job, else one line per problem and 1.
-    `check_env=False` checks the manifest alone, importing and making nothing."""
+MANIFEST_PATTERNS = ("*.yaml", "*.yml")
+"""The files of a directory that `kuberl validate DIRECTORY` checks."""
+
+
+def validate_paths(paths: list[Path], check_env: bool = True) -> int:
+    """Checks every manifest `paths` name, a directory's *.yaml and *.yml files in order of name,
+    and reports every problem of each in one pass (as validate_command, the valid line then
+    naming the file when there are several). 0 when all are valid, else the worst exit code:
+    EXIT_NO_FILE for a missing file or a directory of no manifest, EXIT_INVALID for an invalid
+    one."""
+    files, exit_code = [], EXIT_OK
+    for path in paths:
+        found = manifests_in(path)
+        if not found:
+            print(f"{path}: a directory of no *.yaml or *.yml file", file=sys.stderr)
+            exit_code = EXIT_NO_FILE
+        files += found
+    several = len(files) > 1
+    for file in files:
+        exit_code = max(exit_code, validate_command(file, check_env, named=several))
+    return exit_code
+
+
+def noisy_stop(job: RLJob) -> str | None:
+    """Why the job's stop on evaluation return would rest on luck, or None (see
+    noisy_evaluation_stop)."""
+    trainer = job.spec.trainer
+    return noisy_evaluation_stop(trainer.stop.evaluation_return_mean, trainer.evaluation)
+
+
+def manifests_in(path: Path) -> list[Path]:
+    """[path] for a file (or a missing one, which validate_command reports), the manifests of a
+    directory sorted by name."""
+    if not path.is_dir():
+        return [path]
+    found = {file for pattern in MANIFEST_PATTERNS for file in path.glob(pattern)}
+    return sorted(file for file in found if file.is_file())
+
+
+def validate_command(file: Path, check_env: bool = True, named: bool = False) -> int:
+    """Prints one summary line (after the file's name when `named`) and returns 0 for a valid
+    job, else one line per problem and 1. `check_env=False` checks the manifest alone, importing
+    and making nothing."""
+    if check_env:  # a `module:Class` env next to the manifest is found, as `kuberl train` finds it
+        from kuberl_trainer.envs.search_path import run_directories, search_for_envs_in
+
+        search_for_envs_in(run_directories(file))
     job, exit_code = checked_job(file, check_env)
     if job is not None:
-        print(f"{job.name}: valid RLJob ({describe_job(job)})")
+        print(f"{f'{file}: ' if named else ''}{job.name}: valid RLJob ({describe_job(job)})")
         if warning := ephemeral_checkpoints(job.spec):  # fine here, a loss on a cluster
             print(f"{file}: warning: on a cluster, {warning}", file=sys.stderr)
+        if warning := noisy_stop(job):
+            print(f"{file}: warning: {warning}", file=sys.stderr)
     return exit_code
 
 
@@ -136,6 +183,8 @@ def warm_start_checked(trainer: Any) -> tuple[Checkpoint | None, Problem | None]
     if trainer.warm_start is None:
         return None, None
     named = trainer.warm_start.checkpoint
+    if named is None:  # warmStart.job: the API or the operator resolves it (resume.py says so)
+        return None, None
     if "://" in named and not named.startswith("file://"):
         return None, None
     from kuberl_trainer.envs.making import make_vector_env

@@ -134,8 +134,12 @@ def table(
     wide: bool = False,
     now: datetime | None = None,
     namespaces: bool = False,
+    headers: bool = True,
 ) -> str:
-    return aligned([header(wide, namespaces), *(row(job, wide, now, namespaces) for job in jobs)])
+    """The jobs' table; without its header row unless `headers` (--no-headers), the columns then
+    as wide as the rows alone need."""
+    rows = [row(job, wide, now, namespaces) for job in jobs]
+    return aligned([header(wide, namespaces), *rows] if headers else rows)
 
 
 def name_line(job: dict[str, Any]) -> str:

@@ -39,8 +39,15 @@ DPI = 100
 """A PNG is FIGURE_INCHES x DPI pixels: 800 x 450."""
 
 X_LABEL = "env steps (timesteps_total)"
-Y_LABEL = "episode return (mean)"
+Y_LABEL = "mean return (reward/episode)"
 EVALUATION_SUFFIX = " (evaluation)"
+
+FONT_POINTS = {"font.size": 15, "axes.titlesize": 17, "axes.labelsize": 15, "legend.fontsize": 13}
+"""Text sizes: the status page shows the PNG at half its pixels (400 x 225 CSS pixels), where
+matplotlib's default 10 points would be 7 pixels tall."""
+LINE_WIDTH = 2.0
+
+_COMPACT_SUFFIXES = ((1e9, "G"), (1e6, "M"), (1e3, "k"))
 
 _draw_lock = threading.Lock()
 
@@ -102,26 +109,40 @@ def read_run(run_dir: Path, name: str | None = None) -> Curve:
 def learning_curves(curves: Sequence[Curve], title: str | None = None) -> Figure:
     """The figure: one colour per run, training return solid, evaluation return dashed; a figure
     without any point says so in its middle."""
+    import matplotlib
     from matplotlib.backends.backend_agg import FigureCanvasAgg
     from matplotlib.figure import Figure
+    from matplotlib.ticker import FuncFormatter
 
-    figure = Figure(figsize=FIGURE_INCHES, dpi=DPI, layout="tight")
-    FigureCanvasAgg(figure)
-    axes = figure.add_subplot()
-    axes.set_xlabel(X_LABEL)
-    axes.set_ylabel(Y_LABEL)
-    if title:
-        axes.set_title(title)
-    axes.grid(True, alpha=0.3)
+    # The sizes apply where the figure's text is made, which is here, not when it is saved.
+    with matplotlib.rc_context(FONT_POINTS):
+        figure = Figure(figsize=FIGURE_INCHES, dpi=DPI, layout="tight")
+        FigureCanvasAgg(figure)
+        axes = figure.add_subplot()
+        axes.set_xlabel(X_LABEL)
+        axes.set_ylabel(Y_LABEL)
+        if title:
+            axes.set_title(title)
+        axes.grid(True, alpha=0.3)
+        ticks = FuncFormatter(lambda value, _: compact_number(value))
+        axes.xaxis.set_major_formatter(ticks)
+        axes.yaxis.set_major_formatter(ticks)
+        _draw_curves(axes, curves)
+    return figure
+
+
+def _draw_curves(axes: Any, curves: Sequence[Curve]) -> None:
     for index, curve in enumerate(curves):
-        colour = f"C{index % 10}"
-        axes.plot(curve.timesteps, _values(curve.returns), color=colour, label=curve.name)
+        colour, width = f"C{index % 10}", LINE_WIDTH
+        returns = _values(curve.returns)
+        axes.plot(curve.timesteps, returns, color=colour, linewidth=width, label=curve.name)
         if curve.has_evaluation:
             # A row holds the latest evaluation until the next one: a step, not a slope.
             axes.plot(
                 curve.timesteps,
                 _values(curve.evaluation_returns),
                 color=colour,
+                linewidth=width,
                 linestyle="--",
                 drawstyle="steps-post",
                 label=curve.name + EVALUATION_SUFFIX,
@@ -130,7 +151,15 @@ def learning_curves(curves: Sequence[Curve], title: str | None = None) -> Figure
         axes.legend(loc="best")
     else:
         axes.text(0.5, 0.5, "no progress yet", ha="center", va="center", transform=axes.transAxes)
-    return figure
+
+
+def compact_number(value: float) -> str:
+    """A tick label of at most a few characters: 15000 as 15k, 2500000 as 2.5M, 0.5 as 0.5,
+    -21 as -21."""
+    for scale, suffix in _COMPACT_SUFFIXES:
+        if abs(value) >= scale:
+            return f"{value / scale:.3g}{suffix}"
+    return f"{value:.3g}"
 
 
 def render(figure: Figure, format: PlotFormat) -> bytes:

@@ -36,6 +36,11 @@ EPISODE_LEN_MEAN = "episode_len_mean"
 EPISODES_TOTAL = "episodes_total"
 EPISODES_THIS_ITER = "episodes_this_iter"
 EVALUATION_RETURN_MEAN = "evaluation_return_mean"
+EVALUATION_CONFIRMED = "evaluation_confirmed"
+"""Whether the latest evaluation that reached stop.evaluationReturnMean held on
+evaluation.confirmEpisodes fresh episodes (their mean less its standard error reached the target:
+see EvaluationConfig.confirm_episodes); null when no confirmation was played. A false one does
+not stop training, whatever evaluation_return_mean says."""
 SAMPLES_PER_S = "samples_per_s"
 """Env steps sampled per second over the iteration."""
 TIME_THIS_ITER_S = "time_this_iter_s"

@@ -4,13 +4,17 @@ edited, so `kubectl apply` refuses `learning_rat: 0.001` with the field and a su
 instead of accepting a job that then fails with InvalidSpec.
 
 It runs the checks the operator runs on every job, and only those: the spec (validation.py, what
-`kuberl validate --no-env` checks) and what the job may reach under the operator's settings
-(reach.py). It never makes the env, imports a module the manifest names or runs anything of the
-job's: it reads the manifest as data, like the reconciler. The reconciler still checks every job
+`kuberl validate --no-env` checks), what the job may reach under the operator's settings
+(reach.py) and that a warm start names no relative path (builders/warm_start.py). It never makes
+the env, imports a module the manifest names or runs anything of the job's: it reads the manifest
+as data, like the reconciler. The reconciler still checks every job
 (a cluster may run without the webhook, or with failurePolicy Ignore).
 
 An update that leaves the spec as it was (kopf's finalizer and annotations, labels, a deletion) is
 always allowed: a job accepted by an older, more lenient operator must stay deletable.
+
+A create is also refused when its warmStart.job names a job that cannot start it (none of that
+name, no checkpoint yet, or its checkpoints died with its pods), read like the names below.
 
 A create is also refused when a name one of the job's children needs is held by an object of
 someone else's (`metadata.name: RayCluster serve-prod exists and is not this job's: rename the
@@ -45,8 +49,7 @@ from kuberl_operator import builders
 from kuberl_operator.constants import API_VERSION, GROUP, PLURAL, VERSION
 from kuberl_operator.kube import Kube, KubeConfigError, KubeError, load_kube_config, path
 from kuberl_operator.ownership import taken_names
-from kuberl_operator.reach import reach_problems
-from kuberl_operator.reconciler import read_job
+from kuberl_operator.reconciler import read_job, served_job_problems
 from kuberl_operator.settings import OperatorSettings
 
 if TYPE_CHECKING:
@@ -86,7 +89,7 @@ def review(
     job, problems = read_job(body)
     if job is None:
         return list(problems)
-    return [str(problem) for problem in reach_problems(job, settings)]
+    return [str(problem) for problem in served_job_problems(job, settings)]
 
 
 def scale_review(job: Mapping[str, Any], replicas: Any, settings: OperatorSettings) -> list[str]:
@@ -120,6 +123,39 @@ async def taken_name_problems(
         logger.warning("%s/%s: its children's names went unread: %s", namespace, job.name, exc)
         return []
     return [f"metadata.name: {name.describe()}" for name in taken if not name.leftover]
+
+
+async def warm_start_problems(kube: Kube | None, body: Mapping[str, Any]) -> list[str]:
+    """For a valid RLJob `body` being created: why the job its spec.trainer.warmStart.job names
+    cannot start it (no such job in the namespace, no checkpoint yet, none that outlives its pods),
+    read with the operator's rights; nothing when it cannot be read, since the reconciler reads
+    it again before the job's first run."""
+    job, _ = read_job(body)
+    warm_start = job.spec.trainer.warm_start if job is not None else None
+    if kube is None or job is None or warm_start is None or warm_start.job is None:
+        return []
+    namespace = job.metadata.namespace or "default"
+    try:
+        found = await kube.get(path(API_VERSION, PLURAL, namespace, warm_start.job))
+    except KubeError as exc:
+        logger.warning("%s/%s: its warm start's job went unread: %s", namespace, job.name, exc)
+        return []
+    try:
+        builders.cluster_warm_start_source(job, found)
+    except builders.WarmStartUnavailable as exc:
+        return [str(exc)]
+    return []
+
+
+async def refuse_at_creation(
+    kube: Kube | None, body: Mapping[str, Any], settings: OperatorSettings
+) -> None:
+    """kopf.AdmissionError when the valid RLJob `body` may not be created as things are: its
+    children's names held by others (409), or its warmStart.job unable to start it (422)."""
+    if taken := await taken_name_problems(kube, body, settings):
+        raise kopf.AdmissionError("\n".join(taken), code=CONFLICT)
+    if unavailable := await warm_start_problems(kube, body):
+        raise kopf.AdmissionError("\n".join(unavailable), code=INVALID)
 
 
 async def scaled_job(kube: Kube | None, scale: Mapping[str, Any]) -> Mapping[str, Any] | None:
@@ -193,9 +229,7 @@ def register(
         if problems := review(body, old, operation, operator_settings):
             raise kopf.AdmissionError("\n".join(problems), code=INVALID)
         if operation == "CREATE":
-            kube = memo.get("admission_kube")
-            if taken := await taken_name_problems(kube, body, operator_settings):
-                raise kopf.AdmissionError("\n".join(taken), code=CONFLICT)
+            await refuse_at_creation(memo.get("admission_kube"), body, operator_settings)
 
     @kopf.on.validate(
         GROUP,

@@ -265,7 +265,7 @@ def _union_of_fields(
         "type": "object",
         "description": f"Fields depend on {discriminator} ({', '.join(choices)}): each field "
         f"below says which values of {discriminator} take it (kuberl_trainer's hyperparameters "
-        "classes and the README's Algorithms and optimizers document them); `kuberl validate` "
+        "classes and the docs' Algorithms and optimizers page document them); `kuberl validate` "
         "and the operator's admission webhook refuse a field the chosen one does not take.",
         "properties": fields,
         "x-kubernetes-preserve-unknown-fields": True,

@@ -57,7 +57,7 @@ from kuberl_operator.status import (
     compute_status,
 )
 from kuberl_operator.status.disruption import drain_submission_id, draining_message
-from kuberl_operator.validation import InvalidManifest, validate_rljob
+from kuberl_operator.validation import InvalidManifest, Problem, validate_rljob
 
 # A job that waits for nothing but an edit (suspended) is still looked at now and then.
 IDLE_SECONDS = 300.0
@@ -82,6 +82,12 @@ def read_job(body: Mapping[str, Any]) -> tuple[RLJob | None, tuple[str, ...]]:
         return None, tuple(str(problem) for problem in exc.problems)
 
 
+def served_job_problems(job: RLJob, settings: OperatorSettings) -> list[Problem]:
+    """What a valid job may not ask of a cluster: what its settings do not let it reach, and a
+    warm start from a relative path (which the head would read in a directory of its own)."""
+    return [*reach_problems(job, settings), *builders.served_warm_start_problems(job)]
+
+
 def read_status(raw: Mapping[str, Any] | None) -> RLJobStatus:
     """The status the operator wrote last; fields it does not know (another writer's) are
     ignored rather than lost counts."""
@@ -104,6 +110,8 @@ class Reconciler:
         # them, most of the time) need not validate its spec again.
         self._jobs: dict[tuple[str, str], tuple[tuple[Any, Any], RLJob | None, tuple[str, ...]]]
         self._jobs = {}
+        # Each waiting job's last WarmStartUnavailable message, by uid: said once, not each poll.
+        self._warm_start_waits: dict[str, str] = {}
 
     async def close(self) -> None:
         await self.observer.close()
@@ -167,8 +175,8 @@ class Reconciler:
         return await self._act(update, body, job, seen.ray_cluster)
 
     def _read_job(self, body: Mapping[str, Any]) -> tuple[RLJob | None, tuple[str, ...]]:
-        """`read_job`, then what the job may reach (`reach_problems`), once per version of the
-        object."""
+        """`read_job`, then what the job may ask of a cluster (`served_job_problems`), once per
+        version of the object."""
         meta = body["metadata"]
         key = (meta["namespace"], meta["name"])
         version = (meta.get("uid"), meta.get("resourceVersion"))
@@ -176,7 +184,7 @@ class Reconciler:
         if cached is not None and cached[0] == version and version[1] is not None:
             return cached[1], cached[2]
         job, problems = read_job(body)
-        if job is not None and (beyond := reach_problems(job, self.settings)):
+        if job is not None and (beyond := served_job_problems(job, self.settings)):
             job, problems = None, tuple(str(problem) for problem in beyond)
         self._jobs[key] = (version, job, problems)
         return job, problems
@@ -231,8 +239,17 @@ class Reconciler:
         head's disruption budget are updated in place, so the attempt runs the spec as it is now.
         A name held by an object the job does not own stops it there (ownership.ensure_child)."""
         namespace, uid = job.metadata.namespace or "default", body["metadata"].get("uid", "")
+        try:
+            warm_start = await self._warm_start(job, read_status(body.get("status")))
+        except builders.WarmStartUnavailable as exc:
+            if self._warm_start_waits.get(uid) != (message := str(exc)):
+                reason = Reason.WARM_START_UNAVAILABLE
+                kopf.event(dict(body), type="Warning", reason=reason, message=message)
+                self._warm_start_waits[uid] = message
+            return
+        self._warm_start_waits.pop(uid, None)
         token = await self.observer.token(namespace, job.name, uid) or secrets.token_urlsafe(32)
-        children = builders.build_children(job, self.settings, attempt, token)
+        children = builders.build_children(job, self.settings, attempt, token, warm_start)
         owner = {"apiVersion": API_VERSION, "kind": KIND, "metadata": body["metadata"]}
         kopf.append_owner_reference(children, owner=owner)
         refs = {ref.kind: ref for ref in builders.child_refs(job, self.settings)}
@@ -314,3 +331,16 @@ class Reconciler:
             await self.kube.json_patch(
                 path(*RAY_CLUSTERS, meta["namespace"], meta["name"]), [same, *operations]
             )
+
+    async def _warm_start(self, job: RLJob, status: RLJobStatus) -> builders.WarmStartSource | None:
+        """Where the checkpoint of the job's warmStart.job is, read from that job now; None
+        without one, or once the job has a checkpoint of its own (it resumes from that, and the
+        other job may be gone by then). WarmStartUnavailable when that job has none to give: the
+        caller creates nothing and the next poll tries again (the admission webhook refused such
+        a job at the door, so that job went away or lost its checkpoint since)."""
+        warm_start = job.spec.trainer.warm_start
+        if warm_start is None or warm_start.job is None or status.progress.last_checkpoint:
+            return None
+        namespace = job.metadata.namespace or "default"
+        found = await self.kube.get(path(API_VERSION, PLURAL, namespace, warm_start.job))
+        return builders.cluster_warm_start_source(job, found)

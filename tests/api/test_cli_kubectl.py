@@ -321,6 +321,7 @@ def test_the_api_refuses_watch_rather_than_ignoring_it(queue_client, kube_api, t
 
 API_COMMANDS = (
     "submit",
+    "apply",
     "jobs",
     "status",
     "logs",

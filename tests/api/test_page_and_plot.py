@@ -16,7 +16,15 @@ from matplotlib.image import imread
 
 from kuberl_api.page import jobs_table, without_paths
 from kuberl_api.sessions import SESSION_COOKIE
-from kuberl_contract.plots import DPI, FIGURE_INCHES, X_LABEL, Y_LABEL
+from kuberl_contract.plots import (
+    DPI,
+    FIGURE_INCHES,
+    X_LABEL,
+    Y_LABEL,
+    Curve,
+    compact_number,
+    draw,
+)
 from kuberl_operator.spec import RLJob
 from testkit import edited, wait_until
 
@@ -98,6 +106,68 @@ def test_the_page_lists_jobs_with_their_plots(trained):
     assert trained.request("GET", "/?namespace=Not_A_Namespace").status_code == 400
 
 
+@pytest.fixture(scope="module")
+def exported(trained):
+    """A job trained to its end that exported its policy."""
+    job = edited(
+        small_job("exported", iterations=1), **{"spec.trainer.checkpoint.exportPolicy": True}
+    )
+    assert trained.submit(job).status_code == 201
+    trained.wait_phase("exported", "Succeeded")
+    return trained
+
+
+def job_links(client: ApiClient, name: str) -> dict[str, str]:
+    """The links of the job's row on the page, by their text."""
+    row = re.search(rf'<tr id="job-{name}">(.*?)</tr>', client.request("GET", "/").text).group(1)
+    return {text: href for href, text in re.findall(r'<a href="([^"]+)"[^>]*>([^<]+)</a>', row)}
+
+
+def test_each_job_links_to_its_details_logs_and_exported_policy(exported):
+    client = exported
+    links = job_links(client, "exported")
+    assert set(links) == {"details", "logs", "policy"}
+
+    details = client.request("GET", links["details"])
+    assert details.status_code == 200 and details.json()["metadata"]["name"] == "exported"
+    logs = client.request("GET", links["logs"])
+    assert logs.status_code == 200 and logs.headers["content-type"].startswith("text/plain")
+    assert logs.text.startswith("Training exported: PPO on CartPole-v1")
+    policy = client.request("GET", links["policy"])
+    assert policy.status_code == 200 and policy.content  # an ONNX graph, named for the job
+    assert policy.headers["content-disposition"] == 'attachment; filename="exported.onnx"'
+
+
+def test_a_job_without_an_exported_policy_links_to_none_and_its_url_is_a_documented_404(trained):
+    links = job_links(trained, "curve")  # trained without an export
+    assert set(links) == {"details", "logs"}
+    for href in links.values():
+        assert trained.request("GET", href).status_code == 200, href
+
+    missing = trained.request("GET", trained.jobs(name="curve", action="policy"))
+    assert missing.status_code == 404 and "has no exported policy" in missing.json()["message"]
+
+
+def test_the_axes_carry_labels_with_units_and_compact_readable_ticks():
+    curve = Curve("long", timesteps=[0, 5_000, 15_000, 20_000], returns=[9.0, 40.0, 200.0, 500.0])
+    svg = draw([curve], "svg", "long")
+    texts = svg_texts(svg)
+
+    assert {X_LABEL, Y_LABEL} <= set(texts)
+    assert "(timesteps_total)" in X_LABEL and "(reward/episode)" in Y_LABEL
+    assert {"0", "5k", "10k", "15k", "20k"} <= set(texts), texts
+    assert not any(text.isdigit() and int(text) >= 1000 for text in texts), texts
+    sizes = [float(size) for size in re.findall(rb"font-size: ([\d.]+)px", svg)]
+    assert sizes and min(sizes) >= 13  # points: at least 9 CSS pixels on the page's half-size image
+    assert [compact_number(v) for v in (500, 2_500, 1_200_000, -3_000, 0.5)] == [
+        "500",
+        "2.5k",
+        "1.2M",
+        "-3k",
+        "0.5",
+    ]
+
+
 def test_a_token_server_asks_the_browser_for_it_once(queue_api):
     anonymous = ApiClient(queue_api.url)
     assert anonymous.submit(small_job("unseen"), "team").status_code == 401
@@ -126,9 +196,16 @@ def test_a_token_server_asks_the_browser_for_it_once(queue_api):
     # A job without progress yet: its plot says so.
     plot = anonymous.request("GET", with_token.jobs("team", "unseen", "plot") + "?format=svg")
     assert plot.status_code == 200 and "no progress yet" in svg_texts(plot.content)
-    # The cookie reads the page and plots, and nothing else: no change rides on it.
-    assert anonymous.request("GET", with_token.jobs("team", "unseen")).status_code == 401
+    # The cookie reads what the page shows and links to, and nothing else: no change rides on it.
+    row = re.search(r'<tr id="job-unseen">(.*?)</tr>', page.text).group(1)
+    for href in re.findall(r'<a href="([^"]+)"', row):
+        assert anonymous.request("GET", href).status_code == 200, href
+    assert (
+        anonymous.request("GET", with_token.jobs("team", "unseen", "progress")).status_code == 401
+    )
     assert anonymous.request("DELETE", with_token.jobs("team", "unseen")).status_code == 401
+    suspend = with_token.jobs("team", "unseen", "suspend")
+    assert anonymous.request("POST", suspend, json={}).status_code in (401, 403)
     assert anonymous.submit(small_job("forged"), "team").status_code == 401
 
     assert anonymous.request("POST", "/logout", allow_redirects=False).status_code == 303
@@ -146,7 +223,7 @@ def test_values_are_escaped(queue_client):
         cause["field"] == "spec.trainer.env" and "not a registered gymnasium id" in cause["message"]
     )
     # ...a cluster does not (its driver does), so a page may show any env.
-    page = jobs_table("escaping", [job], None)
+    page = jobs_table("escaping", [job], lambda route, name: f"/{route}/{name}", plots=False)
     assert "<script>" not in page
     assert "&lt;script&gt;alert(&#x27;x&#x27;)&lt;/script&gt;" in page
 
@@ -217,6 +294,7 @@ def test_chromium_shows_the_page_and_its_plot(trained, tmp_path):
     assert dom.returncode == 0, dom.stderr
     assert '<tr id="job-curve">' in dom.stdout and "Succeeded" in dom.stdout
     assert 'src="/v1/namespaces/default/jobs/curve/plot?format=png"' in dom.stdout
+    assert 'href="/v1/namespaces/default/jobs/curve/logs"' in dom.stdout
 
     def plot_fetches() -> float:
         metrics = trained.request("GET", "/metrics").text

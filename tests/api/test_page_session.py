@@ -69,8 +69,11 @@ def test_the_cookie_holds_a_session_id_that_reads_the_page_and_plot_until_logout
     assert shown.status_code == 200 and '<tr id="job-watched">' in shown.text
     assert 'action="/logout"' in shown.text  # the form that ends the session
     assert with_cookie(api, plot + "?format=svg", cookie.value).status_code == 200
-    # Only the page and the plot take it; and the token itself is no cookie.
-    assert with_cookie(api, client.jobs(NAMESPACE, "watched"), cookie.value).status_code == 401
+    # Only the page and the GETs it shows or links to take it (the job's details here, not its
+    # progress); and the token itself is no cookie.
+    assert with_cookie(api, client.jobs(NAMESPACE, "watched"), cookie.value).status_code == 200
+    progress = client.jobs(NAMESPACE, "watched", "progress")
+    assert with_cookie(api, progress, cookie.value).status_code == 401
     assert with_cookie(api, page, TOKEN).status_code == 401
     assert with_cookie(api, page, "made-up-session-id").status_code == 401
 

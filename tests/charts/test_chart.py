@@ -860,7 +860,8 @@ def test_without_the_fetched_subchart_only_packaging_refuses():
 def test_notes_say_what_to_do_next(rendered):
     notes = chart.notes()
 
-    assert "kubectl apply -f deploy/storage/kuberl-checkpoints.yaml" in notes
+    assert "deploy/storage" not in notes  # each example asks for a claim of its own
+    assert "spec.storage.size" in notes
     assert "kubectl apply -f deploy/examples/cartpole-ppo.yaml" in notes
     assert "kubectl get rlj" in notes
     assert "grafana_dashboard=1" in notes

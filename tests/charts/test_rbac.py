@@ -409,8 +409,12 @@ def run_operator_scenario(kube_api: KubeAPIClient, tmp_path: Path, **kopf_option
         kube_api.kopf(registry, login=False, memo=memo, **kopf_options),
     ):
         wait_until(lambda: job_gone(kube_api, "finished"), 20, "the finished job deleted")
-        kube_api.create(kube_api.rljobs(), rljob("spot", rolloutWorkers=spot))
+        kube_api.create(
+            kube_api.rljobs(), rljob("spot", rolloutWorkers=spot, storage={"size": "1Gi"})
+        )
         wait_until(lambda: kube_api.list(PODS, params=spot_pods), 20, "the spot worker's pod")
+        claim = kube_api.get("/api/v1/namespaces/default/persistentvolumeclaims/spot-storage")
+        assert claim["metadata"]["ownerReferences"][0]["kind"] == "RLJob"  # deleted with it
         policy = kube_api.get(
             "/apis/networking.k8s.io/v1/namespaces/default/networkpolicies/spot-ray"
         )

@@ -28,7 +28,9 @@ def test_every_example_renders_the_operators_objects(example):
     assert result.returncode == 0, result.stderr
     objects = list(yaml.safe_load_all(result.stdout))
     # No Secret: `render | kubectl apply` must not give the cluster a token anyone can read.
+    # The examples' claims are their own (spec.storage.size): rendered first, as created.
     assert [(o["apiVersion"], o["kind"]) for o in objects] == [
+        ("v1", "PersistentVolumeClaim"),
         ("v1", "ConfigMap"),
         ("networking.k8s.io/v1", "NetworkPolicy"),
         ("policy/v1", "PodDisruptionBudget"),
@@ -36,7 +38,8 @@ def test_every_example_renders_the_operators_objects(example):
     ]
     names = {o["kind"]: o["metadata"]["name"] for o in objects}
     assert names["RayCluster"] == example.stem
-    config_map, _, _, cluster = objects
+    assert names["PersistentVolumeClaim"] == f"{example.stem}-storage"
+    _, config_map, _, _, cluster = objects
     secret = cluster["spec"]["authOptions"]["secretName"]
     assert result.stderr.startswith(f"kuberl render: the Secret {secret} (the Ray cluster's")
     assert "the operator creates it" in result.stderr

@@ -10,7 +10,7 @@ import pytest
 import yaml
 
 from testkit import edited as edited_document
-from testkit import run_kuberl
+from testkit import rljob, run_kuberl
 
 ROOT = Path(__file__).resolve().parents[2]
 EXAMPLES = sorted((ROOT / "deploy" / "examples").glob("*.yaml"))
@@ -297,13 +297,57 @@ def test_a_job_whose_checkpoints_die_with_its_pods_is_valid_with_a_warning(tmp_p
     assert "spec.storage.persistentVolumeClaim" in result.stderr
 
 
-def test_the_examples_claim_is_a_valid_persistent_volume_claim():
-    import kubernetes_validate
+def test_each_example_asks_for_a_claim_of_its_own():
+    """Two jobs whose heads land on different nodes would wait for one ReadWriteOnce volume: each
+    example has the operator create a claim for it alone (spec.storage.size)."""
+    for path in (ROOT / "deploy" / "examples").glob("*.yaml"):
+        storage = yaml.safe_load(path.read_text())["spec"]["storage"]
+        assert "size" in storage and "persistentVolumeClaim" not in storage, path.name
 
-    claim = yaml.safe_load((ROOT / "deploy" / "storage" / "kuberl-checkpoints.yaml").read_text())
-    kubernetes_validate.validate(claim, "1.37", strict=True)  # the operator's tests' version
-    names = {
-        yaml.safe_load(path.read_text())["spec"]["storage"]["persistentVolumeClaim"]["claimName"]
-        for path in (ROOT / "deploy" / "examples").glob("*.yaml")
-    }
-    assert names == {claim["metadata"]["name"]}
+
+def test_several_files_and_directories_in_one_pass(tmp_path):
+    """Every manifest named, a directory's *.yaml and *.yml in order of name, each problem of
+    each on a line after its file's name; the valid ones' lines name their files too."""
+    folder = tmp_path / "jobs"
+    folder.mkdir()
+    (folder / "b-broken.yml").write_text(BROKEN["two-problems-and-an-env"][0])
+    (folder / "a-good.yaml").write_text(edited(**{"metadata.name": "good"}))
+    (folder / "notes.txt").write_text("not a manifest")
+    single = tmp_path / "single.yaml"
+    single.write_text(edited(**{"metadata.name": "single"}))
+
+    result = kuberl("validate", single, folder)
+
+    assert result.returncode == 1
+    assert [line.split(": ")[:2] for line in result.stdout.splitlines()] == [
+        [str(single), "single"],
+        [str(folder / "a-good.yaml"), "good"],
+    ]
+    problems = result.stderr.splitlines()
+    assert len(problems) == 3, result.stderr
+    assert all(line.startswith(f"{folder / 'b-broken.yml'}: ") for line in problems)
+
+    missing = kuberl("validate", "--no-env", single, tmp_path / "nope.yaml", tmp_path / "jobs")
+    assert missing.returncode == 2  # the worst of the files': one is missing
+    assert f"{tmp_path / 'nope.yaml'}: no such file" in missing.stderr
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    nothing = kuberl("validate", empty)
+    assert nothing.returncode == 2
+    assert nothing.stderr == f"{empty}: a directory of no *.yaml or *.yml file\n"
+
+
+def test_an_env_module_next_to_the_manifest_is_found(tmp_path):
+    (tmp_path / "corridor_env.py").write_text(
+        "from gymnasium.envs.classic_control import CartPoleEnv\n\n"
+        "class Corridor(CartPoleEnv):\n    pass\n"
+    )
+    job = rljob("beside")
+    job["spec"]["trainer"]["env"] = "corridor_env:Corridor"
+    manifest = tmp_path / "job.yaml"
+    manifest.write_text(yaml.safe_dump(job))
+
+    checked = run_kuberl("validate", manifest)  # from the repository's root, not tmp_path
+
+    assert checked.returncode == 0, checked.stderr
+    assert "valid RLJob (PPO on corridor_env:Corridor" in checked.stdout

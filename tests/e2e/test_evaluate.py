@@ -10,11 +10,11 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+import yaml
 
 from kuberl_contract.final_record import read_final_record
 from kuberl_trainer.trained.inference import load
-from kuberl_trainer.trained.loaded import LoadError
-from testkit import fast_cartpole_job, run_kuberl
+from testkit import fast_cartpole_job, rljob, run_kuberl
 
 
 def solved_manifest(directory: Path, **trainer) -> Path:
@@ -58,6 +58,14 @@ def test_evaluate_a_solved_run_from_its_directory_and_its_checkpoint_alike(solve
     assert from_checkpoint == from_run == from_location
 
 
+def as_exported(record: dict, run_dir: Path) -> dict:
+    """A run's evaluation as its exported file gives it: the file names its checkpoint within
+    the run directory, no path of the training machine."""
+    checkpoint = Path(record["checkpoint"])
+    assert checkpoint.is_relative_to(run_dir), record
+    return record | {"checkpoint": str(checkpoint.relative_to(run_dir))}
+
+
 def test_evaluate_an_exported_file_as_the_run_it_came_from(solved_run, tmp_path):
     exported = tmp_path / "policy.onnx"
     result = run_kuberl("export", solved_run, "-o", exported)
@@ -65,10 +73,11 @@ def test_evaluate_an_exported_file_as_the_run_it_came_from(solved_run, tmp_path)
     assert result.stdout.startswith(f"{exported}: PPO on CartPole-v1, greedy policy, ONNX opset")
 
     from_run = evaluate(solved_run, "--episodes", "10", "--seed", "7")
-    assert evaluate(exported, "--episodes", "10", "--seed", "7") == from_run
+    same_episodes = as_exported(from_run, solved_run)
+    assert evaluate(exported, "--episodes", "10", "--seed", "7") == same_episodes
     # The run exported the same policy itself when its stop condition was met.
     exported_at_end = solved_run / "checkpoints" / "policy.onnx"
-    assert evaluate(exported_at_end, "--episodes", "10", "--seed", "7") == from_run
+    assert evaluate(exported_at_end, "--episodes", "10", "--seed", "7") == same_episodes
     stochastic = run_kuberl("evaluate", exported, "--stochastic")
     assert stochastic.returncode == 1
     assert "an exported policy is greedy only" in stochastic.stderr
@@ -79,8 +88,8 @@ def test_export_writes_policy_onnx_here_unless_told_otherwise(solved_run, tmp_pa
     result = subprocess.run(command, capture_output=True, text=True, cwd=tmp_path, timeout=300)
     assert result.returncode == 0, result.stderr
     assert result.stdout.startswith("policy.onnx: PPO on CartPole-v1, greedy policy, ONNX opset")
-    assert evaluate(tmp_path / "policy.onnx", "--episodes", "3") == evaluate(
-        solved_run, "--episodes", "3"
+    assert evaluate(tmp_path / "policy.onnx", "--episodes", "3") == as_exported(
+        evaluate(solved_run, "--episodes", "3"), solved_run
     )
 
 
@@ -164,9 +173,40 @@ def test_a_normalized_policy_acts_with_its_frozen_statistics(tmp_path):
         policy.close()
 
 
-def test_a_pbt_checkpoint_is_refused_with_the_reason(tmp_path):
-    from kuberl_trainer.job.checkpoint import Checkpoint
-    from kuberl_trainer.trained.inference import TrainedPolicy
+def test_a_pbt_run_gives_its_best_trials_policy(tmp_path):
+    """A population's checkpoint holds every trial: load, evaluate and the export at the end of
+    the run take the best one, ranked as PBT ranks them, with the hyperparameters it had."""
+    job = rljob("pbt", rolloutWorkers={"replicas": 0, "envsPerWorker": 2})
+    job["spec"]["trainer"] = {
+        "algorithm": "PBT",
+        "env": "CartPole-v1",
+        "seed": 0,
+        "stop": {"iterations": 2},
+        "hyperparameters": {
+            "population": 2,
+            "perturbation_interval": 256,
+            "cpus_per_trial": 0.5,
+            "mutations": {"learning_rate": {"min": 1e-4, "max": 1e-2}},
+            "trials": [{"learning_rate": 1e-3}, {"learning_rate": 5e-3}],
+        },
+        "trainer": {"algorithm": "PPO", "hyperparameters": {"rollout_length": 64}},
+    }
+    manifest = tmp_path / "pbt.yaml"
+    manifest.write_text(yaml.safe_dump(job))
+    run_dir = tmp_path / "run"
+    trained = run_kuberl("train", manifest, "--run-dir", run_dir, timeout=300)
+    assert trained.returncode == 0, trained.stdout + trained.stderr
 
-    with pytest.raises(LoadError, match="a PBT checkpoint holds a population"):
-        TrainedPolicy(Checkpoint("/x/checkpoint-00000001", {"algorithm": "PBT"}, {}))
+    policy = load(run_dir)
+    state = policy.checkpoint.state
+    returns = [row["episode_return_mean"] for row in state["population"]["rows"]]
+    assert policy.trial == returns.index(max(returns))
+    assert policy.config.algorithm == "PPO"
+    overrides = state["population"]["overrides"][policy.trial]
+    assert policy.config.hyperparameters.learning_rate == overrides["learning_rate"]
+    assert policy.describe().startswith(f"PPO on CartPole-v1 (trial {policy.trial}, the best")
+    from_run = evaluate(run_dir, "--episodes", "3")
+    assert from_run["algorithm"] == "PPO" and len(from_run["returns"]) == 3
+    # The run exported the best trial's greedy policy when its stop condition was met.
+    exported = evaluate(run_dir / "checkpoints" / "policy.onnx", "--episodes", "3")
+    assert exported["returns"] == from_run["returns"]

@@ -1,6 +1,8 @@
-"""Running a job again in its run directory after changing spec.trainer: a network of other
-shapes is an invalid job (exit 65, the final record naming the layers and the fields changed,
-the checkpoint kept), and any other change resumes with one line saying what changed."""
+"""Running a job again in its run directory after changing spec.trainer: a change that makes it
+another run (a hyperparameter, the seed) is refused unless --resume says to continue that run, a
+change that continues it (a later stop) resumes, each with one line saying what changed; a network
+of other shapes is an invalid job even then (exit 65, the final record naming the layers and the
+fields changed, the checkpoint kept)."""
 
 from __future__ import annotations
 
@@ -40,7 +42,7 @@ def test_other_hidden_sizes_on_resume_are_an_invalid_job_that_keeps_the_checkpoi
     checkpoints = sorted(p.name for p in (run_dir / "checkpoints").iterdir())
 
     again = run_kuberl(
-        "train", write_job(tmp_path / "b.yaml", [8, 8], 3e-4, 3), "--run-dir", run_dir
+        "train", write_job(tmp_path / "b.yaml", [8, 8], 3e-4, 3), "--run-dir", run_dir, "--resume"
     )
 
     assert again.returncode == EXIT_INVALID_JOB, again.stdout + again.stderr
@@ -53,21 +55,48 @@ def test_other_hidden_sizes_on_resume_are_an_invalid_job_that_keeps_the_checkpoi
     assert sorted(p.name for p in (run_dir / "checkpoints").iterdir()) == checkpoints
 
 
-def test_another_change_resumes_saying_in_one_line_what_changed(tmp_path):
+def test_a_changed_hyperparameter_is_refused_without_resume_and_continues_with_it(tmp_path):
+    run_dir = tmp_path / "run"
+    first = run_kuberl(
+        "train", write_job(tmp_path / "a.yaml", [16, 16], 3e-4, 2), "--run-dir", run_dir
+    )
+    assert first.returncode == 0, first.stderr
+    checkpoints = sorted(p.name for p in (run_dir / "checkpoints").iterdir())
+    changed = write_job(tmp_path / "b.yaml", [16, 16], 1e-3, 3)
+
+    refused = run_kuberl("train", changed, "--run-dir", run_dir)
+
+    # A sweep's second value never "resumes" into the first value's result.
+    assert refused.returncode == EXIT_INVALID_JOB, refused.stdout + refused.stderr
+    record = read_final_record(refused.stdout)
+    assert record.outcome == Outcome.INVALID_JOB
+    assert "hyperparameters.learning_rate 0.0003 -> 0.001" in record.message
+    assert "stop.iterations" not in record.message  # training further is the same run
+    assert "--run-dir" in record.message and "--resume" in record.message
+    assert sorted(p.name for p in (run_dir / "checkpoints").iterdir()) == checkpoints
+
+    again = run_kuberl("train", changed, "--run-dir", run_dir, "--resume")
+
+    assert again.returncode == 0, again.stdout + again.stderr
+    said = [line for line in again.stdout.splitlines() if "changed since" in line]
+    assert said == [
+        "Resuming with spec.trainer changed since the checkpoint: "
+        "hyperparameters.learning_rate 0.0003 -> 0.001, stop.iterations 2 -> 3"
+    ]
+    assert read_final_record(again.stdout).iteration == 3
+
+
+def test_a_later_stop_trains_further_without_resume(tmp_path):
     run_dir = tmp_path / "run"
     first = run_kuberl(
         "train", write_job(tmp_path / "a.yaml", [16, 16], 3e-4, 2), "--run-dir", run_dir
     )
     assert first.returncode == 0, first.stderr
 
-    again = run_kuberl(
-        "train", write_job(tmp_path / "b.yaml", [16, 16], 1e-3, 3), "--run-dir", run_dir
+    further = run_kuberl(
+        "train", write_job(tmp_path / "b.yaml", [16, 16], 3e-4, 3), "--run-dir", run_dir
     )
 
-    assert again.returncode == 0, again.stdout + again.stderr
-    changed = [line for line in again.stdout.splitlines() if "changed since" in line]
-    assert changed == [
-        "Resuming with spec.trainer changed since the checkpoint: "
-        "hyperparameters.learning_rate 0.0003 -> 0.001, stop.iterations 2 -> 3"
-    ]
-    assert read_final_record(again.stdout).iteration == 3
+    assert further.returncode == 0, further.stdout + further.stderr
+    assert "Resuming from" in further.stdout
+    assert read_final_record(further.stdout).iteration == 3

@@ -19,6 +19,7 @@ from rich.console import Console
 from kuberl_cli.overrides import OverrideError, parse_override, with_overrides
 from kuberl_cli.terminal_report import TerminalReport
 from kuberl_cli.train import train_command
+from kuberl_contract.config import StopConditions
 from kuberl_contract.final_record import (
     EXIT_INVALID_JOB,
     FINAL_RECORD_PREFIX,
@@ -150,10 +151,11 @@ def test_train_applies_overrides_and_a_seed_gets_a_run_directory_of_its_own(tmp_
     assert (run_dir / "progress.jsonl").exists()
     assert read_final_record(first.stdout).iteration == 2
 
-    # The checkpoint holds the seed and learning rate the overrides gave: resuming says what
-    # changed since.
+    # The checkpoint holds the seed and learning rate the overrides gave: resuming it with
+    # others (--resume, or it is refused) says what changed since.
     second = train(
         job,
+        "--resume",
         "--run-dir",
         run_dir,
         "--seed",
@@ -219,25 +221,42 @@ def test_a_path_thousands_of_keys_deep_is_an_invalid_job_in_one_line(tmp_path):
 # --- on a terminal ------------------------------------------------------------------------------
 
 
-def test_the_progress_bar_keeps_its_bar_on_100_columns():
-    console = Console(file=io.StringIO(), width=100, force_terminal=True, color_system=None)
-    report = TerminalReport("a-job-with-a-rather-long-name PPO CartPole-v1", 100_000, console)
+def drawn(title: str, width: int) -> list[str]:
+    """The live report's lines at `width` columns after one iteration of a 100,000-step job."""
+    console = Console(file=io.StringIO(), width=width, force_terminal=True, color_system=None)
+    report = TerminalReport(title, StopConditions(timesteps=100_000), console)
     report.update(
         {
             "iteration": 123,
             "timesteps_total": 45_000,
+            "timesteps_this_iter": 500,
+            "time_total_s": 9.1,
+            "time_this_iter_s": 0.1,
             "episode_return_mean": 123.4,
-            "samples_per_s": 5_000.0,
             "evaluation_return_mean": 200.0,
         }
     )
     console.print(report.progress.get_renderable())
-    bar, figures, *_ = console.file.getvalue().splitlines()
-    assert len(bar) <= 100 and bar.rstrip().endswith("45,000 steps 0:00:00"), bar
-    # The bar (45% drawn; the rest is blank without colours) spans what the text leaves.
-    assert bar.index("45,000") - bar.index("━") >= 40, bar
-    assert bar.count("━") >= 18, bar
-    assert figures == "iter 123  return 123.4  5,000 steps/s  eval 200.0"
+    return console.file.getvalue().splitlines()
+
+
+def test_the_progress_bar_keeps_the_whole_env_name_and_its_bar_on_100_columns():
+    title = "a-job-with-a-rather-long-name PPO ALE/MontezumaRevengeNoFrameskip-v4"
+    bar, figures = drawn(title, 100)
+    assert bar.startswith(title) and len(bar) <= 100, bar
+    assert bar.rstrip().endswith("0:00:00") and bar.count("━") >= 10, bar
+    assert figures == (
+        "iter 123  45,000 / 100,000 steps  return 123.4  eval 200.0  5,000 steps/s"
+        "  ETA 0:00:11 (timesteps)"
+    )
+
+
+def test_a_narrow_terminal_drops_the_bar_and_columns_but_not_the_env_name():
+    title = "a-job-with-a-rather-long-name PPO ALE/MontezumaRevengeNoFrameskip-v4"
+    *title_lines, figures = drawn(title, 40)
+    assert " ".join(line.strip() for line in title_lines) == f"{title} 0:00:00"
+    assert all(len(line) <= 40 for line in [*title_lines, figures])
+    assert figures == "45,000 / 100,000 steps"
 
 
 def test_on_a_terminal_train_draws_the_bar_and_leaves_the_final_record_out(tmp_path):
@@ -264,5 +283,6 @@ def test_on_a_terminal_train_draws_the_bar_and_leaves_the_final_record_out(tmp_p
     text = ANSI.sub("", output.decode(errors="replace"))
     assert FINAL_RECORD_PREFIX not in text
     assert "job: stopped at iterations>=3 after 3 iterations" in text
-    bars = [line for line in text.splitlines() if "steps" in line and "━" in line]
+    bars = [line for line in text.splitlines() if "job PPO CartPole-v1 " in line and "━" in line]
     assert bars and all(line.count("━") >= 30 for line in bars), text
+    assert any("iter " in line and " steps" in line for line in text.splitlines()), text

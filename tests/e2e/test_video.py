@@ -1,19 +1,21 @@
-"""`kuberl evaluate --video`: the evaluation's episodes recorded as an MP4 or a GIF, read back frame
-by frame: each episode's length + 1 frames (its first state, then one per step), in episode order,
-the evaluation's numbers unchanged; Atari recorded on envs that render, MuJoCo where a GL backend
-can render, a clear refusal where none can."""
+"""`kuberl evaluate --video`: the evaluation's episodes recorded as an MP4 (H.264, yuv420p, its
+index first: what browsers play) or a GIF, read back frame by frame: each episode's length + 1
+frames (its first state, then one per step), in episode order, the evaluation's numbers unchanged;
+Atari recorded on envs that render, MuJoCo where a GL backend can render, a clear refusal where
+none can."""
 
 from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
 
-import cv2
 import gymnasium as gym
 import imageio.v3 as iio
+import imageio_ffmpeg
 import numpy as np
 import pytest
 import yaml
@@ -43,18 +45,32 @@ def without_video(record: dict) -> dict:
     return {key: value for key, value in record.items() if key != "video"}
 
 
+def mp4_stream(path: Path) -> dict:
+    """The video stream of an MP4 as ffmpeg (the bundled one) reads it: its codec, pixel format
+    and size (width, height), and the frames it holds, counted by decoding them all."""
+    result = subprocess.run(
+        [imageio_ffmpeg.get_ffmpeg_exe(), "-hide_banner", "-i", str(path)],
+        capture_output=True,
+        text=True,
+    )
+    # "  Stream #0:0[0x1](und): Video: h264 (High) (avc1 / ...), yuv420p(progressive), 600x400, ..."
+    video = next(line for line in result.stderr.splitlines() if "Video:" in line)
+    codec = video.split("Video: ")[1].split()[0]
+    pix_fmt = video.split("), ")[1].split("(")[0].split(",")[0]
+    size = next(part for part in video.split(", ") if re.fullmatch(r"\d+x\d+", part.split()[0]))
+    width, height = map(int, size.split()[0].split("x"))
+    frames, _ = imageio_ffmpeg.count_frames_and_secs(str(path))
+    return {"codec": codec, "pix_fmt": pix_fmt, "size": (width, height), "frames": frames}
+
+
 def mp4_frames(path: Path) -> tuple[int, tuple[int, int]]:
-    """The frames an MP4 holds, counted by decoding it, and their size (width, height)."""
-    capture = cv2.VideoCapture(str(path))
-    count, size = 0, None
-    while True:
-        ok, frame = capture.read()
-        if not ok:
-            break
-        count += 1
-        size = (frame.shape[1], frame.shape[0])
-    capture.release()
-    return count, size
+    """The frames an MP4 holds, counted by decoding it, and their size (width, height); and it is
+    an MP4 every browser plays: H.264 in yuv420p, its index (moov) before its data (mdat)."""
+    stream = mp4_stream(path)
+    assert (stream["codec"], stream["pix_fmt"]) == ("h264", "yuv420p"), stream
+    data = path.read_bytes()
+    assert 0 <= data.index(b"moov") < data.index(b"mdat")  # +faststart
+    return stream["frames"], stream["size"]
 
 
 def gif_frames(path: Path, fps: float) -> tuple[int, tuple[int, int]]:
@@ -119,6 +135,13 @@ def test_video_episodes_records_the_first_episodes_only(cartpole_run, tmp_path):
     frames = first_length + 1
     assert lines[-1] == f"video: {video} (1 episode, {frames} frames, 600 x 400, 50 fps)"
     assert mp4_frames(video) == (frames, CARTPOLE_SIZE)
+    # A progress line on stderr, redrawn in place (each \r a line break once read as text): the
+    # one episode recorded, shown once, then the writing.
+    assert result.stderr.splitlines() == [
+        "",
+        f"recording {video}: episode 1 of 1",
+        f"writing {video}: {frames} frames",
+    ]
 
 
 def test_an_unknown_suffix_or_video_episodes_alone_is_refused_before_anything_runs(tmp_path):
@@ -126,7 +149,7 @@ def test_an_unknown_suffix_or_video_episodes_alone_is_refused_before_anything_ru
     unknown = run_kuberl("evaluate", tmp_path, "--video", tmp_path / "out.avi")
     assert unknown.returncode == 1
     assert unknown.stdout == ""
-    assert "cannot record a video as .avi; use .mp4 (MP4 (mp4v)), .gif (GIF)" in unknown.stderr
+    assert "cannot record a video as .avi; use .mp4 (MP4 (H.264)), .gif (GIF)" in unknown.stderr
     assert not (tmp_path / "out.avi").exists()
 
     alone = run_kuberl("evaluate", tmp_path, "--video-episodes", "2")
@@ -268,3 +291,41 @@ def test_an_env_without_frames_is_refused_before_a_step_is_played(env_class, rea
     with pytest.raises(RecordingError, match=reason):
         play()
     assert not video.exists()
+
+
+class OddFrames(gym.Env):
+    """Episodes of 3 steps whose frames are 151 x 101 (odd both ways), each a shade lighter."""
+
+    observation_space = gym.spaces.Box(-1.0, 1.0, (2,), np.float32)
+    action_space = gym.spaces.Discrete(2)
+    metadata = {"render_fps": 10}
+
+    def __init__(self, render_mode=None):
+        self.render_mode = render_mode
+        self.steps = 0
+
+    def reset(self, *, seed=None, options=None):
+        super().reset(seed=seed)
+        self.steps = 0
+        return np.zeros(2, np.float32), {}
+
+    def step(self, action):
+        self.steps += 1
+        return np.zeros(2, np.float32), 1.0, self.steps == 3, False, {}
+
+    def render(self):
+        return np.full((101, 151, 3), 40 * self.steps, np.uint8)
+
+
+def test_odd_frames_are_padded_to_the_even_size_h264_takes_and_only_asked_episodes_kept(tmp_path):
+    config = trainer_config(algorithm="PPO", env=f"{__name__}:OddFrames")
+    video = tmp_path / "odd.mp4"
+
+    with Recording(video, config, episodes=3, video_episodes=2, progress=None) as recording:
+        act = lambda obs, _: np.zeros(len(obs), np.int64)  # noqa: E731
+        _, lengths = run_episodes(recording.envs, 3, act, seed=0, observe=recording.record)
+        saved = recording.save()
+
+    assert list(lengths) == [3, 3, 3]  # three episodes played, the first two recorded
+    assert (saved.episodes, saved.frames, saved.width, saved.height) == (2, 8, 152, 102)
+    assert mp4_frames(video) == (8, (152, 102))

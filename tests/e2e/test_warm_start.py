@@ -138,6 +138,19 @@ def test_a_warm_start_that_names_nothing_is_an_invalid_job(tmp_path):
     )
 
 
+def test_kuberl_train_says_a_warm_start_from_a_job_needs_the_api_or_a_cluster(tmp_path):
+    """Only the kuberl API and the operator know where a job keeps its checkpoints; a file
+    trained here names the run directory instead."""
+    job = fast_job(tmp_path / "job.yaml", warmStart={"job": "teacher"})
+    result, record = train(job, tmp_path / "run")
+
+    assert result.returncode == EXIT_INVALID_JOB
+    assert record.message.startswith(
+        "spec.trainer.warmStart.job: 'teacher' names a job of the kuberl API or a cluster"
+    )
+    assert "set warmStart.checkpoint to that job's run directory" in record.message
+
+
 def test_the_driver_refuses_a_warm_start_that_does_not_fit(solved, tmp_path):
     """What validation cannot see (an object store's checkpoint), the driver refuses alike."""
     from kuberl_contract.config import RolloutConfig

@@ -363,3 +363,51 @@ def test_a_webhook_that_cannot_read_the_names_does_not_block_creation(webhook, k
     answer = webhook(admission_review(rljob("prod", namespace="default")))
 
     assert answer.json()["response"]["allowed"] is True
+
+
+# --- Warm starts ---------------------------------------------------------------------------------
+
+
+def test_a_warm_start_from_a_relative_path_is_refused_with_the_ways_out():
+    job = rljob(
+        "student", trainer={**rljob("t")["spec"]["trainer"], "warmStart": {"checkpoint": "runs/t"}}
+    )
+
+    [problem] = admission.review(job, None, "CREATE", SETTINGS)
+
+    assert problem.startswith("spec.trainer.warmStart.checkpoint: 'runs/t' is a relative path")
+    assert "absolute path the server can read" in problem and "warmStart.job" in problem
+
+
+def warm_student(name: str = "student") -> dict:
+    trainer = {**rljob("t")["spec"]["trainer"], "warmStart": {"job": "teacher"}}
+    return rljob(name, namespace="default", trainer=trainer)
+
+
+def test_the_webhook_refuses_a_warm_start_from_a_job_that_is_not_there_or_has_no_checkpoint(
+    webhook, kube_api
+):
+    missing = webhook(admission_review(warm_student())).json()["response"]
+    assert missing["allowed"] is False
+    assert missing["status"] == {
+        "message": "spec.trainer.warmStart.job: there is no job 'teacher' in this namespace: "
+        "name an existing job, or set warmStart.checkpoint",
+        "code": 422,
+    }
+
+    teacher = rljob("teacher", namespace="default", storage={"size": "1Gi"})
+    kube_api.create(kube_api.rljobs(), teacher)
+    fresh = webhook(admission_review(warm_student())).json()["response"]
+    assert fresh["allowed"] is False
+    assert "job 'teacher' has saved no checkpoint yet" in fresh["status"]["message"]
+
+
+def test_the_webhook_allows_a_warm_start_from_a_job_with_a_checkpoint_on_its_claim(
+    webhook, kube_api
+):
+    teacher = rljob("teacher", namespace="default", storage={"size": "1Gi"})
+    kube_api.create(kube_api.rljobs(), teacher)
+    checkpoint = {"progress": {"lastCheckpoint": "/kuberl/checkpoints/teacher/c/000010"}}
+    kube_api.patch(kube_api.rljobs(name="teacher") + "/status", {"status": checkpoint})
+
+    assert webhook(admission_review(warm_student())).json()["response"]["allowed"] is True

@@ -27,8 +27,10 @@ from kuberl_operator.builders import (
     build_pod_disruption_budget,
     build_ray_cluster,
     child_names,
+    child_refs,
     driver_entrypoint,
     head_service_name,
+    job_claim_name,
     ray_auth_token,
     ray_capacity,
     ray_cluster_name,
@@ -36,6 +38,7 @@ from kuberl_operator.builders import (
     scale_on_demand,
     submission_id,
 )
+from kuberl_operator.builders.driver import ephemeral_checkpoints
 from kuberl_operator.constants import (
     ATTEMPT_LABEL,
     JOB_LABEL,
@@ -120,6 +123,8 @@ CASES: dict[str, dict[str, Any]] = {
         }
     },
     "storage-secret": {"spec.storage": {"secretRef": {"name": "s3-credentials"}}},
+    "storage-own-claim": {"spec.storage": {"size": "5Gi", "storageClassName": "standard-rwo"}},
+    "storage-own-claim-default-class": {"spec.storage": {"size": 10, "mountPath": "/data/rl"}},
     "kueue": {"metadata.labels": {KUEUE_QUEUE_LABEL: "gpu-training"}, **spot("gke")},
     "user-labels": {
         "metadata.labels": {
@@ -319,6 +324,7 @@ def test_child_names_are_fixed_and_distinct():
         "walker-job",
         "walker-head",
         "walker-ray",
+        "walker-storage",
     )
     objects = build_children(job_with(), SETTINGS, attempt=1, token=TOKEN)
     assert [(o["kind"], o["metadata"]["name"]) for o in objects] == [
@@ -799,6 +805,16 @@ STORAGE = {
         "/data/rl/",
         "/data/rl/walker",
     ),
+    "storage-own-claim": (
+        {"persistentVolumeClaim": {"claimName": "walker-storage"}},
+        "/kuberl/checkpoints",
+        "/kuberl/checkpoints/walker",
+    ),
+    "storage-own-claim-default-class": (
+        {"persistentVolumeClaim": {"claimName": "walker-storage"}},
+        "/data/rl",
+        "/data/rl/walker",
+    ),
 }
 
 
@@ -813,6 +829,36 @@ def test_storage_variants(case):
     assert mounts[name] == mount_path
     assert run_dir(job, SETTINGS) == expected_run_dir
     assert f"--run-dir {expected_run_dir} " in driver_entrypoint(job, SETTINGS)
+
+
+def test_a_job_with_a_storage_size_gets_a_claim_of_its_own_first():
+    job = case_job("storage-own-claim")
+    objects = build_children(job, SETTINGS, attempt=1, token=TOKEN)
+    claim = objects[0]
+
+    assert (claim["kind"], claim["metadata"]["name"]) == ("PersistentVolumeClaim", "walker-storage")
+    assert claim["spec"] == {
+        "accessModes": ["ReadWriteOnce"],
+        "resources": {"requests": {"storage": "5Gi"}},
+        "storageClassName": "standard-rwo",
+    }
+    assert claim["metadata"]["labels"][JOB_LABEL] == "walker"
+    assert [ref.kind for ref in child_refs(job, SETTINGS)] == [o["kind"] for o in objects]
+    default_class = build_children(case_job("storage-own-claim-default-class"), SETTINGS, 1, TOKEN)
+    assert "storageClassName" not in default_class[0]["spec"]
+    assert default_class[0]["spec"]["resources"]["requests"]["storage"] == "10"
+    assert ephemeral_checkpoints(job.spec) is None
+
+
+def test_jobs_with_a_storage_size_never_share_a_claim():
+    first, second = (
+        job_with(**{"metadata.name": name, **CASES["storage-own-claim"]})
+        for name in ("walker", "runner")
+    )
+
+    claims = {job_claim_name(job) for job in (first, second)}
+
+    assert claims == {"walker-storage", "runner-storage"}
 
 
 def test_object_store_credentials_reach_the_driver_only():
@@ -943,11 +989,15 @@ def test_driver_entrypoint_and_submission_id():
 @pytest.mark.parametrize(
     ("storage", "fragment"),
     [
-        ({}, "set either persistentVolumeClaim"),
+        ({}, "set one of size"),
         (
             {"persistentVolumeClaim": {"claimName": "c"}, "secretRef": {"name": "s"}},
-            "set either persistentVolumeClaim",
+            "set one of size",
         ),
+        ({"size": "5Gi", "persistentVolumeClaim": {"claimName": "c"}}, "set one of size"),
+        ({"size": "5 GB"}, "not a Kubernetes quantity"),
+        ({"size": "5Gi", "storageClassName": "Fast_SSD"}, "DNS subdomain"),
+        ({"persistentVolumeClaim": {"claimName": "c"}, "storageClassName": "ssd"}, "set size"),
         ({"secretRef": {"name": "s"}, "mountPath": "/data"}, "mountPath: only applies"),
         (
             {"persistentVolumeClaim": {"claimName": "c"}, "mountPath": "/etc/kuberl/x"},

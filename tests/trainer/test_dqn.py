@@ -201,10 +201,10 @@ def test_state_round_trip_includes_the_target_network_and_its_schedule():
 
 def test_greedy_evaluation_runs_with_the_dqn_policy():
     worker = RolloutWorker(DQNPolicy, dqn_config(), num_envs=2, seed=0)
-    mean_return = worker.evaluate(3)
+    mean_return = worker.evaluate(3, seed=7)
     assert 1.0 <= mean_return <= 500.0
     again = RolloutWorker(DQNPolicy, dqn_config(), num_envs=2, seed=0)
-    assert again.evaluate(3) == mean_return  # greedy actions, seeded start states
+    assert again.evaluate(3, seed=7) == mean_return  # greedy actions, seeded start states
 
 
 def test_sync_replay_waits_for_learning_starts_then_trains():

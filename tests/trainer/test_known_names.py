@@ -410,9 +410,9 @@ def test_a_population_points_names_of_other_sections_at_its_own():
     assert "kuberl's is spec.rolloutWorkers.replicas (" in known_name_hint("num_env_runners", PBT)
 
 
-def test_the_readmes_examples_are_what_validation_says_for_ppo():
-    readme = (ROOT / "README.md").read_text().splitlines()
-    section = readme[readme.index("### Hyperparameters") :]
+def test_the_algorithm_references_examples_are_what_validation_says_for_ppo():
+    page = (ROOT / "docs" / "reference" / "algorithms.md").read_text().splitlines()
+    section = page[page.index("## Hyperparameters") :]
     examples = [line for line in section if line.startswith("spec.trainer.hyperparameters.")]
     names = [line.split(":")[0].rsplit(".", 1)[1] for line in examples]
 

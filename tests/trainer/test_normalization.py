@@ -283,7 +283,7 @@ def test_evaluation_leaves_the_statistics_alone():
             return act(obs, explore)
 
         local.acting_policy.compute_actions = recording_act
-        local.evaluate(2)
+        local.evaluate(2, seed=0)
         after = workers.normalization.state()
         assert after["obs"]["count"] == before["obs"]["count"] > 0
         np.testing.assert_array_equal(after["obs"]["m2"], before["obs"]["m2"])

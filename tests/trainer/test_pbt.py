@@ -9,7 +9,8 @@ from pydantic import ValidationError
 
 from kuberl_contract.config import RolloutConfig
 from kuberl_contract.hyperparameters import Mutation
-from kuberl_trainer.job.population import Population, exploit_pairs, explore
+from kuberl_trainer.job.pbt_rules import exploit_pairs, explore
+from kuberl_trainer.job.population import Population
 from kuberl_trainer.job.resource_wait import job_requests
 from testkit import trainer_config
 

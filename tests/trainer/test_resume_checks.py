@@ -7,7 +7,7 @@ import numpy as np
 from torch import nn
 
 from kuberl_trainer.job.checkpoint import Checkpoint
-from kuberl_trainer.job.resume import config_changes, warm_start_part
+from kuberl_trainer.job.resume import config_changes, other_run_changes, warm_start_part
 from kuberl_trainer.policies.base import weight_mismatches
 
 
@@ -21,6 +21,42 @@ def test_config_changes_name_each_field_by_its_path():
         "y null -> 2",
     ]
     assert config_changes(saved, saved) == []
+
+
+def test_only_changes_outside_stop_checkpointing_evaluation_and_reporting_make_another_run():
+    saved = {
+        "seed": 0,
+        "hyperparameters": {"lr": 0.002},
+        "stop": {"timesteps": 500},
+        "checkpoint": {"everyIterations": 5},
+        "evaluation": {"episodes": 10},
+        "metricsWindow": 20,
+        "tensorboard": False,
+    }
+    continued = {
+        **saved,
+        "stop": {"timesteps": 5000},
+        "checkpoint": {"everyIterations": 1},
+        "evaluation": {"episodes": 20},
+        "metricsWindow": 100,
+        "tensorboard": True,
+    }
+    assert len(config_changes(saved, continued)) == 5
+    assert other_run_changes(config_changes(saved, continued)) == []
+
+    another = {**continued, "seed": 1, "hyperparameters": {"lr": 0.001}}
+    assert other_run_changes(config_changes(saved, another)) == [
+        "hyperparameters.lr 0.002 -> 0.001",
+        "seed 0 -> 1",
+    ]
+
+    # A population's inner trainer alike: its stop continues the run, its learning rate does not.
+    population = {"trainer": saved}
+    assert other_run_changes(config_changes(population, {"trainer": continued})) == []
+    assert other_run_changes(config_changes(population, {"trainer": another})) == [
+        "trainer.hyperparameters.lr 0.002 -> 0.001",
+        "trainer.seed 0 -> 1",
+    ]
 
 
 def test_weight_mismatches_name_the_layers_and_both_shapes():

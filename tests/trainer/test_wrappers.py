@@ -68,7 +68,7 @@ def test_the_local_worker_samples_and_evaluates_wrapped_envs():
 
     batch = worker.sample()
     assert_wrapped(batch.episode_returns, batch.episode_lengths)
-    assert worker.evaluate(4) == SCALE * STEPS
+    assert worker.evaluate(4, seed=0) == SCALE * STEPS
 
 
 def test_remote_workers_wrap_their_envs_alike(ray_local):
@@ -76,7 +76,7 @@ def test_remote_workers_wrap_their_envs_alike(ray_local):
     try:
         batch = ray_local.get(remote.sample.remote(), timeout=60)
         assert_wrapped(batch.episode_returns, batch.episode_lengths)
-        assert ray_local.get(remote.evaluate.remote(3), timeout=60) == SCALE * STEPS
+        assert ray_local.get(remote.evaluate.remote(3, seed=0), timeout=60) == SCALE * STEPS
     finally:
         ray_local.kill(remote)
 

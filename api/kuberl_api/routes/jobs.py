@@ -70,6 +70,10 @@ async def submit_job(
     await caller.authorize("create", namespace)
     body = await read_body(request, MAX_BODY_BYTES)
     job_model, document = parse_submission(body, request.headers.get("content-type"), namespace)
+    warm_start = job_model.spec.trainer.warm_start
+    if warm_start is not None and warm_start.job is not None:
+        # Starting from another job's policy reads it: only for a caller who may read that job.
+        await caller.authorize("get", namespace, warm_start.job)
     stored = await backend.create(namespace, job_model, document)
     return JSONResponse(stored, status_code=201)
 
@@ -145,8 +149,9 @@ async def _listed(
     )
 
 
-async def get_job(namespace: Namespace, name: JobName, caller: CurrentCaller, backend: BackendDep):
-    """One job, with its status."""
+async def get_job(namespace: Namespace, name: JobName, caller: PageCaller, backend: BackendDep):
+    """One job, with its status. The status page's cookie is accepted in place of the bearer
+    token."""
     await caller.authorize("get", namespace, name)
     return Response(await backend.get_json(namespace, name), media_type="application/json")
 
@@ -203,7 +208,7 @@ async def delete_job(
 async def job_logs(
     namespace: Namespace,
     name: JobName,
-    caller: CurrentCaller,
+    caller: PageCaller,
     backend: BackendDep,
     follows: Annotated[Follows, Depends(follows_of)],
     tail_lines: Annotated[
@@ -227,7 +232,7 @@ async def job_logs(
 ):
     """The trainer's output (stdout and stderr), streamed: on the local backend its log file, on
     the kubernetes backend the driver's log as the job's Ray head serves it (through the
-    operator's log relay)."""
+    operator's log relay). The status page's cookie is accepted in place of the bearer token."""
     await caller.authorize("get", namespace, name)
     if not follow:
         chunks = await backend.logs(namespace, name, tail_lines)  # errors before the stream
@@ -275,11 +280,10 @@ async def job_plot(
     return Response(image, media_type=MEDIA_TYPES[format], headers={"Cache-Control": "no-cache"})
 
 
-async def job_policy(
-    namespace: Namespace, name: JobName, caller: CurrentCaller, backend: BackendDep
-):
+async def job_policy(namespace: Namespace, name: JobName, caller: PageCaller, backend: BackendDep):
     """The greedy policy the job exported when a stop condition ended it: an ONNX graph,
-    observation in, action out (see `kuberl export`), for onnxruntime or `kuberl evaluate`."""
+    observation in, action out (see `kuberl export`), for onnxruntime or `kuberl evaluate`. The
+    status page's cookie is accepted in place of the bearer token; 404 while there is none."""
     await caller.authorize("get", namespace, name)
     return Response(
         await backend.policy(namespace, name),

@@ -20,7 +20,6 @@ from kuberl_api.deps import BackendDep
 from kuberl_api.guard import read_body
 from kuberl_api.page import (
     PAGE_LIMIT,
-    PLOT_ROUTE,
     cookie_is_secure,
     forbidden_page,
     jobs_page,
@@ -81,12 +80,11 @@ async def status_page(
         raise
     first = await backend.list(namespace, ListQuery(limit=PAGE_LIMIT))
 
-    def plot_url(name: str) -> str:
-        path = request.app.url_path_for(PLOT_ROUTE, namespace=namespace, name=name)
-        return f"{path}?{urlencode({'format': 'png'})}"
+    def route_url(route: str, name: str) -> str:
+        return request.app.url_path_for(route, namespace=namespace, name=name)
 
     return jobs_page(
-        namespace, first, plot_url, backend.no_history_reason, bool(session_token(request))
+        namespace, first, route_url, backend.no_history_reason, bool(session_token(request))
     )
 
 

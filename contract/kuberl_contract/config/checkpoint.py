@@ -3,7 +3,7 @@ it may save to."""
 
 from __future__ import annotations
 
-from pydantic import Field, field_validator
+from pydantic import Field, field_validator, model_validator
 
 from kuberl_contract.config.base import Spec
 
@@ -14,6 +14,10 @@ DNS_SUBDOMAIN_PATTERN = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a
 """A Kubernetes object name (DNS subdomain, RFC 1123), as Secret names must be. Defined here, where
 the trainer's config (a checkpoint's credentials Secret) needs it; the operator's formats take it
 from here."""
+
+JOB_NAME_PATTERN = r"^[a-z]([-a-z0-9]*[a-z0-9])?$"
+"""An RLJob's name: a DNS-1035 label, since it names the job's Ray cluster. Defined here, where
+the trainer's config (warmStart.job) needs it; the operator's formats take it from here."""
 
 
 class CheckpointConfig(Spec):
@@ -68,21 +72,39 @@ class CheckpointConfig(Spec):
 
 
 class WarmStartConfig(Spec):
-    """A trained policy whose weights start a new run."""
+    """A trained policy whose weights start a new run: a checkpoint, or another job's."""
 
-    checkpoint: str = Field(min_length=1, max_length=4096)
+    checkpoint: str | None = Field(None, min_length=1, max_length=4096)
     """A run directory, a checkpoint location, or one checkpoint's folder: a local path (a PVC
     on a cluster), a file:// URI or an object store's URI as checkpoint.uri takes them, read with
     checkpoint.credentialsSecret's credentials. Its newest intact checkpoint's weights (target
     networks included), Adam's moments and observation statistics start the job, which keeps its
     own hyperparameters; counters start at 0, for the stop conditions and schedules. Used for a
     job's first run only: once the job has checkpoints of its own, it resumes from them.
+    `kuberl train FILE` reads a relative path from the directory it runs in; a job submitted to
+    the kuberl API or a cluster needs an absolute path the server can read, or a URI (or job).
     `kuberl validate` checks that the networks fit when the checkpoint is on a local path."""
+
+    job: str | None = Field(None, min_length=1, max_length=63, pattern=JOB_NAME_PATTERN)
+    """Another job of the same namespace, submitted to the same kuberl API or cluster, whose
+    newest checkpoint starts this one (as checkpoint does). It must exist and have saved a
+    checkpoint when this job is submitted. On a cluster its checkpoints must outlive its pods:
+    in an object store (its trainer.checkpoint.uri), or on its storage claim, which this job's
+    head mounts read-only. `kuberl train FILE` has no jobs to look in: give it checkpoint."""
 
     @field_validator("checkpoint")
     @classmethod
-    def _known_location(cls, checkpoint: str) -> str:
-        return known_location(checkpoint)
+    def _known_location(cls, checkpoint: str | None) -> str | None:
+        return None if checkpoint is None else known_location(checkpoint)
+
+    @model_validator(mode="after")
+    def _one_source(self) -> WarmStartConfig:
+        if (self.checkpoint is None) == (self.job is None):
+            raise ValueError(
+                "set one of checkpoint (a run directory, checkpoint location or URI) or job "
+                "(another job of the namespace, whose newest checkpoint starts this one)"
+            )
+        return self
 
 
 def known_location(uri: str) -> str:

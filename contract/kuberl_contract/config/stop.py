@@ -26,7 +26,10 @@ class StopConditions(Spec):
     """Stop once the mean return of the recent training episodes reaches this value."""
 
     evaluation_return_mean: float | None = None
-    """Stop once a greedy evaluation (see evaluation) reaches this mean return."""
+    """Stop once a greedy evaluation (see evaluation) reaches this mean return, confirmed on
+    evaluation.confirmEpisodes fresh episodes (100 by default). The mean of a few episodes is
+    noisy: without the confirmation, a lucky evaluation stops a policy that scores less on fresh
+    episodes."""
 
     wall_time_seconds: float | None = Field(None, gt=0)
     """Stop after this much wall time spent training in this run."""

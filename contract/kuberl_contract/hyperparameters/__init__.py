@@ -10,7 +10,7 @@ its default comes from. Light like config: no ray, torch or gymnasium.
 - `on_policy`: PG, A2C, A3C, PPO, IMPALA and APPO.
 - `off_policy`: ReplayHyperparameters, DQN, APEX and SAC.
 - `evolution`: ES, and PBT with its Mutation.
-- `fields`: each field as `kuberl explain` and the README show it (type, range, default, docstring).
+- `fields`: each field as `kuberl explain` and the docs show it (type, range, default, docstring).
 - `known_as`: KnownAs and NoEquivalent, with which a field or a class declares the
   Stable-Baselines3 and RLlib names users bring for it.
 - `known_names`: those names, and what each is in kuberl for each algorithm, read from the

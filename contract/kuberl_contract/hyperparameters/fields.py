@@ -1,6 +1,6 @@
 """Each hyperparameter as a user reads it: type, default, allowed range and meaning, read from
 the pydantic model (its constraints and its field docstrings), for `kuberl explain` and the
-README's tables of defaults."""
+docs' tables of defaults (docs/reference/algorithms.md)."""
 
 from __future__ import annotations
 
@@ -153,7 +153,7 @@ def _number(value: float) -> str:
 
 
 def markdown_table(model: type[BaseModel]) -> list[str]:
-    """The README's table of a model's defaults: name, default and the first sentence of the
+    """The docs' table of a model's defaults: name, default and the first sentence of the
     docstring, one row per field."""
     rows = ["| hyperparameter | default | what it sets |", "|---|---|---|"]
     for doc in field_docs(model):

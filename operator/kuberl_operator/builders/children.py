@@ -2,6 +2,8 @@
 the RayCluster.
 
 The children of a job:
+- with spec.storage.size, a `PersistentVolumeClaim` for the job alone (`build_storage_claim`), kept
+  across attempts and deleted with the job (its ownerReference, like every child's),
 - a KubeRay `RayCluster` named like the job (`build_ray_cluster`, ray_cluster.py),
 - a `Secret` with the Ray auth token (`build_auth_secret`, named by `auth_secret_name`; the caller
   passes the token, derived by `ray_auth_token` from the operator's key and the job's identity),
@@ -31,6 +33,7 @@ from kuberl_operator.builders.names import (
     keyed_digest,
 )
 from kuberl_operator.builders.ray_cluster import build_ray_cluster
+from kuberl_operator.builders.warm_start import WarmStartSource, resolved_manifest
 from kuberl_operator.constants import (
     JOB_CONFIG_FILE,
     JOB_LABEL,
@@ -69,14 +72,17 @@ def build_auth_secret(job: RLJob, settings: OperatorSettings, token: str) -> Obj
     }
 
 
-def build_job_config_map(job: RLJob) -> Object:
+def build_job_config_map(job: RLJob, warm_start: WarmStartSource | None = None) -> Object:
     """The ConfigMap holding the job's manifest for `kuberl train` in the head: the spec as the
     user wrote it (defaults left to the trainer's models, so a trainer image with an older kuberl
     still reads every job that uses no newer field), no status, and of the metadata only the name
-    and namespace (the rest changes on every write)."""
+    and namespace (the rest changes on every write). A warmStart.job is replaced by the checkpoint
+    location it resolved to (`warm_start`)."""
     manifest = job.model_dump(mode="json", by_alias=True, exclude_unset=True, exclude={"status"})
     namespace = job.metadata.namespace
     manifest["metadata"] = {"name": job.name} | ({"namespace": namespace} if namespace else {})
+    if warm_start is not None:
+        manifest = resolved_manifest(manifest, warm_start)
     return {
         "apiVersion": "v1",
         "kind": "ConfigMap",
@@ -104,6 +110,27 @@ def build_pod_disruption_budget(job: RLJob) -> Object:
             "selector": {"matchLabels": selector},
             "unhealthyPodEvictionPolicy": "AlwaysAllow",
         },
+    }
+
+
+def build_storage_claim(job: RLJob) -> Object:
+    """The claim of spec.storage.size: ReadWriteOnce, since only the job's head mounts it (a
+    replacement head waits for the old one to let go of the volume, as it must not write beside
+    it anyway), of the storageClassName given or the cluster's default."""
+    storage = job.spec.storage
+    if storage is None or storage.size is None:
+        raise ValueError("spec.storage.size is unset: the job has no claim of its own to create")
+    spec: Object = {
+        "accessModes": ["ReadWriteOnce"],
+        "resources": {"requests": {"storage": storage.size}},
+    }
+    if storage.storage_class_name is not None:
+        spec["storageClassName"] = storage.storage_class_name
+    return {
+        "apiVersion": "v1",
+        "kind": "PersistentVolumeClaim",
+        "metadata": child_metadata(job, child_names(job).storage_claim, child_labels(job)),
+        "spec": spec,
     }
 
 
@@ -165,16 +192,23 @@ def build_network_policy(job: RLJob, settings: OperatorSettings) -> Object:
 
 
 def build_children(
-    job: RLJob, settings: OperatorSettings, attempt: int, token: str
+    job: RLJob,
+    settings: OperatorSettings,
+    attempt: int,
+    token: str,
+    warm_start: WarmStartSource | None = None,
 ) -> list[Object]:
     """Every object the operator creates for an attempt, in creation order (that of
     names.child_refs): what the Ray pods mount, the policy that fences them in and the head's
     disruption budget come before the cluster, so that a name found taken on the way stops the
-    attempt before any Ray pod exists."""
+    attempt before any Ray pod exists. `warm_start`: where the checkpoint of the job's
+    warmStart.job is (warm_start.cluster_warm_start_source), for the manifest and the head."""
+    own_claim = job.spec.storage is not None and job.spec.storage.size is not None
     return [
+        *([build_storage_claim(job)] if own_claim else []),
         build_auth_secret(job, settings, token),
-        build_job_config_map(job),
+        build_job_config_map(job, warm_start),
         build_network_policy(job, settings),
         build_pod_disruption_budget(job),
-        build_ray_cluster(job, settings, attempt),
+        build_ray_cluster(job, settings, attempt, warm_start=warm_start),
     ]

@@ -1,6 +1,7 @@
 """The driver: how the Ray Jobs API starts it on the head, where it writes, and how it is stopped.
 
-Storage. With spec.storage.persistentVolumeClaim the head mounts the claim at mountPath and the
+Storage. With spec.storage.persistentVolumeClaim (or size: a claim the operator creates for the
+job) the head mounts the claim at mountPath and the
 driver's run directory (progress and checkpoints) is <mountPath>/<job>, the same for every attempt,
 so a restarted driver resumes from the newest checkpoint. With spec.storage.secretRef, or
 spec.trainer.checkpoint.credentialsSecret, the driver gets the Secret's keys as environment
@@ -52,9 +53,17 @@ def submission_id_of(job_name: str, attempt: int) -> str:
 def run_dir(job: RLJob, settings: OperatorSettings) -> str:
     """The driver's run directory in the head pod, the same for every attempt."""
     storage = job.spec.storage
-    if storage and storage.persistent_volume_claim:
-        return f"{storage.mount_path.rstrip('/')}/{job.name}"
+    if storage and storage.mounts_claim:
+        return run_dir_on_claim(job)
     return f"{settings.run_dir_root}/{job.name}"
+
+
+def run_dir_on_claim(job: RLJob) -> str:
+    """The run directory of a job whose head mounts a claim (spec.storage.mountPath/<job>)."""
+    storage = job.spec.storage
+    if storage is None or not storage.mounts_claim:
+        raise ValueError(f"job {job.name} mounts no claim")
+    return f"{storage.mount_path.rstrip('/')}/{job.name}"
 
 
 OBJECT_STORES = ("s3", "gs", "az")
@@ -67,12 +76,12 @@ def ephemeral_checkpoints(spec: RLJobSpec) -> str | None:
     uri = spec.trainer.checkpoint.uri
     if uri is not None and uri.split("://", 1)[0] in OBJECT_STORES:
         return None
-    claim = spec.storage.persistent_volume_claim if spec.storage else None
-    if claim is None:
+    if spec.storage is None or not spec.storage.mounts_claim:
         return (
             "the checkpoints, and the policy exported when the job ends, are kept in the head "
             "pod's emptyDir and deleted with the Ray cluster when the job ends or its head pod "
-            "is lost: mount a claim (spec.storage.persistentVolumeClaim) or set "
+            "is lost: give the job a claim (spec.storage.size, or an existing one in "
+            "spec.storage.persistentVolumeClaim) or set "
             "spec.trainer.checkpoint.uri to an object store (s3://, gs://, az://)"
         )
     mount = spec.storage.mount_path.rstrip("/")

@@ -49,6 +49,8 @@ class ChildNames(NamedTuple):
     job_config: str
     head_pdb: str
     network_policy: str
+    storage_claim: str
+    """The claim created for spec.storage.size (`job_claim_name`)."""
 
 
 # Characters of the digest that tells apart the clusters of long job names with a common prefix.
@@ -122,13 +124,26 @@ class ChildRef(NamedTuple):
 def child_refs(job: RLJob, settings: OperatorSettings) -> tuple[ChildRef, ...]:
     """Every child of the job, in creation order (that of builders.build_children)."""
     names, keyed = child_names(job), settings.ray_auth_key is not None
+    storage = job.spec.storage
+    claim = ChildRef("PersistentVolumeClaim", "v1", "persistentvolumeclaims", names.storage_claim)
     return (
+        *([claim] if storage and storage.size else []),
         ChildRef("Secret", "v1", "secrets", auth_secret_name(job, settings), keyed=keyed),
         ChildRef("ConfigMap", "v1", "configmaps", names.job_config),
         ChildRef("NetworkPolicy", "networking.k8s.io/v1", "networkpolicies", names.network_policy),
         ChildRef("PodDisruptionBudget", "policy/v1", "poddisruptionbudgets", names.head_pdb),
         ChildRef("RayCluster", RAY_API_VERSION, "rayclusters", names.ray_cluster),
     )
+
+
+def job_claim_name(job: RLJob) -> str | None:
+    """The claim the head mounts at spec.storage.mountPath: the user's (persistentVolumeClaim) or
+    the job's own (created for size); None without one."""
+    storage = job.spec.storage
+    if storage is None or not storage.mounts_claim:
+        return None
+    claim = storage.persistent_volume_claim
+    return claim.claim_name if claim else child_names(job).storage_claim
 
 
 def head_service_name(cluster: str) -> str:
@@ -153,6 +168,7 @@ def child_names_of(job_name: str) -> ChildNames:
         job_config=f"{job_name}-job",
         head_pdb=f"{job_name}-head",
         network_policy=f"{job_name}-ray",
+        storage_claim=f"{job_name}-storage",
     )
 
 

@@ -28,8 +28,9 @@ from collections.abc import Sequence
 from kuberl_contract.capacity import RAY_CAPACITY_ENV
 from kuberl_operator.builders.capacity import ray_capacity
 from kuberl_operator.builders.driver import STOP_DRIVER
-from kuberl_operator.builders.names import Object, auth_secret_name, child_names
+from kuberl_operator.builders.names import Object, auth_secret_name, child_names, job_claim_name
 from kuberl_operator.builders.placement import Placement
+from kuberl_operator.builders.warm_start import WARM_START_MOUNT_PATH, WarmStartSource
 from kuberl_operator.constants import (
     GPU_RESOURCE,
     RAY_AUTH_MODE_ENV,
@@ -170,7 +171,9 @@ def rollout_resources(workers: RolloutWorkers, settings: OperatorSettings) -> Ob
     }
 
 
-def head_container(job: RLJob, settings: OperatorSettings) -> Object:
+def head_container(
+    job: RLJob, settings: OperatorSettings, warm_start: WarmStartSource | None = None
+) -> Object:
     container = ray_container(
         job, settings, "ray-head", _head_resources(job), gpus=job.spec.learner.gpus
     )
@@ -196,28 +199,47 @@ def head_container(job: RLJob, settings: OperatorSettings) -> Object:
         ],
         "volumeMounts": [
             *container["volumeMounts"],
-            *(mount for _, mount in head_volumes(job, settings)),
+            *(mount for _, mount in head_volumes(job, settings, warm_start)),
         ],
         "lifecycle": {"preStop": {"exec": {"command": ["sh", "-c", STOP_DRIVER]}}},
     }
 
 
-def head_volumes(job: RLJob, settings: OperatorSettings) -> list[tuple[Object, Object]]:
-    """(volume, mount) pairs of the head: the job's manifest and the run directory's storage."""
+def head_volumes(
+    job: RLJob, settings: OperatorSettings, warm_start: WarmStartSource | None = None
+) -> list[tuple[Object, Object]]:
+    """(volume, mount) pairs of the head: the job's manifest, the run directory's storage, and
+    the claim of the job its warmStart.job names (`warm_start`), read-only, where it has one."""
+    return [*_own_volumes(job, settings), *_warm_start_volumes(warm_start)]
+
+
+def _warm_start_volumes(warm_start: WarmStartSource | None) -> list[tuple[Object, Object]]:
+    if warm_start is None or warm_start.claim is None:
+        return []
+    claim = {"claimName": warm_start.claim, "readOnly": True}
+    return [
+        (
+            {"name": "warm-start", "persistentVolumeClaim": claim},
+            {"name": "warm-start", "mountPath": WARM_START_MOUNT_PATH, "readOnly": True},
+        )
+    ]
+
+
+def _own_volumes(job: RLJob, settings: OperatorSettings) -> list[tuple[Object, Object]]:
     # The manifest directory is mounted whole (no subPath), so edits of the job reach the file.
     manifest = (
         {"name": "job-config", "configMap": {"name": child_names(job).job_config}},
         {"name": "job-config", "mountPath": settings.job_config_dir, "readOnly": True},
     )
-    claim = job.spec.storage.persistent_volume_claim if job.spec.storage else None
-    if claim is None:
+    claim = job_claim_name(job)
+    if claim is None or job.spec.storage is None:
         runs = (
             {"name": "runs", "emptyDir": {}},
             {"name": "runs", "mountPath": settings.run_dir_root},
         )
         return [manifest, runs]
     storage = (
-        {"name": "storage", "persistentVolumeClaim": {"claimName": claim.claim_name}},
+        {"name": "storage", "persistentVolumeClaim": {"claimName": claim}},
         {"name": "storage", "mountPath": job.spec.storage.mount_path},
     )
     return [manifest, storage]

@@ -56,6 +56,7 @@ from kuberl_operator.builders.pods import (
     ray_container,
     rollout_resources,
 )
+from kuberl_operator.builders.warm_start import WarmStartSource
 from kuberl_operator.constants import (
     ATTEMPT_LABEL,
     KUEUE_ELASTIC_JOB_ANNOTATION,
@@ -68,14 +69,19 @@ from kuberl_operator.settings import OperatorSettings
 from kuberl_operator.spec import RLJob
 
 
-def _head_group(job: RLJob, settings: OperatorSettings, labels: dict[str, str]) -> Object:
+def _head_group(
+    job: RLJob,
+    settings: OperatorSettings,
+    labels: dict[str, str],
+    warm_start: WarmStartSource | None,
+) -> Object:
     template = pod_template(
         job,
         settings,
         labels,
-        head_container(job, settings),
+        head_container(job, settings, warm_start),
         head_placement(job, settings),
-        volumes=[volume for volume, _ in head_volumes(job, settings)],
+        volumes=[volume for volume, _ in head_volumes(job, settings, warm_start)],
     )
     template["spec"]["terminationGracePeriodSeconds"] = head_grace_period_seconds(job, settings)
     return {
@@ -152,10 +158,16 @@ def _worker_groups(
 
 
 def build_ray_cluster(
-    job: RLJob, settings: OperatorSettings, attempt: int, *, on_demand_replicas: int = 0
+    job: RLJob,
+    settings: OperatorSettings,
+    attempt: int,
+    *,
+    on_demand_replicas: int = 0,
+    warm_start: WarmStartSource | None = None,
 ) -> Object:
     """The job's KubeRay RayCluster (ray.io/v1) for an attempt (1, 2, ...); `on_demand_replicas`
-    is the size of the on-demand fallback group, from `status.fallback.on_demand_replicas`."""
+    is the size of the on-demand fallback group, from `status.fallback.on_demand_replicas`;
+    `warm_start`, where its warmStart.job's checkpoint is (its claim mounted into the head)."""
     if attempt < 1:
         raise ValueError(f"attempt must be >= 1, got {attempt}")
     pods = rollout_pods(job.spec)
@@ -178,7 +190,7 @@ def build_ray_cluster(
             # Kueue admits only clusters created suspended, then unsuspends them itself.
             "suspend": job.spec.suspend or bool(queue),
             "authOptions": {"mode": "token", "secretName": auth_secret_name(job, settings)},
-            "headGroupSpec": _head_group(job, settings, labels),
+            "headGroupSpec": _head_group(job, settings, labels, warm_start),
             "workerGroupSpecs": _worker_groups(job, settings, labels, on_demand_replicas),
         },
     }

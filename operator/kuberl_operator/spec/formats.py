@@ -10,6 +10,7 @@ from typing import Annotated, Literal
 from pydantic import AfterValidator, BeforeValidator, Field, WithJsonSchema, model_validator
 
 from kuberl_contract.config import DNS_SUBDOMAIN_PATTERN, Spec
+from kuberl_contract.config.checkpoint import JOB_NAME_PATTERN
 from kuberl_operator.constants import CONTROL_PLANE_NODE_LABELS
 
 # resource.Quantity as Kubernetes' own CRDs spell it, minus the sign: resources are never negative.
@@ -19,7 +20,6 @@ QUANTITY_PATTERN = (
 )
 PERCENT_PATTERN = r"^[0-9]+%$"
 DNS_LABEL_PATTERN = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$"
-JOB_NAME_PATTERN = r"^[a-z]([-a-z0-9]*[a-z0-9])?$"  # a DNS-1035 label: it names the Ray cluster
 LABEL_VALUE_PATTERN = r"^(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?$"
 LABEL_KEY_PATTERN = (
     r"^([a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*/)?"
@@ -36,6 +36,8 @@ PATTERN_HINTS: dict[str, str] = {
     "ending with a letter or digit",
     LABEL_VALUE_PATTERN: "a label value: at most 63 letters, digits, '-', '_' or '.', starting and "
     "ending with a letter or digit",
+    JOB_NAME_PATTERN: "an RLJob's name: lowercase letters, digits and '-', starting with a letter "
+    "and ending with a letter or digit",
     VERSION_PATTERN: "a version like 2.60.0",
     IMAGE_PATTERN: "an image reference without spaces, like ghcr.io/org/trainer:1.0",
     REASON_PATTERN: "a CamelCase reason like TrainingStarted",

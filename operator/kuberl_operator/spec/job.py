@@ -102,8 +102,9 @@ class RLJobSpec(Spec):
     """Recovery from failures and preemptions."""
 
     storage: Storage | None = None
-    """Storage for the driver's run directory and checkpoints that outlives its pod: a
-    PersistentVolumeClaim, or the credentials of an object store. Without it a lost head loses
+    """Storage for the driver's run directory and checkpoints that outlives its pod: a claim the
+    operator creates for the job (size), an existing PersistentVolumeClaim, or the credentials of
+    an object store. Without it a lost head loses
     its checkpoints (unless trainer.checkpoint.uri points outside the pod)."""
 
     suspend: bool = False

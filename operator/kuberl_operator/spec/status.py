@@ -103,6 +103,9 @@ class Reason(StrEnum):
     NOT_PREEMPTED = "NotPreempted"
     NODE_DRAINING = "NodeDraining"
     """An Event's only: a pod is about to go, and its Ray node was asked to drain."""
+    WARM_START_UNAVAILABLE = "WarmStartUnavailable"
+    """An Event's only: the job its spec.trainer.warmStart.job names cannot start it now (gone,
+    or its checkpoints with it); the job's cluster waits, tried again each poll."""
 
     # UpToDate.
     SPEC_APPLIED = "SpecApplied"

@@ -1,5 +1,6 @@
-"""spec.storage: the PersistentVolumeClaim or object-store Secret that keeps the driver's run
-directory and checkpoints, and the mount paths a claim may not take."""
+"""spec.storage: the PersistentVolumeClaim (the user's, or one the operator creates for the job) or
+object-store Secret that keeps the driver's run directory and checkpoints, and the mount paths a
+claim may not take."""
 
 from __future__ import annotations
 
@@ -9,7 +10,7 @@ from pydantic import AfterValidator, Field, model_validator
 
 from kuberl_contract.config import Spec
 from kuberl_operator.constants import DEFAULT_CHECKPOINT_MOUNT_PATH
-from kuberl_operator.spec.formats import DNS_SUBDOMAIN_PATTERN, MOUNT_PATH_PATTERN
+from kuberl_operator.spec.formats import DNS_SUBDOMAIN_PATTERN, MOUNT_PATH_PATTERN, Quantity
 
 
 class PersistentVolumeClaimRef(Spec):
@@ -95,30 +96,54 @@ class Storage(Spec):
     Without storage, a job whose head is lost (a failed node, a deleted pod) restarts from
     scratch unless trainer.checkpoint.uri points at storage outside the pod."""
 
+    size: Quantity | None = None
+    """Have the operator create a claim for this job alone, of this size (such as 5Gi), named
+    <job>-storage, ReadWriteOnce, and mount it at mountPath. The RLJob owns it: it is kept across
+    the job's attempts and deleted with the job. Jobs never share it, so two jobs whose heads land
+    on different nodes never wait for each other's volume."""
+
+    storage_class_name: str | None = Field(
+        None, min_length=1, max_length=253, pattern=DNS_SUBDOMAIN_PATTERN
+    )
+    """StorageClass of the claim created for `size`. Unset: the cluster's default class."""
+
     persistent_volume_claim: PersistentVolumeClaimRef | None = None
-    """Mount this claim into the head: the driver's run directory (progress and checkpoints) is
-    <mountPath>/<job name>."""
+    """Mount this existing claim into the head: the driver's run directory (progress and
+    checkpoints) is <mountPath>/<job name>. Jobs may share a claim only where it is ReadWriteMany;
+    a ReadWriteOnce claim holds the heads of all its jobs to one node."""
 
     mount_path: Annotated[str, AfterValidator(check_mount_path)] = Field(
         DEFAULT_CHECKPOINT_MOUNT_PATH, max_length=1024, pattern=MOUNT_PATH_PATTERN
     )
-    """Where the head mounts persistentVolumeClaim: an absolute path without '.' or '..'
-    segments, outside the image's system directories (/bin, /boot, /dev, /etc, /lib, /lib64,
-    /opt/kuberl, /proc, /root, /run, /sbin, /sys, /usr, and /var except below /var/lib/) and outside
-    Ray's /tmp/ray (and /tmp itself)."""
+    """Where the head mounts the claim (size or persistentVolumeClaim): an absolute path without
+    '.' or '..' segments, outside the image's system directories (/bin, /boot, /dev, /etc, /lib,
+    /lib64, /opt/kuberl, /proc, /root, /run, /sbin, /sys, /usr, and /var except below /var/lib/)
+    and outside Ray's /tmp/ray (and /tmp itself)."""
 
     secret_ref: SecretRef | None = None
     """Credentials for an object store (such as AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY),
     given to the driver as environment variables, one per key of this Secret. The operator must
     allow the Secret (its allowed_secrets setting)."""
 
+    @property
+    def mounts_claim(self) -> bool:
+        """The head mounts a claim at mountPath: the user's or the job's own."""
+        return self.persistent_volume_claim is not None or self.size is not None
+
     @model_validator(mode="after")
     def _one_kind_of_storage(self) -> Storage:
-        if (self.persistent_volume_claim is None) == (self.secret_ref is None):
+        kinds = (self.size, self.persistent_volume_claim, self.secret_ref)
+        if sum(kind is not None for kind in kinds) != 1:
             raise ValueError(
-                "set either persistentVolumeClaim (a volume mounted into the head) or secretRef "
-                "(object-store credentials), not both or neither"
+                "set one of size (a claim the operator creates for the job), "
+                "persistentVolumeClaim (an existing claim mounted into the head) or secretRef "
+                "(object-store credentials)"
+            )
+        if self.storage_class_name is not None and self.size is None:
+            raise ValueError(
+                "storageClassName: only applies to the claim created for size; set size, or "
+                "remove storageClassName"
             )
         if self.secret_ref and self.mount_path != DEFAULT_CHECKPOINT_MOUNT_PATH:
-            raise ValueError("mountPath: only applies to persistentVolumeClaim; remove it")
+            raise ValueError("mountPath: only applies to a claim (size or persistentVolumeClaim)")
         return self

@@ -1,10 +1,11 @@
 """Making environments from an RLJob's `env`, `envConfig` and `wrappers`.
 
 `env` is a gymnasium id (`CartPole-v1`) or an import path `module:Class` naming a gymnasium.Env
-subclass; `envConfig` goes to the constructor as keyword arguments. `wrappers` are put around the
-env in order, each a class of gymnasium.wrappers or a `module:Class` path, made with its `kwargs`.
-Unknown wrapper names and keyword arguments are reported when the job is validated, not mid-run
-(problems.py), as are spaces the networks cannot take (spaces.py).
+subclass (its module installed, or next to the job's manifest or in the working directory: see
+search_path.py); `envConfig` goes to the constructor as keyword arguments. `wrappers` are put
+around the env in order, each a class of gymnasium.wrappers or a `module:Class` path, made with
+its `kwargs`. Unknown wrapper names and keyword arguments are reported when the job is validated,
+not mid-run (problems.py), as are spaces the networks cannot take (spaces.py).
 
 A rollout worker steps its envs as one vector env. An id whose gymnasium spec has a vector entry
 point (CartPole) is made natively vectorized when the job names no wrappers: one numpy computation
@@ -19,7 +20,6 @@ checkpoint's or an exported file's spec.trainer) is decided in trust.py.
 from __future__ import annotations
 
 import difflib
-import importlib
 import inspect
 from collections.abc import Callable, Sequence
 from functools import partial
@@ -29,6 +29,7 @@ import gymnasium as gym
 import numpy as np
 
 from kuberl_trainer.envs import atari, mujoco_logging
+from kuberl_trainer.envs.search_path import import_env_module
 from kuberl_trainer.errors import InvalidJobError
 
 if TYPE_CHECKING:  # a remote worker imports this module, not the config (frozen.py says why)
@@ -55,10 +56,10 @@ def _did_you_mean(name: str, names: Sequence[str]) -> str:
 
 
 def _imported(path: str, field: str) -> Callable[..., Any]:
-    """The callable a `module:attr` path names."""
+    """The callable a `module:attr` path names, its module looked for as search_path.py says."""
     module_name, _, attr = path.partition(":")
     try:
-        module = importlib.import_module(module_name)
+        module = import_env_module(module_name)
     except (ImportError, ValueError) as exc:
         raise EnvError(f"cannot import module {module_name!r}: {exc}", field) from exc
     try:

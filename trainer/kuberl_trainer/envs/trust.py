@@ -18,7 +18,10 @@ gymnasium's RecordVideo, which writes files wherever its kwargs say. Such a file
 when the user trusts it or names the env to play on themselves (`kuberl evaluate --env`,
 `--trust-env-code`; `load(path, env=...)`, `load(path, trust_env_code=True)`).
 
-A job the user trains (`kuberl train job.yaml`) is their own manifest, and is made as it says.
+A job the user trains (`kuberl train job.yaml`) is their own manifest, and is made as it says; its
+`module:Class` may name a module next to it or in the working directory (search_path.py), which is
+looked for there only when no installed module has its name, so a file beside a manifest never
+replaces an installed module that kuberl or the env imports.
 """
 
 from __future__ import annotations

@@ -23,7 +23,7 @@ from kuberl_contract.progress_row import (
     PROGRESS_FILE,
     TIME_TOTAL_S,
 )
-from kuberl_trainer.errors import IncompatibleCheckpointError
+from kuberl_trainer.errors import IncompatibleCheckpointError, InvalidJobError
 from kuberl_trainer.job.checkpoint import (
     Checkpoint,
     CheckpointError,
@@ -31,7 +31,7 @@ from kuberl_trainer.job.checkpoint import (
     checkpoint_location,
 )
 from kuberl_trainer.job.fencing import CheckpointFenced, attempt_from_env
-from kuberl_trainer.job.final_export import PolicyExport, export_final_policy
+from kuberl_trainer.job.final_export import PolicyExport, export_final_policy, exported_since
 from kuberl_trainer.job.metrics import TrainerMetrics, return_target
 from kuberl_trainer.job.outcome import TrainResult, stop_reason
 from kuberl_trainer.job.preemption import Preemption
@@ -42,8 +42,10 @@ from kuberl_trainer.job.resume import (
     checkpoint_identity,
     checkpoint_meta,
     config_changes,
+    other_run_refusal,
     restore_progress,
     saved_row,
+    warm_start_location,
     warm_start_misfit,
     warm_start_source,
 )
@@ -79,14 +81,19 @@ class Driver:
         learner_device: LearnerDevice = "auto",
         warm_start: Checkpoint | None = None,
         export: PolicyExport | None = None,
+        refuse_other_run: bool = False,
     ):
         """`warm_start`: spec.trainer.warmStart's checkpoint where the caller has read it already
         (`kuberl train` reads a local one to check it before anything starts); else the driver
         reads it. `export`: how to write the final checkpoint's greedy policy to a file
         (kuberl_trainer.trained.export.export_checkpoint, which `kuberl train` passes), used when
         spec.trainer.checkpoint.exportPolicy asks for it; without it nothing is exported. Given,
-        not imported: using a trained policy is a room above running a job."""
+        not imported: using a trained policy is a room above running a job. `refuse_other_run`:
+        fail rather than resume a checkpoint trained with another spec.trainer
+        (resume.other_run_changes; `kuberl train` without --resume), except in the operator's
+        attempts, which run the RLJob as it now stands."""
         self.config = config
+        self._refuse_other_run = refuse_other_run
         self._export = export
         self._warm_start_source = warm_start
         self.rollout = rollout
@@ -113,7 +120,7 @@ class Driver:
         )
         self.metrics_port = metrics_port
         self.report = report or ConsoleReport(
-            f"{job_name} {config.algorithm} {config.env}", config.stop.timesteps
+            f"{job_name} {config.algorithm} {config.env}", config.stop
         )
         self.preemption = Preemption(
             config.checkpoint.grace_period_seconds, stop_request, self.report
@@ -161,8 +168,10 @@ class Driver:
     def _export_policy(self, checkpoint: str) -> str | None:
         """The final checkpoint's greedy policy as policy.onnx beside it (see
         CheckpointConfig.export_policy); None when it cannot be exported."""
-        if self._export is None or self.config.algorithm == PBT:
-            return None  # a population: `kuberl export` of the best trial's run instead
+        if self._export is None:
+            return None
+        if (exported := exported_since(self.store, checkpoint)) is not None:
+            return exported  # a finished run run again: the export of its checkpoint stands
         uri = export_final_policy(self._export, checkpoint, self.config, self.trainer, self.store)
         if uri is not None:
             self.report.message(f"Exported the greedy policy to {uri} (ONNX)")
@@ -176,6 +185,9 @@ class Driver:
         # Found first: another job's checkpoints fail the job before Ray starts, and a resumed
         # run's workers are seeded anew (their envs must not replay the first run's episodes).
         found = self.store.latest(checkpoint_identity(self.config))
+        own_run = not self._refuse_other_run or self.store.attempt is not None
+        if found and not own_run and (refusal := other_run_refusal(found, self.config)):
+            raise InvalidJobError(refusal)
         if self.trainer.needs_ray:
             self._ray.start()
             # Joining Ray installs the core worker's SIGTERM handler (a stack trace, then an
@@ -195,7 +207,8 @@ class Driver:
         if found:
             return self._resume(found)
         if self.config.warm_start is not None:
-            self._warm_start(read or warm_start_source(self.config.warm_start.checkpoint))
+            named = warm_start_location(self.config.warm_start)
+            self._warm_start(read or warm_start_source(named))
         return None
 
     def _warm_start(self, source: Checkpoint) -> None:

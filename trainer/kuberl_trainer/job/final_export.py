@@ -14,6 +14,7 @@ from pathlib import Path
 from kuberl_contract.config import JobTrainerConfig
 from kuberl_contract.progress_row import POLICY_FILE
 from kuberl_trainer.job.checkpoint import Checkpoint, CheckpointStore
+from kuberl_trainer.job.checkpoint_format import MANIFEST
 from kuberl_trainer.job.fencing import CheckpointFenced
 from kuberl_trainer.job.resume import checkpoint_meta
 from kuberl_trainer.job.trainer import Trainer
@@ -47,3 +48,16 @@ def export_final_policy(
     except Exception as exc:  # the job's outcome stands: its checkpoint holds the model
         log.warning("could not export the final policy of %s: %s", checkpoint, exc)
         return None
+
+
+def exported_since(store: CheckpointStore, checkpoint: str) -> str | None:
+    """The policy file in `store` when it was written after `checkpoint` was: the export of that
+    very checkpoint, by an earlier run of the job that ended there (a finished run run again has
+    nothing new to export). None otherwise, or when the store cannot tell."""
+    name = checkpoint.rsplit("/", 1)[-1]
+    try:
+        written = store.fs.modified(f"{store.root}/{POLICY_FILE}")
+        saved = store.fs.modified(f"{store.root}/{name}/{MANIFEST}")
+    except (OSError, NotImplementedError, ValueError):  # none yet, or a store without times
+        return None
+    return store.uri(POLICY_FILE) if written >= saved else None

@@ -11,6 +11,7 @@ from typing import Any
 from kuberl_contract.config import StopConditions
 from kuberl_contract.progress_row import (
     EPISODE_RETURN_MEAN,
+    EVALUATION_CONFIRMED,
     EVALUATION_RETURN_MEAN,
     ITERATION,
     TIME_TOTAL_S,
@@ -35,13 +36,18 @@ class TrainResult:
     policy: str | None = None  # the greedy policy exported when a stop condition ended the job
 
 
+def confirmed_evaluation(row: dict[str, Any]) -> float | None:
+    """The row's evaluation return, unless its confirmation failed (EVALUATION_CONFIRMED)."""
+    return None if row.get(EVALUATION_CONFIRMED) is False else row.get(EVALUATION_RETURN_MEAN)
+
+
 def stop_reason(stop: StopConditions, row: dict[str, Any]) -> str | None:
     """The first stop condition the iteration's row meets, as `name>=target`, or None."""
     checks = (
         ("timesteps", stop.timesteps, row[TIMESTEPS_TOTAL]),
         ("iterations", stop.iterations, row[ITERATION]),
         ("episodeReturnMean", stop.episode_return_mean, row[EPISODE_RETURN_MEAN]),
-        ("evaluationReturnMean", stop.evaluation_return_mean, row.get(EVALUATION_RETURN_MEAN)),
+        ("evaluationReturnMean", stop.evaluation_return_mean, confirmed_evaluation(row)),
         ("wallTimeSeconds", stop.wall_time_seconds, row[TIME_TOTAL_S]),
     )
     for name, target, value in checks:

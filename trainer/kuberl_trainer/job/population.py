@@ -8,7 +8,7 @@ weights and hyperparameters of a better trial) and explores (changes those hyper
 their mutations say). Its state is every trial's state plus the population's own, so a
 checkpoint and a resume restore the whole population.
 
-`exploit_pairs` and `explore` are the rules, pure functions of a random generator.
+`exploit_pairs` and `explore` are the rules, pure functions of a random generator (pbt_rules.py).
 """
 
 from __future__ import annotations
@@ -20,13 +20,14 @@ from typing import Any
 import numpy as np
 
 from kuberl_contract.config import LearnerDevice, PBTConfig, RolloutConfig, with_hyperparameters
-from kuberl_contract.hyperparameters import Mutation, PBTHyperparameters
+from kuberl_contract.hyperparameters import PBTHyperparameters
 from kuberl_contract.progress_row import (
     BEST_TRIAL,
     EPISODE_LEN_MEAN,
     EPISODE_RETURN_MEAN,
     EPISODES_THIS_ITER,
     EPISODES_TOTAL,
+    EVALUATION_CONFIRMED,
     EVALUATION_RETURN_MEAN,
     EXPLOITS,
     ITERATION,
@@ -42,6 +43,7 @@ from kuberl_contract.progress_row import (
     WORKER_RESTARTS,
     WORKERS_READY,
 )
+from kuberl_trainer.job.pbt_rules import best_of, exploit_pairs, explore, score
 from kuberl_trainer.job.trainer import Trainer
 from kuberl_trainer.rollouts.interrupt import WAIT_SLICE_S, IterationAbandoned, StopRequest
 
@@ -72,6 +74,12 @@ class Trial:
 
     def state(self) -> dict[str, Any]:
         return self.trainer.state()
+
+    def env_spaces(self) -> tuple[Any, Any]:
+        return self.trainer.env_spaces
+
+    def policy_state(self) -> dict[str, Any]:
+        return self.trainer.policy_state()
 
     def donation(self) -> dict[str, Any]:
         """What a trial that exploits this one takes: the policy (weights, the learner's optimizer
@@ -133,10 +141,19 @@ class Population:
         ]
         self.rows: list[dict[str, Any]] = [{} for _ in range(count)]  # each trial's newest
         self.trials: list = []
+        self._env_spaces: tuple[Any, Any] | None = None
 
     needs_ray = True
-    # A population's checkpoints record no spaces: they hold many policies, loaded as none.
-    env_spaces = None
+
+    @property
+    def env_spaces(self) -> tuple[Any, Any]:
+        """The spaces of the trials' envs, every trial's alike: what checkpoints record, so that
+        the best trial's policy is used without an env (see trained/inference.py)."""
+        import ray
+
+        if self._env_spaces is None:
+            self._env_spaces = ray.get(self.trials[0].env_spaces.remote())
+        return self._env_spaces
 
     # -- building and ending ----------------------------------------------------------------
 
@@ -218,8 +235,7 @@ class Population:
         return row, {}, totals["restarts"]
 
     def best_trial(self) -> int:
-        returns = [_score(row) for row in self.rows]
-        return int(np.argmax(returns))
+        return best_of(self.rows)
 
     def totals(self) -> dict[str, Any]:
         best = self.rows[self.best_trial()] if self.trials else {}
@@ -227,6 +243,7 @@ class Population:
             r[EVALUATION_RETURN_MEAN]
             for r in self.rows
             if r.get(EVALUATION_RETURN_MEAN) is not None
+            and r.get(EVALUATION_CONFIRMED) is not False  # held on confirmation, or none played
         ]
         return {
             ITERATION: self.iteration,
@@ -251,7 +268,7 @@ class Population:
         then explores; returns what changed, for the progress row."""
         import ray
 
-        scores = [_score(row) for row in self.rows]
+        scores = [score(row) for row in self.rows]
         pairs = exploit_pairs(scores, self.hp.quantile_fraction, self.rng)
         donations = {donor: self.trials[donor].donation.remote() for _, donor in pairs}
         changes, restarts = [], []
@@ -300,6 +317,17 @@ class Population:
             "trials": ray.get([trial.state.remote() for trial in self.trials]),
         }
 
+    def policy_state(self) -> dict[str, Any]:
+        """What acting with the best trial's policy needs, as a checkpoint's state holds it (see
+        trained/inference.py's policy_in): the trials' ranks and hyperparameters, and the best
+        trial's policy state in its place among the trials."""
+        import ray
+
+        best = self.best_trial()
+        trials: list[dict[str, Any]] = [{} for _ in self.trials]
+        trials[best] = ray.get(self.trials[best].policy_state.remote())
+        return {"population": {"rows": self.rows, "overrides": self.overrides}, "trials": trials}
+
     def load_state(self, state: dict[str, Any]) -> None:
         import ray
 
@@ -319,60 +347,3 @@ class Population:
                 )
             ]
         )
-
-
-def _score(row: dict[str, Any]) -> float:
-    """What trials are ranked by: the mean return of their recent episodes (-inf before any)."""
-    value = row.get(EPISODE_RETURN_MEAN)
-    return value if value is not None and math.isfinite(value) else -math.inf
-
-
-def exploit_pairs(
-    scores: list[float], quantile_fraction: float, rng: np.random.Generator
-) -> list[tuple[int, int]]:
-    """(trial, donor) for every trial of the bottom quantile, its donor drawn from the top
-    quantile, as Ray Tune's PBT ranks them: the quantile is the population's fraction rounded up,
-    at most half of it. A trial no worse than its donor keeps its own."""
-    count = min(math.ceil(len(scores) * quantile_fraction), len(scores) // 2)
-    order = sorted(range(len(scores)), key=lambda index: scores[index])
-    bottom, top = order[:count], order[len(order) - count :]
-    pairs = []
-    for trial in bottom:
-        donor = int(rng.choice(top))
-        if scores[donor] > scores[trial]:
-            pairs.append((trial, donor))
-    return pairs
-
-
-def explore(
-    values: dict[str, Any],
-    mutations: dict[str, Mutation],
-    factors: list[float],
-    resample_probability: float,
-    rng: np.random.Generator,
-) -> dict[str, Any]:
-    """New values of the mutated hyperparameters (see Mutation): each resampled with
-    `resample_probability`, else perturbed. Integers stay integers."""
-    explored = {}
-    for name, mutation in mutations.items():
-        value = values[name]
-        resample = rng.random() < resample_probability
-        if mutation.values is not None:
-            choices = mutation.values
-            if resample or value not in choices:
-                new = choices[int(rng.integers(len(choices)))]
-            else:
-                index = choices.index(value) + int(rng.choice([-1, 1]))
-                new = choices[min(max(index, 0), len(choices) - 1)]
-        else:
-            low, high = mutation.min, mutation.max
-            if resample and mutation.log:
-                new = math.exp(rng.uniform(math.log(low), math.log(high)))
-            elif resample:
-                new = rng.uniform(low, high)
-            else:
-                new = min(max(value * float(rng.choice(factors)), low), high)
-            if isinstance(value, int) and not isinstance(value, bool):
-                new = round(new)
-        explored[name] = new
-    return explored

@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from kuberl_contract.config import PBT, JobTrainerConfig
+from kuberl_contract.config.checkpoint import WarmStartConfig
 from kuberl_contract.progress_row import CHECKPOINT, ITERATION, read_progress_file
 from kuberl_trainer.envs.space_record import SPACES, spaces_record
 from kuberl_trainer.errors import IncompatibleCheckpointError, InvalidJobError
@@ -70,7 +71,62 @@ def config_changes(saved: dict[str, Any], current: dict[str, Any], prefix: str =
     return changes
 
 
+CONTINUING_FIELDS = (
+    "stop",
+    "checkpoint",
+    "evaluation",
+    "metricsWindow",
+    "tensorboard",
+    "warmStart",
+)
+"""spec.trainer's fields a run may change and still continue its own checkpoint: when to stop (a
+larger stop.timesteps trains further), how it checkpoints, evaluates and reports, and the warm
+start (read only by a run's first start). Any other change trains another run."""
+
+
+def other_run_changes(changes: list[str]) -> list[str]:
+    """The entries of `config_changes` that make the checkpoint's run another one than this job's:
+    every field outside CONTINUING_FIELDS (a learning rate, the env's settings, the seed), in
+    spec.trainer or in a population's inner `trainer` alike."""
+    return [
+        change
+        for change in changes
+        if change.split(" ", 1)[0].removeprefix("trainer.").split(".", 1)[0]
+        not in CONTINUING_FIELDS
+    ]
+
+
+def other_run_refusal(found: Checkpoint, config: JobTrainerConfig) -> str | None:
+    """Why the job does not resume `found` when it was trained with another spec.trainer
+    (other_run_changes) and the two ways out; None when it is the job's own run."""
+    current = config.model_dump(mode="json", by_alias=True)
+    other = other_run_changes(config_changes(found.meta.get("config", current), current))
+    if not other:
+        return None
+    return (
+        f"the checkpoint {found.uri} was trained with another spec.trainer ({', '.join(other)}): "
+        "resuming it would record this job's result under that run. Train in a run directory of "
+        "its own (--run-dir, or another checkpoint.uri), or continue that run with the changed "
+        "spec (--resume)"
+    )
+
+
 WARM_START_FIELD = "spec.trainer.warmStart.checkpoint"
+WARM_START_JOB_FIELD = "spec.trainer.warmStart.job"
+
+
+def warm_start_location(warm_start: WarmStartConfig) -> str:
+    """The checkpoint spec.trainer.warmStart names. A warmStart.job reaches the trainer already
+    resolved to that job's checkpoint location by the kuberl API or the operator, which know
+    where jobs keep them; one left as it was written (`kuberl train FILE`) is an InvalidJobError
+    naming the field."""
+    if warm_start.checkpoint is not None:
+        return warm_start.checkpoint
+    raise InvalidJobError(
+        f"{WARM_START_JOB_FIELD}: {warm_start.job!r} names a job of the kuberl API or a cluster, "
+        "which finds its checkpoint when the job is submitted there (kuberl submit); to train "
+        "this file here, set warmStart.checkpoint to that job's run directory instead"
+    )
 
 
 def warm_start_source(named: str) -> Checkpoint:

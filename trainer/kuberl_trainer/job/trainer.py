@@ -26,6 +26,7 @@ from kuberl_contract.progress_row import (
     EPISODE_RETURN_MIN,
     EPISODES_THIS_ITER,
     EPISODES_TOTAL,
+    EVALUATION_CONFIRMED,
     EVALUATION_RETURN_MEAN,
     ITERATION,
     SAMPLES_PER_S,
@@ -43,6 +44,7 @@ from kuberl_trainer.cpu_quota import usable_cpus
 from kuberl_trainer.envs.spaces import SpaceInfo
 from kuberl_trainer.job import algorithms
 from kuberl_trainer.job.device_choice import DeviceTrial
+from kuberl_trainer.job.evaluation import greedy_evaluation
 from kuberl_trainer.policies.acting import ActingOnly
 from kuberl_trainer.policies.base import TorchPolicy
 from kuberl_trainer.rollouts.interrupt import StopRequest
@@ -92,6 +94,7 @@ class Trainer:
         self.episodes_total = 0
         self.time_total_s = 0.0
         self.evaluation_return_mean: float | None = None
+        self.evaluation_confirmed: bool | None = None  # see progress_row.EVALUATION_CONFIRMED
         self.workers: WorkerSet | None = None
         self.optimizer = None
         self.placement = ""  # where the learner and the sampling run (see `placement`)
@@ -221,8 +224,8 @@ class Trainer:
         if evaluated:
             with optimizer.policy_lock:
                 optimizer.workers.refresh_local_copy()  # the learner has learned since
-                self.evaluation_return_mean = optimizer.workers.local_worker.evaluate(
-                    evaluation.episodes
+                self.evaluation_return_mean, self.evaluation_confirmed = greedy_evaluation(
+                    optimizer.workers.local_worker, self.config, self.seed, self.iteration
                 )
         elapsed = time.perf_counter() - start
         self.time_total_s += elapsed
@@ -256,6 +259,7 @@ class Trainer:
             TIMESTEPS_TOTAL: self.timesteps,
             EPISODE_RETURN_MEAN: mean(self.recent_returns),
             EVALUATION_RETURN_MEAN: self.evaluation_return_mean,
+            EVALUATION_CONFIRMED: self.evaluation_confirmed,
             TIME_TOTAL_S: self.time_total_s,
         }
 
@@ -281,6 +285,7 @@ class Trainer:
                 "recent_returns": list(self.recent_returns),
                 "recent_lengths": list(self.recent_lengths),
                 "evaluation_return_mean": self.evaluation_return_mean,
+                "evaluation_confirmed": self.evaluation_confirmed,
                 "seed": self.seed,
                 "rng": {
                     "python": random.getstate(),
@@ -330,6 +335,7 @@ class Trainer:
         self.recent_lengths.clear()
         self.recent_lengths.extend(driver["recent_lengths"])
         self.evaluation_return_mean = driver["evaluation_return_mean"]
+        self.evaluation_confirmed = driver.get("evaluation_confirmed")  # older checkpoints lack it
         random.setstate(driver["rng"]["python"])
         np.random.set_state(driver["rng"]["numpy"])
         torch.set_rng_state(driver["rng"]["torch"])

@@ -11,7 +11,7 @@ import time
 from collections.abc import Callable
 from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -103,8 +103,7 @@ class RolloutWorker:
         # Its filter (spec.trainer.normalization; passes everything through when off); the
         # driver's local worker's holds the global statistics (see WorkerSet).
         self.normalizer: Normalizer = make_normalizer(config, self.spaces, num_envs)
-        self._eval_envs = None
-        self._evaluations = 0
+        self._eval_envs: dict[int, Any] = {}  # evaluation envs by their number (one episode each)
 
     @classmethod
     def as_remote(cls, num_cpus: float, num_gpus: float = 0):
@@ -243,11 +242,10 @@ class RolloutWorker:
             policy.take_observation_stats(),
         )
 
-    def evaluate(self, episodes: int) -> float:
-        """Mean return of `episodes` greedy episodes on envs of their own (one episode each)."""
-        # Fresh start states each time (seeded, so a run's evaluations are reproducible).
-        self._evaluations += 1
-        returns, _ = self.evaluation_episodes(episodes, self.seed + 1_000_003 * self._evaluations)
+    def evaluate(self, episodes: int, seed: int) -> float:
+        """Mean return of `episodes` greedy episodes on envs of their own (one episode each,
+        env k reset with `seed + k`)."""
+        returns, _ = self.evaluation_episodes(episodes, seed)
         return float(returns.mean())
 
     def evaluation_episodes(
@@ -264,15 +262,15 @@ class RolloutWorker:
         worker's evaluation envs (a video's, which render), `episodes` of them; `observe`: as
         `run_episodes`."""
         if envs is None:
-            if self._eval_envs is None or self._eval_envs.num_envs != episodes:
-                self._eval_envs = make_vector_env(
+            if episodes not in self._eval_envs:  # kept: a stop's confirmation reuses its own
+                self._eval_envs[episodes] = make_vector_env(
                     self.config.env,
                     self.config.env_config,
                     episodes,
                     self.config.wrappers,
                     cpus=self.cpus,
                 )
-            envs = self._eval_envs
+            envs = self._eval_envs[episodes]
         return self._run_episodes(
             envs,
             episodes,
@@ -318,8 +316,8 @@ class RolloutWorker:
 
     def close(self) -> None:
         self.envs.close()
-        if self._eval_envs is not None:
-            self._eval_envs.close()
+        for envs in self._eval_envs.values():
+            envs.close()
 
 
 def run_episodes(

@@ -31,7 +31,7 @@ import importlib.metadata
 import io
 import json
 from dataclasses import dataclass
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 
 import gymnasium as gym
 import numpy as np
@@ -238,7 +238,7 @@ def metadata(policy: TrainedPolicy, suffix: str) -> dict[str, str]:
         "observation_space": str(policy.observation_space),
         "action_space": str(policy.action_space),
         SPACES: json.dumps(spaces_record(policy.observation_space, policy.action_space)),
-        "checkpoint": policy.uri,
+        "checkpoint": shareable_location(policy.uri),
         "iteration": str(policy.meta["iteration"]),
         "timesteps": str(policy.meta["timesteps"]),
         "obs_shape": json.dumps(observations.shape),
@@ -250,6 +250,16 @@ def metadata(policy: TrainedPolicy, suffix: str) -> dict[str, str]:
     if suffix == ".onnx":
         meta["opset"] = str(OPSET)
     return meta
+
+
+def shareable_location(uri: str) -> str:
+    """A checkpoint's location as a file shared beyond the machine that trained it carries it:
+    an object store's URI as it is; a local one as its store's folder and its own name
+    (`checkpoints/checkpoint-00000060` in a run directory), no path of that machine."""
+    if "://" in uri and not uri.startswith("file://"):
+        return uri
+    path = PurePosixPath(uri.removeprefix("file://"))
+    return str(PurePosixPath(path.parent.name, path.name))
 
 
 def _kuberl_version() -> str:

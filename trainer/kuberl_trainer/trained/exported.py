@@ -17,7 +17,6 @@ import warnings
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any
 
 import gymnasium as gym
 import numpy as np
@@ -26,7 +25,7 @@ from pydantic import TypeAdapter
 
 from kuberl_contract.config import TrainerConfig
 from kuberl_trainer.envs.space_record import SPACES, spaces_from_record
-from kuberl_trainer.trained.loaded import Evaluation, LoadedPolicy
+from kuberl_trainer.trained.loaded import LoadedPolicy
 
 OPSET = 18
 FORMATS = {".onnx": f"ONNX opset {OPSET}", ".pt": "TorchScript"}
@@ -68,7 +67,7 @@ def notices_hidden() -> Iterator[None]:
 
 
 class ExportedPolicy(LoadedPolicy):
-    """An exported file loaded with its runtime, acting as `TrainedPolicy.predict` does, greedy
+    """An exported file loaded with its runtime, acting as a checkpoint's policy does, greedy
     only. `trust_env_code` and `env` say which env it is evaluated on, as `inference.load`'s."""
 
     def __init__(self, path: str | Path, trust_env_code: bool = False, env: str | None = None):
@@ -91,38 +90,12 @@ class ExportedPolicy(LoadedPolicy):
     def describe(self) -> str:
         return f"{super().describe()}, exported as {self.meta['format']} to {self.path}"
 
-    def predict(
-        self,
-        obs: Any,
-        deterministic: bool = True,
-        *,
-        state: Any = None,
-        episode_start: Any = None,
-    ) -> tuple[np.ndarray, None]:
-        """Actions for one observation or a batch of them (a leading axis), as
-        `TrainedPolicy.predict`: `(actions, None)`, SB3's `state` and `episode_start` ignored."""
+    def check_mode(self, deterministic: bool) -> None:
         if not deterministic:
             raise ValueError(GREEDY_ONLY)
-        batch, single = self.as_batch(obs)
-        actions = self._act(batch)
-        return (actions[0] if single else actions), None
 
-    def _act(self, batch: np.ndarray) -> np.ndarray:
+    def _act(self, batch: np.ndarray, explore: bool) -> np.ndarray:
         return self._run(np.ascontiguousarray(batch, dtype=self.obs_dtype))
-
-    def evaluate(
-        self,
-        episodes: int = 10,
-        seed: int = 0,
-        deterministic: bool = True,
-        video: str | Path | None = None,
-        video_episodes: int | None = None,
-    ) -> Evaluation:
-        """`episodes` greedy episodes on envs of the job's env, env k seeded with `seed + k`, as
-        `TrainedPolicy.evaluate` plays them, recorded to `video` as it records them."""
-        if not deterministic:
-            raise ValueError(GREEDY_ONLY)
-        return self.play(lambda obs, _: self._act(obs), episodes, seed, True, video, video_episodes)
 
 
 def _recorded_spaces(meta: dict[str, str]) -> tuple[gym.Space | None, gym.Space | None]:

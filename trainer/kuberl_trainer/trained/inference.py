@@ -34,7 +34,7 @@ import gymnasium as gym
 import numpy as np
 from pydantic import TypeAdapter, ValidationError
 
-from kuberl_contract.config import PBT, TrainerConfig
+from kuberl_contract.config import PBT, TrainerConfig, with_hyperparameters
 from kuberl_trainer.envs.making import make_vector_env
 from kuberl_trainer.envs.normalization import make_normalizer
 from kuberl_trainer.envs.space_record import SPACES, spaces_from_record
@@ -42,9 +42,10 @@ from kuberl_trainer.envs.spaces import encode_obs, space_info
 from kuberl_trainer.job.algorithms import policy_class
 from kuberl_trainer.job.checkpoint import Checkpoint, checkpoint_named
 from kuberl_trainer.job.checkpoint_format import CheckpointError, describe
+from kuberl_trainer.job.pbt_rules import best_of
 from kuberl_trainer.policies.models import use_float32
 from kuberl_trainer.trained.exported import load_exported
-from kuberl_trainer.trained.loaded import Evaluation, LoadedPolicy, LoadError
+from kuberl_trainer.trained.loaded import LoadedPolicy, LoadError
 
 _TRAINER_CONFIG = TypeAdapter(TrainerConfig)
 
@@ -57,14 +58,16 @@ OLDER_CHECKPOINT = (
 
 class TrainedPolicy(LoadedPolicy):
     """A job's policy as a checkpoint saved it, built from the spaces the checkpoint recorded: it
-    acts with no env, and makes envs only to be evaluated."""
+    acts with no env, and makes envs only to be evaluated. A population's checkpoint (PBT) gives
+    its best trial's policy (`trial`: which; None for one policy)."""
 
     def __init__(
         self, checkpoint: Checkpoint, trust_env_code: bool = False, env: str | None = None
     ):
         self.checkpoint = checkpoint
         self.meta = checkpoint.meta
-        super().__init__(trainer_config(checkpoint), trust_env_code, env)
+        trained_on, state, self.trial = policy_in(checkpoint)
+        super().__init__(trained_on, trust_env_code, env)
         config = self.config
         self.observation_space, self.action_space = self._trained_spaces()
         self.observation_shape = tuple(self.observation_space.shape)
@@ -73,7 +76,7 @@ class TrainedPolicy(LoadedPolicy):
         )
         self.policy = policy_class(config)(self.spaces, config, 0)
         try:
-            self.policy.set_state(checkpoint.state["policy"])
+            self.policy.set_state(state["policy"])
         except (KeyError, TypeError, ValueError) as exc:
             raise LoadError(
                 f"{self.uri}: its state holds no {config.algorithm} policy: {describe(exc)}"
@@ -82,13 +85,18 @@ class TrainedPolicy(LoadedPolicy):
         # file does, on any CPU.
         use_float32(self.policy.model)
         self.normalizer = make_normalizer(config, self.spaces, num_envs=1)
-        if "normalization" in checkpoint.state:
-            self.normalizer.set_stats(checkpoint.state["normalization"])
+        if "normalization" in state:
+            self.normalizer.set_stats(state["normalization"])
 
     @property
     def uri(self) -> str:
         """The checkpoint's location."""
         return self.checkpoint.uri
+
+    @property
+    def trained_as(self) -> str:
+        trial = "" if self.trial is None else f" (trial {self.trial}, the best of PBT's)"
+        return super().trained_as + trial
 
     def _trained_spaces(self) -> tuple[gym.Space, gym.Space]:
         """The spaces the checkpoint recorded; for a checkpoint of an older kuberl, which did not
@@ -105,60 +113,33 @@ class TrainedPolicy(LoadedPolicy):
         finally:
             envs.close()
 
-    def predict(
-        self,
-        obs: Any,
-        deterministic: bool = True,
-        *,
-        state: Any = None,
-        episode_start: Any = None,
-    ) -> tuple[np.ndarray, None]:
-        """Actions for one observation or a batch of them (a leading axis), as Stable-Baselines3's
-        `predict`: the greedy ones by default (the distribution's mode, DQN's argmax, SAC's
-        squashed mean), sampled with `deterministic=False`. Returns `(actions, None)`: the
-        second item is SB3's recurrent state, which kuberl's policies do not have; SB3's `state`
-        and `episode_start` are taken and, as SB3's feed-forward policies do, ignored."""
-        batch, single = self.as_batch(obs)
-        actions = self._act(batch, explore=not deterministic)
-        return (actions[0] if single else actions), None
-
     def _act(self, obs: np.ndarray, explore: bool) -> np.ndarray:
         """The actions for a batch of observations as the env returns them."""
         normalized = self.normalizer.normalize_obs(encode_obs(obs, self.spaces))
         actions, _ = self.policy.compute_actions(normalized, explore=explore)
         return actions
 
-    def evaluate(
-        self,
-        episodes: int = 10,
-        seed: int = 0,
-        deterministic: bool = True,
-        video: str | Path | None = None,
-        video_episodes: int | None = None,
-    ) -> Evaluation:
-        """`episodes` whole episodes, env k seeded with `seed + k`: the same arguments give the
-        same episodes. With `video` (.mp4 or .gif), the first `video_episodes` (default: all, at
-        most 10) are recorded there, on envs that render (see video.py; a RecordingError where
-        the env cannot render). An UntrustedEnvError when the env would run code the file names
-        (see `load`), an EnvError when it cannot be made or does not fit the policy."""
-        explore = not deterministic
-        return self.play(
-            lambda obs, _: self._act(obs, explore),
-            episodes,
-            seed,
-            deterministic,
-            video,
-            video_episodes,
-        )
+
+def policy_in(checkpoint: Checkpoint) -> tuple[Any, dict[str, Any], int | None]:
+    """The spec.trainer and the state of the policy the checkpoint holds, and which trial's for a
+    population (PBT): the best one, ranked as PBT ranks its trials (the mean return of their
+    recent episodes), with the hyperparameters it trained with."""
+    config = trainer_config(checkpoint)
+    if config.algorithm != PBT:
+        return config, checkpoint.state, None
+    try:
+        population, trials = checkpoint.state["population"], checkpoint.state["trials"]
+        best = best_of(population["rows"])
+        trial = with_hyperparameters(config.trainer, population["overrides"][best])
+        return trial, trials[best], best
+    except (KeyError, IndexError, TypeError, ValueError) as exc:
+        raise LoadError(
+            f"{checkpoint.uri}: its state holds no PBT population: {describe(exc)}"
+        ) from None
 
 
 def trainer_config(checkpoint: Checkpoint) -> Any:
     """The job's `spec.trainer` as the checkpoint recorded it."""
-    if checkpoint.meta.get("algorithm") == PBT:
-        raise LoadError(
-            f"{checkpoint.uri}: a PBT checkpoint holds a population of policies, which kuberl "
-            "cannot load as one yet"
-        )
     try:
         return _TRAINER_CONFIG.validate_python(checkpoint.meta["config"])
     except (KeyError, ValidationError) as exc:

@@ -124,11 +124,16 @@ class LoadedPolicy:
         """The checkpoint's location."""
         return self.meta["checkpoint"]
 
+    @property
+    def trained_as(self) -> str:
+        """`PPO on CartPole-v1`: the algorithm and the env it trained on."""
+        return f"{self.config.algorithm} on {self.config.env}"
+
     def describe(self) -> str:
         """`PPO on CartPole-v1, iteration 60, 15,172 env steps (CHECKPOINT)`."""
         return (
-            f"{self.config.algorithm} on {self.config.env}, iteration {self.iteration}, "
-            f"{self.timesteps:,} env steps ({self.uri})"
+            f"{self.trained_as}, iteration {self.iteration}, {self.timesteps:,} env steps "
+            f"({self.uri})"
         )
 
     def close(self) -> None:
@@ -146,6 +151,58 @@ class LoadedPolicy:
     def source(self) -> str:
         """What was loaded: the checkpoint here, the file for an exported policy."""
         return self.uri
+
+    def predict(
+        self,
+        obs: Any,
+        deterministic: bool = True,
+        *,
+        state: Any = None,
+        episode_start: Any = None,
+    ) -> tuple[np.ndarray, None]:
+        """Actions for one observation or a batch of them (a leading axis), as Stable-Baselines3's
+        `predict`: the greedy ones by default (the distribution's mode, DQN's argmax, SAC's
+        squashed mean), sampled with `deterministic=False` (a checkpoint's policy only: an
+        exported one is greedy only, a ValueError). Returns `(actions, None)`: the second item is
+        SB3's recurrent state, which kuberl's policies do not have; SB3's `state` and
+        `episode_start` are taken and, as SB3's feed-forward policies do, ignored."""
+        self.check_mode(deterministic)
+        batch, single = self.as_batch(obs)
+        actions = self._act(batch, explore=not deterministic)
+        return (actions[0] if single else actions), None
+
+    def evaluate(
+        self,
+        episodes: int = 10,
+        seed: int = 0,
+        deterministic: bool = True,
+        video: str | Path | None = None,
+        video_episodes: int | None = None,
+    ) -> Evaluation:
+        """`episodes` whole episodes, env k seeded with `seed + k`: the same arguments give the
+        same episodes; greedy unless `deterministic=False` (as `predict`). With `video` (.mp4 or
+        .gif), the first `video_episodes` (default: all, at most 10) are recorded there, on envs
+        that render (see video.py; a RecordingError where the env cannot render). An
+        UntrustedEnvError when the env would run code the file names (see `load`), an EnvError
+        when it cannot be made or does not fit the policy."""
+        self.check_mode(deterministic)
+        explore = not deterministic
+        return self.play(
+            lambda obs, _: self._act(obs, explore),
+            episodes,
+            seed,
+            deterministic,
+            video,
+            video_episodes,
+        )
+
+    def check_mode(self, deterministic: bool) -> None:
+        """A ValueError where the policy cannot act as asked (greedy, or sampling)."""
+
+    def _act(self, batch: np.ndarray, explore: bool) -> np.ndarray:
+        """The actions for a batch of observations as the env returns them, sampled when
+        `explore`."""
+        raise NotImplementedError
 
     def as_batch(self, obs: Any) -> tuple[np.ndarray, bool]:
         """`obs` as a batch, and whether it was one observation; ValueError for another shape."""

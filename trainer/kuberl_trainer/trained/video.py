@@ -1,6 +1,7 @@
 """Recording an evaluation's episodes as a video: its envs made to render `rgb_array` frames, each
 episode's frames kept apart while the episodes play together (each on an env of its own in the
-vector env), then written in episode order to an MP4 (OpenCV, mp4v) or a GIF (imageio).
+vector env), then written in episode order to an MP4 (H.264, which browsers and chat previews play:
+the ffmpeg imageio-ffmpeg bundles) or a GIF (imageio).
 
     with Recording("cartpole.mp4", config, episodes=3) as recording:
         returns, lengths = run_episodes(recording.envs, 3, act, seed=0, observe=recording.record)
@@ -20,11 +21,12 @@ on envs made one at a time with gymnasium's Atari wrappers set as the vector env
 from __future__ import annotations
 
 import os
+import sys
 from collections.abc import Iterator, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from types import TracebackType
-from typing import Any, NamedTuple
+from typing import Any, NamedTuple, TextIO
 
 import gymnasium as gym
 import lz4.block
@@ -33,7 +35,7 @@ import numpy as np
 from kuberl_trainer.envs import atari
 from kuberl_trainer.envs.making import EnvError, make_vector_env
 
-FORMATS = {".mp4": "MP4 (mp4v)", ".gif": "GIF"}
+FORMATS = {".mp4": "MP4 (H.264)", ".gif": "GIF"}
 """The file suffixes a video is written to, and what each one is."""
 DEFAULT_EPISODES = 10
 """Episodes recorded unless told otherwise: the first ten, which keeps files small."""
@@ -198,6 +200,11 @@ class EpisodeFrames:
     def count(self) -> int:
         return sum(len(frames) for frames in self.compressed)
 
+    @property
+    def started(self) -> int:
+        """How many episodes have frames (episodes play together, so not always the first)."""
+        return sum(1 for frames in self.compressed if frames)
+
     def __iter__(self) -> Iterator[np.ndarray]:
         """Every frame, episode 0's first, decompressed one at a time."""
         for episode in self.compressed:
@@ -212,7 +219,8 @@ class Recording:
     """Envs of the job that render, for an evaluation of `episodes` episodes to play on, and the
     frames of its first `video_episodes` episodes (default: all of them, at most
     DEFAULT_EPISODES), which `save` writes to `path`. `observation_shape`, when given, is what the
-    policy takes: envs whose observations differ are refused."""
+    policy takes: envs whose observations differ are refused. A line on `progress` (None: none)
+    says which episode is being recorded, then that the file is being written."""
 
     def __init__(
         self,
@@ -221,8 +229,11 @@ class Recording:
         episodes: int,
         video_episodes: int | None = None,
         observation_shape: tuple[int, ...] | None = None,
+        progress: TextIO | None = sys.stderr,
     ):
         self.path = check_video_path(path)
+        self.progress = progress
+        self._shown = ""  # the progress line on show
         if video_episodes is not None and video_episodes < 1:
             raise RecordingError(f"video episodes must be at least 1, got {video_episodes}")
         self.env_id = config.env
@@ -251,6 +262,9 @@ class Recording:
             raise RecordingError(self._render_failure(exc)) from exc
         for index, frame in zip(indices, frames, strict=True):
             self.frames.add(int(episodes[index]), frame)
+        self._show(
+            f"recording {self.path}: episode {self.frames.started} of {self.frames.episodes}"
+        )
 
     def _render_failure(self, exc: Exception) -> str:
         why = f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
@@ -269,12 +283,17 @@ class Recording:
             raise RecordingError("no frame was recorded")
         height, width = self.frames.shape[:2]
         self.path.parent.mkdir(parents=True, exist_ok=True)
-        write = write_mp4 if self.path.suffix.lower() == ".mp4" else write_gif
+        mp4 = self.path.suffix.lower() == ".mp4"
+        self._show(f"writing {self.path}: {self.frames.count} frames", end=True)
         try:
-            write(self.path, iter(self.frames), self.fps, (width, height))
+            (write_mp4 if mp4 else write_gif)(
+                self.path, iter(self.frames), self.fps, (width, height)
+            )
         except Exception:
             self.path.unlink(missing_ok=True)  # no half-written video left behind
             raise
+        if mp4:  # H.264 with 4:2:0 chroma takes even sizes: the odd row or column was padded
+            width, height = even(width), even(height)
         return Video(
             str(self.path),
             self.frames.episodes,
@@ -284,6 +303,14 @@ class Recording:
             float(self.fps),
             self.note,
         )
+
+    def _show(self, line: str, end: bool = False) -> None:
+        """`line` on `progress` in place of the one before (a carriage return), ended by `end`;
+        nothing when it is the line on show (frames come every step, episodes seldom)."""
+        if self.progress is not None and line != self._shown:
+            self.progress.write(f"\r{line}" + ("\n" if end else ""))
+            self.progress.flush()
+            self._shown = line
 
     def close(self) -> None:
         self.envs.close()
@@ -303,19 +330,46 @@ class Recording:
 # -- writing ------------------------------------------------------------------------------------
 
 
-def write_mp4(path: Path, frames: Iterator[np.ndarray], fps: float, size: tuple[int, int]) -> None:
-    """RGB frames of `size` (width, height) as an MP4 (MPEG-4 part 2, OpenCV's FFmpeg), one at a
-    time."""
-    import cv2  # imported when a video is written: loading policies needs none of it
+MP4_OUTPUT = [
+    # An odd width or height padded by a black row or column: yuv420p halves both for colour.
+    *("-vf", "pad=ceil(iw/2)*2:ceil(ih/2)*2"),
+    # The index (moov atom) first, so a browser plays the file while it downloads.
+    *("-movflags", "+faststart"),
+    # A profile and level that browsers, phones and chat previews all decode.
+    *("-profile:v", "high", "-level", "4.0"),
+]
+"""What ffmpeg is told beyond the codec and pixel format to make an MP4 that plays everywhere."""
 
-    writer = cv2.VideoWriter(str(path), cv2.VideoWriter_fourcc(*"mp4v"), float(fps), size)
-    if not writer.isOpened():
-        raise RecordingError(f"{path}: OpenCV cannot write an MP4 video there")
+
+def even(size: int) -> int:
+    """`size` rounded up to an even number, as MP4_OUTPUT pads it."""
+    return size + size % 2
+
+
+def write_mp4(path: Path, frames: Iterator[np.ndarray], fps: float, size: tuple[int, int]) -> None:
+    """RGB frames of `size` (width, height) as an H.264 MP4 (yuv420p, even sizes, the index first),
+    one at a time, through the ffmpeg imageio-ffmpeg bundles."""
+    import imageio_ffmpeg  # imported when a video is written: loading policies needs none of it
+
+    writer = imageio_ffmpeg.write_frames(
+        str(path),
+        size,
+        pix_fmt_in="rgb24",
+        pix_fmt_out="yuv420p",
+        fps=float(fps),
+        codec="libx264",
+        quality=None,  # libx264's own default quality (CRF 23), not a bitrate imageio picks
+        macro_block_size=1,  # padded to even sizes (MP4_OUTPUT), never rescaled
+        output_params=MP4_OUTPUT,
+    )
     try:
+        writer.send(None)  # ffmpeg starts
         for frame in frames:
-            writer.write(cv2.cvtColor(frame, cv2.COLOR_RGB2BGR))  # OpenCV's frames are BGR
+            writer.send(np.ascontiguousarray(frame))
+    except (OSError, RuntimeError) as exc:  # ffmpeg could not start, or stopped writing
+        raise RecordingError(f"{path}: ffmpeg cannot write an MP4 video there: {exc}") from exc
     finally:
-        writer.release()
+        writer.close()
 
 
 def write_gif(path: Path, frames: Iterator[np.ndarray], fps: float, size: tuple[int, int]) -> None:
