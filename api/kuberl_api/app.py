@@ -15,6 +15,8 @@ from __future__ import annotations
 import os
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
+from functools import partial
+from typing import Any
 
 from fastapi import FastAPI
 
@@ -30,6 +32,7 @@ from kuberl_api.sessions import PageSessions
 # Any route can answer the request guard's 421 (guard.py); its 403 and 415 only some, which
 # declare them.
 _MISDIRECTED = {421: {"model": Status, "description": "The Host is not a loopback name."}}
+_FASTAPI_VALIDATION_ERROR = {"$ref": "#/components/schemas/HTTPValidationError"}
 
 
 @asynccontextmanager
@@ -83,4 +86,27 @@ def create_app(
     app.include_router(ops.router)
     app.include_router(docs.router)
     app.mount(docs.STATIC_ROUTE, docs.STATIC_FILES, name="docs_static")
+    app.openapi = partial(openapi_document, app)  # type: ignore[method-assign]
     return app
+
+
+def openapi_document(app: FastAPI) -> dict[str, Any]:
+    """The app's OpenAPI document, without the 422 FastAPI documents on every route with
+    parameters: a bad parameter here is a 400 Status (exception_handlers.bad_parameters), which
+    every route declares, never FastAPI's HTTPValidationError. A route's own 422 (an invalid
+    RLJob) is a Status and stays."""
+    if app.openapi_schema is None:
+        document = FastAPI.openapi(app)
+        for operations in document["paths"].values():
+            for operation in operations.values():
+                responses = operation["responses"]
+                if _schema_of(responses.get("422", {})) == _FASTAPI_VALIDATION_ERROR:
+                    del responses["422"]
+        schemas = document.get("components", {}).get("schemas", {})
+        for unused in ("HTTPValidationError", "ValidationError"):
+            schemas.pop(unused, None)
+    return app.openapi_schema
+
+
+def _schema_of(response: dict[str, Any]) -> Any:
+    return response.get("content", {}).get("application/json", {}).get("schema")

@@ -11,11 +11,15 @@ from fastapi import Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException
+from starlette.routing import Match
 
 from kuberl_api.backend import ApiError, Cause
 from kuberl_api.errors import error_response, status_response
 
 log = logging.getLogger(__name__)
+
+HTTP_METHODS = ("DELETE", "GET", "HEAD", "OPTIONS", "PATCH", "POST", "PUT")
+"""The methods of RFC 9110 and PATCH (RFC 5789), less CONNECT and TRACE, which no route serves."""
 
 
 async def api_error(_: Request, exc: ApiError) -> JSONResponse:
@@ -31,9 +35,27 @@ async def bad_parameters(_: Request, exc: RequestValidationError) -> JSONRespons
     return status_response(400, "BadRequest", message, causes)
 
 
-async def http_error(_: Request, exc: HTTPException) -> JSONResponse:
+async def http_error(request: Request, exc: HTTPException) -> JSONResponse:
     reason = {404: "NotFound", 405: "MethodNotAllowed"}.get(exc.status_code, "BadRequest")
-    return status_response(exc.status_code, reason, str(exc.detail), headers=exc.headers)
+    headers = exc.headers
+    if exc.status_code == 405 and (methods := allowed_methods(request)):
+        # Starlette's Allow names the methods of the first route on the path only; a path served
+        # by several routes (GET and POST .../jobs) supports all of theirs (RFC 9110, 15.5.6).
+        headers = {**(headers or {}), "Allow": ", ".join(methods)}
+    return status_response(exc.status_code, reason, str(exc.detail), headers=headers)
+
+
+def allowed_methods(request: Request) -> list[str]:
+    """Every method the app's routes serve on the request's path, sorted: each method of HTTP is
+    offered to the router as the request's own would be, and kept when a route takes it."""
+    routes = request.app.router.routes
+    return [
+        method
+        for method in HTTP_METHODS
+        if any(
+            route.matches({**request.scope, "method": method})[0] is Match.FULL for route in routes
+        )
+    ]
 
 
 async def internal_error(_: Request, exc: Exception) -> JSONResponse:

@@ -168,7 +168,7 @@ def train_run(
         f"  held               {cost.describe(*prices)}",
         f"  checkpoint         {_for_people(result.checkpoint)}",
         *([f"  policy             {_for_people(result.policy)}"] if result.policy else []),
-        f"  progress           {run_dir / PROGRESS_FILE}",
+        f"  progress           {_for_people(str(run_dir / PROGRESS_FILE))}",
     ]
     if result.interrupted:
         # A trainer that `kuberl serve` started is resumed through the API, which names how.

@@ -70,3 +70,12 @@ def test_a_narrow_line_drops_the_least_important_columns_but_never_the_steps():
     )
     assert progress_line(NOW, stop, start, width=10) == "15,000 / 50,000 steps"
     assert fit([(1, "b"), (0, "a"), (2, "c")], width=4) == "b  a"
+
+
+def test_an_evaluation_whose_confirmation_did_not_hold_says_so():
+    stop = StopConditions(timesteps=50_000, evaluation_return_mean=475)
+    start = RunStart.before(FIRST)
+    held = {"evaluation_return_mean": 478.1, "evaluation_confirmed": True}
+    assert "eval 478.1 / 475" in progress_line({**NOW, **held}, stop, start)
+    failed = held | {"evaluation_confirmed": False}
+    assert "eval 478.1 unconfirmed / 475" in progress_line({**NOW, **failed}, stop, start)

@@ -94,8 +94,9 @@ Continue = Annotated[
 Watch = Annotated[
     bool,
     Query(
-        description="Not served: `true` is refused with 400 (this API streams no watch "
-        "events). Poll the list or the job instead, as `kuberl get jobs -w` does."
+        description="Only `false` is served: `true` is refused with 400 (this API streams no "
+        "watch events). Poll the list or the job instead, as `kuberl get jobs -w` does.",
+        json_schema_extra={"enum": [False]},
     ),
 ]
 
@@ -292,15 +293,17 @@ async def job_policy(namespace: Namespace, name: JobName, caller: PageCaller, ba
     )
 
 
-_BODY_SCHEMA = {"$ref": "#/components/schemas/RLJob"}
+# The RLJob model gives apiVersion and kind defaults (a stored job always has them), but a
+# submission must spell them out, as kubectl apply wants.
+_BODY_SCHEMA = {
+    "allOf": [{"$ref": "#/components/schemas/RLJob"}, {"required": ["apiVersion", "kind"]}]
+}
 _SUBMISSION = {
     "requestBody": {
         "required": True,
         "description": "An RLJob manifest, as JSON or YAML.",
-        "content": {
-            **{media: {"schema": _BODY_SCHEMA} for media in sorted(JSON_TYPES)},
-            **{media: {"schema": {"type": "string"}} for media in sorted(YAML_TYPES)},
-        },
+        # One schema for every media type: a YAML body is the same document, written in YAML.
+        "content": {media: {"schema": _BODY_SCHEMA} for media in sorted(JSON_TYPES | YAML_TYPES)},
     }
 }
 _LOGS = {
@@ -380,7 +383,10 @@ def _namespaced(history_source: str) -> APIRouter:
             responses=error_responses(404, 415),
             dependencies=NoBody,
         )
-    jobs.add_api_route("/{name}/logs", job_logs, methods=["GET"], responses=_LOGS)
+    # response_class=Response, as for the policy and the plot: the 200 is text, not JSON.
+    jobs.add_api_route(
+        "/{name}/logs", job_logs, methods=["GET"], response_class=Response, responses=_LOGS
+    )
     jobs.add_api_route(
         "/{name}/policy",
         job_policy,

@@ -13,7 +13,7 @@ from typing import Annotated
 from urllib.parse import parse_qs, urlencode
 
 from fastapi import APIRouter, Depends, Query, Request
-from fastapi.responses import HTMLResponse, RedirectResponse
+from fastapi.responses import RedirectResponse, Response
 
 from kuberl_api.backend import Action, ApiError, Authorizer, ListQuery, bad_request
 from kuberl_api.deps import BackendDep
@@ -52,9 +52,11 @@ def get_authorizer(request: Request) -> Authorizer:
 AuthorizerDep = Annotated[Authorizer, Depends(get_authorizer)]
 
 
+# response_class=Response: the page's answers are HTML, its refusals JSON; FastAPI would document
+# the Status bodies under a response_class's media type, so each content is declared instead.
 @router.get(
     "/",
-    response_class=HTMLResponse,
+    response_class=Response,
     responses={
         200: {"content": _HTML_TEXT},
         401: {"content": _HTML_TEXT, "description": "The token form."},

@@ -19,6 +19,7 @@ from typing import Any
 from kuberl_contract.config import StopConditions
 from kuberl_contract.progress_row import (
     EPISODE_RETURN_MEAN,
+    EVALUATION_CONFIRMED,
     EVALUATION_RETURN_MEAN,
     ITERATION,
     TIME_THIS_ITER_S,
@@ -119,7 +120,10 @@ def columns(
     ]
     if row.get(EVALUATION_RETURN_MEAN) is not None:
         evaluation = format_return(row[EVALUATION_RETURN_MEAN])
-        found.append((4, f"eval {evaluation}{_of(target.get('evaluation_return_mean'))}"))
+        # A confirmation that did not hold the target (see job/evaluation.py) says so.
+        unconfirmed = " unconfirmed" if row.get(EVALUATION_CONFIRMED) is False else ""
+        of = _of(target.get("evaluation_return_mean"))
+        found.append((4, f"eval {evaluation}{unconfirmed}{of}"))
     if start is not None and (rate := start.steps_per_s(row)) is not None:
         found.append((3, f"{rate:,.0f} steps/s"))
     if stop is not None and start is not None:
