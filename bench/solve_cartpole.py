@@ -3,9 +3,10 @@
 Every run is a fresh child process (this same file with --child). The clock starts when the parent
 calls Popen, so interpreter start-up and imports count, and stops at the moment the child sees a
 10-episode greedy evaluation reach 475 and 100 more greedy episodes, on fresh start states, confirm
-it (the child reports that time.time(); shutting down after it does not count). Every system
-confirms alike: kuberl with its own evaluation.confirmEpisodes, SB3 and RLlib with `greedy_mean`
-below; a confirmation that fails lets training go on. Evaluation cadence: kuberl every 20 iterations
+it: their mean less its standard error reaches 475 (the child reports that time.time(); shutting
+down after it does not count). Every system confirms alike: kuberl with its own
+evaluation.confirmEpisodes, SB3 and RLlib with `confirmation` below; a confirmation that fails
+lets training go on. Evaluation cadence: kuberl every 20 iterations
 of 256 steps (5,120 steps), SB3 every 5,000 steps, RLlib every iteration (4,000 steps). Runs are
 interleaved across systems, seed by seed, and capped at 300 s of wall time (SIGINT, then SIGKILL)
 and at the step budget of each setup: kuberl and SB3 decay their linear schedules to zero at 100k
@@ -46,10 +47,11 @@ MANIFESTS = {  # kuberl's two examples: rl-zoo's settings, and fewer epochs at a
 # -- children: each prints one line `RESULT {json}` ------------------------------------------
 
 
-def greedy_mean(act, seed: int, episodes: int = CONFIRM_EPISODES) -> float:
+def confirmation(act, seed: int, episodes: int = CONFIRM_EPISODES) -> tuple[float, bool]:
     """The mean return of `episodes` CartPole-v1 episodes, env k reset with `seed + k`, all
-    stepped together, with `act(observations) -> actions` greedy: the confirmation SB3 and RLlib
-    get, as kuberl's evaluation.confirmEpisodes plays them."""
+    stepped together, with `act(observations) -> actions` greedy, and whether it holds the target
+    (the mean less its standard error reaches it): the confirmation SB3 and RLlib get, as kuberl's
+    evaluation.confirmEpisodes plays and judges it (kuberl_trainer/job/evaluation.py)."""
     import gymnasium as gym
     import numpy as np
 
@@ -61,7 +63,8 @@ def greedy_mean(act, seed: int, episodes: int = CONFIRM_EPISODES) -> float:
         returns += np.where(done, 0.0, rewards)  # an ended env's autoreset steps do not count
         done |= terminated | truncated
     envs.close()
-    return float(returns.mean())
+    error = returns.std(ddof=1) / np.sqrt(episodes)
+    return float(returns.mean()), bool(returns.mean() - error >= TARGET)
 
 
 def run_kuberl(seed: int, example: str = "kuberl") -> dict:
@@ -119,6 +122,7 @@ def run_sb3(seed: int) -> dict:
             super().__init__()
             self.eval_env = make_vec_env("CartPole-v1", n_envs=EVAL_EPISODES, seed=seed + 10**6)
             self.next_eval, self.solved_at, self.last_eval = 5_000, None, None
+            self.confirmed = False
 
         def _on_step(self) -> bool:
             if self.num_timesteps < self.next_eval:
@@ -129,11 +133,11 @@ def run_sb3(seed: int) -> dict:
             )
             self.last_eval = float(mean)
             if mean >= TARGET:
-                self.last_eval = greedy_mean(
+                self.last_eval, self.confirmed = confirmation(
                     lambda obs: self.model.predict(obs, deterministic=True)[0],
                     seed + 2 * 10**6 + self.num_timesteps,
                 )
-            if self.last_eval >= TARGET:
+            if self.confirmed:
                 self.solved_at = time.time()
                 return False
             return True
@@ -197,8 +201,8 @@ def run_rllib(seed: int) -> dict:
         ray.init(address="local", include_dashboard=False, log_to_driver=False)
         algo = config.build_algo()
         train_start = time.time()
-        steps, last_eval = 0, 0.0
-        while steps < RLLIB_MAX_STEPS and last_eval < TARGET:
+        steps, last_eval, confirmed = 0, 0.0, False
+        while steps < RLLIB_MAX_STEPS and not confirmed:
             result = algo.train()
             steps = int(result["env_runners"]["num_env_steps_sampled_lifetime"])
             last_eval = float(result["evaluation"]["env_runners"]["episode_return_mean"])
@@ -211,8 +215,8 @@ def run_rllib(seed: int) -> dict:
                         logits = module.forward_inference(batch)["action_dist_inputs"]
                     return logits.argmax(-1).numpy()
 
-                last_eval = greedy_mean(act, seed + 2 * 10**6 + steps)
-        now, solved = time.time(), last_eval >= TARGET
+                last_eval, confirmed = confirmation(act, seed + 2 * 10**6 + steps)
+        now, solved = time.time(), confirmed
         return {
             "solved": solved,
             "solved_at": now if solved else None,

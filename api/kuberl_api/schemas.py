@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, field_validator
 from pydantic.alias_generators import to_camel
 
 from kuberl_operator.bounded import INT64_MAX
@@ -102,6 +102,13 @@ class ScaleRequest(_Camel):
         description="Rollout workers wanted: spec.rolloutWorkers.replicas, within the job's "
         "minReplicas and maxReplicas.",
     )
+
+    @field_validator("workers", mode="before")
+    @classmethod
+    def _integral_number(cls, value: object) -> object:
+        """2.0 is an integer to JSON Schema (and the document says `integer`): taken as 2. A
+        fraction or a string stays refused."""
+        return int(value) if isinstance(value, float) and value.is_integer() else value
 
 
 class JobScale(_Camel):

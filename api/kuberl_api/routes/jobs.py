@@ -302,8 +302,10 @@ _SUBMISSION = {
     "requestBody": {
         "required": True,
         "description": "An RLJob manifest, as JSON or YAML.",
-        # One schema for every media type: a YAML body is the same document, written in YAML.
-        "content": {media: {"schema": _BODY_SCHEMA} for media in sorted(JSON_TYPES | YAML_TYPES)},
+        "content": {
+            **{media: {"schema": _BODY_SCHEMA} for media in sorted(JSON_TYPES)},
+            **{media: {"schema": {"type": "string"}} for media in sorted(YAML_TYPES)},
+        },
     }
 }
 _LOGS = {

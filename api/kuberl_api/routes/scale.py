@@ -54,8 +54,10 @@ _SCALE_BODY = {
     "requestBody": {
         "required": True,
         "description": 'The workers wanted, `{"workers": N}`, as JSON or YAML.',
-        # One schema for every media type: a YAML body is the same document, written in YAML.
-        "content": {media: {"schema": _BODY_SCHEMA} for media in sorted(JSON_TYPES | YAML_TYPES)},
+        "content": {
+            **{media: {"schema": _BODY_SCHEMA} for media in sorted(JSON_TYPES)},
+            **{media: {"schema": {"type": "string"}} for media in sorted(YAML_TYPES)},
+        },
     }
 }
 
