@@ -28,14 +28,32 @@ def kube(kube_api, tmp_path, monkeypatch):
         yield kube_api
 
 
+TEACHER_CHECKPOINT = "/kuberl/checkpoints/teacher/checkpoints/5"
+
+
 def checkpointed_teacher(kube_api) -> None:
-    """The job `teacher`, on a claim of its own, once it has saved a checkpoint (as its driver
-    reports it): written after the operator's first status, which would otherwise replace it."""
+    """The job `teacher`, on a claim of its own, once its driver has reported a checkpoint."""
     kube_api.create(kube_api.rljobs(), rljob("teacher", storage={"size": "2Gi"}))
     teacher = kube_api.rljobs(name="teacher")
     wait_until(lambda: (kube_api.get(teacher).get("status") or {}).get("phase"), PATIENCE, "status")
-    checkpoint = {"progress": {"lastCheckpoint": "/kuberl/checkpoints/teacher/checkpoints/5"}}
-    kube_api.patch(teacher + "/status", {"status": checkpoint})
+    teacher_reports_its_checkpoint(kube_api)
+
+
+def teacher_reports_its_checkpoint(kube_api) -> None:
+    """The teacher's newest checkpoint in its status, as its driver reports it at every poll: the
+    operator's status write of a poll that read the job before a report may drop it, which the
+    next report mends."""
+    teacher = kube_api.rljobs(name="teacher")
+    progress = (kube_api.get(teacher).get("status") or {}).get("progress") or {}
+    if progress.get("lastCheckpoint") != TEACHER_CHECKPOINT:
+        status = {"progress": {"lastCheckpoint": TEACHER_CHECKPOINT}}
+        kube_api.patch(teacher + "/status", {"status": status})
+
+
+def reported_and_found(kube_api, path: str):
+    """`path`'s object once it exists, the teacher reporting its checkpoint meanwhile."""
+    teacher_reports_its_checkpoint(kube_api)
+    return found(kube_api, path)
 
 
 def trainer_with(**fields) -> dict:
@@ -67,7 +85,9 @@ def test_a_warm_start_from_a_job_reads_its_claim_through_the_manifest(kube):
     student = rljob("student", trainer=trainer_with(warmStart={"job": "teacher"}))
     kube_api.create(kube_api.rljobs(), student)
 
-    config_map = wait_until(lambda: found(kube_api, f"{CONFIGMAPS}/student-job"), PATIENCE, "cm")
+    config_map = wait_until(
+        lambda: reported_and_found(kube_api, f"{CONFIGMAPS}/student-job"), PATIENCE, "cm"
+    )
 
     manifest = yaml.safe_load(config_map["data"]["job.yaml"])
     warm_start = {"checkpoint": f"{WARM_START_MOUNT_PATH}/teacher"}
@@ -102,6 +122,10 @@ def test_a_warm_start_from_a_job_not_there_yet_waits_for_it_and_says_why(kube):
     assert found(kube_api, f"{RAYCLUSTERS}/student") is None
 
     checkpointed_teacher(kube_api)
-    wait_until(lambda: found(kube_api, f"{RAYCLUSTERS}/student"), PATIENCE, "the student's cluster")
+    wait_until(
+        lambda: reported_and_found(kube_api, f"{RAYCLUSTERS}/student"),
+        PATIENCE,
+        "the student's cluster",
+    )
     said = warnings()
     assert len(said) == len(set(said)), said  # each reason said once, not at every poll
