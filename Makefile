@@ -25,12 +25,14 @@ $(BIN)/python:
 # PyPI's Linux torch is the CUDA build, several GB with its libraries. On a GPU machine
 # TORCH_INDEX is empty and PyPI's build comes; `make run TORCH_INDEX=URL` picks a build of torch's
 # own index (https://download.pytorch.org/whl/cu128 for CUDA 12.8). Where the index cannot be
-# reached, pip says so and takes torch from its other sources.
+# reached, pip says so and takes torch from its other sources. Only torch itself is asked of that
+# index; its dependencies come from PyPI, as every other package.
 TORCH_CPU_INDEX := https://download.pytorch.org/whl/cpu
 TORCH_INDEX ?= $(if $(shell command -v nvidia-smi 2>/dev/null),,$(TORCH_CPU_INDEX))
 $(TRAINER_INSTALLED): pyproject.toml $(LOCK) | $(BIN)/python
 	$(BIN)/python -m pip install --quiet --upgrade pip
-	$(PIP) torch $(if $(TORCH_INDEX),--extra-index-url $(TORCH_INDEX))
+	$(PIP) --no-deps torch $(if $(TORCH_INDEX),--extra-index-url $(TORCH_INDEX))
+	$(PIP) torch
 	$(PIP) -e '.[trainer,api]'
 	touch $(TRAINER_INSTALLED)
 
