@@ -15,9 +15,9 @@ from __future__ import annotations
 
 import asyncio
 from dataclasses import asdict
-from typing import Annotated, Any
+from typing import Annotated
 
-from fastapi import APIRouter, Depends, Path, Query, Request
+from fastapi import APIRouter, Depends, Query, Request
 from fastapi.responses import JSONResponse, Response, StreamingResponse
 from starlette.background import BackgroundTask
 
@@ -34,20 +34,19 @@ from kuberl_api.log_follows import (
     follows_of,
 )
 from kuberl_api.page import PLOT_ROUTE
-from kuberl_api.schemas import ProgressHistory, ProgressPoint, RLJobList, Status
-from kuberl_api.submission import JSON_TYPES, MAX_BODY_BYTES, YAML_TYPES, parse_submission
+from kuberl_api.routes.documented import (
+    LOGS,
+    PLOT,
+    POLICY,
+    SUBMISSION,
+    JobName,
+    Namespace,
+    error_responses,
+)
+from kuberl_api.schemas import ProgressHistory, ProgressPoint, RLJobList
+from kuberl_api.submission import MAX_BODY_BYTES, parse_submission
 from kuberl_contract.plots import MEDIA_TYPES, Curve, PlotFormat, draw
-from kuberl_operator.constants import MAX_JOB_NAME_LENGTH
-from kuberl_operator.spec import DNS_LABEL_PATTERN, JOB_NAME_PATTERN, Phase, RLJob
-
-Namespace = Annotated[
-    str, Path(description="The job's namespace.", max_length=63, pattern=DNS_LABEL_PATTERN)
-]
-JobName = Annotated[
-    str,
-    Path(description="The job's name.", max_length=MAX_JOB_NAME_LENGTH, pattern=JOB_NAME_PATTERN),
-]
-
+from kuberl_operator.spec import Phase, RLJob
 
 TEXT = "text/plain; charset=utf-8"
 
@@ -55,11 +54,6 @@ WATCH_REFUSED = (
     "watching is not supported by this API: poll GET .../jobs or .../jobs/{name} instead "
     "(`kuberl get jobs -w` does)"
 )
-
-
-def error_responses(*codes: int) -> dict[int | str, dict[str, Any]]:
-    """OpenAPI entries for the error codes a route answers (all with a Status body)."""
-    return {code: {"model": Status} for code in (400, 401, 403, 500, 503, *codes)}
 
 
 async def submit_job(
@@ -293,44 +287,6 @@ async def job_policy(namespace: Namespace, name: JobName, caller: PageCaller, ba
     )
 
 
-# The RLJob model gives apiVersion and kind defaults (a stored job always has them), but a
-# submission must spell them out, as kubectl apply wants.
-_BODY_SCHEMA = {
-    "allOf": [{"$ref": "#/components/schemas/RLJob"}, {"required": ["apiVersion", "kind"]}]
-}
-_SUBMISSION = {
-    "requestBody": {
-        "required": True,
-        "description": "An RLJob manifest, as JSON or YAML.",
-        "content": {
-            **{media: {"schema": _BODY_SCHEMA} for media in sorted(JSON_TYPES)},
-            **{media: {"schema": {"type": "string"}} for media in sorted(YAML_TYPES)},
-        },
-    }
-}
-_LOGS = {
-    **error_responses(404, 429, 501),
-    200: {"content": {"text/plain": {"schema": {"type": "string"}}}},
-}
-_POLICY = {
-    **error_responses(404, 501),
-    200: {
-        "description": "The exported policy (ONNX).",
-        "content": {"application/octet-stream": {"schema": {"type": "string", "format": "binary"}}},
-    },
-}
-_PLOT = {
-    **error_responses(404, 501),
-    200: {
-        "description": "The learning curve.",
-        "content": {
-            "image/png": {"schema": {"type": "string", "format": "binary"}},
-            "image/svg+xml": {"schema": {"type": "string"}},
-        },
-    },
-}
-
-
 def router(history_source: str) -> APIRouter:
     """The jobs routes of an app whose backend reads progress from `history_source`."""
     every_namespace = APIRouter(tags=["jobs"])
@@ -355,7 +311,7 @@ def _namespaced(history_source: str) -> APIRouter:
         status_code=201,
         response_model=RLJob,
         responses=error_responses(404, 409, 413, 415, 422),
-        openapi_extra=_SUBMISSION,
+        openapi_extra=SUBMISSION,
     )
     jobs.add_api_route(
         "", list_jobs, methods=["GET"], response_model=RLJobList, responses=error_responses()
@@ -387,14 +343,14 @@ def _namespaced(history_source: str) -> APIRouter:
         )
     # response_class=Response, as for the policy and the plot: the 200 is text, not JSON.
     jobs.add_api_route(
-        "/{name}/logs", job_logs, methods=["GET"], response_class=Response, responses=_LOGS
+        "/{name}/logs", job_logs, methods=["GET"], response_class=Response, responses=LOGS
     )
     jobs.add_api_route(
         "/{name}/policy",
         job_policy,
         methods=["GET"],
         response_class=Response,
-        responses=_POLICY,
+        responses=POLICY,
     )
     jobs.add_api_route(
         "/{name}/plot",
@@ -402,6 +358,6 @@ def _namespaced(history_source: str) -> APIRouter:
         methods=["GET"],
         name=PLOT_ROUTE,
         response_class=Response,
-        responses=_PLOT,
+        responses=PLOT,
     )
     return jobs

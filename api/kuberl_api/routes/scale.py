@@ -13,7 +13,7 @@ from fastapi.responses import JSONResponse
 
 from kuberl_api.deps import BackendDep, CurrentCaller
 from kuberl_api.guard import read_body
-from kuberl_api.routes.jobs import JobName, Namespace, error_responses
+from kuberl_api.routes.documented import JobName, Namespace, error_responses
 from kuberl_api.scaling import MAX_SCALE_BODY_BYTES, parse_scale_request, scale_of
 from kuberl_api.schemas import JobScale, ScaleRequest
 from kuberl_api.submission import JSON_TYPES, YAML_TYPES
