@@ -243,6 +243,7 @@ def _env_problem(trainer: dict[str, Any]) -> EnvProblem | None:
     from pydantic import TypeAdapter, ValidationError
 
     from kuberl_contract.config import ALGORITHMS, PBT, ModelConfig, WrapperConfig
+    from kuberl_contract.config.multi_agent import MultiAgentConfig
     from kuberl_trainer.envs.problems import env_problem  # gymnasium: only imported when needed
 
     algorithm, where = trainer.get("algorithm"), ""
@@ -253,6 +254,7 @@ def _env_problem(trainer: dict[str, Any]) -> EnvProblem | None:
     try:
         wrappers = TypeAdapter(list[WrapperConfig]).validate_python(trainer.get("wrappers", []))
         model = ModelConfig.model_validate(inner.get("model", trainer.get("model", {})))
+        multi_agent = TypeAdapter(MultiAgentConfig | None).validate_python(inner.get("multiAgent"))
     except ValidationError:
         return None  # reported by the spec's validation; the env is not made without them
 
@@ -267,6 +269,7 @@ def _env_problem(trainer: dict[str, Any]) -> EnvProblem | None:
             normalize_observations=_normalizes_observations(inner),
             model=model,
             images=row is None or row.image_observations,
+            multi_agent=multi_agent,
         )
     if problem is not None and problem.field.startswith(("normalization.", "model.")):
         return problem._replace(field=where + problem.field)

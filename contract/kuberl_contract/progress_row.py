@@ -162,6 +162,15 @@ EXPLOITS = "exploits"
 """The round's exploits: trial (replaced), from (the donor) and the hyperparameters it goes on
 with after exploring."""
 
+# A multi-agent job of several policies.
+POLICIES = "policies"
+"""One object per policy of a multi-agent job of several: policy (its name),
+episode_return_mean (over the metricsWindow most recent episodes of its agents, each agent's own
+return) and the statistics its learn steps reported in the iteration (a frozen policy has none).
+The row's own statistics are their means over the policies that learned."""
+POLICY_LABEL = "policy"
+"""The label naming a multi-agent job's policy on its per-policy metrics."""
+
 
 class RowGroup(StrEnum):
     """What a progress-row key tells, for readers that show keys by kind (TensorBoard's
@@ -339,6 +348,11 @@ METRIC_LEARNER_QUEUE_DEPTH = "kuberl_learner_queue_depth"
 METRIC_LEARNER_UTILISATION = "kuberl_learner_utilisation"
 
 # Population-based training, labelled with the trial's index as well.
+METRIC_POLICY_EPISODE_RETURN_MEAN = "kuberl_policy_episode_return_mean"
+"""Gauge per policy of a multi-agent job of several (label policy)."""
+METRIC_POLICY_STATISTIC = "kuberl_policy_learner_statistic"
+"""Gauge per policy of a multi-agent job of several and statistic its learner reports (labels
+policy and statistic, one of POLICY_STATS)."""
 METRIC_TRIAL_EPISODE_RETURN_MEAN = "kuberl_trial_episode_return_mean"
 METRIC_TRIAL_TIMESTEPS = "kuberl_trial_timesteps"
 METRIC_TRIAL_EXPLOITS = "kuberl_trial_exploits_total"

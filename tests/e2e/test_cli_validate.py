@@ -56,9 +56,9 @@ BROKEN = {
         edited(**{"spec.trainer.env": "CartPol-v1"}),
         ["spec.trainer.env: 'CartPol-v1' is not a registered gymnasium id", "'CartPole-v1'"],
     ),
-    "tuple-space": (
-        edited(**{"spec.trainer.env": "Blackjack-v1"}),
-        ["spec.trainer.env: observation space Tuple(", "is not supported"],
+    "tuple-space-for-the-cnn": (
+        edited(**{"spec.trainer.env": "Blackjack-v1", "spec.trainer.model": {"encoder": "cnn"}}),
+        ["spec.trainer.model.encoder: the observation space Tuple(", "use encoder: mlp"],
     ),
     "unknown-wrapper": (
         edited(

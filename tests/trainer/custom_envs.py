@@ -115,3 +115,17 @@ class LuckyFirstSeeds(gym.Env):
 
     def step(self, action):
         return np.zeros(1, np.float32), self.reward, True, False, {}
+
+
+class TextObservations(gym.Env):
+    """Observations kuberl's networks cannot take (a Text space), for the errors that say so."""
+
+    observation_space = gym.spaces.Text(8)
+    action_space = gym.spaces.Discrete(2)
+
+    def reset(self, *, seed=None, options=None):
+        super().reset(seed=seed)
+        return "a", {}
+
+    def step(self, action):
+        return "a", 0.0, True, False, {}

@@ -58,7 +58,7 @@ def test_discrete_actions_that_start_elsewhere_are_refused_saying_why():
     "env, config, needle",
     [
         ("CartPol-v1", {}, "did you mean 'CartPole-v1'"),
-        ("Blackjack-v1", {}, "observation space Tuple"),
+        ("custom_envs:TextObservations", {}, "observation space Text(1, 8, charset="),
         ("custom_envs:Nope", {}, "has no attribute 'Nope'"),
         ("no_such_module:Env", {}, "cannot import module 'no_such_module'"),
         ("custom_envs:Corridor", {"width": 3}, "unexpected keyword argument 'width'"),

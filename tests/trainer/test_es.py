@@ -113,7 +113,7 @@ def test_a_worker_evaluates_whole_episodes_and_returns_only_indices_and_returns(
         np.testing.assert_array_equal(result.returns, result.lengths)
         assert result.lengths.min() >= 8 and result.lengths.max() <= 500
         # The envs start afresh after it: sampling afterwards would begin new episodes.
-        assert not worker.episode_lengths.any()
+        assert not worker.episodes.lengths.any()
         # Statistics of every observation acted on, idle envs' included, for the standardizer.
         count, total, sumsq = result.observations
         assert count >= result.lengths.sum() and total.shape == sumsq.shape == (4,)

@@ -31,7 +31,7 @@ def test_recorded_logp_and_values_match_the_policy(env, model):
     batch = worker.sample()
     # 3 envs x 40 steps, less each env's reset step after an episode's end: one row per step of
     # the episodes that ended and of those still going
-    assert len(batch) == batch.episode_lengths.sum() + worker.episode_lengths.sum()
+    assert len(batch) == batch.episode_lengths.sum() + worker.episodes.lengths.sum()
     assert len(batch) < 120 if env != "Pendulum-v1" else len(batch) == 120
     obs = torch.from_numpy(batch["obs"])
     with torch.no_grad():

@@ -56,7 +56,8 @@ def test_both_spaces_travel_together():
 @pytest.mark.parametrize(
     ("record", "reason"),
     [
-        ({"type": "Dict"}, "Box or Discrete only"),
+        ({"type": "Text"}, "MultiBinary, Dict and Tuple only"),
+        ({"type": "Dict"}, "spaces must be a list of 1 to 1024 parts"),
         ({"type": "Discrete", "n": 0, "start": 0}, "n must be an integer from 1"),
         ({"type": "Discrete", "n": True, "start": 0}, "n must be an integer"),
         ({"type": "Discrete", "n": MAX_VALUES + 1, "start": 0}, "n must be an integer"),

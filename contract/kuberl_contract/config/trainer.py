@@ -7,7 +7,14 @@ from __future__ import annotations
 
 from typing import Annotated, Any, Literal, Union
 
-from pydantic import Discriminator, Field, Tag, create_model, model_validator
+from pydantic import (
+    Discriminator,
+    Field,
+    Tag,
+    ValidationError,
+    create_model,
+    model_validator,
+)
 from pydantic.alias_generators import to_camel
 
 from kuberl_contract.config.algorithms import ALGORITHMS, AlgorithmRow
@@ -15,6 +22,7 @@ from kuberl_contract.config.base import Spec
 from kuberl_contract.config.checkpoint import CheckpointConfig, WarmStartConfig
 from kuberl_contract.config.evaluation import EvaluationConfig
 from kuberl_contract.config.model import ModelConfig
+from kuberl_contract.config.multi_agent import JOB_WIDE_HYPERPARAMETERS, MultiAgentConfig
 from kuberl_contract.config.normalization import NormalizationConfig
 from kuberl_contract.config.optimizer import (
     OPTIMIZERS,
@@ -38,9 +46,11 @@ class _TrainerBase(Spec):
 
     wrappers: list[WrapperConfig] = Field(default_factory=list, max_length=64)
     """gymnasium wrappers put around every env in this order (the first wraps the env itself), the
-    same on every rollout worker and in evaluation: [{name: FlattenObservation}] makes Tuple or
-    Dict observations a Box. An env with a native vector entry point (CartPole) is then made one
-    by one, as the wrappers wrap single envs."""
+    same on every rollout worker and in evaluation: [{name: TimeLimit, kwargs: {max_episode_steps:
+    200}}]. (Dict, Tuple, MultiDiscrete and MultiBinary observations need none: they are encoded
+    flat, Discrete parts one-hot, and a Dict's action_mask masks the actions.) An env with a
+    native vector entry point (CartPole) is then made one by one, as the wrappers wrap single
+    envs."""
 
     model: Annotated[
         ModelConfig,
@@ -52,6 +62,10 @@ class _TrainerBase(Spec):
     ] = Field(default_factory=ModelConfig)
     """The networks' encoder of observations: the Nature CNN for images (uint8 frames), the MLP
     of hyperparameters.hidden_sizes for everything else, unless set here."""
+
+    multi_agent: MultiAgentConfig | None = None
+    """For a multi-agent env (pettingzoo:MODULE): its policies and which agents act with which.
+    Without it, every agent of such an env acts with one shared policy."""
 
     optimizer: OptimizerName | None = None
     """Override of the algorithm's default policy optimizer (the execution strategy)."""
@@ -147,6 +161,36 @@ class _TrainerBase(Spec):
         return self
 
     @model_validator(mode="after")
+    def _check_multi_agent(self) -> _TrainerBase:
+        if self.multi_agent is None:
+            return self
+        if self.algorithm not in ALGORITHMS:
+            raise ValueError(
+                f"multiAgent: {self.algorithm} runs trials of an inner trainer; set multiAgent "
+                "in trainer"
+            )
+        if self.optimizer_name == PERTURBATIONS:
+            raise ValueError(
+                f"multiAgent: {self.algorithm} perturbs one network for whole episodes; train "
+                "several agents with PPO, A2C, IMPALA, APPO, DQN, APEX or SAC"
+            )
+        for name, policy in self.multi_agent.policies.items():
+            field = f"multiAgent.policies.{name}.hyperparameters"
+            for key in sorted(JOB_WIDE_HYPERPARAMETERS & policy.hyperparameters.keys()):
+                raise ValueError(
+                    f"{field}.{key}: the job's policies share it; set it in hyperparameters"
+                )
+            try:
+                type(self.hyperparameters).model_validate(
+                    self.hyperparameters.model_dump() | policy.hyperparameters
+                )
+            except ValidationError as exc:
+                error = exc.errors()[0]
+                where = ".".join(str(part) for part in error["loc"])
+                raise ValueError(f"{field}.{where}: {error['msg']}") from None
+        return self
+
+    @model_validator(mode="after")
     def _check_warm_start(self) -> _TrainerBase:
         if self.warm_start is not None and self.algorithm not in ALGORITHMS:
             raise ValueError(
@@ -210,3 +254,15 @@ def with_hyperparameters(config: AnyTrainerConfig, changes: dict[str, Any]) -> A
         config.hyperparameters.model_dump() | changes
     )
     return config.model_copy(update={"hyperparameters": hyperparameters})
+
+
+def policy_config(config: AnyTrainerConfig, name: str) -> AnyTrainerConfig:
+    """The config policy `name` of a multi-agent job learns with: the job's, with the
+    hyperparameters and the model of multiAgent.policies[name] where it sets them."""
+    spec = config.multi_agent.policies.get(name) if config.multi_agent else None
+    if spec is None:
+        return config
+    changed = with_hyperparameters(config, spec.hyperparameters)
+    if spec.model is not None:
+        changed = changed.model_copy(update={"model": spec.model})
+    return changed

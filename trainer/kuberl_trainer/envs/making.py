@@ -36,6 +36,12 @@ if TYPE_CHECKING:  # a remote worker imports this module, not the config (frozen
     from kuberl_contract.config import WrapperConfig
 
 
+EPISODE_ENDED = "episode_ended"
+"""A vector env step's info key saying which lanes' episodes ended, where that is not each lane's
+own termination or truncation (a multi-agent env's lanes end together with their copy's episode,
+and an agent may be done before it)."""
+
+
 class EnvError(InvalidJobError):
     """The env named in the job cannot be made or has spaces kuberl cannot train on. `field` says
     where in spec.trainer: `env`, or a wrapper's (`wrappers[0]`, `wrappers[0].name`,
@@ -55,7 +61,7 @@ def _did_you_mean(name: str, names: Sequence[str]) -> str:
     return f"; did you mean {close[0]!r}?" if close else ""
 
 
-def _imported(path: str, field: str) -> Callable[..., Any]:
+def imported(path: str, field: str) -> Callable[..., Any]:
     """The callable a `module:attr` path names, its module looked for as search_path.py says."""
     module_name, _, attr = path.partition(":")
     try:
@@ -75,7 +81,7 @@ def env_creator(env: str) -> Callable[..., gym.Env]:
     """A callable building the env from keyword arguments."""
     atari.register(env)
     if ":" in env and env.split(":", 1)[0] not in gym.registry:
-        return _imported(env, "env")
+        return imported(env, "env")
     if (legacy := atari.legacy_suggestion(env)) is not None:  # known or not, as ale-py was loaded
         raise EnvError(f"{env!r} is gym's old Atari id, which kuberl does not make{legacy}")
     if env not in gym.registry:
@@ -96,7 +102,7 @@ def wrapper_creator(wrapper: WrapperConfig, field: str) -> Callable[..., gym.Env
     """The class or callable `wrapper.name` names, once its kwargs are known to be keyword
     arguments it takes. `field` is the wrapper's place in spec.trainer (`wrappers[0]`)."""
     if ":" in wrapper.name:
-        wrap = _imported(wrapper.name, f"{field}.name")
+        wrap = imported(wrapper.name, f"{field}.name")
         if (
             isinstance(wrap, type)
             and issubclass(wrap, gym.Env)
@@ -250,7 +256,7 @@ def episode_steps(
     its episode's return (the game's own, before any clipping), and which envs' episodes ended
     (and reset on their next step): every termination and truncation but those at a lost life
     of a game that goes on."""
-    ended = terminated | truncated
+    ended = info[EPISODE_ENDED] if EPISODE_ENDED in info else terminated | truncated
     if atari.LIFE_LOST in info:
         ended = ended & ~info[atari.LIFE_LOST]
     return info.get(atari.RAW_REWARD, rewards), ended

@@ -122,7 +122,10 @@ class Normalizer:
 
     The driver's local worker holds the global statistics themselves (the WorkerSet sets
     `keeps_global`): what it samples is merged into them at once, and the WorkerSet merges the
-    remote workers' deltas into them."""
+    remote workers' deltas into them.
+
+    `obs_dim` counts the features only: an observation's columns after them (`kept`, an action
+    mask's) are neither counted nor normalized, and pass as they are."""
 
     def __init__(
         self,
@@ -131,8 +134,11 @@ class Normalizer:
         num_envs: int,
         gamma: float,
         keeps_global: bool = False,
+        kept: int = 0,
     ):
         self.config = config
+        self.features = obs_dim
+        self.kept = kept
         self.gamma = gamma
         self.keeps_global = keeps_global
         self.stats = NormalizationStats.empty(obs_dim)
@@ -146,7 +152,7 @@ class Normalizer:
     def observe(self, obs: np.ndarray) -> None:
         """Count observations the envs returned (a (N, obs_dim) batch)."""
         if self.config.observations:
-            self.delta.obs.update(obs)
+            self.delta.obs.update(obs[:, : self.features] if self.kept else obs)
 
     def normalize_obs(self, obs: np.ndarray) -> np.ndarray:
         """clip((obs - mean) / sqrt(var + epsilon), +-clipObservations), as float32; `obs` itself
@@ -154,8 +160,12 @@ class Normalizer:
         if not self.config.observations:
             return obs
         stats, clip = self.stats.obs, self.config.clip_observations
-        normalized = (obs - stats.mean) / np.sqrt(stats.var + self.config.epsilon)
-        return np.clip(normalized, -clip, clip).astype(np.float32)
+        features = obs[..., : self.features] if self.kept else obs
+        normalized = (features - stats.mean) / np.sqrt(stats.var + self.config.epsilon)
+        normalized = np.clip(normalized, -clip, clip).astype(np.float32)
+        if not self.kept:
+            return normalized
+        return np.concatenate([normalized, obs[..., self.features :]], axis=-1)
 
     def scale_rewards(
         self, rewards: np.ndarray, dones: np.ndarray, valid: np.ndarray
@@ -258,13 +268,13 @@ class GlobalNormalization:
 
 def make_normalizer(config: Any, spaces: SpaceInfo, num_envs: int) -> Normalizer:
     """A rollout worker's normalizer for `config` (a trainer's config). Observations are
-    normalized only where they are a Box: a one-hot encoded Discrete one is refused, naming the
-    field."""
+    normalized only where they are not a one-hot encoded Discrete one (refused, naming the
+    field) nor images; an action mask's columns never."""
     settings = config.normalization
     if settings.observations and (problem := observation_normalization_problem(spaces)):
         raise EnvError(problem, NORMALIZED_OBSERVATIONS)
     gamma = discount(config.hyperparameters)
-    return Normalizer(settings, spaces.obs_dim, num_envs, gamma)
+    return Normalizer(settings, spaces.feature_dim, num_envs, gamma, kept=spaces.action_mask_n or 0)
 
 
 def discount(hyperparameters: Any) -> float:

@@ -1,10 +1,12 @@
 """An env's spaces as the networks take them: `space_info` checks that the model
 (spec.trainer.model) can take them and describes them (SpaceInfo: flat or image observations,
-Discrete or Box actions), the CNN's sizes follow from an image's layout, and `encode_obs` turns
-the envs' observations into what the model takes.
+Discrete, MultiDiscrete or Box actions, an action mask), the CNN's sizes follow from an image's
+layout, and `encode_obs` turns the envs' observations into what the model takes.
 
-Only Box and Discrete spaces are supported (after the wrappers); anything else is an EnvError
-naming the field of spec.trainer, reported when the job is validated, not mid-run (problems.py).
+Observations may be a Box, a Discrete, or (flat, for the MLP: encoding.py) a MultiDiscrete, a
+MultiBinary, a Dict or a Tuple; a top-level Dict's `action_mask` masks the actions. Actions may be
+Discrete, MultiDiscrete or Box. Anything else is an EnvError naming the field of spec.trainer,
+reported when the job is validated, not mid-run (problems.py).
 """
 
 from __future__ import annotations
@@ -16,6 +18,15 @@ from typing import TYPE_CHECKING, Any
 import gymnasium as gym
 import numpy as np
 
+from kuberl_trainer.envs.encoding import (
+    ACTION_MASK,
+    encode_structured,
+    encoded_width,
+    holds_image,
+    is_structured,
+    mask_space,
+    structure_problem,
+)
 from kuberl_trainer.envs.making import EnvError
 
 if TYPE_CHECKING:  # a remote worker imports this module, not the config (frozen.py says why)
@@ -51,18 +62,31 @@ class ImageLayout:
 class SpaceInfo:
     """What the networks need to know about an env's spaces."""
 
-    obs_dim: int
+    obs_dim: int  # columns of an encoded flat observation, an action mask's included
     obs_discrete_n: int | None  # set when observations are Discrete and get one-hot encoded
-    action_discrete_n: int | None  # set for Discrete actions
-    action_dim: int  # 1 for Discrete, the flat size for Box
+    action_discrete_n: int | None  # Discrete actions: n; MultiDiscrete: sum(nvec), the logits
+    action_dim: int  # 1 for Discrete, k for MultiDiscrete, the flat size for Box
     action_low: np.ndarray | None
     action_high: np.ndarray | None
     image: ImageLayout | None = None  # set when a CNN encodes the observations
     obs_discrete_start: int = 0  # Discrete observations: the first one's value (Discrete.start)
+    structured: gym.Space | None = None  # an observation space encoding.py encodes
+    action_nvec: tuple[int, ...] | None = None  # MultiDiscrete actions: each component's n
+    action_mask_n: int | None = None  # the legal actions' mask: the last n observation columns
 
     @property
     def discrete_actions(self) -> bool:
+        """Discrete or MultiDiscrete actions: logits, no Gaussian."""
         return self.action_discrete_n is not None
+
+    @property
+    def multi_discrete_actions(self) -> bool:
+        return self.action_nvec is not None
+
+    @property
+    def feature_dim(self) -> int:
+        """Columns of a flat observation the networks take: the mask's left out."""
+        return self.obs_dim - (self.action_mask_n or 0)
 
     @property
     def obs_shape(self) -> tuple[int, ...]:
@@ -89,7 +113,7 @@ def space_info(
         from kuberl_contract.config import ModelConfig
 
         model = ModelConfig()
-    image = None
+    image, structured = None, None
     if isinstance(obs_space, gym.spaces.Box):
         obs_dim, obs_n = int(np.prod(obs_space.shape)), None
         image = image_layout(obs_space, model, images)
@@ -97,12 +121,21 @@ def space_info(
         obs_dim, obs_n = int(obs_space.n), int(obs_space.n)
         if model.encoder == "cnn":
             raise EnvError(f"the observation space {obs_space} is no image", MODEL_ENCODER)
+    elif is_structured(obs_space):
+        obs_dim, obs_n, structured = _structured_dim(obs_space, model), None, obs_space
     else:
         raise EnvError(
-            f"observation space {obs_space} is not supported: use Box or Discrete "
-            "(wrappers: [{name: FlattenObservation}] flattens Dict and Tuple spaces into a Box)"
+            f"observation space {obs_space} is not supported: use Box, Discrete, MultiDiscrete, "
+            "MultiBinary, or a Dict or Tuple of them"
         )
     obs_start = int(obs_space.start) if isinstance(obs_space, gym.spaces.Discrete) else 0
+    observations = {
+        "obs_dim": obs_dim,
+        "obs_discrete_n": obs_n,
+        "image": image,
+        "obs_discrete_start": obs_start,
+        "structured": structured,
+    }
     if isinstance(act_space, gym.spaces.Discrete):
         if act_space.start != 0:
             raise EnvError(
@@ -110,21 +143,76 @@ def space_info(
                 f"actions 0 to n-1; wrap the env (wrappers: [{{name: module:Class}}]) so that its "
                 "actions start at 0"
             )
-        return SpaceInfo(obs_dim, obs_n, int(act_space.n), 1, None, None, image, obs_start)
+        mask_n = _mask_n(obs_space, act_space, int(act_space.n))
+        return SpaceInfo(
+            **observations,
+            action_discrete_n=int(act_space.n),
+            action_dim=1,
+            action_low=None,
+            action_high=None,
+            action_mask_n=mask_n,
+        )
+    if isinstance(act_space, gym.spaces.MultiDiscrete):
+        if act_space.nvec.ndim != 1 or np.any(act_space.start != 0):
+            raise EnvError(
+                f"action space {act_space} is not supported: kuberl's policies choose a vector "
+                "of components 0 to nvec[i]-1; use a one-dimensional MultiDiscrete starting at 0"
+            )
+        nvec = tuple(int(n) for n in act_space.nvec)
+        return SpaceInfo(
+            **observations,
+            action_discrete_n=sum(nvec),
+            action_dim=len(nvec),
+            action_low=None,
+            action_high=None,
+            action_nvec=nvec,
+            action_mask_n=_mask_n(obs_space, act_space, sum(nvec)),
+        )
     if isinstance(act_space, gym.spaces.Box):
         if not (np.all(np.isfinite(act_space.low)) and np.all(np.isfinite(act_space.high))):
             raise EnvError(f"action space {act_space} must have finite bounds")
+        _mask_n(obs_space, act_space, None)
         return SpaceInfo(
-            obs_dim,
-            obs_n,
-            None,
-            int(np.prod(act_space.shape)),
-            act_space.low.astype(np.float32).ravel(),
-            act_space.high.astype(np.float32).ravel(),
-            image,
-            obs_start,
+            **observations,
+            action_discrete_n=None,
+            action_dim=int(np.prod(act_space.shape)),
+            action_low=act_space.low.astype(np.float32).ravel(),
+            action_high=act_space.high.astype(np.float32).ravel(),
         )
-    raise EnvError(f"action space {act_space} is not supported: use Box or Discrete")
+    raise EnvError(f"action space {act_space} is not supported: use Box, Discrete or MultiDiscrete")
+
+
+def _structured_dim(obs_space: gym.Space, model: ModelConfig) -> int:
+    """The flat width of a structured observation space; an EnvError where it cannot be
+    encoded, or holds images while the model asks for the CNN."""
+    if problem := structure_problem(obs_space):
+        raise EnvError(f"observation space {obs_space}: {problem}")
+    if model.encoder == "cnn":
+        image = " (images in it are flattened)" if holds_image(obs_space) else ""
+        raise EnvError(
+            f"the observation space {obs_space} is a {type(obs_space).__name__}: the CNN takes "
+            f"one image, and such spaces are encoded flat for the MLP{image}; use encoder: mlp",
+            MODEL_ENCODER,
+        )
+    return encoded_width(obs_space)
+
+
+def _mask_n(obs_space: gym.Space, act_space: gym.Space, logits: int | None) -> int | None:
+    """The width of the observations' action mask, None without one; an EnvError when the mask
+    does not fit the actions (`logits`: their count, sum(nvec) for MultiDiscrete; None for Box
+    actions, which no mask can mask)."""
+    mask = mask_space(obs_space)
+    if mask is None:
+        return None
+    shape = tuple(mask.shape) if isinstance(mask, gym.spaces.Box | gym.spaces.MultiBinary) else ()
+    if logits is None or len(shape) != 1 or shape[0] != logits:
+        wanted = "no mask (Box actions)" if logits is None else f"MultiBinary({logits})"
+        raise EnvError(
+            f"the observations' {ACTION_MASK!r} {mask} does not fit the action space "
+            f"{act_space}: it must be {wanted}, 1 where an action is legal"
+            + (", the components' masks concatenated" if logits and act_space.shape else "")
+        )
+    return shape[0]
 
 
 def job_space_info(envs: gym.vector.VectorEnv, config: Any) -> SpaceInfo:
@@ -208,9 +296,12 @@ def _convolved(size: int, kernel: int, stride: int) -> int:
     return (size - kernel) // stride + 1
 
 
-def encode_obs(obs: np.ndarray, info: SpaceInfo) -> np.ndarray:
+def encode_obs(obs: Any, info: SpaceInfo) -> np.ndarray:
     """A (batch, *info.obs_shape) array: images as the envs return them (uint8 ones without a
-    copy), other Box observations flattened to float32, Discrete ones one-hot."""
+    copy), other Box observations flattened to float32, Discrete ones one-hot, the structured
+    ones flat (encoding.py: the action mask last)."""
+    if info.structured is not None:
+        return encode_structured(info.structured, obs)
     if info.image is not None:
         return np.asarray(obs, dtype=info.obs_dtype)
     if info.obs_discrete_n is not None:

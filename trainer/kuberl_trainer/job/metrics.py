@@ -47,11 +47,13 @@ from kuberl_contract.progress_row import (
     METRIC_LEARNER_SECONDS,
     METRIC_LEARNER_UTILISATION,
     METRIC_POLICY_ENTROPY,
+    METRIC_POLICY_EPISODE_RETURN_MEAN,
     METRIC_POLICY_KL,
     METRIC_POLICY_LAG,
     METRIC_POLICY_LAG_MAX,
     METRIC_POLICY_LAG_P90,
     METRIC_POLICY_LOSS,
+    METRIC_POLICY_STATISTIC,
     METRIC_RESOURCE_WAIT,
     METRIC_SAMPLE_SECONDS,
     METRIC_SAMPLES_PER_SECOND,
@@ -67,10 +69,13 @@ from kuberl_contract.progress_row import (
     METRIC_WORKER_DOWNTIME,
     METRIC_WORKER_RESTARTS,
     METRIC_WORKERS_READY,
+    POLICIES,
+    POLICY_LABEL,
     POLICY_LAG,
     POLICY_LAG_MAX,
     POLICY_LAG_P90,
     POLICY_LOSS,
+    POLICY_STATS,
     Q_MEAN,
     RLJOB_LABEL,
     SAMPLES_PER_S,
@@ -89,6 +94,7 @@ from kuberl_contract.progress_row import (
 )
 
 LABELS = ("namespace", RLJOB_LABEL, "algorithm")
+POLICY_LABELS = (*LABELS, POLICY_LABEL)  # a multi-agent job's policies: at most 64
 TRIAL_LABELS = (*LABELS, "trial")  # a population's trials: at most hyperparameters.population
 
 METRIC_RETURN_TARGET = "kuberl_return_target"
@@ -266,6 +272,18 @@ class TrainerMetrics:
             TRIAL_LABELS,
             registry=r,
         )
+        self.policy_return = Gauge(
+            METRIC_POLICY_EPISODE_RETURN_MEAN,
+            "Mean recent episode return of the agents of a policy of a multi-agent job.",
+            POLICY_LABELS,
+            registry=r,
+        )
+        self.policy_statistic = Gauge(
+            METRIC_POLICY_STATISTIC,
+            "A learner statistic of a policy of a multi-agent job, its last iteration's.",
+            (*POLICY_LABELS, "statistic"),
+            registry=r,
+        )
         self.learner = {stat: gauge(name, doc) for stat, (name, doc) in LEARNER_GAUGES.items()}
         for learner_gauge in self.learner.values():
             learner_gauge.set(math.nan)  # a statistic this algorithm lacks is no loss of 0
@@ -323,6 +341,14 @@ class TrainerMetrics:
         for stat, gauge in self.learner.items():
             if stat in row:
                 gauge.set(row[stat])
+        for entry in row.get(POLICIES, ()):
+            labels = self.labels | {POLICY_LABEL: entry[POLICY_LABEL]}
+            if math.isfinite(entry[EPISODE_RETURN_MEAN]):
+                self.policy_return.labels(**labels).set(entry[EPISODE_RETURN_MEAN])
+            for statistic in POLICY_STATS:
+                if statistic in entry:
+                    gauge = self.policy_statistic.labels(**labels, statistic=statistic)
+                    gauge.set(entry[statistic])
         for trial in row.get(TRIALS, ()):
             labels = self.labels | {"trial": str(trial["trial"])}
             self.trial_return.labels(**labels).set(trial[EPISODE_RETURN_MEAN])

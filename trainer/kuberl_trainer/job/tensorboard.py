@@ -16,7 +16,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from kuberl_contract.progress_row import TIMESTEPS_TOTAL, row_group
+from kuberl_contract.progress_row import POLICIES, POLICY_LABEL, TIMESTEPS_TOTAL, row_group
 
 TENSORBOARD_DIR = "tensorboard"
 """The event files' folder inside the run directory (point `tensorboard --logdir` at it, or at a
@@ -30,15 +30,19 @@ def scalar_tag(key: str) -> str:
 
 
 def scalars(row: dict[str, Any]) -> dict[str, float]:
-    """The row's numeric values by tag. The step itself (timesteps_total), booleans, nulls and
-    non-finite values (a mean over no episode yet) are left out."""
+    """The row's numeric values by tag, those of each policy of a multi-agent job tagged with its
+    name too. The step itself (timesteps_total), booleans, nulls and non-finite values (a mean
+    over no episode yet) are left out."""
+    values = {scalar_tag(key): float(value) for key, value in row.items() if key != TIMESTEPS_TOTAL}
+    # a multi-agent job's policies: `charts/episode_return_mean/attacker`, `losses/kl/attacker`
+    for entry in row.get(POLICIES, ()):
+        name = entry[POLICY_LABEL]
+        own = {key: value for key, value in entry.items() if key != POLICY_LABEL}
+        values |= {f"{scalar_tag(key)}/{name}": value for key, value in own.items()}
     return {
-        scalar_tag(key): float(value)
-        for key, value in row.items()
-        if key != TIMESTEPS_TOTAL
-        and isinstance(value, int | float)
-        and not isinstance(value, bool)
-        and math.isfinite(value)
+        tag: float(value)
+        for tag, value in values.items()
+        if isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)
     }
 
 

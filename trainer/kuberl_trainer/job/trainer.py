@@ -45,7 +45,7 @@ from kuberl_trainer.envs.spaces import SpaceInfo
 from kuberl_trainer.job import algorithms
 from kuberl_trainer.job.device_choice import DeviceTrial
 from kuberl_trainer.job.evaluation import greedy_evaluation
-from kuberl_trainer.policies.acting import ActingOnly
+from kuberl_trainer.job.policy_metrics import PolicyMetrics
 from kuberl_trainer.policies.base import TorchPolicy
 from kuberl_trainer.rollouts.interrupt import StopRequest
 from kuberl_trainer.rollouts.rollout_worker import RolloutWorker
@@ -89,6 +89,7 @@ class Trainer:
         self.stop_request = stop_request or StopRequest()
         window = config.metrics_window
         self.recent_returns: deque[float] = deque(maxlen=window)
+        self.policy_metrics = PolicyMetrics(window)
         self.recent_lengths: deque[int] = deque(maxlen=window)
         self.iteration = 0
         self.episodes_total = 0
@@ -157,11 +158,9 @@ class Trainer:
             self.workers.stop()
 
     def _make_workers(self, resumed_iteration: int) -> WorkerSet:
-        policy_class = algorithms.policy_class(self.config)
         # Remote workers only act: where they can, without torch (see policy/acting.py), and
         # then reading a Frozen copy of the config, without pydantic (see frozen.py).
-        remote_policy = algorithms.remote_policy(self.config)
-        only_acts = isinstance(remote_policy, ActingOnly)
+        policy_class, remote_policy, only_acts = algorithms.worker_policies(self.config)
         starts: Counter[int] = Counter()  # of each worker slot in this run
 
         def worker_kwargs(index: int) -> dict[str, Any]:
@@ -215,6 +214,7 @@ class Trainer:
         result = optimizer.step()
         self.iteration += 1
         self.recent_returns.extend(result.episode_returns.tolist())
+        policies = self.policy_metrics.take(result.policy_returns, result.learner_stats)
         self.recent_lengths.extend(result.episode_lengths.tolist())
         self.episodes_total += len(result.episode_returns)
         evaluation = self.config.evaluation
@@ -245,6 +245,7 @@ class Trainer:
             WORKER_DOWNTIME_S: optimizer.workers.downtime_s,
             WORKERS_READY: optimizer.workers.num_ready,
             **result.learner_stats,
+            **policies,
         }
         timer_deltas = {
             name: seconds - timers_before.get(name, 0.0)

@@ -22,8 +22,9 @@ from typing import Any
 import numpy as np
 
 from kuberl_contract.progress_row import POLICY_LAG
-from kuberl_trainer.optimizers.base import PolicyOptimizer, StepResult
+from kuberl_trainer.optimizers.base import PolicyOptimizer, StepResult, mean_statistics
 from kuberl_trainer.optimizers.flow_control import calls_to_top_up
+from kuberl_trainer.policies.sample_batch import merged_policy_returns
 from kuberl_trainer.rollouts.pool_events import Completed
 from kuberl_trainer.rollouts.rollout_worker import Gradients
 from kuberl_trainer.rollouts.worker_set import WorkerSet
@@ -60,7 +61,7 @@ class AsyncGradientsOptimizer(PolicyOptimizer):
                     results.append(self._apply(event.result, event.worker))
                     if self.workers.takes_calls(event.worker):  # not if its node drains
                         self._request_gradients(event.worker)  # behind the weights just sent
-        stats = {key: float(np.mean([r.stats[key] for r in results])) for key in results[0].stats}
+        stats = mean_statistics([r.stats for r in results])
         sampled = sum(r.steps for r in results)
         self.counters.steps_sampled += sampled
         self.counters.steps_trained += sampled
@@ -70,6 +71,7 @@ class AsyncGradientsOptimizer(PolicyOptimizer):
             np.concatenate([r.episode_lengths for r in results]),
             sampled,
             sampled,
+            merged_policy_returns(results),
         )
 
     def _request_gradients(self, index: int) -> None:

@@ -36,11 +36,11 @@ from kuberl_contract.progress_row import (
     REPLAY_SIZE,
 )
 from kuberl_trainer.errors import InvalidJobError
-from kuberl_trainer.optimizers.base import PolicyOptimizer, StepResult
+from kuberl_trainer.optimizers.base import PolicyOptimizer, StepResult, mean_statistics
 from kuberl_trainer.optimizers.flow_control import calls_to_top_up, replay_behind, weights_due
 from kuberl_trainer.optimizers.learner_thread import LearnerThread
 from kuberl_trainer.optimizers.replay_shard import ReplayShard, ReplayShards
-from kuberl_trainer.policies.sample_batch import SampleBatch
+from kuberl_trainer.policies.sample_batch import SampleBatch, merged_policy_returns
 from kuberl_trainer.rollouts.pool_events import Completed
 from kuberl_trainer.rollouts.resources import check_resources, replay_shards_request
 from kuberl_trainer.rollouts.worker_set import WorkerSet
@@ -244,11 +244,7 @@ class AsyncReplayOptimizer(PolicyOptimizer):
         self.counters.steps_sampled += sampled
         self.counters.steps_trained += trained
         self.policy.set_global_timesteps(self.counters.steps_sampled)
-        stats = (
-            {key: float(np.mean([s[key] for s in learned])) for key in learned[0]}
-            if learned
-            else {}
-        )
+        stats = mean_statistics(learned)
         if self.reported is None:  # one exploration rate for all, decaying
             stats |= self.policy.exploration_stats()
         reported = [b for index, b in batches if self.reported is None or index in self.reported]
@@ -264,6 +260,7 @@ class AsyncReplayOptimizer(PolicyOptimizer):
             np.concatenate([np.zeros(0, np.int64), *(b.episode_lengths for b in reported)]),
             sampled,
             trained,
+            merged_policy_returns(b for _, b in batches),
         )
 
     def save(self) -> dict[str, Any]:

@@ -12,7 +12,7 @@ from typing import Any
 
 import numpy as np
 
-from kuberl_trainer.policies.sample_batch import SampleBatch
+from kuberl_trainer.policies.sample_batch import SampleBatch, merged_policy_returns
 from kuberl_trainer.rollouts.worker_set import WorkerSet
 
 
@@ -25,6 +25,8 @@ class StepResult:
     episode_lengths: np.ndarray
     steps_sampled: int
     steps_trained: int
+    policy_returns: dict[str, np.ndarray] | None = None
+    """A multi-agent job's returns of each policy's agents (see SampleBatch.policy_returns)."""
 
 
 @dataclass
@@ -90,4 +92,12 @@ class PolicyOptimizer(ABC):
             np.concatenate([b.episode_lengths for b in batches]),
             sampled,
             trained,
+            merged_policy_returns(batches),
         )
+
+
+def mean_statistics(stats: list[dict[str, float]]) -> dict[str, float]:
+    """Each statistic's mean over the learn calls that reported it (a multi-agent job's policy
+    reports none in a call without rows of its agents)."""
+    keys = dict.fromkeys(key for each in stats for key in each)
+    return {key: float(np.mean([each[key] for each in stats if key in each])) for key in keys}

@@ -5,11 +5,10 @@ healthy workers, and stragglers are dropped, as in SyncSamples."""
 
 from __future__ import annotations
 
-from collections import defaultdict
 from typing import Any
 
 from kuberl_contract.progress_row import REPLAY_SIZE
-from kuberl_trainer.optimizers.base import PolicyOptimizer, StepResult
+from kuberl_trainer.optimizers.base import PolicyOptimizer, StepResult, mean_statistics
 from kuberl_trainer.optimizers.replay_buffer import PrioritizedReplayBuffer, ReplayBuffer
 from kuberl_trainer.optimizers.sync_samples import fixed_batch_fragments, sample_timeout
 from kuberl_trainer.rollouts.worker_set import WorkerSet
@@ -58,7 +57,7 @@ class SyncReplayOptimizer(PolicyOptimizer):
 
     def _learn(self, gradient_steps: int) -> dict[str, float]:
         """`gradient_steps` steps on fresh minibatches; the mean of each statistic."""
-        totals: dict[str, float] = defaultdict(float)
+        learned = []
         prioritized = isinstance(self.buffer, PrioritizedReplayBuffer)
         for _ in range(gradient_steps):
             if prioritized:
@@ -69,9 +68,8 @@ class SyncReplayOptimizer(PolicyOptimizer):
             stats, td_errors = self.policy.learn_on_replay_batch(columns)
             if prioritized:
                 self.buffer.update_priorities(indices, td_errors)
-            for key, value in stats.items():
-                totals[key] += value
-        return {key: total / gradient_steps for key, total in totals.items()}
+            learned.append(stats)
+        return mean_statistics(learned)
 
     def save(self) -> dict[str, Any]:
         state = super().save()

@@ -20,6 +20,7 @@ from __future__ import annotations
 import importlib
 import itertools
 from dataclasses import dataclass
+from functools import partial
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -30,7 +31,12 @@ from kuberl_trainer.policies.distributions import (
     NumpyNoise,
     SquashedGaussian,
     action_distribution,
+    categorical_logp,
+    features_of,
+    legal_columns,
+    legal_only,
     linear_epsilon,
+    masked_forward,
     worker_epsilon,
 )
 from kuberl_trainer.policies.evolution import (
@@ -40,6 +46,7 @@ from kuberl_trainer.policies.evolution import (
     standardizer,
 )
 from kuberl_trainer.policies.interface import Policy, Stats, Weights
+from kuberl_trainer.policies.numpy_mlp import ACTIVATIONS_IN_PLACE, linear_layers
 from kuberl_trainer.policies.postprocessing import (
     gae_columns,
     n_step_columns,
@@ -95,7 +102,7 @@ class OnlyActs(Policy):
 
     def __init__(self, spaces: SpaceInfo, config: AnyTrainerConfig, seed: int):
         super().__init__(spaces, config, seed)
-        self.activation = {"tanh": _tanh, "relu": _relu}[self.hp.activation]
+        self.activation = ACTIVATIONS_IN_PLACE[self.hp.activation]
         self.weights: Weights | None = None
 
     def _forward(
@@ -155,7 +162,10 @@ class ActingPolicy(OnlyActs):
     def compute_actions(
         self, obs: np.ndarray, explore: bool = True
     ) -> tuple[np.ndarray, dict[str, np.ndarray]]:
-        out = self._forward(self.actor, obs)
+        if (mask_n := self.spaces.action_mask_n) is None:  # the common case pays no call
+            out = self._forward(self.actor, obs)
+        else:
+            out = masked_forward(np, partial(self._forward, self.actor), obs, mask_n)
         actions = self.distribution.actions(np, out, self.noise if explore else None, self.std)
         return self.distribution.env_actions(np, actions), {"actions": actions, "dist_inputs": out}
 
@@ -173,10 +183,7 @@ class ActingPolicy(OnlyActs):
         """log pi(a|s) of the rollout's (T, N) actions, from the distribution inputs recorded
         while sampling."""
         if self.spaces.discrete_actions:
-            shifted = dist_inputs - dist_inputs.max(-1, keepdims=True)
-            log_norm = np.log(np.exp(shifted).sum(-1))
-            taken = np.take_along_axis(shifted, actions[..., None].astype(np.int64), -1)[..., 0]
-            return (taken - log_norm).astype(np.float32)
+            return categorical_logp(self.distribution, dist_inputs, actions)
         assert self.std is not None
         z = (actions - dist_inputs) / self.std
         log_density = -0.5 * z * z - np.log(self.std) - np.float32(0.5 * np.log(2 * np.pi))
@@ -184,7 +191,7 @@ class ActingPolicy(OnlyActs):
 
     def _values(self, obs: np.ndarray) -> np.ndarray:
         """V for (T, N, obs_dim) observations, VALUE_ROWS_PER_PASS rows at a time."""
-        flat = obs.reshape(-1, obs.shape[-1])
+        flat = features_of(obs, self.spaces.action_mask_n).reshape(obs.shape[0] * obs.shape[1], -1)
         values = np.empty(len(flat), dtype=np.float32)
         for start in range(0, len(flat), VALUE_ROWS_PER_PASS):
             rows = flat[start : start + VALUE_ROWS_PER_PASS]
@@ -197,8 +204,8 @@ class ActingPolicy(OnlyActs):
         """The learner's weights: its linear layers as (W^T, b), the critic's only where
         postprocessing needs them."""
         self.weights = weights
-        self.actor = _linear_layers(weights, "actor")
-        self.critic = _linear_layers(weights, "critic") if self.with_critic else []
+        self.actor = linear_layers(weights, "actor")
+        self.critic = linear_layers(weights, "critic") if self.with_critic else []
         if not self.spaces.discrete_actions:
             self.std = np.exp(weights["log_std"]).astype(np.float32)
 
@@ -242,9 +249,14 @@ class ActingDQNPolicy(OnlyActs):
     def compute_actions(
         self, obs: np.ndarray, explore: bool = True
     ) -> tuple[np.ndarray, dict[str, np.ndarray]]:
-        actions = self.distribution.greedy(np, self._q_values(obs))
+        if (mask_n := self.spaces.action_mask_n) is None:
+            q_values = self._q_values(obs)
+        else:
+            q_values = masked_forward(np, self._q_values, obs, mask_n)
+        actions = self.distribution.greedy(np, q_values)
         if explore:
-            actions = self.distribution.explore(self.rng, actions, self.epsilon)
+            legal = legal_columns(obs, mask_n)
+            actions = self.distribution.explore(self.rng, actions, self.epsilon, legal)
         return actions, {"actions": actions}
 
     def postprocess_trajectory(self, rollout: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
@@ -261,11 +273,11 @@ class ActingDQNPolicy(OnlyActs):
     def set_weights(self, weights: Weights) -> None:
         self.weights = weights
         if not self.hp.dueling:
-            self.q = _linear_layers(weights, "q")
+            self.q = linear_layers(weights, "q")
             return
-        self.body = _linear_layers(weights, "body.0")
-        self.value = _linear_layers(weights, "value")
-        self.advantage = _linear_layers(weights, "advantage")
+        self.body = linear_layers(weights, "body.0")
+        self.value = linear_layers(weights, "value")
+        self.advantage = linear_layers(weights, "advantage")
 
 
 class ActingAPEXPolicy(ActingDQNPolicy):
@@ -298,7 +310,7 @@ class ActingSACPolicy(OnlyActs):
 
     def set_weights(self, weights: Weights) -> None:
         self.weights = weights
-        self.actor = _linear_layers(weights, "actor.net")
+        self.actor = linear_layers(weights, "actor.net")
 
 
 class ActingESPolicy(PerturbedActing, OnlyActs):
@@ -311,21 +323,21 @@ class ActingESPolicy(PerturbedActing, OnlyActs):
         self.rng = np.random.default_rng(seed)  # as the torch policy's: the same perturbations
         self.distribution = action_distribution(spaces)
         out = spaces.action_discrete_n if spaces.discrete_actions else spaces.action_dim
-        sizes = [spaces.obs_dim, *self.hp.hidden_sizes, out]
+        sizes = [spaces.feature_dim, *self.hp.hidden_sizes, out]
         self.shapes = list(itertools.pairwise(sizes))  # (fan_in, fan_out) of each layer
         self.num_params = sum(fan_in * fan_out + fan_out for fan_in, fan_out in self.shapes)
         self.net: list[tuple[np.ndarray, np.ndarray]] = []
         self.theta = np.zeros(0, dtype=np.float32)
         # The standardizer's mean and standard deviation; None before it has counted 2.
         self.obs_mean_std: tuple[np.ndarray, np.ndarray] | None = None
-        self.seen = nothing_seen(spaces.obs_dim)
+        self.seen = nothing_seen(spaces.feature_dim)
 
     def set_weights(self, weights: Weights) -> None:
         """The learner's weights, and what acting derives from them once: theta (as the torch
         policy's flat_parameters: layer by layer, weight then bias) and the standardizer (as its
         ObservationStats.normalize computes it)."""
         self.weights = weights
-        self.net = _linear_layers(weights, "net")
+        self.net = linear_layers(weights, "net")
         self.theta = np.concatenate(
             [part for weight_t, bias in self.net for part in (weight_t.T.ravel(), bias)]
         )
@@ -339,15 +351,19 @@ class ActingESPolicy(PerturbedActing, OnlyActs):
         self, obs: np.ndarray, explore: bool = True
     ) -> tuple[np.ndarray, dict[str, np.ndarray]]:
         """The network's actions whatever `explore`: ES explores in parameter space."""
-        out = self._forward(self.net, self._normalize(obs))
+        out = masked_forward(np, self._net, obs, self.spaces.action_mask_n)
         actions = self.distribution.greedy_env_actions(np, out)
         return actions, {"actions": actions}
+
+    def _net(self, features: np.ndarray) -> np.ndarray:
+        return self._forward(self.net, self._normalize(features))
 
     def act_perturbed(self, obs: np.ndarray, parameters: np.ndarray) -> np.ndarray:
         """Actions for a (K, obs_dim) batch, row k by the network with the flat parameter vector
         `parameters[k]`."""
         self.count_observations(obs)
-        out = self._normalize(obs)[:, :, None]  # (K, D, 1)
+        mask_n = self.spaces.action_mask_n
+        out = self._normalize(features_of(obs, mask_n))[:, :, None]  # (K, D, 1)
         start = 0
         for layer, (fan_in, fan_out) in enumerate(self.shapes):
             weight = parameters[:, start : start + fan_out * fan_in].reshape(-1, fan_out, fan_in)
@@ -356,7 +372,7 @@ class ActingESPolicy(PerturbedActing, OnlyActs):
             start += fan_out
             if layer < len(self.shapes) - 1:
                 self.activation(out)
-        return self.distribution.greedy_env_actions(np, out[:, :, 0])
+        return self.distribution.greedy_env_actions(np, legal_only(np, out[:, :, 0], obs, mask_n))
 
     def postprocess_trajectory(self, rollout: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
         raise TypeError("ES learns from the returns of perturbed parameters, not from samples")
@@ -368,31 +384,3 @@ class ActingESPolicy(PerturbedActing, OnlyActs):
             return obs
         mean, std = self.obs_mean_std
         return np.clip((obs - mean) / std, -STANDARDIZED_CLIP, STANDARDIZED_CLIP).astype(obs.dtype)
-
-
-def _linear_layers(weights: Weights, network: str) -> list[tuple[np.ndarray, np.ndarray]]:
-    """(W^T, b) of each linear layer of the nn.Sequential at `network` (a state dict prefix), in
-    order: its Linear layers are at indices 0, 2, 4, ..., the activations between them."""
-    prefix = f"{network}."
-    indices = sorted(
-        int(name[len(prefix) :].split(".")[0])
-        for name in weights
-        if name.startswith(prefix)
-        and name.count(".") == network.count(".") + 2
-        and name.endswith(".weight")
-    )
-    return [
-        (
-            np.ascontiguousarray(weights[f"{prefix}{i}.weight"].T),
-            np.array(weights[f"{prefix}{i}.bias"]),
-        )
-        for i in indices
-    ]
-
-
-def _tanh(x: np.ndarray) -> None:
-    np.tanh(x, out=x)
-
-
-def _relu(x: np.ndarray) -> None:
-    np.maximum(x, 0, out=x)

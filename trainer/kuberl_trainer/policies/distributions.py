@@ -13,6 +13,7 @@ slicing. This module imports no torch: the numpy workers import it.
 from __future__ import annotations
 
 import dataclasses
+import itertools
 from abc import ABC, abstractmethod
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -26,6 +27,10 @@ if TYPE_CHECKING:
 Array = Any
 """A numpy array or a torch tensor, as `xp` computes."""
 
+ILLEGAL = -1e9
+"""The logit (or Q-value) of an action an observation's mask rules out: far below any a network
+outputs, so it is never chosen while any action is legal, yet finite, so that a row where every
+action is masked still gives finite probabilities, entropies and losses."""
 SAC_LOG_STD_MIN, SAC_LOG_STD_MAX = -20.0, 2.0
 """SAC's clamp of its actor's log standard deviation (Stable-Baselines3's and RLlib's)."""
 NOISE_CHUNK = 256
@@ -73,18 +78,59 @@ class Categorical(ActionDistribution):
     def env_actions(self, xp: Any, actions: Array) -> Array:
         return actions
 
+    def parts(self, out: Array) -> list[Array]:
+        """The logits of each component: one here."""
+        return [out]
+
+    def components(self, actions: Array) -> list[Array]:
+        """The recorded actions of each component, as `parts` splits the logits."""
+        return [actions]
+
+
+@dataclass(frozen=True)
+class MultiCategorical(Categorical):
+    """MultiDiscrete actions: one Categorical per component, component i's logits the next
+    `nvec[i]` outputs. Greedy: the argmax of each; sampled: a Gumbel-max draw of each; the policy
+    records them as (..., k) int64, as the env takes them."""
+
+    nvec: tuple[int, ...]
+
+    def parts(self, out: Array) -> list[Array]:
+        bounds = np.cumsum((0, *self.nvec)).tolist()
+        return [out[..., start:end] for start, end in itertools.pairwise(bounds)]
+
+    def components(self, actions: Array) -> list[Array]:
+        return [actions[..., i] for i in range(len(self.nvec))]
+
+    def greedy(self, xp: Any, out: Array) -> Array:
+        return xp.stack([part.argmax(-1) for part in self.parts(out)], -1)
+
+    def sample(self, xp: Any, out: Array, noise: Noise, std: Array | None) -> Array:
+        return self.greedy(xp, out + noise.gumbel(out.shape))
+
 
 @dataclass(frozen=True)
 class EpsilonGreedy(Categorical):
     """DQN's actions from Q-values: their argmax, replaced when exploring by one of the `n`
-    actions drawn uniformly, with probability epsilon."""
+    actions drawn uniformly (among the legal ones, with a mask), with probability epsilon."""
 
     n: int
 
-    def explore(self, rng: np.random.Generator, greedy: np.ndarray, epsilon: float) -> np.ndarray:
-        """`greedy`'s actions, each replaced with probability `epsilon`. In numpy in every
-        policy: the torch one draws from its numpy generator too, so both draw alike."""
-        random_actions = rng.integers(0, self.n, len(greedy))
+    def explore(
+        self,
+        rng: np.random.Generator,
+        greedy: np.ndarray,
+        epsilon: float,
+        legal: np.ndarray | None = None,
+    ) -> np.ndarray:
+        """`greedy`'s actions, each replaced with probability `epsilon`; with `legal` (B, n), the
+        observations' masks, by a legal one (the argmax of uniform draws over the legal ones).
+        In numpy in every policy: the torch one draws from its numpy generator too, so both
+        draw alike."""
+        if legal is None:
+            random_actions = rng.integers(0, self.n, len(greedy))
+        else:
+            random_actions = np.where(legal > 0.5, rng.random(legal.shape), -1.0).argmax(-1)
         return np.where(rng.random(len(greedy)) < epsilon, random_actions, greedy)
 
 
@@ -142,12 +188,56 @@ def mean_and_log_std(xp: Any, out: Array) -> tuple[Array, Array]:
 
 
 def action_distribution(spaces: SpaceInfo) -> Categorical | Gaussian:
-    """The distribution of a network that outputs logits for Discrete actions and a Gaussian's
-    mean for Box ones: the actor-critics' (PG, A2C, A3C, PPO, IMPALA, APPO), and ES's, which
-    acts with its mode."""
+    """The distribution of a network that outputs logits for Discrete (and MultiDiscrete)
+    actions and a Gaussian's mean for Box ones: the actor-critics' (PG, A2C, A3C, PPO, IMPALA,
+    APPO), and ES's, which acts with its mode."""
+    if spaces.action_nvec is not None:
+        return MultiCategorical(spaces.action_nvec)
     if spaces.discrete_actions:
         return Categorical()
     return Gaussian(spaces.action_low, spaces.action_high)
+
+
+def categorical_logp(distribution: Categorical, logits: np.ndarray, actions: np.ndarray):
+    """log pi(a|s) in numpy (float32) of actions under (masked) logits, summed over the
+    components of MultiDiscrete actions."""
+    total = np.zeros(logits.shape[:-1], dtype=np.float32)
+    for part, taken in zip(
+        distribution.parts(logits), distribution.components(actions), strict=True
+    ):
+        shifted = part - part.max(-1, keepdims=True)
+        log_norm = np.log(np.exp(shifted).sum(-1))
+        total += np.take_along_axis(shifted, taken[..., None].astype(np.int64), -1)[..., 0]
+        total -= log_norm
+    return total
+
+
+# -- action masks -------------------------------------------------------------------------------
+
+
+def features_of(obs: Array, mask_n: int | None) -> Array:
+    """What the networks take of flat observations: all but the mask's last `mask_n` columns
+    (`SpaceInfo.action_mask_n`; None: no mask, `obs` itself)."""
+    return obs if mask_n is None else obs[..., :-mask_n]
+
+
+def masked_forward(xp: Any, network: Callable[[Array], Array], obs: Array, mask_n: int | None):
+    """`network`'s outputs (logits, Q-values) for flat observations: it takes their features, and
+    the actions their masks rule out come out ILLEGAL."""
+    return legal_only(xp, network(features_of(obs, mask_n)), obs, mask_n)
+
+
+def legal_columns(obs: Array, mask_n: int | None) -> Array | None:
+    """The masks of flat observations (1: legal), None without a mask."""
+    return None if mask_n is None else obs[..., -mask_n:]
+
+
+def legal_only(xp: Any, out: Array, obs: Array, mask_n: int | None) -> Array:
+    """Logits (or Q-values) `out` with the actions the observations' masks rule out set to
+    ILLEGAL; `out` itself without a mask."""
+    if mask_n is None:
+        return out
+    return xp.where(obs[..., -mask_n:] > 0.5, out, ILLEGAL)
 
 
 def with_arrays(distribution: Any, convert: Callable[[np.ndarray], Array]) -> Any:

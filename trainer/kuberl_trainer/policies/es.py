@@ -16,7 +16,7 @@ from kuberl_contract.config import AnyTrainerConfig
 from kuberl_contract.progress_row import ES_GRADIENT_NORM, ES_UPDATE_RATIO, ES_WEIGHTS_NORM
 from kuberl_trainer.envs.spaces import SpaceInfo
 from kuberl_trainer.policies.base import TorchPolicy
-from kuberl_trainer.policies.distributions import action_distribution
+from kuberl_trainer.policies.distributions import action_distribution, features_of, legal_only
 from kuberl_trainer.policies.evolution import (
     STANDARDIZED_CLIP,
     PerturbedActing,
@@ -57,17 +57,20 @@ class ObservationStats(nn.Module):
 
 class ESNetwork(nn.Module):
     """The policy network behind an observation standardizer (the ES paper's, as RLlib's
-    MeanStdFilter)."""
+    MeanStdFilter). An action mask's columns are neither standardized nor taken by the network:
+    they mask its logits (distributions.py's legal_only)."""
 
     def __init__(self, spaces: SpaceInfo, hidden_sizes: list[int], activation: str):
         super().__init__()
         out = spaces.action_discrete_n if spaces.discrete_actions else spaces.action_dim
-        self.obs_stats = ObservationStats(spaces.obs_dim)
+        self.mask_n = spaces.action_mask_n
+        self.obs_stats = ObservationStats(spaces.feature_dim)
         # A small output layer, as RLlib's ES: the first perturbations decide the actions.
-        self.net = mlp(spaces.obs_dim, hidden_sizes, out, activation, out_gain=0.01)
+        self.net = mlp(spaces.feature_dim, hidden_sizes, out, activation, out_gain=0.01)
 
     def forward(self, obs: torch.Tensor) -> torch.Tensor:
-        return self.net(self.obs_stats.normalize(obs))
+        out = self.net(self.obs_stats.normalize(features_of(obs, self.mask_n)))
+        return legal_only(torch, out, obs, self.mask_n)
 
 
 class ESPolicy(PerturbedActing, TorchPolicy):
@@ -86,7 +89,7 @@ class ESPolicy(PerturbedActing, TorchPolicy):
         ]
         self._activation = ACTIVATIONS[hp.activation]()  # the network's own, as a function
         self.distribution = action_distribution(spaces)  # its mode: ES acts deterministically
-        self.seen = nothing_seen(spaces.obs_dim)
+        self.seen = nothing_seen(spaces.feature_dim)
 
     # -- acting -------------------------------------------------------------------------------
 
@@ -103,8 +106,10 @@ class ESPolicy(PerturbedActing, TorchPolicy):
         """Actions for a (K, obs_dim) batch, row k by the network with the flat parameter vector
         `parameters[k]`, in one batched forward pass."""
         self.count_observations(obs)
+        mask_n = self.spaces.action_mask_n
         with torch.inference_mode():
-            out = self.model.obs_stats.normalize(self.as_tensor(obs)).unsqueeze(1)  # (K, 1, D)
+            features = features_of(self.as_tensor(obs), mask_n)
+            out = self.model.obs_stats.normalize(features).unsqueeze(1)  # (K, 1, D)
             flat = self.as_tensor(parameters)
             start = 0
             for layer, (fan_out, fan_in) in enumerate(self._layers):
@@ -115,7 +120,8 @@ class ESPolicy(PerturbedActing, TorchPolicy):
                 out = torch.baddbmm(bias, out, weight.transpose(1, 2))
                 if layer < len(self._layers) - 1:
                     out = self._activation(out)
-        return self.distribution.greedy_env_actions(np, out.squeeze(1).numpy(force=True))
+        out = legal_only(np, out.squeeze(1).numpy(force=True), obs, mask_n)
+        return self.distribution.greedy_env_actions(np, out)
 
     def add_observation_stats(self, count: int, total: np.ndarray, sumsq: np.ndarray) -> None:
         """Fold workers' observation statistics into the standardizer (the driver's policy)."""

@@ -85,11 +85,11 @@ class PerturbedActing:
 
     def count_observations(self, obs: np.ndarray) -> None:
         """Count `obs`, which act_perturbed acts on, where the standardizer is in use."""
-        if self.hp.normalize_observations:
-            self.seen = seen_with(self.seen, obs)
+        if self.hp.normalize_observations:  # the features only: an action mask is no feature
+            self.seen = seen_with(self.seen, obs[:, : self.spaces.feature_dim])
 
     def take_observation_stats(self) -> Seen:
         """The count, sum and sum of squares of the observations act_perturbed saw since the last
         call (what a worker reports for the standardizer)."""
-        seen, self.seen = self.seen, nothing_seen(self.spaces.obs_dim)
+        seen, self.seen = self.seen, nothing_seen(self.spaces.feature_dim)
         return seen

@@ -18,7 +18,9 @@ from kuberl_trainer.policies.distributions import (
     NOISE_CHUNK,
     Noise,
     action_distribution,
+    features_of,
     gumbel_of,
+    legal_only,
 )
 
 ACTIVATIONS = {"tanh": nn.Tanh, "relu": nn.ReLU}
@@ -160,7 +162,7 @@ def encoder_and_features(
         encoder = ConvEncoder(spaces.image, model)
         return encoder, encoder.features
     layers: list[nn.Module] = []
-    for fan_in, fan_out in itertools.pairwise([spaces.obs_dim, *hidden_sizes]):
+    for fan_in, fan_out in itertools.pairwise([spaces.feature_dim, *hidden_sizes]):
         layers += [_orthogonal(nn.Linear(fan_in, fan_out), math.sqrt(2)), ACTIVATIONS[activation]()]
     return nn.Sequential(*layers), hidden_sizes[-1]
 
@@ -178,7 +180,11 @@ class ActorCritic(nn.Module):
 
     Separate MLPs are `actor` and `critic`, each observation-to-output; separate CNNs the same,
     each its own CNN and a linear head. Shared, `encoder` is the one trunk and `actor` and
-    `critic` are linear heads on its features."""
+    `critic` are linear heads on its features.
+
+    With an action mask (`SpaceInfo.action_mask_n`), both networks take the observations without
+    its columns, and the logits of the actions it rules out are ILLEGAL (distributions.py)
+    wherever they come out: acting, sampling, log-probabilities and entropies all follow."""
 
     def __init__(
         self,
@@ -192,6 +198,7 @@ class ActorCritic(nn.Module):
         super().__init__()
         model = model or ModelConfig()
         self.discrete = spaces.discrete_actions
+        self.mask_n = spaces.action_mask_n
         self.distribution = action_distribution(spaces)
         out = spaces.action_discrete_n if self.discrete else spaces.action_dim
         self.encoder: nn.Module | None = None
@@ -203,8 +210,9 @@ class ActorCritic(nn.Module):
             self.actor = _headed(spaces, model, out, out_gain=0.01)
             self.critic = _headed(spaces, model, 1) if with_critic else None
         else:
-            self.actor = mlp(spaces.obs_dim, hidden_sizes, out, activation, out_gain=0.01)
-            self.critic = mlp(spaces.obs_dim, hidden_sizes, 1, activation) if with_critic else None
+            features = spaces.feature_dim
+            self.actor = mlp(features, hidden_sizes, out, activation, out_gain=0.01)
+            self.critic = mlp(features, hidden_sizes, 1, activation) if with_critic else None
         # Separate MLPs are called without nn.Module dispatch when acting and predicting values
         # without gradients: at a batch of 8 observations the per-module Python overhead costs
         # as much as the matrix products. (A CNN's convolutions dwarf that overhead.)
@@ -217,11 +225,16 @@ class ActorCritic(nn.Module):
             self.log_std = nn.Parameter(torch.full((spaces.action_dim,), float(initial_log_std)))
 
     def _features(self, obs: torch.Tensor) -> torch.Tensor:
+        obs = features_of(obs, self.mask_n)
         return obs if self.encoder is None else self.encoder(obs)
+
+    def _legal(self, out: torch.Tensor, obs: torch.Tensor) -> torch.Tensor:
+        """The logits `out` with the actions `obs`'s mask rules out made ILLEGAL."""
+        return legal_only(torch, out, obs, self.mask_n)
 
     def dist_inputs(self, obs: torch.Tensor) -> torch.Tensor:
         """The action distribution's inputs (logits, or the Gaussian's mean), with gradients."""
-        return self.actor(self._features(obs))
+        return self._legal(self.actor(self._features(obs)), obs)
 
     def value(self, obs: torch.Tensor) -> torch.Tensor:
         assert self.critic is not None
@@ -231,7 +244,7 @@ class ActorCritic(nn.Module):
         """`value` for observations that need no gradient (postprocessing), faster."""
         if not self._fast:
             return self.value(obs)
-        return self._forward(self._critic_layers, obs).squeeze(-1)
+        return self._forward(self._critic_layers, features_of(obs, self.mask_n)).squeeze(-1)
 
     def _forward(self, layers: list[tuple[torch.Tensor, torch.Tensor]], obs: torch.Tensor):
         out = obs
@@ -245,7 +258,10 @@ class ActorCritic(nn.Module):
         """Actions for a batch of observations (sampled with `noise`, greedy without) and the
         distribution's inputs (logits, or the Gaussian's mean). Log-probabilities are left to
         one batched `logp_of` call after the rollout, so a step costs one forward pass."""
-        out = self._forward(self._actor_layers, obs) if self._fast else self.dist_inputs(obs)
+        if self._fast:
+            out = self._legal(self._forward(self._actor_layers, features_of(obs, self.mask_n)), obs)
+        else:
+            out = self.dist_inputs(obs)
         return self._act(out, noise), out
 
     def sample_and_value(
@@ -253,7 +269,7 @@ class ActorCritic(nn.Module):
     ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """`sample` and the values of the same observations, from one pass of the encoder."""
         features = self._features(obs)
-        out = self.actor(features)
+        out = self._legal(self.actor(features), obs)
         assert self.critic is not None
         return self._act(out, noise), out, self.critic(features).squeeze(-1)
 
@@ -265,9 +281,21 @@ class ActorCritic(nn.Module):
     def logp_of(self, dist_inputs: torch.Tensor, actions: torch.Tensor) -> torch.Tensor:
         """Log-probabilities of actions under distributions given by `sample`'s inputs."""
         if self.discrete:
-            logp_all = torch.log_softmax(dist_inputs, dim=-1)
-            return logp_all.gather(1, actions.long()[:, None]).squeeze(1)
+            return self._categorical(dist_inputs, actions)[0]
         return gaussian_logp(dist_inputs, self.log_std, actions)
+
+    def _categorical(
+        self, logits: torch.Tensor, actions: torch.Tensor
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """Log-probabilities of taken actions and entropies of (masked) logits, each summed over
+        the components of MultiDiscrete actions: a product of Categoricals."""
+        logp, entropy = 0.0, 0.0
+        parts = self.distribution.parts(logits)
+        for part, taken in zip(parts, self.distribution.components(actions), strict=True):
+            logp_all = torch.log_softmax(part, dim=-1)
+            logp = logp + logp_all.gather(-1, taken.long()[..., None]).squeeze(-1)
+            entropy = entropy - (logp_all.exp() * logp_all).sum(-1)
+        return logp, entropy
 
     def logp_entropy(
         self, obs: torch.Tensor, actions: torch.Tensor
@@ -283,15 +311,13 @@ class ActorCritic(nn.Module):
         features = self._features(obs)
         assert self.critic is not None
         values = self.critic(features).squeeze(-1)
-        return *self._logp_entropy_of(self.actor(features), actions), values
+        return *self._logp_entropy_of(self._legal(self.actor(features), obs), actions), values
 
     def _logp_entropy_of(
         self, out: torch.Tensor, actions: torch.Tensor
     ) -> tuple[torch.Tensor, torch.Tensor]:
         if self.discrete:
-            logp_all = torch.log_softmax(out, dim=-1)
-            entropy = -(logp_all.exp() * logp_all).sum(-1)
-            return logp_all.gather(1, actions.long()[:, None]).squeeze(1), entropy
+            return self._categorical(out, actions)
         entropy = (self.log_std + 0.5 * math.log(2 * math.pi * math.e)).sum().expand(len(out))
         return gaussian_logp(out, self.log_std, actions), entropy
 

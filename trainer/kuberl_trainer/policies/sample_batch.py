@@ -55,6 +55,11 @@ class SampleBatch:
     WorkerSet merges into the global statistics when the batch arrives; None otherwise. A
     concatenation carries none: its parts' were merged on arrival."""
 
+    policy_returns: dict[str, np.ndarray] | None = None
+    """In a multi-agent job of several policies, each policy's agents' returns in the episodes
+    that finished (episode_returns are whole episodes': the sum of their agents'); None
+    otherwise."""
+
     def __len__(self) -> int:
         return len(next(iter(self.columns.values()))) if self.columns else 0
 
@@ -77,6 +82,7 @@ class SampleBatch:
             {k: np.concatenate([b.columns[k] for b in batches]) for k in keys},
             np.concatenate([b.episode_returns for b in batches]),
             np.concatenate([b.episode_lengths for b in batches]),
+            policy_returns=merged_policy_returns(batches),
         )
 
     def minibatches(self, size: int, rng: np.random.Generator) -> Iterator[dict[str, np.ndarray]]:
@@ -87,3 +93,13 @@ class SampleBatch:
         count = max(1, n // size)
         for chunk in np.array_split(order, count):
             yield {k: v[chunk] for k, v in self.columns.items()}
+
+
+def merged_policy_returns(parts: list) -> dict[str, np.ndarray] | None:
+    """The `policy_returns` of batches (or anything carrying them), merged; None where none has
+    any."""
+    merged: dict[str, list[np.ndarray]] = {}
+    for part in parts:
+        for name, returns in (part.policy_returns or {}).items():
+            merged.setdefault(name, []).append(returns)
+    return {name: np.concatenate(values) for name, values in merged.items()} or None

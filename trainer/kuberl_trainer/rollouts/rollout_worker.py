@@ -17,10 +17,12 @@ import numpy as np
 
 from kuberl_trainer.cpu_quota import cpu_wait_s
 from kuberl_trainer.envs.making import episode_steps, make_vector_env
+from kuberl_trainer.envs.multi_agent import is_multi_agent, make_multi_agent_vector_env
 from kuberl_trainer.envs.normalization import Normalizer, make_normalizer
 from kuberl_trainer.envs.spaces import encode_obs, job_space_info
 from kuberl_trainer.policies.interface import PolicyFactory, Stats, Weights
 from kuberl_trainer.policies.sample_batch import VALID, SampleBatch
+from kuberl_trainer.rollouts.episodes import EpisodeTracker
 
 if TYPE_CHECKING:  # a remote worker gets a Frozen copy, the config never imported (frozen.py)
     from kuberl_contract.config import AnyTrainerConfig
@@ -40,6 +42,7 @@ class Gradients:
     episode_returns: np.ndarray
     episode_lengths: np.ndarray
     normalization: dict | None = None  # the batch's, as SampleBatch.normalization
+    policy_returns: dict[str, np.ndarray] | None = None  # as SampleBatch.policy_returns
 
 
 @dataclass
@@ -79,10 +82,9 @@ class RolloutWorker:
         (`act_with_a_cpu_copy`)."""
         self.config = config
         self.cpus = cpus
-        self.envs = make_vector_env(
-            config.env, config.env_config, num_envs, config.wrappers, cpus=self.cpus
-        )
-        self.spaces = job_space_info(self.envs, config)
+        self.multi_agent = is_multi_agent(config.env)
+        self.envs = self._make_envs(num_envs)
+        self.spaces = self.envs.spaces if self.multi_agent else job_space_info(self.envs, config)
         self.policy = policy_class(self.spaces, config, seed)
         if cpus is not None:
             self.policy.limit_threads(cpus)
@@ -92,18 +94,41 @@ class RolloutWorker:
         self.acting_policy = self.policy
         obs, _ = self.envs.reset(seed=seed)
         self.obs = encode_obs(obs, self.spaces)  # as the envs return it: not normalized
-        self.num_envs = num_envs
+        self.num_envs = self.envs.num_envs  # lanes: a multi-agent env's agents in every copy
         self.seed = seed
         self.worker_index = worker_index
         self.num_workers = num_workers
-        self.episode_returns = np.zeros(num_envs, dtype=np.float64)
-        self.episode_lengths = np.zeros(num_envs, dtype=np.int64)
+        self.episodes = self._episode_tracker()
         # Envs whose episode ended on the last step: their next step only resets them.
-        self.resetting = np.zeros(num_envs, dtype=bool)
+        self.resetting = np.zeros(self.num_envs, dtype=bool)
         # Its filter (spec.trainer.normalization; passes everything through when off); the
         # driver's local worker's holds the global statistics (see WorkerSet).
-        self.normalizer: Normalizer = make_normalizer(config, self.spaces, num_envs)
+        self.normalizer: Normalizer = make_normalizer(config, self.spaces, self.num_envs)
         self._eval_envs: dict[int, Any] = {}  # evaluation envs by their number (one episode each)
+
+    def _make_envs(self, count: int):
+        """`count` copies of the job's env as one vector env (of their agents' lanes, for a
+        multi-agent env)."""
+        config = self.config
+        if self.multi_agent:
+            return make_multi_agent_vector_env(config, count)
+        return make_vector_env(config.env, config.env_config, count, config.wrappers, self.cpus)
+
+    def _episode_tracker(self) -> EpisodeTracker:
+        if not self.multi_agent:
+            return EpisodeTracker(self.num_envs)
+        policies = [name for name, _ in self.spaces.policies]
+        lane_policies = [policies[index] for index in self.spaces.lane_policies]
+        return EpisodeTracker(
+            self.num_envs, len(lane_policies), lane_policies if len(policies) > 1 else None
+        )
+
+    def _acting(self) -> np.ndarray:
+        """Which lanes act on the next step: all but the envs' reset steps, and for a
+        multi-agent env the lanes of agents in their episode."""
+        if self.multi_agent:
+            return self.envs.active & ~self.resetting
+        return ~self.resetting
 
     @classmethod
     def as_remote(cls, num_cpus: float, num_gpus: float = 0):
@@ -144,7 +169,7 @@ class RolloutWorker:
         The envs reset on the step after an episode's end (see `make_vector_env`); that step is
         marked invalid, so the policy learns nothing from it and it counts as no env step."""
         start, waited_before = time.perf_counter(), cpu_wait_s()
-        if self.resetting.all():  # a window opening with every env's reset step could be empty
+        if not self._acting().any():  # a window opening with every env's reset step could be empty
             raw_obs, *_ = self.envs.step(self.envs.action_space.sample())  # actions are ignored
             self.obs = self._observed(raw_obs)
             self.resetting[:] = False
@@ -160,26 +185,20 @@ class RolloutWorker:
         truncateds = np.empty((horizon, n), dtype=bool)
         valid = np.empty((horizon, n), dtype=bool)
         recorded: list[dict[str, np.ndarray]] = []  # the policy's columns, stacked at the end
-        finished_returns, finished_lengths = [], []
 
+        acting = self._acting()
         for t in range(horizon):
             env_actions, step_columns = self.acting_policy.compute_actions(obs[t])
             recorded.append(step_columns)
             raw_obs, rewards[t], terminateds[t], truncateds[t], info = self.envs.step(env_actions)
             self.obs = self._observed(raw_obs)
             obs[t + 1] = self.normalizer.normalize_obs(self.obs)
-            np.logical_not(self.resetting, out=valid[t])
+            valid[t] = acting
             game_rewards, self.resetting = episode_steps(
                 rewards[t], terminateds[t], truncateds[t], info
             )
-            self.episode_returns += game_rewards  # 0 on a reset step
-            self.episode_lengths += valid[t]
-            if self.resetting.any():
-                ended = np.flatnonzero(self.resetting)
-                finished_returns.append(self.episode_returns[ended])
-                finished_lengths.append(self.episode_lengths[ended])
-                self.episode_returns[ended] = 0.0
-                self.episode_lengths[ended] = 0
+            self.episodes.step(game_rewards, valid[t], self.resetting)  # 0 on a reset step
+            acting = self._acting()
 
         rollout = {
             "obs": obs[:horizon],
@@ -191,13 +210,15 @@ class RolloutWorker:
             VALID: valid,
             **{key: np.stack([step[key] for step in recorded]) for key in recorded[0]},
         }
+        episode_returns, episode_lengths, policy_returns = self.episodes.take()
         return SampleBatch(
             self.acting_policy.postprocess_trajectory(rollout),
-            np.concatenate([np.zeros(0), *finished_returns]).astype(np.float32),
-            np.concatenate([np.zeros(0, np.int64), *finished_lengths]),
+            episode_returns,
+            episode_lengths,
             sample_s=time.perf_counter() - start,
             cpu_wait_s=cpu_wait_s() - waited_before,
             normalization=self.normalizer.hand_over(),
+            policy_returns=policy_returns or None,
         )
 
     def _observed(self, raw_obs) -> np.ndarray:
@@ -217,6 +238,7 @@ class RolloutWorker:
             batch.episode_returns,
             batch.episode_lengths,
             batch.normalization,
+            batch.policy_returns,
         )
 
     def evaluate_perturbations(self, noise: np.ndarray, pairs: int) -> Perturbations:
@@ -232,8 +254,7 @@ class RolloutWorker:
             lambda obs, episodes: policy.act_perturbed(obs, candidates[episodes]),
         )
         self.obs = encode_obs(self.envs.reset()[0], self.spaces)
-        self.episode_returns[:] = 0.0
-        self.episode_lengths[:] = 0
+        self.episodes.reset()
         self.resetting[:] = False
         return Perturbations(
             indices,
@@ -263,13 +284,7 @@ class RolloutWorker:
         `run_episodes`."""
         if envs is None:
             if episodes not in self._eval_envs:  # kept: a stop's confirmation reuses its own
-                self._eval_envs[episodes] = make_vector_env(
-                    self.config.env,
-                    self.config.env_config,
-                    episodes,
-                    self.config.wrappers,
-                    cpus=self.cpus,
-                )
+                self._eval_envs[episodes] = self._make_envs(episodes)
             envs = self._eval_envs[episodes]
         return self._run_episodes(
             envs,
@@ -338,20 +353,27 @@ def run_episodes(
     step, with the episode whose state env k shows now, `episodes[k]` (-1: none): the first
     state of an episode, then one per step the episode counts (a video records them)."""
     obs, _ = envs.reset(seed=seed)
+    # A multi-agent env's lanes are its agents, `agents` per copy: a copy plays an episode, its
+    # return the sum of its agents' rewards.
+    agents = getattr(envs, "num_agents", 1)
+    copies = envs.num_envs // agents
     returns = np.zeros(count)
     lengths = np.zeros(count, dtype=np.int64)
-    current = np.arange(envs.num_envs)  # the episode each env is on; count and above: none
-    resetting = np.zeros(envs.num_envs, dtype=bool)
+    current = np.arange(copies)  # the episode each env is on; count and above: none
+    resetting = np.zeros(copies, dtype=bool)
     if observe is not None:
         observe(envs, np.where(current < count, current, -1))
     while (running := current < count).any():
-        actions = act(obs, np.minimum(current, count - 1))
+        actions = act(obs, np.repeat(np.minimum(current, count - 1), agents))
         obs, reward, terminated, truncated, info = envs.step(actions)
         if observe is not None:
             # An env shows the state its step led to: of the episode it is on, which begins
             # with this step's state when the step reset the env.
             observe(envs, np.where(running, current, -1))
         reward, episode_ended = episode_steps(reward, terminated, truncated, info)
+        if agents > 1:
+            reward = reward.reshape(copies, agents).sum(axis=1)
+            episode_ended = episode_ended.reshape(copies, agents).any(axis=1)
         counted = running & ~resetting
         returns[current[counted]] += reward[counted]
         lengths[current[counted]] += 1

@@ -8,9 +8,14 @@
     action, _ = load_exported("cartpole.onnx").predict(obs)  # exported.py's, imported here too
 
 The graph takes a batch of observations as the job's env returns them (after its wrappers):
-float32 for a Box, uint8 for uint8 images, int64 for a Discrete space. It gives the actions
-`TrainedPolicy.predict` gives, the greedy ones: int64 for Discrete actions, float32 within the
-bounds for a Box. Everything between is inside: the one-hot encoding of Discrete observations,
+float32 for a Box, uint8 for uint8 images, int64 for a Discrete space. A MultiDiscrete,
+MultiBinary, Dict or Tuple space has no one tensor to take: the graph takes its flat encoding
+((batch, n) float32, envs/encoding.py says how, an action mask in its last columns; the
+metadata's `obs_encoding` is then `flat`), and `load_exported(...).predict(obs)` computes it from
+the env's own observations. It gives the actions `TrainedPolicy.predict` gives, the greedy ones:
+int64 for Discrete actions, (batch, k) int64 for MultiDiscrete ones, float32 within the bounds
+for a Box; an action mask's illegal actions are never chosen while any is legal. Everything
+between is inside: the one-hot encoding of Discrete observations,
 the observation normalization with its statistics frozen as the checkpoint saved them (ES's
 own too), the networks, and the greedy env actions of the policy's own action distribution
 (policies/distributions.py, traced in torch: a Categorical's argmax, a Gaussian's mean clipped
@@ -39,21 +44,29 @@ import onnx
 import torch
 from torch import nn
 
+from kuberl_trainer.envs.encoding import sample_observations
 from kuberl_trainer.envs.normalization import Normalizer
 from kuberl_trainer.envs.space_record import SPACES, spaces_record
 from kuberl_trainer.envs.spaces import SpaceInfo
 from kuberl_trainer.job.checkpoint import Checkpoint
 from kuberl_trainer.policies.actor_critic import ActorCriticPolicy
-from kuberl_trainer.policies.distributions import ActionDistribution, with_arrays
+from kuberl_trainer.policies.distributions import (
+    ActionDistribution,
+    features_of,
+    legal_only,
+    with_arrays,
+)
 from kuberl_trainer.policies.dqn import DQNPolicy
 from kuberl_trainer.policies.es import ESPolicy
 from kuberl_trainer.policies.evolution import STANDARDIZED_CLIP
 from kuberl_trainer.policies.interface import Policy
 from kuberl_trainer.policies.sac import SACPolicy
 from kuberl_trainer.trained.exported import (
+    FLAT,
     FORMATS,
     INPUT,
     METADATA_FILE,
+    OBS_ENCODING,
     OPSET,
     OUTPUT,
     ExportedPolicy,
@@ -102,33 +115,46 @@ class OneHot(nn.Module):
 class Standardize(nn.Module):
     """clip((obs - mean) / std, +-clip), computed in float64 as the numpy normalizer and ES's
     standardizer compute it (float32 observations promoted), then float32 again: the same
-    arithmetic, so the same normalized observations to the last bit."""
+    arithmetic, so the same normalized observations to the last bit. The `kept` last columns (an
+    action mask's) pass as they are."""
 
     def __init__(
-        self, mean: np.ndarray | torch.Tensor, std: np.ndarray | torch.Tensor, clip: float
+        self,
+        mean: np.ndarray | torch.Tensor,
+        std: np.ndarray | torch.Tensor,
+        clip: float,
+        kept: int = 0,
     ):
         super().__init__()
         self.register_buffer("mean", _constant(mean, torch.float64))
         self.register_buffer("std", _constant(std, torch.float64))
         self.clip = float(clip)
+        self.kept = kept
 
     def forward(self, obs: torch.Tensor) -> torch.Tensor:
-        normalized = (obs.double() - self.mean) / self.std
-        return normalized.clamp(-self.clip, self.clip).float()
+        features = obs[..., : -self.kept] if self.kept else obs
+        normalized = ((features.double() - self.mean) / self.std).clamp(-self.clip, self.clip)
+        if not self.kept:
+            return normalized.float()
+        return torch.cat([normalized.float(), obs[..., -self.kept :]], dim=-1)
 
 
 class GreedyActions(nn.Module):
     """The env actions a network's outputs stand for when greedy: its action distribution's
     `greedy_env_actions`, computed in torch, with copies of the distribution's bounds, which the
-    trace records as constants of the graph."""
+    trace records as constants of the graph. With `mask_n`, the net takes the observations
+    without their action mask's columns, and the actions it rules out are never chosen (a net
+    that masks itself, DQN's, takes none)."""
 
-    def __init__(self, net: nn.Module, distribution: ActionDistribution):
+    def __init__(self, net: nn.Module, distribution: ActionDistribution, mask_n: int | None = None):
         super().__init__()
         self.net = net
         self.distribution = with_arrays(distribution, _constant)
+        self.mask_n = mask_n
 
     def forward(self, obs: torch.Tensor) -> torch.Tensor:
-        return self.distribution.greedy_env_actions(torch, self.net(obs))
+        out = legal_only(torch, self.net(features_of(obs, self.mask_n)), obs, self.mask_n)
+        return self.distribution.greedy_env_actions(torch, out)
 
 
 def _constant(value: np.ndarray | torch.Tensor, dtype: torch.dtype | None = None) -> torch.Tensor:
@@ -142,29 +168,30 @@ def greedy_module(policy: TrainedPolicy) -> nn.Module:
     env's actions."""
     module = GreedyPolicy(
         _encoder(policy.spaces),
-        _observation_filter(policy.normalizer),
+        _observation_filter(policy.normalizer, policy.spaces.action_mask_n or 0),
         _greedy_actions(policy.policy),
     )
     return module.eval().requires_grad_(False)
 
 
 def _encoder(spaces: SpaceInfo) -> nn.Module:
-    """encode_obs: images as they are, Discrete observations one-hot, other Boxes flattened."""
-    if spaces.image is not None:
+    """encode_obs: images as they are, Discrete observations one-hot, other Boxes flattened; the
+    structured ones come encoded (see the module)."""
+    if spaces.image is not None or spaces.structured is not None:
         return nn.Identity()  # the CNN casts and scales them itself
     if spaces.obs_discrete_n is not None:
         return OneHot(spaces.obs_discrete_n, spaces.obs_discrete_start)
     return nn.Flatten()
 
 
-def _observation_filter(normalizer: Normalizer) -> nn.Module:
-    """spec.trainer.normalization's observation filter, its statistics frozen."""
+def _observation_filter(normalizer: Normalizer, mask_n: int) -> nn.Module:
+    """spec.trainer.normalization's observation filter, its statistics frozen; an action mask's
+    `mask_n` columns untouched."""
     if not normalizer.config.observations:
         return nn.Identity()
     stats, settings = normalizer.stats.obs, normalizer.config
-    return Standardize(
-        stats.mean, np.sqrt(stats.var + settings.epsilon), settings.clip_observations
-    )
+    std = np.sqrt(stats.var + settings.epsilon)
+    return Standardize(stats.mean, std, settings.clip_observations, mask_n)
 
 
 def _greedy_actions(policy: Policy) -> nn.Module:
@@ -173,14 +200,14 @@ def _greedy_actions(policy: Policy) -> nn.Module:
     if isinstance(policy, ActorCriticPolicy):  # PG, A2C, A3C, PPO, IMPALA, APPO
         model = policy.model
         net = model.actor if model.encoder is None else nn.Sequential(model.encoder, model.actor)
-        return GreedyActions(copy.deepcopy(net), model.distribution)
+        return GreedyActions(copy.deepcopy(net), model.distribution, model.mask_n)
     if isinstance(policy, DQNPolicy):  # DQN, APEX
         return GreedyActions(copy.deepcopy(policy.model), policy.distribution)
     if isinstance(policy, SACPolicy):
         return GreedyActions(copy.deepcopy(policy.model.actor.net), policy.distribution)
     if isinstance(policy, ESPolicy):
         net = nn.Sequential(_es_standardizer(policy), copy.deepcopy(policy.model.net))
-        return GreedyActions(net, policy.distribution)
+        return GreedyActions(net, policy.distribution, policy.model.mask_n)
     raise ExportError(f"no greedy graph is known for {type(policy).__name__}")
 
 
@@ -209,8 +236,11 @@ class TensorSpec:
 
 def input_spec(policy: TrainedPolicy) -> TensorSpec:
     """Observations as the env returns them: int64 indices of a Discrete space, uint8 images,
-    float32 otherwise (what `predict` casts a Box's observations to)."""
+    float32 otherwise (what `predict` casts a Box's observations to); the flat encoding of a
+    structured space."""
     space, spaces = policy.observation_space, policy.spaces
+    if spaces.structured is not None:
+        return TensorSpec((spaces.obs_dim,), "float32")
     if isinstance(space, gym.spaces.Discrete):
         return TensorSpec((), "int64")
     dtype = spaces.obs_dtype if spaces.image is not None else np.dtype(np.float32)
@@ -220,6 +250,8 @@ def input_spec(policy: TrainedPolicy) -> TensorSpec:
 def output_spec(policy: TrainedPolicy) -> TensorSpec:
     """The env's actions as `predict` gives them: int64 indices, or float32 vectors."""
     spaces = policy.spaces
+    if spaces.multi_discrete_actions:
+        return TensorSpec((spaces.action_dim,), "int64")
     if spaces.discrete_actions:
         return TensorSpec((), "int64")
     return TensorSpec((spaces.action_dim,), "float32")
@@ -249,6 +281,8 @@ def metadata(policy: TrainedPolicy, suffix: str) -> dict[str, str]:
     }
     if suffix == ".onnx":
         meta["opset"] = str(OPSET)
+    if policy.spaces.structured is not None:
+        meta[OBS_ENCODING] = FLAT
     return meta
 
 
@@ -342,32 +376,12 @@ def _check(policy: TrainedPolicy, exported: ExportedPolicy) -> None:
     expected, _ = policy.predict(obs)
     actual, _ = exported.predict(obs)
     if policy.spaces.discrete_actions:
-        differ = np.flatnonzero(actual != expected)
+        differ = np.flatnonzero((actual != expected).reshape(len(actual), -1).any(-1))
     else:
         differ = np.flatnonzero(~np.isclose(actual, expected, rtol=1e-5, atol=1e-5).all(axis=-1))
     if len(differ):
         raise ExportError(
             f"the exported {exported.meta['format']} file acts otherwise than the policy on "
-            f"{len(differ)} of {len(obs)} observations (the first: {expected[differ[0]]} expected, "
-            f"{actual[differ[0]]} exported)"
+            f"{len(differ)} of {CHECK_OBSERVATIONS} observations (the first: "
+            f"{expected[differ[0]]} expected, {actual[differ[0]]} exported)"
         )
-
-
-def sample_observations(space: gym.Space, count: int, seed: int) -> np.ndarray:
-    """`count` observations of `space`, seeded: uniform within a Box's bounds, except along axes
-    whose bounds are infinite or beyond +-1000 (CartPole's velocities go to float32's largest
-    value), where they are standard normal: uniform draws there would overflow the networks."""
-    rng = np.random.default_rng(seed)
-    if isinstance(space, gym.spaces.Discrete):
-        return space.start + rng.integers(0, space.n, size=count)
-    if not isinstance(space, gym.spaces.Box):
-        raise ValueError(f"observations of {space} cannot be drawn: Box and Discrete only")
-    low, high = np.broadcast_to(space.low, space.shape), np.broadcast_to(space.high, space.shape)
-    if np.issubdtype(space.dtype, np.integer):
-        pixels = rng.integers(low, high, size=(count, *space.shape), endpoint=True)
-        return pixels.astype(space.dtype)
-    low, high = low.astype(np.float64), high.astype(np.float64)
-    wide = ~(np.isfinite(low) & np.isfinite(high)) | (np.abs(low) > 1e3) | (np.abs(high) > 1e3)
-    uniform = rng.uniform(np.where(wide, 0.0, low), np.where(wide, 1.0, high), (count, *low.shape))
-    normal = np.clip(rng.standard_normal((count, *low.shape)), low, high)
-    return np.where(wide, normal, uniform).astype(space.dtype)

@@ -17,6 +17,7 @@ import warnings
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
+from typing import Any
 
 import gymnasium as gym
 import numpy as np
@@ -24,8 +25,9 @@ import torch
 from pydantic import TypeAdapter
 
 from kuberl_contract.config import TrainerConfig
+from kuberl_trainer.envs.encoding import encode_structured
 from kuberl_trainer.envs.space_record import SPACES, spaces_from_record
-from kuberl_trainer.trained.loaded import LoadedPolicy
+from kuberl_trainer.trained.loaded import LoadedPolicy, shape_of
 
 OPSET = 18
 FORMATS = {".onnx": f"ONNX opset {OPSET}", ".pt": "TorchScript"}
@@ -33,6 +35,9 @@ FORMATS = {".onnx": f"ONNX opset {OPSET}", ".pt": "TorchScript"}
 METADATA_FILE = "kuberl.json"
 """The TorchScript module's extra file that holds the metadata."""
 INPUT, OUTPUT = "obs", "actions"
+OBS_ENCODING, FLAT = "obs_encoding", "flat"
+"""The metadata key saying the graph takes a structured space's flat encoding (envs/encoding.py),
+and its value."""
 GREEDY_ONLY = (
     "an exported policy is greedy only: it holds the distribution's mode, not the distribution; "
     "sample with the checkpoint it was exported from instead"
@@ -82,6 +87,9 @@ class ExportedPolicy(LoadedPolicy):
         trained_on = _TRAINER_CONFIG.validate_python(json.loads(self.meta["trainer"]))
         super().__init__(trained_on, trust_env_code, env)
         self.observation_space, self.action_space = _recorded_spaces(self.meta)
+        self.takes_encoded = self.meta.get(OBS_ENCODING) == FLAT
+        if self.takes_encoded:  # predict takes the env's observations, and encodes them
+            self.observation_shape = shape_of(self.observation_space)
 
     @property
     def source(self) -> str:
@@ -94,7 +102,9 @@ class ExportedPolicy(LoadedPolicy):
         if not deterministic:
             raise ValueError(GREEDY_ONLY)
 
-    def _act(self, batch: np.ndarray, explore: bool) -> np.ndarray:
+    def _act(self, batch: Any, explore: bool) -> np.ndarray:
+        if self.takes_encoded:
+            batch = encode_structured(self.observation_space, batch)
         return self._run(np.ascontiguousarray(batch, dtype=self.obs_dtype))
 
 

@@ -45,7 +45,7 @@ from kuberl_trainer.job.checkpoint_format import CheckpointError, describe
 from kuberl_trainer.job.pbt_rules import best_of
 from kuberl_trainer.policies.models import use_float32
 from kuberl_trainer.trained.exported import load_exported
-from kuberl_trainer.trained.loaded import LoadedPolicy, LoadError
+from kuberl_trainer.trained.loaded import LoadedPolicy, LoadError, shape_of
 
 _TRAINER_CONFIG = TypeAdapter(TrainerConfig)
 
@@ -70,7 +70,7 @@ class TrainedPolicy(LoadedPolicy):
         super().__init__(trained_on, trust_env_code, env)
         config = self.config
         self.observation_space, self.action_space = self._trained_spaces()
-        self.observation_shape = tuple(self.observation_space.shape)
+        self.observation_shape = shape_of(self.observation_space)
         self.spaces = space_info(
             self.observation_space, self.action_space, config.model, config.image_observations
         )
@@ -113,7 +113,7 @@ class TrainedPolicy(LoadedPolicy):
         finally:
             envs.close()
 
-    def _act(self, obs: np.ndarray, explore: bool) -> np.ndarray:
+    def _act(self, obs: Any, explore: bool) -> np.ndarray:
         """The actions for a batch of observations as the env returns them."""
         normalized = self.normalizer.normalize_obs(encode_obs(obs, self.spaces))
         actions, _ = self.policy.compute_actions(normalized, explore=explore)

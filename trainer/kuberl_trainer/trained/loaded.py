@@ -16,6 +16,7 @@ import numpy as np
 from pydantic import TypeAdapter
 
 from kuberl_contract.config import TrainerConfig
+from kuberl_trainer.envs.encoding import as_structured_batch
 from kuberl_trainer.envs.making import EnvError, make_vector_env
 from kuberl_trainer.envs.space_record import space_kind
 from kuberl_trainer.envs.trust import EnvCode, env_code, on_named_env
@@ -105,7 +106,7 @@ class LoadedPolicy:
     meta: dict[str, Any]
     observation_space: gym.Space | None  # None only for a file exported by an older kuberl
     action_space: gym.Space | None
-    observation_shape: tuple[int, ...]  # one observation's, without the batch axis
+    observation_shape: tuple[int, ...] | None  # one observation's, no batch axis; Dict, Tuple: None
 
     def __init__(self, trained_on: Any, trust_env_code: bool = False, env: str | None = None):
         self.config = trained_on if env is None else on_named_env(trained_on, env)
@@ -204,8 +205,12 @@ class LoadedPolicy:
         `explore`."""
         raise NotImplementedError
 
-    def as_batch(self, obs: Any) -> tuple[np.ndarray, bool]:
-        """`obs` as a batch, and whether it was one observation; ValueError for another shape."""
+    def as_batch(self, obs: Any) -> tuple[Any, bool]:
+        """`obs` as a batch, and whether it was one observation; ValueError for another shape. A
+        Dict's or Tuple's observations are as the env gives them (a mapping or a tuple of arrays),
+        a batch's with a leading axis on each."""
+        if self.observation_shape is None:
+            return as_structured_batch(self.observation_space, obs)
         obs = np.asarray(obs)
         single_shape = self.observation_shape
         single = obs.shape == single_shape
@@ -260,10 +265,15 @@ class LoadedPolicy:
             for what, (own, env_space) in pairs.items()
             if own is not None and space_kind(own) != space_kind(env_space)
         ]
-        shape = tuple(envs.single_observation_space.shape)
+        shape = shape_of(envs.single_observation_space)
         if not misfits and shape != self.observation_shape:  # an older export knows no spaces
             misfits.append(
                 f"its observations have shape {shape}, the policy's {self.observation_shape}"
             )
         if misfits:
             raise EnvError(f"{self.config.env} does not fit the policy: {'; '.join(misfits)}")
+
+
+def shape_of(space: gym.Space) -> tuple[int, ...] | None:
+    """One observation's shape, None for a Dict or a Tuple (no one array)."""
+    return None if space.shape is None else tuple(space.shape)
