@@ -168,6 +168,14 @@ POLICIES = "policies"
 episode_return_mean (over the metricsWindow most recent episodes of its agents, each agent's own
 return) and the statistics its learn steps reported in the iteration (a frozen policy has none).
 The row's own statistics are their means over the policies that learned."""
+WIN_RATE = "win_rate"
+"""Self-play: the share of the metricsWindow most recent games that the learning policy won (its
+agents' return above 0) against its snapshots."""
+OPPONENT_SNAPSHOT = "opponent_snapshot"
+"""Self-play: the iteration whose snapshot of the learning policy the opponent acted with."""
+BASELINE_WIN_RATES = "baseline_win_rates"
+"""Self-play: for each of selfPlay.baselines (random, or module:Class), the share of greedy games
+the learning policy won against it, measured whenever a snapshot is taken."""
 POLICY_LABEL = "policy"
 """The label naming a multi-agent job's policy on its per-policy metrics."""
 
@@ -194,6 +202,9 @@ ROW_GROUPS: dict[str, RowGroup] = {
             EPISODES_THIS_ITER,
             EVALUATION_RETURN_MEAN,
             BEST_TRIAL,
+            WIN_RATE,
+            OPPONENT_SNAPSHOT,
+            BASELINE_WIN_RATES,
         ),
         RowGroup.CHARTS,
     ),

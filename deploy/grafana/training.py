@@ -29,9 +29,11 @@ from kuberl_contract.progress_row import (
     METRIC_LEARNER_SECONDS,
     METRIC_LEARNER_UTILISATION,
     METRIC_POLICY_ENTROPY,
+    METRIC_POLICY_EPISODE_RETURN_MEAN,
     METRIC_POLICY_KL,
     METRIC_POLICY_LAG,
     METRIC_POLICY_LOSS,
+    METRIC_POLICY_STATISTIC,
     METRIC_RESOURCE_WAIT,
     METRIC_SAMPLE_SECONDS,
     METRIC_SAMPLES_PER_SECOND,
@@ -152,6 +154,26 @@ def training() -> dict[str, Any]:
             "short",
             "Approximate KL between the policy before and after an update.",
             width=8,
+        ),
+        timeseries(
+            "Return per policy",
+            [target(f"{METRIC_POLICY_EPISODE_RETURN_MEAN}{{{sel}}}", "{{policy}}")],
+            "short",
+            "A multi-agent job's policies: the mean recent return of each one's agents (a job "
+            "of one policy has none).",
+            width=12,
+        ),
+        timeseries(
+            "Learner statistics per policy",
+            [
+                target(
+                    f'{METRIC_POLICY_STATISTIC}{{{sel}, statistic=~"policy_loss|vf_loss|loss|kl"}}',
+                    "{{policy}} {{statistic}}",
+                )
+            ],
+            "short",
+            "A multi-agent job's policies: each one's losses and KL in the last iteration.",
+            width=12,
         ),
         timeseries(
             "Throughput",

@@ -56,6 +56,21 @@ BROKEN = {
         edited(**{"spec.trainer.env": "CartPol-v1"}),
         ["spec.trainer.env: 'CartPol-v1' is not a registered gymnasium id", "'CartPole-v1'"],
     ),
+    "unmapped-agent": (
+        edited(
+            **{
+                "spec.trainer.env": "pettingzoo:mpe2.simple_spread_v3",
+                "spec.trainer.multiAgent": {
+                    "policies": {"a": {}},
+                    "policyMapping": [{"regex": "agent_[01]", "policy": "a"}],
+                },
+            }
+        ),
+        [
+            "spec.trainer.multiAgent.policyMapping: no rule maps agent agent_2 to a policy "
+            "(the env's agents: agent_0, agent_1, agent_2)"
+        ],
+    ),
     "tuple-space-for-the-cnn": (
         edited(**{"spec.trainer.env": "Blackjack-v1", "spec.trainer.model": {"encoder": "cnn"}}),
         ["spec.trainer.model.encoder: the observation space Tuple(", "use encoder: mlp"],

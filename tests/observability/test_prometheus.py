@@ -71,6 +71,12 @@ NEEDS_CLUSTER = {
     ): "DCGM_FI_DEV_GPU_UTIL: NVIDIA's DCGM exporter on GPU nodes",
     ("kuberl-spot", "Pending rollout worker pods"): "kube_pod_status_phase: kube-state-metrics",
 }
+SEVERAL_POLICIES = {
+    ("kuberl-training", "Return per policy"),
+    ("kuberl-training", "Learner statistics per policy"),
+}
+"""Panels only a multi-agent job of several policies fills (the job scraped here has one): their
+queries must still parse."""
 
 
 class Prometheus:
@@ -258,7 +264,7 @@ def test_every_dashboard_query_runs_and_shows_data(prometheus: Prometheus):
         missing[:] = []
         for q in queries:
             result = prometheus.query(substitute(q.expr, VARIABLES))  # fails unless it parses
-            if not result and (q.dashboard, q.panel) not in NEEDS_CLUSTER:
+            if not result and (q.dashboard, q.panel) not in NEEDS_CLUSTER.keys() | SEVERAL_POLICIES:
                 missing.append(f"{q.dashboard} / {q.panel}: {q.expr}")
         return not missing
 

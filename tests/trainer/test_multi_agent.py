@@ -227,3 +227,10 @@ def test_every_optimizer_drives_two_policies(tmp_path, monkeypatch, algorithm, r
         entry["policy"] for row in rows for entry in row.get("policies", ()) if len(entry) > 2
     }
     assert learned == {"hunter", "other"}
+
+
+def test_normalized_observations_of_several_policies_are_refused():
+    config = config_of(normalization={"observations": True})
+    with pytest.raises(EnvError, match="mix the observations") as caught:
+        make_multi_agent_vector_env(config, 1)
+    assert caught.value.field == "normalization.observations"

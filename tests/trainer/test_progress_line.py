@@ -79,3 +79,12 @@ def test_an_evaluation_whose_confirmation_did_not_hold_says_so():
     assert "eval 478.1 / 475" in progress_line({**NOW, **held}, stop, start)
     failed = held | {"evaluation_confirmed": False}
     assert "eval 478.1 unconfirmed / 475" in progress_line({**NOW, **failed}, stop, start)
+
+
+def test_self_play_shows_its_win_rate_and_the_first_baselines():
+    stop = StopConditions(timesteps=50_000)
+    start = RunStart.before(FIRST)
+    rates = {"win_rate": 0.625, "baseline_win_rates": {"random": 0.93, "mod:Blocker": 0.2}}
+    line = progress_line({**NOW, **rates}, stop, start)
+    assert "won 62% (93% vs random)" in line and "Blocker" not in line
+    assert "won" not in progress_line({**NOW, "win_rate": None}, stop, start)

@@ -100,3 +100,24 @@ def test_a_run_and_its_resumption_log_every_progress_value(tmp_path):
     tags = {tag for tag, _ in logged}
     assert {"charts/episode_return_mean", "perf/samples_per_s", "losses/policy_loss"} <= tags
     assert "charts/evaluation_return_mean" in tags
+
+
+def test_each_policy_of_a_multi_agent_job_has_its_own_curves():
+    from kuberl_trainer.job.tensorboard import scalars
+
+    row = {
+        "timesteps_total": 10,
+        "episode_return_mean": 1.5,
+        "kl": 0.01,
+        "win_rate": None,
+        "policies": [
+            {"policy": "hunter", "episode_return_mean": 5.9, "kl": 0.02},
+            {"policy": "prey", "episode_return_mean": float("nan")},
+        ],
+    }
+    assert scalars(row) == {
+        "charts/episode_return_mean": 1.5,
+        "losses/kl": 0.01,
+        "charts/episode_return_mean/hunter": 5.9,
+        "losses/kl/hunter": 0.02,
+    }

@@ -26,7 +26,29 @@ ConvFilter = Annotated[
 a tuple: a Kubernetes structural schema types every array's items.)"""
 
 Encoder = Literal["auto", "mlp", "cnn"]
+MemoryType = Literal["lstm", "gru"]
 Precision = Literal["auto", "float32", "bfloat16"]
+
+
+class RecurrentConfig(Spec):
+    """A memory between the encoder and the policy and value heads: an LSTM or GRU whose state is
+    carried across a lane's env steps and starts at zero with each episode."""
+
+    type: MemoryType = "lstm"
+    """lstm: a long short-term memory (Hochreiter and Schmidhuber 1997), with a hidden and a cell
+    state; gru: a gated recurrent unit (Cho et al. 2014), with a hidden state only."""
+
+    size: int = Field(64, ge=1, le=4096)
+    """Units of the memory, which the policy and value heads read."""
+
+    max_seq_len: Annotated[
+        int | None,
+        KnownAs("steps backpropagated through time", rllib="max_seq_len"),
+    ] = Field(None, ge=1, le=100_000)
+    """The length of the sequences the learner unrolls the memory over, each from the state the
+    workers acted with at its first step: a lane's rollout is cut into sequences of this many
+    steps, and PPO's minibatches are whole sequences. null: each lane's whole rollout
+    (rollout_length steps) is one sequence."""
 
 
 class ModelConfig(Spec):
@@ -79,3 +101,9 @@ class ModelConfig(Spec):
     Actions are sampled from what the bfloat16 network computed, and that is what is recorded as
     the behaviour policy, so PPO's ratios and V-trace's weights correct for the difference from
     the float32 learner."""
+
+    recurrent: RecurrentConfig | None = None
+    """A memory after the encoder (MLP or CNN), for partially observed envs: the policy and the
+    value function share the encoder and the memory, and act on what the lane saw since its
+    episode began. PPO and A2C (A3C) take one. null: no memory, each action from the current
+    observation alone."""

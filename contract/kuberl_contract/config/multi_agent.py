@@ -10,7 +10,7 @@ against them when the job is validated (`kuberl validate`), naming any agent no 
 from __future__ import annotations
 
 import re
-from typing import Annotated, Any
+from typing import Annotated, Any, Literal
 
 from pydantic import Field, model_validator
 
@@ -82,6 +82,46 @@ class MappingRule(Spec):
         return self
 
 
+class SelfPlayConfig(Spec):
+    """A policy that learns against frozen snapshots of itself: `opponent` (a policy of the
+    mapping, which never learns) acts with one of them at a time."""
+
+    policy: PolicyName
+    """The policy that learns."""
+
+    opponent: PolicyName
+    """The policy whose agents act with a snapshot of `policy`: a key of policies, mapped to the
+    opponents' agents (its own hyperparameters and model are `policy`'s)."""
+
+    snapshot_every_iterations: int = Field(10, ge=1, le=1_000_000)
+    """How often the learning policy's weights join the pool of snapshots (also once at the
+    start, so that there is an opponent)."""
+
+    pool_size: int = Field(10, ge=1, le=1000)
+    """Snapshots kept; the oldest leave first."""
+
+    sampling: Literal["recency", "winRate"] = "recency"
+    """How each iteration's opponent is drawn from the pool. recency: the newest snapshot half the
+    time, any other uniformly the rest. winRate: snapshots weighted by how seldom the policy beats
+    them, (1 - win rate)^2 (prioritized fictitious self-play, as AlphaStar's league)."""
+
+    alternate_seats: bool = True
+    """Every other copy of the env swaps the two policies' agents, so that the policy plays both
+    sides (first and second player) equally often."""
+
+    baselines: list[Annotated[str, Field(min_length=1, max_length=253)]] = Field(
+        default_factory=lambda: ["random"], max_length=8
+    )
+    """Fixed opponents the policy's win rate is measured against whenever a snapshot is taken
+    (the row's baseline_win_rates): `random` moves uniformly among the legal actions, and
+    `module:Class` names an opponent of your own (a heuristic), made as Class(spaces, seed), whose
+    compute_actions(obs) returns (actions, {}) for a batch of encoded observations (the action
+    mask in their last columns), found as a module:Class env is."""
+
+    baseline_episodes: int = Field(50, ge=0, le=10_000)
+    """Greedy games against each baseline whenever a snapshot is taken. 0: none."""
+
+
 class MultiAgentConfig(Spec):
     """The policies of a multi-agent job and which agents act with which."""
 
@@ -104,7 +144,10 @@ class MultiAgentConfig(Spec):
         KnownAs("the policies that learn", rllib="policies_to_train"),
     ] = Field(None, max_length=64)
     """The policies that learn; the others act frozen (their warm start's or initial networks).
-    null: all of them."""
+    null: all of them (but a self-play opponent)."""
+
+    self_play: SelfPlayConfig | None = None
+    """A policy that learns against frozen snapshots of itself (see SelfPlayConfig)."""
 
     @model_validator(mode="after")
     def _check_names(self) -> MultiAgentConfig:
@@ -129,6 +172,8 @@ class MultiAgentConfig(Spec):
                     f"policiesToTrain: {name!r} is no policy of this job "
                     f"({', '.join(self.mapped_policies)})"
                 )
+        if self.self_play is not None:
+            self._check_self_play(self.self_play)
         if not self.policy_per_agent:
             unused = [name for name in self.policies if name not in self.mapped_policies]
             if unused:
@@ -136,6 +181,41 @@ class MultiAgentConfig(Spec):
                     f"policies.{unused[0]}: no rule of policyMapping maps agents to it"
                 )
         return self
+
+    def _check_self_play(self, self_play: SelfPlayConfig) -> None:
+        names = self.mapped_policies
+        for field in ("policy", "opponent"):
+            if getattr(self_play, field) not in names:
+                raise ValueError(
+                    f"selfPlay.{field}: {getattr(self_play, field)!r} is no policy of the mapping "
+                    f"({', '.join(names)})"
+                )
+        for index, baseline in enumerate(self_play.baselines):
+            if baseline != "random" and ":" not in baseline:
+                raise ValueError(
+                    f"selfPlay.baselines[{index}]: {baseline!r} is neither random nor module:Class"
+                )
+        if self_play.policy == self_play.opponent:
+            raise ValueError("selfPlay.opponent: the opponent is a policy of its own")
+        if self_play.opponent in (self.policies_to_train or []):
+            raise ValueError(
+                f"policiesToTrain: {self_play.opponent!r} acts with snapshots, and never learns"
+            )
+        if self.policies.get(self_play.opponent, PolicySpec()) != PolicySpec():
+            raise ValueError(
+                f"policies.{self_play.opponent}: the opponent's networks are "
+                f"{self_play.policy!r}'s snapshots: it sets no hyperparameters or model of its own"
+            )
+
+    @property
+    def trained_policies(self) -> list[str] | None:
+        """The policies that learn: policiesToTrain, or all but a self-play opponent (None: all
+        the env's agents' policies, known once the env is made)."""
+        if self.policies_to_train is not None:
+            return list(self.policies_to_train)
+        if self.self_play is not None:
+            return [name for name in self.mapped_policies if name != self.self_play.opponent]
+        return None
 
     @property
     def mapped_policies(self) -> list[str]:

@@ -36,6 +36,8 @@ if TYPE_CHECKING:  # a remote worker imports this module, not the config (frozen
     from kuberl_contract.config import WrapperConfig
 
 
+MULTI_AGENT_PREFIX = "pettingzoo:"
+"""The prefix of `env` naming a PettingZoo env (envs/multi_agent.py makes those)."""
 EPISODE_ENDED = "episode_ended"
 """A vector env step's info key saying which lanes' episodes ended, where that is not each lane's
 own termination or truncation (a multi-agent env's lanes end together with their copy's episode,
@@ -56,7 +58,7 @@ class EnvError(InvalidJobError):
         return self.message if self.field == "env" else f"{self.field}: {self.message}"
 
 
-def _did_you_mean(name: str, names: Sequence[str]) -> str:
+def did_you_mean(name: str, names: Sequence[str]) -> str:
     close = difflib.get_close_matches(name, names, n=1)
     return f"; did you mean {close[0]!r}?" if close else ""
 
@@ -80,6 +82,12 @@ def imported(path: str, field: str) -> Callable[..., Any]:
 def env_creator(env: str) -> Callable[..., gym.Env]:
     """A callable building the env from keyword arguments."""
     atari.register(env)
+    if env.startswith(MULTI_AGENT_PREFIX):
+        raise EnvError(
+            f"{env!r} is a multi-agent env, which a job trains as its agents' lanes; evaluating "
+            "or exporting a policy on it from its checkpoint comes with a later kuberl (the policy "
+            "of a job of one shared policy is exported as policy.onnx at the end of its run)"
+        )
     if ":" in env and env.split(":", 1)[0] not in gym.registry:
         return imported(env, "env")
     if (legacy := atari.legacy_suggestion(env)) is not None:  # known or not, as ale-py was loaded
@@ -87,7 +95,7 @@ def env_creator(env: str) -> Callable[..., gym.Env]:
     if env not in gym.registry:
         raise EnvError(
             f"{env!r} is not a registered gymnasium id nor a module:Class path"
-            + _did_you_mean(env, list(gym.registry))
+            + did_you_mean(env, list(gym.registry))
         )
     mujoco_logging.route_warnings(env)
     return lambda **kwargs: gym.make(env, **kwargs)
@@ -115,7 +123,7 @@ def wrapper_creator(wrapper: WrapperConfig, field: str) -> Callable[..., gym.Env
     elif wrapper.name not in gymnasium_wrapper_names():
         raise EnvError(
             f"{wrapper.name!r} is not a class of gymnasium.wrappers nor a module:Class path"
-            + _did_you_mean(wrapper.name, gymnasium_wrapper_names()),
+            + did_you_mean(wrapper.name, gymnasium_wrapper_names()),
             f"{field}.name",
         )
     else:
@@ -149,7 +157,7 @@ def _check_kwargs(wrap: Callable[..., Any], wrapper: WrapperConfig, field: str) 
     for key in wrapper.kwargs:
         if key not in names:
             takes = f"it takes {', '.join(names)}" if names else "it takes none"
-            hint = _did_you_mean(key, names) or f"; {takes}"
+            hint = did_you_mean(key, names) or f"; {takes}"
             raise EnvError(
                 f"{wrapper.name} takes no keyword argument {key!r}{hint}", f"{field}.kwargs.{key}"
             )

@@ -3,10 +3,7 @@ copy of the env is a lane of one vector env, so sampling, postprocessing and eve
 on lanes as they do on a single-agent job's envs, and each policy acts for its own lanes
 (policies/multi_agent.py).
 
-`spec.trainer.env: pettingzoo:MODULE` names a PettingZoo env module
-(`pettingzoo:mpe2.simple_spread_v3`), whose `parallel_env(**envConfig)` makes the env, or whose
-AEC `env(**envConfig)` does, converted by PettingZoo's `aec_to_parallel`; `module:Class` may name
-a ParallelEnv subclass too.
+Which envs are multi-agent ones, and how they are made, is envs/pettingzoo.py's.
 
 Lanes are copy-major: lane `copy * A + k` is agent k (of the env's `possible_agents`, A of them) in
 copy `copy`. A lane acts only while its agent is in the episode (`active`): agents that are done
@@ -25,60 +22,27 @@ from typing import Any
 import gymnasium as gym
 import numpy as np
 
-from kuberl_trainer.envs.making import EPISODE_ENDED, EnvError, imported
-from kuberl_trainer.envs.search_path import import_env_module
+from kuberl_trainer.envs.making import EPISODE_ENDED, EnvError
+from kuberl_trainer.envs.pettingzoo import is_multi_agent, make_parallel_env
 from kuberl_trainer.envs.spaces import SpaceInfo, encode_obs, space_info
 
-PETTINGZOO = "pettingzoo:"
-"""The prefix of `env` naming a PettingZoo env module."""
+__all__ = [
+    "MultiAgentSpaces",
+    "MultiAgentVectorEnv",
+    "agent_policies",
+    "is_multi_agent",
+    "make_multi_agent_vector_env",
+    "make_parallel_env",
+    "multi_agent_policy_spaces",
+]
+
 SHARED_POLICY = "shared"  # kuberl_contract.config.multi_agent's: this module imports no config
 MAPPING_FIELD = "multiAgent.policyMapping"
-
-
-def is_multi_agent(env: str) -> bool:
-    """Whether `env` names a multi-agent env: a PettingZoo module, or a ParallelEnv class."""
-    if env.startswith(PETTINGZOO):
-        return True
-    if ":" not in env or env.split(":", 1)[0] in gym.registry:
-        return False
-    try:
-        from pettingzoo import AECEnv, ParallelEnv
-    except ImportError:  # without PettingZoo, no class can be one of its envs
-        return False
-    made = imported(env, "env")
-    return isinstance(made, type) and issubclass(made, ParallelEnv | AECEnv)
-
-
-def make_parallel_env(env: str, env_config: dict[str, Any]) -> Any:
-    """The PettingZoo ParallelEnv `env` names, made with `env_config`."""
-    try:
-        from pettingzoo import AECEnv, ParallelEnv
-        from pettingzoo.utils.conversions import aec_to_parallel
-    except ImportError as exc:
-        raise EnvError(
-            f"{env!r} is a PettingZoo env, and PettingZoo is not installed: "
-            "pip install 'kuberl[multiagent]'"
-        ) from exc
-    if env.startswith(PETTINGZOO):
-        module_name = env[len(PETTINGZOO) :]
-        try:
-            module = import_env_module(module_name)
-        except (ImportError, ValueError) as exc:
-            raise EnvError(f"cannot import module {module_name!r}: {exc}") from exc
-        make = getattr(module, "parallel_env", None) or getattr(module, "env", None)
-        if make is None:
-            raise EnvError(f"{env!r}: the module has neither parallel_env() nor env()")
-    else:
-        make = imported(env, "env")
-    try:
-        made = make(**env_config)
-    except Exception as exc:  # any constructor failure is the job's problem to report
-        raise EnvError(f"cannot make {env!r} with envConfig {env_config}: {exc}") from exc
-    if isinstance(made, AECEnv):
-        made = aec_to_parallel(made)
-    if not isinstance(made, ParallelEnv):
-        raise EnvError(f"{env!r} made a {type(made).__name__}, not a PettingZoo ParallelEnv")
-    return made
+MIXED_NORMALIZATION = (
+    "one set of statistics would mix the observations of several policies' agents; normalize "
+    "them in the env for now, or train one shared policy"
+)
+"""Why observation normalization is refused in a job of several policies."""
 
 
 def agent_policies(agents: list[str], multi_agent: Any) -> dict[str, str]:
@@ -123,6 +87,9 @@ class MultiAgentSpaces(SpaceInfo):
     """The index (into `policies`) of each agent's policy: lane l's is lane_policies[l % A]."""
     policies_to_train: tuple[str, ...] = ()
     """The policies that learn; the others act frozen."""
+    turn_based: bool = False
+    """Whether one agent moves at a time (a turn-based AEC env): its turns' transitions span the
+    others' moves (policies/turns.py)."""
 
     def lanes_of(self, policy: int, lanes: int) -> np.ndarray:
         """The indices of `policy`'s lanes among `lanes` (copy-major)."""
@@ -130,7 +97,10 @@ class MultiAgentSpaces(SpaceInfo):
 
 
 def joint_spaces(
-    policy_spaces: dict[str, SpaceInfo], lane_policies: list[int], to_train: list[str]
+    policy_spaces: dict[str, SpaceInfo],
+    lane_policies: list[int],
+    to_train: list[str],
+    turn_based: bool = False,
 ) -> MultiAgentSpaces:
     """Every policy's spaces as one SpaceInfo for the lanes (see MultiAgentSpaces); policies whose
     actions or images differ in kind are refused."""
@@ -161,11 +131,15 @@ def joint_spaces(
         )
     )
     fields = {name: getattr(base, name) for name in base.__dataclass_fields__}
+    # The lanes' observations come encoded already (MultiAgentVectorEnv._encoded): flat floats,
+    # an action mask still last where one policy has one.
+    fields |= {"structured": None, "obs_discrete_n": None, "obs_discrete_start": 0}
     return MultiAgentSpaces(
         **fields,
         policies=tuple(policy_spaces.items()),
         lane_policies=tuple(lane_policies),
         policies_to_train=tuple(to_train),
+        turn_based=turn_based,
     )
 
 
@@ -195,17 +169,21 @@ class MultiAgentVectorEnv:
         policy_spaces = {
             name: self._policy_spaces(name, multi_agent, model, images) for name in names
         }
-        to_train = names
-        if multi_agent is not None and multi_agent.policies_to_train is not None:
-            unknown = [name for name in multi_agent.policies_to_train if name not in names]
-            if unknown:
-                raise EnvError(
-                    f"{unknown[0]!r} acts for no agent (the policies: {', '.join(names)})",
-                    "multiAgent.policiesToTrain",
-                )
-            to_train = list(multi_agent.policies_to_train)
+        trained = None if multi_agent is None else multi_agent.trained_policies
+        if trained is not None and (unknown := [name for name in trained if name not in names]):
+            raise EnvError(
+                f"{unknown[0]!r} acts for no agent (the policies: {', '.join(names)})",
+                "multiAgent.policiesToTrain",
+            )
+        pattern = [names.index(self.policy_of[agent]) for agent in self.agents]
+        self_play = None if multi_agent is None else multi_agent.self_play
+        if self_play is not None:
+            pattern = self._seats(pattern, names, self_play)
         self.spaces = joint_spaces(
-            policy_spaces, [names.index(self.policy_of[agent]) for agent in self.agents], to_train
+            policy_spaces,
+            pattern,
+            names if trained is None else trained,
+            getattr(first, "turn_based", False),
         )
         self.num_agents = len(self.agents)
         self.num_envs = num_copies * self.num_agents
@@ -214,6 +192,30 @@ class MultiAgentVectorEnv:
         self.action_space = _ZeroActions(self.num_envs, self.spaces)
         self.active = np.zeros(self.num_envs, dtype=bool)
         self.metadata = getattr(first, "metadata", {})
+
+    def _seats(self, pattern: list[int], names: list[str], self_play: Any) -> list[int]:
+        """The lanes' policies over a copy (two copies, with alternate seats: the second swaps
+        the learning policy's agents and the opponent's). The opponent's agents must take the
+        learning policy's spaces, as its snapshots act for them."""
+        learner, opponent = names.index(self_play.policy), names.index(self_play.opponent)
+        seats = {
+            index: [a for a, p in zip(self.agents, pattern, strict=True) if p == index]
+            for index in (learner, opponent)
+        }
+        mine, theirs = seats[learner][0], seats[opponent][0]
+        if (self.obs_spaces[mine], self.act_spaces[mine]) != (
+            self.obs_spaces[theirs],
+            self.act_spaces[theirs],
+        ):
+            raise EnvError(
+                f"the opponent's agent {theirs} acts with snapshots of {self_play.policy!r}, "
+                f"whose agent {mine} has other spaces",
+                "multiAgent.selfPlay.opponent",
+            )
+        if not self_play.alternate_seats:
+            return pattern
+        swap = {learner: opponent, opponent: learner}
+        return pattern + [swap.get(index, index) for index in pattern]
 
     def _policy_spaces(self, name: str, multi_agent: Any, model: Any, images: bool) -> SpaceInfo:
         """The spaces of policy `name`: its agents' (which must all be the same)."""
@@ -241,7 +243,7 @@ class MultiAgentVectorEnv:
         observations = []
         for index, copy in enumerate(self.copies):
             obs, _ = copy.env.reset(seed=None if seed is None else seed + index)
-            copy.agents, copy.resetting = set(obs), False
+            copy.agents, copy.resetting = set(copy.env.agents), False
             observations.append(obs)
         self.active = self._active()
         return self._encoded(observations), {}
@@ -255,7 +257,7 @@ class MultiAgentVectorEnv:
         for index, copy in enumerate(self.copies):
             if copy.resetting:  # the step after its episode ended only resets it
                 obs, _ = copy.env.reset()
-                copy.agents, copy.resetting = set(obs), False
+                copy.agents, copy.resetting = set(copy.env.agents), False
                 observations.append(obs)
                 continue
             acting = {
@@ -270,7 +272,7 @@ class MultiAgentVectorEnv:
                 terminated[lane] = term.get(agent, False)
                 truncated[lane] = trunc.get(agent, False)
             done = {agent for agent in acting if term.get(agent) or trunc.get(agent)}
-            copy.agents = (set(copy.env.agents) | (set(obs) - set(acting))) - done
+            copy.agents = set(copy.env.agents) - done
             copy.resetting = not copy.agents
             observations.append(obs)
         self.active = self._active()
@@ -298,7 +300,8 @@ class MultiAgentVectorEnv:
         space = self.act_spaces[agent]
         if isinstance(space, gym.spaces.Discrete):
             return int(action)
-        return np.asarray(action).ravel()[: int(np.prod(space.shape))].reshape(space.shape)
+        values = np.asarray(action).ravel()[: int(np.prod(space.shape))].reshape(space.shape)
+        return values.astype(space.dtype) if isinstance(space, gym.spaces.MultiDiscrete) else values
 
     def _encoded(self, observations: list[dict[str, Any]]) -> np.ndarray:
         """The copies' observations (agent -> observation dicts) as the lanes' joint array: each
@@ -352,13 +355,20 @@ def make_multi_agent_vector_env(config: Any, num_copies: int) -> MultiAgentVecto
     """`num_copies` copies of the job's multi-agent env as one vector env of lanes."""
     if config.wrappers:
         refuse_wrappers()
-    return MultiAgentVectorEnv(
+    envs = MultiAgentVectorEnv(
         lambda: make_parallel_env(config.env, config.env_config),
         num_copies,
         config.multi_agent,
         config.model,
         config.image_observations,
     )
+    if config.normalization.observations and len(envs.spaces.policies) > 1:
+        envs.close()
+        raise EnvError(
+            MIXED_NORMALIZATION,
+            "normalization.observations",
+        )
+    return envs
 
 
 def multi_agent_policy_spaces(

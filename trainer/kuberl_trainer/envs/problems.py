@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 
 from kuberl_trainer.envs.making import EnvError, make_vector_env, wrapper_creator
 from kuberl_trainer.envs.multi_agent import (
+    MIXED_NORMALIZATION,
     is_multi_agent,
     multi_agent_policy_spaces,
     refuse_wrappers,
@@ -70,6 +71,11 @@ def env_problem(
                 envs.close()
     except EnvError as exc:
         return EnvProblem(exc.field, exc.message)
+    if normalize_observations and len(spaces) > 1:
+        return EnvProblem(
+            NORMALIZED_OBSERVATIONS,
+            MIXED_NORMALIZATION,
+        )
     for info, action_space in spaces:
         problem = _action_problem(
             info, action_space, discrete_actions_only, continuous_actions_only

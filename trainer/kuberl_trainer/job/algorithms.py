@@ -54,6 +54,9 @@ def for_every_agent(factory: PolicyFactory, config: AnyTrainerConfig) -> PolicyF
         return factory
     names = list(config.multi_agent.policies) if config.multi_agent else []
     configs = {name: policy_config(config, name) for name in names}
+    self_play = config.multi_agent.self_play if config.multi_agent else None
+    if self_play is not None:  # the opponent acts with the learning policy's snapshots
+        configs[self_play.opponent] = policy_config(config, self_play.policy)
     if isinstance(factory, ActingOnly):
         configs = {name: frozen(own) for name, own in configs.items()}
     return MultiAgentFactory(factory, configs)

@@ -139,3 +139,20 @@ def rows(args: tuple[Any, ...]) -> int:
     if isinstance(batch, dict) and batch:
         return max(1, len(next(iter(batch.values()))))
     return 1
+
+
+def learner_devices(gpus: int, cuda_count: int) -> tuple[list[str], str | None]:
+    """Where the learner trains: one device per learner GPU (one CPU without GPUs), and a
+    warning where fewer CUDA devices are visible than the job asked for. The count never depends
+    on the machine, so LocalMultiGPU splits its minibatches alike everywhere: without CUDA each
+    GPU becomes a CPU device, and too few GPUs are shared."""
+    if gpus < 1:
+        return ["cpu"], None
+    if cuda_count < 1:
+        warning = f"learner.gpus={gpus} but no CUDA device is visible: learning on the CPU"
+        return ["cpu"] * gpus, warning
+    devices = [f"cuda:{index % cuda_count}" for index in range(gpus)]
+    if cuda_count < gpus:
+        visible = f"{cuda_count} CUDA device{'s are' if cuda_count > 1 else ' is'} visible"
+        return devices, f"learner.gpus={gpus} but {visible}: its {gpus} devices share them"
+    return devices, None

@@ -18,6 +18,7 @@ from typing import Any
 
 from kuberl_contract.config import StopConditions
 from kuberl_contract.progress_row import (
+    BASELINE_WIN_RATES,
     EPISODE_RETURN_MEAN,
     EVALUATION_CONFIRMED,
     EVALUATION_RETURN_MEAN,
@@ -26,6 +27,7 @@ from kuberl_contract.progress_row import (
     TIME_TOTAL_S,
     TIMESTEPS_THIS_ITER,
     TIMESTEPS_TOTAL,
+    WIN_RATE,
     format_return,
 )
 
@@ -124,6 +126,10 @@ def columns(
         unconfirmed = " unconfirmed" if row.get(EVALUATION_CONFIRMED) is False else ""
         of = _of(target.get("evaluation_return_mean"))
         found.append((4, f"eval {evaluation}{unconfirmed}{of}"))
+    if row.get(WIN_RATE) is not None:  # self-play: against its snapshots, and a baseline
+        baselines = row.get(BASELINE_WIN_RATES) or {}
+        versus = "".join(f" ({rate:.0%} vs {name})" for name, rate in list(baselines.items())[:1])
+        found.append((4, f"won {row[WIN_RATE]:.0%}{versus}"))
     if start is not None and (rate := start.steps_per_s(row)) is not None:
         found.append((3, f"{rate:,.0f} steps/s"))
     if stop is not None and start is not None:

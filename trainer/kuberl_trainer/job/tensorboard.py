@@ -33,7 +33,7 @@ def scalars(row: dict[str, Any]) -> dict[str, float]:
     """The row's numeric values by tag, those of each policy of a multi-agent job tagged with its
     name too. The step itself (timesteps_total), booleans, nulls and non-finite values (a mean
     over no episode yet) are left out."""
-    values = {scalar_tag(key): float(value) for key, value in row.items() if key != TIMESTEPS_TOTAL}
+    values = {scalar_tag(key): value for key, value in row.items() if key != TIMESTEPS_TOTAL}
     # a multi-agent job's policies: `charts/episode_return_mean/attacker`, `losses/kl/attacker`
     for entry in row.get(POLICIES, ()):
         name = entry[POLICY_LABEL]

@@ -43,9 +43,10 @@ from kuberl_contract.progress_row import (
 from kuberl_trainer.cpu_quota import usable_cpus
 from kuberl_trainer.envs.spaces import SpaceInfo
 from kuberl_trainer.job import algorithms
-from kuberl_trainer.job.device_choice import DeviceTrial
+from kuberl_trainer.job.device_choice import DeviceTrial, learner_devices
 from kuberl_trainer.job.evaluation import greedy_evaluation
 from kuberl_trainer.job.policy_metrics import PolicyMetrics
+from kuberl_trainer.job.self_play import SelfPlay
 from kuberl_trainer.policies.base import TorchPolicy
 from kuberl_trainer.rollouts.interrupt import StopRequest
 from kuberl_trainer.rollouts.rollout_worker import RolloutWorker
@@ -90,6 +91,8 @@ class Trainer:
         window = config.metrics_window
         self.recent_returns: deque[float] = deque(maxlen=window)
         self.policy_metrics = PolicyMetrics(window)
+        self_play = config.multi_agent.self_play if config.multi_agent else None
+        self.self_play = None if self_play is None else SelfPlay(config, seed)
         self.recent_lengths: deque[int] = deque(maxlen=window)
         self.iteration = 0
         self.episodes_total = 0
@@ -211,10 +214,19 @@ class Trainer:
         timers_before = dict(optimizer.counters.timers)
         restarts_before = optimizer.workers.restarts
         start = time.perf_counter()
+        if self.self_play is not None:  # the opponent's snapshot for this iteration
+            self.self_play.before_step(self.iteration + 1, optimizer)
         result = optimizer.step()
         self.iteration += 1
         self.recent_returns.extend(result.episode_returns.tolist())
         policies = self.policy_metrics.take(result.policy_returns, result.learner_stats)
+        if self.self_play is not None:
+            with optimizer.policy_lock:
+                policies |= self.self_play.after_step(
+                    result.policy_returns,
+                    optimizer.workers.local_worker,
+                    self.seed + self.iteration,
+                )
         self.recent_lengths.extend(result.episode_lengths.tolist())
         self.episodes_total += len(result.episode_returns)
         evaluation = self.config.evaluation
@@ -279,6 +291,7 @@ class Trainer:
             "policy": policy_state,
             "optimizer": optimizer_state,
             **({} if normalization is None else {"normalization": normalization}),
+            **({} if self.self_play is None else {"self_play": self.self_play.state()}),
             "driver": {
                 "iteration": self.iteration,
                 "episodes_total": self.episodes_total,
@@ -337,6 +350,8 @@ class Trainer:
         self.recent_lengths.extend(driver["recent_lengths"])
         self.evaluation_return_mean = driver["evaluation_return_mean"]
         self.evaluation_confirmed = driver.get("evaluation_confirmed")  # older checkpoints lack it
+        if self.self_play is not None and "self_play" in state:
+            self.self_play.restore(state["self_play"])
         random.setstate(driver["rng"]["python"])
         np.random.set_state(driver["rng"]["numpy"])
         torch.set_rng_state(driver["rng"]["torch"])
@@ -344,23 +359,6 @@ class Trainer:
 
 def mean(values) -> float:
     return float(np.mean(values)) if len(values) else math.nan
-
-
-def learner_devices(gpus: int, cuda_count: int) -> tuple[list[str], str | None]:
-    """Where the learner trains: one device per learner GPU (one CPU without GPUs), and a
-    warning where fewer CUDA devices are visible than the job asked for. The count never depends
-    on the machine, so LocalMultiGPU splits its minibatches alike everywhere: without CUDA each
-    GPU becomes a CPU device, and too few GPUs are shared."""
-    if gpus < 1:
-        return ["cpu"], None
-    if cuda_count < 1:
-        warning = f"learner.gpus={gpus} but no CUDA device is visible: learning on the CPU"
-        return ["cpu"] * gpus, warning
-    devices = [f"cuda:{index % cuda_count}" for index in range(gpus)]
-    if cuda_count < gpus:
-        visible = f"{cuda_count} CUDA device{'s are' if cuda_count > 1 else ' is'} visible"
-        return devices, f"learner.gpus={gpus} but {visible}: its {gpus} devices share them"
-    return devices, None
 
 
 def samples_on_a_cpu_copy(learner_device: str) -> bool:

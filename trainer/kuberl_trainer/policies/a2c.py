@@ -9,10 +9,11 @@ from kuberl_trainer.policies.actor_critic import ActorCriticPolicy
 
 
 class A2CPolicy(ActorCriticPolicy):
+    TAKES_MEMORY = True
     STAT_KEYS = (POLICY_LOSS, VF_LOSS, ENTROPY, GRAD_NORM)
 
     def loss(self, batch: dict[str, torch.Tensor]):
-        logp, entropy, values = self.model.logp_entropy_value(batch["obs"], batch["actions"])
+        batch, logp, entropy, values = self.logp_entropy_value(batch)
         advantages = batch["advantages"]
         if self.hp.normalize_advantages:
             advantages = (advantages - advantages.mean()) / (advantages.std() + 1e-8)

@@ -63,11 +63,16 @@ VALUE_ROWS_PER_PASS = 4096
 spill its activations out of the cache (PPO sampled 6% slower at 1,024 CartPole envs)."""
 
 
+RECURRENT_ACTING = "kuberl_trainer.policies.numpy_recurrent:ActingRecurrentPolicy"
+"""The numpy acting half of a policy with a memory (PPO's, A2C's: the algorithms that take one)."""
+
+
 def acts_in_numpy(spaces: SpaceInfo, config: AnyTrainerConfig) -> bool:
     """Whether a numpy policy computes what the job's torch policy would: separate MLPs for the
     actor and the critic. Images take the CNN, and a trunk shared by both (model.vfShareLayers)
-    the torch model's other layout."""
-    return spaces.image is None and not config.model.vf_share_layers
+    the torch model's other layout, but for a memory's (model.recurrent: numpy_recurrent.py)."""
+    model = config.model
+    return spaces.image is None and (model.recurrent is not None or not model.vf_share_layers)
 
 
 @dataclass(frozen=True)
@@ -84,7 +89,8 @@ class ActingOnly:
 
     def __call__(self, spaces: SpaceInfo, config: AnyTrainerConfig, seed: int) -> Policy:
         if acts_in_numpy(spaces, config):
-            return load_class(self.acting)(spaces, config, seed)
+            recurrent = config.model.recurrent is not None
+            return load_class(RECURRENT_ACTING if recurrent else self.acting)(spaces, config, seed)
         # The torch policy reads the config itself, not a Frozen copy of it: imported here only.
         from kuberl_contract.config import thawed
 

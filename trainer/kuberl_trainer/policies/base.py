@@ -14,9 +14,10 @@ from torch import nn
 from kuberl_contract.config import AnyTrainerConfig
 from kuberl_contract.progress_row import GRAD_NORM
 from kuberl_trainer.envs.spaces import SpaceInfo
-from kuberl_trainer.errors import IncompatibleCheckpointError
+from kuberl_trainer.errors import IncompatibleCheckpointError, InvalidJobError
 from kuberl_trainer.policies.adam import Adam
 from kuberl_trainer.policies.interface import Policy, Stats, Weights
+from kuberl_trainer.policies.recurrent import check_memory_fits
 from kuberl_trainer.policies.sample_batch import SampleBatch
 from kuberl_trainer.policies.towers import Towers
 
@@ -31,8 +32,17 @@ class TorchPolicy(Policy):
     brings a result back from any device), so rollout workers and checkpoints never see the
     learner's device."""
 
+    TAKES_MEMORY = False
+    """Whether it learns with a memory (spec.trainer.model.recurrent, see recurrent.py)."""
+
     def __init__(self, spaces: SpaceInfo, config: AnyTrainerConfig, seed: int, model: nn.Module):
         super().__init__(spaces, config, seed)
+        self.recurrent = getattr(config.model, "recurrent", None) is not None
+        if self.recurrent and not self.TAKES_MEMORY:
+            raise InvalidJobError(
+                f"spec.trainer.model.recurrent: {config.algorithm} does not take a memory; PPO "
+                "and A2C (A3C) do. Remove model.recurrent or choose one of those"
+            )
         self.model = model
         self.device = torch.device("cpu")
         hp = self.hp
@@ -91,6 +101,11 @@ class TorchPolicy(Policy):
     def to_towers(self, devices: Sequence[str | torch.device]) -> TorchPolicy:
         """Learn on several devices: the model on the first, a replica on each other one, and
         every SGD step's minibatch split across them (see towers.py)."""
+        if self.recurrent:  # towers split a minibatch by rows, which would cut its sequences
+            raise InvalidJobError(
+                "spec.trainer.model.recurrent: a recurrent policy learns on one device; ask "
+                "learner.gpus for at most 1"
+            )
         self.to(devices[0])
         self.towers = Towers(self, devices[1:])
         return self
@@ -137,6 +152,7 @@ class TorchPolicy(Policy):
         }
 
     def set_state(self, state: dict[str, Any]) -> None:
+        check_memory_fits(self.recurrent, state["weights"])
         check_weights_fit(self.model, state["weights"])
         self.set_weights(state["weights"])
         # The moments come from the state, the settings (step size) from this policy's config:
@@ -152,6 +168,7 @@ class TorchPolicy(Policy):
         RLlib's restore keep them: fresh moments make Adam's first steps as large as the
         learning rate in every weight, which undoes a converged policy within a few updates.
         The step size stays this job's, and its random generators and counters its own."""
+        check_memory_fits(self.recurrent, state["weights"])
         check_weights_fit(self.model, state["weights"])
         self.set_weights(state["weights"])
         self.optimizer.load_state_dict(state["optimizer"])

@@ -4,7 +4,8 @@ remote worker that only acts imports (see policy/acting.py)."""
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any, ClassVar
 
 import numpy as np
@@ -78,6 +79,21 @@ class Policy(ABC):
     @abstractmethod
     def set_state(self, state: dict[str, Any]) -> None: ...
 
+    def begin_episodes(self, starts: np.ndarray) -> None:
+        """Told by the rollout worker after each env step which lanes (a (N,) bool mask) begin an
+        episode with the observation the step returned: a recurrent policy starts their memory
+        afresh on its next `compute_actions`. Nothing for a policy without memory."""
+        return None
+
+    def get_memory(self) -> Any:
+        """What a recurrent policy carries across `compute_actions` calls for its lanes (None: a
+        fresh memory, and for a policy without one)."""
+        return None
+
+    def set_memory(self, memory: Any) -> None:
+        """Carry `memory` (a `get_memory()`, or None for a fresh one) from now on."""
+        return None
+
     def set_global_timesteps(self, timesteps: int) -> None:
         """Told by the optimizer before sampling and learning, for schedules such as epsilon or a
         decaying learning rate."""
@@ -99,3 +115,38 @@ class Policy(ABC):
 PolicyFactory = Callable[[SpaceInfo, "AnyTrainerConfig", int], Policy]
 """What a rollout worker builds its policy with from its spaces, the config and its seed: a policy
 class, or policy.acting.ActingOnly."""
+
+
+class EpisodeStarts:
+    """Which lanes begin an episode at each of `run_episodes`' acts, from the episode each lane is
+    on (its `episodes`): all at the first act; then a lane whose episode changed at an act was on
+    its reset step there (run_episodes moves a lane on once its episode ended), and it begins the
+    new episode at the next act."""
+
+    def __init__(self) -> None:
+        self.previous: np.ndarray | None = None
+        self.resetting: np.ndarray | None = None
+
+    def __call__(self, episodes: np.ndarray) -> np.ndarray:
+        if self.previous is None or self.resetting is None:
+            starts = np.ones(len(episodes), dtype=bool)
+            self.resetting = np.zeros(len(episodes), dtype=bool)
+        else:
+            starts, self.resetting = self.resetting, episodes != self.previous
+        self.previous = episodes.copy()
+        return starts
+
+
+@contextmanager
+def memory_of_its_own(policy: Policy) -> Iterator[Callable[[np.ndarray], None]]:
+    """Play episodes on other envs with `policy` (an evaluation's) without disturbing the memory
+    a recurrent policy carries for its sampling lanes: a fresh memory meanwhile, the sampling one
+    back after. Yields `follow(episodes)`, to call before each of `run_episodes`' acts with the
+    episode each lane is on (see EpisodeStarts)."""
+    saved = policy.get_memory()
+    policy.set_memory(None)
+    starts = EpisodeStarts()
+    try:
+        yield lambda episodes: policy.begin_episodes(starts(episodes))
+    finally:
+        policy.set_memory(saved)

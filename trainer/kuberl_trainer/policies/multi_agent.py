@@ -9,8 +9,8 @@ The lanes' columns have one layout for all members: observations in the lanes' j
 (MultiAgentSpaces), actions and recorded columns zero-padded to the widest member's. A member sees
 its own shapes only (`fit`).
 
-A job of one policy (parameter sharing, the default) needs none of this: `MultiAgentFactory`
-builds that policy itself, and its checkpoints are a single-agent job's.
+A job of one policy (parameter sharing, the default) needs none of this, but in a turn-based game:
+`MultiAgentFactory` builds that policy itself, and its checkpoints are a single-agent job's.
 """
 
 from __future__ import annotations
@@ -24,6 +24,7 @@ from kuberl_trainer.envs.spaces import SpaceInfo
 from kuberl_trainer.errors import IncompatibleCheckpointError
 from kuberl_trainer.policies.interface import Policy, PolicyFactory, Stats, Weights
 from kuberl_trainer.policies.sample_batch import SampleBatch
+from kuberl_trainer.policies.turns import TurnCompactor
 
 POLICY_COLUMN = "policy"
 """A training row's policy: its index among the job's policies."""
@@ -44,7 +45,10 @@ def fit(array: np.ndarray, trailing: tuple[int, ...]) -> np.ndarray:
 
 
 def action_shape(spaces: SpaceInfo) -> tuple[int, ...]:
-    """One recorded action's shape: () for Discrete actions, (dims,) for the others."""
+    """One recorded action's shape: () for Discrete actions, (components,) for MultiDiscrete
+    ones, (dims,) for Box ones."""
+    if spaces.action_nvec is not None:
+        return (len(spaces.action_nvec),)
     return () if spaces.discrete_actions else (spaces.action_dim,)
 
 
@@ -67,7 +71,7 @@ class MultiAgentFactory:
 
     def __call__(self, spaces: SpaceInfo, config: Any, seed: int) -> Policy:
         policies = getattr(spaces, "policies", ())
-        if len(policies) == 1:
+        if len(policies) == 1 and not spaces.turn_based:
             name, own = policies[0]
             return self.member(own, self.configs.get(name, config), seed)
         members = {
@@ -94,6 +98,8 @@ class MultiAgentPolicy(Policy):
         self.towers = None
         self._lanes: dict[tuple[int, int], np.ndarray] = {}
         self._widths: dict[str, dict[str, tuple[int, ...]]] = {name: {} for name in members}
+        # a turn-based game's lanes: each agent's turns as its transitions (policies/turns.py)
+        self.turns = TurnCompactor() if spaces.turn_based else None
 
     # -- lanes and rows --------------------------------------------------------------------------
 
@@ -138,10 +144,24 @@ class MultiAgentPolicy(Policy):
         columns = {
             key: _scatter(count, [(lanes, cols[key]) for lanes, _, cols in results])
             for key in results[0][2]
+            if all(key in cols for _, _, cols in results)  # a stand-in opponent records less
         }
         return env_actions, columns
 
+    def begin_episodes(self, starts: np.ndarray) -> None:
+        for index, name in enumerate(self.names):
+            self.members[name].begin_episodes(starts[self.lanes(index, len(starts))])
+
+    def get_memory(self) -> Any:
+        return {name: member.get_memory() for name, member in self.members.items()}
+
+    def set_memory(self, memory: Any) -> None:
+        for name, member in self.members.items():
+            member.set_memory(None if memory is None else memory[name])
+
     def postprocess_trajectory(self, rollout: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+        if self.turns is not None:
+            rollout = self.turns.compact(rollout)
         count = rollout["obs"].shape[1]
         parts = []
         for index in self.trained:

@@ -7,6 +7,8 @@ value, a terminated one is not.
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 
 from kuberl_trainer.policies.sample_batch import VALID
@@ -96,7 +98,7 @@ def flatten_time_major(columns: dict[str, np.ndarray], valid: np.ndarray) -> dic
     return {k: v[valid] for k, v in columns.items()}
 
 
-def gae_columns(
+def gae_window(
     rollout: dict[str, np.ndarray],
     values: np.ndarray,
     last_values: np.ndarray,
@@ -104,9 +106,9 @@ def gae_columns(
     gamma: float,
     lam: float,
 ) -> dict[str, np.ndarray]:
-    """The training rows of A2C, A3C and PPO from a rollout: `values` (T, N) are V of each step's
-    observation and `last_values` (1, N) V of the observation the next window starts from, `logp`
-    (T, N) the log-probabilities of the actions taken."""
+    """The (T, N) columns A2C, A3C and PPO learn from, before they become rows: `values` (T, N)
+    are V of each step's observation and `last_values` (1, N) V of the observation the next window
+    starts from, `logp` (T, N) the log-probabilities of the actions taken."""
     # V of every step's next observation: the next step's own, also where an episode ended (the
     # envs return its final observation and reset a step later).
     next_values = np.concatenate([values[1:], last_values])
@@ -119,17 +121,20 @@ def gae_columns(
         gamma,
         lam,
     )
-    return flatten_time_major(
-        {
-            "obs": rollout["obs"],
-            "actions": rollout["actions"],
-            "logp": logp,
-            "values": values,
-            "advantages": advantages,
-            "value_targets": targets,
-        },
-        rollout[VALID],
-    )
+    return {
+        "obs": rollout["obs"],
+        "actions": rollout["actions"],
+        "logp": logp,
+        "values": values,
+        "advantages": advantages,
+        "value_targets": targets,
+    }
+
+
+def gae_columns(rollout: dict[str, np.ndarray], *window: Any) -> dict[str, np.ndarray]:
+    """The training rows of A2C, A3C and PPO from a rollout: the valid steps of
+    `gae_window(rollout, *window)` (values, last_values, logp, gamma, lam)."""
+    return flatten_time_major(gae_window(rollout, *window), rollout[VALID])
 
 
 def returns_to_go_columns(

@@ -16,10 +16,11 @@ from kuberl_contract.progress_row import (
 from kuberl_trainer.policies.actor_critic import ActorCriticPolicy
 from kuberl_trainer.policies.base import TensorStats, mean_stats
 from kuberl_trainer.policies.interface import Stats
-from kuberl_trainer.policies.sample_batch import SampleBatch
+from kuberl_trainer.policies.sample_batch import VALID, SampleBatch
 
 
 class PPOPolicy(ActorCriticPolicy):
+    TAKES_MEMORY = True
     STAT_KEYS = (POLICY_LOSS, VF_LOSS, ENTROPY, KL, CLIP_FRACTION, GRAD_NORM, SGD_STEPS)
 
     def __init__(self, *args, **kwargs):
@@ -40,10 +41,9 @@ class PPOPolicy(ActorCriticPolicy):
         count = max(1, len(batch) // self.hp.minibatch_size)
         for _ in range(self.hp.num_epochs):
             # The rows SampleBatch.minibatches would give: a shuffled pass in `count` parts.
-            order = self.as_tensor(self.rng.permutation(len(batch)))
             epoch = [
                 self.sgd_step(self.standardized({k: v[rows] for k, v in tensors.items()}))
-                for rows in torch.tensor_split(order, count)
+                for rows in self.minibatch_rows(len(batch), count)
             ]
             steps += epoch
             # the one wait for the device per epoch, and only with a target_kl
@@ -57,11 +57,13 @@ class PPOPolicy(ActorCriticPolicy):
         advantages = minibatch["advantages"]
         if not self.hp.normalize_advantages or len(advantages) < 2:
             return minibatch
-        normalized = (advantages - advantages.mean()) / (advantages.std() + 1e-8)
+        # over the rows learned from: a recurrent policy's sequences keep reset steps and padding
+        learned = advantages[minibatch[VALID]] if VALID in minibatch else advantages
+        normalized = (advantages - learned.mean()) / (learned.std() + 1e-8)
         return minibatch | {"advantages": normalized}
 
     def loss(self, batch: dict[str, torch.Tensor]):
-        logp, entropy, values = self.model.logp_entropy_value(batch["obs"], batch["actions"])
+        batch, logp, entropy, values = self.logp_entropy_value(batch)
         advantages = batch["advantages"]
         log_ratio = logp - batch["logp"]
         ratio = log_ratio.exp()

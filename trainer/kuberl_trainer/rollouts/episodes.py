@@ -18,8 +18,9 @@ class EpisodeTracker:
     def __init__(
         self, lanes: int, lanes_per_episode: int = 1, lane_policies: list[str] | None = None
     ):
-        """`lane_policies`: the policy of each of the first `lanes_per_episode` lanes (the
-        pattern repeats), for a multi-agent job of several policies; None otherwise."""
+        """`lane_policies`: the policy of each of the first lanes, a pattern that repeats (over
+        one copy of the env, or two where self-play alternates seats), for a multi-agent job of
+        several policies; None otherwise."""
         self.returns = np.zeros(lanes, dtype=np.float64)
         self.lengths = np.zeros(lanes, dtype=np.int64)
         self.per_episode = lanes_per_episode
@@ -50,7 +51,7 @@ class EpisodeTracker:
             if self.lane_policies is not None:
                 for lane, value, length in zip(lanes, returns, lengths, strict=True):
                     if length:  # the agent took part
-                        name = self.lane_policies[lane % self.per_episode]
+                        name = self.lane_policies[lane % len(self.lane_policies)]
                         self._policy_returns[name].append(np.array([value]))
         self.returns[lanes] = 0.0
         self.lengths[lanes] = 0

@@ -20,7 +20,7 @@ from kuberl_trainer.envs.making import episode_steps, make_vector_env
 from kuberl_trainer.envs.multi_agent import is_multi_agent, make_multi_agent_vector_env
 from kuberl_trainer.envs.normalization import Normalizer, make_normalizer
 from kuberl_trainer.envs.spaces import encode_obs, job_space_info
-from kuberl_trainer.policies.interface import PolicyFactory, Stats, Weights
+from kuberl_trainer.policies.interface import PolicyFactory, Stats, Weights, memory_of_its_own
 from kuberl_trainer.policies.sample_batch import VALID, SampleBatch
 from kuberl_trainer.rollouts.episodes import EpisodeTracker
 
@@ -120,7 +120,7 @@ class RolloutWorker:
         policies = [name for name, _ in self.spaces.policies]
         lane_policies = [policies[index] for index in self.spaces.lane_policies]
         return EpisodeTracker(
-            self.num_envs, len(lane_policies), lane_policies if len(policies) > 1 else None
+            self.num_envs, self.envs.num_agents, lane_policies if len(policies) > 1 else None
         )
 
     def _acting(self) -> np.ndarray:
@@ -172,6 +172,7 @@ class RolloutWorker:
         if not self._acting().any():  # a window opening with every env's reset step could be empty
             raw_obs, *_ = self.envs.step(self.envs.action_space.sample())  # actions are ignored
             self.obs = self._observed(raw_obs)
+            self.acting_policy.begin_episodes(self.resetting)
             self.resetting[:] = False
         horizon = self.config.hyperparameters.rollout_length if steps is None else steps
         n = self.num_envs
@@ -193,6 +194,8 @@ class RolloutWorker:
             raw_obs, rewards[t], terminateds[t], truncateds[t], info = self.envs.step(env_actions)
             self.obs = self._observed(raw_obs)
             obs[t + 1] = self.normalizer.normalize_obs(self.obs)
+            # the lanes whose step was a reset step begin an episode (a recurrent policy's memory)
+            self.acting_policy.begin_episodes(self.resetting)
             valid[t] = acting
             game_rewards, self.resetting = episode_steps(
                 rewards[t], terminateds[t], truncateds[t], info
@@ -286,15 +289,15 @@ class RolloutWorker:
             if episodes not in self._eval_envs:  # kept: a stop's confirmation reuses its own
                 self._eval_envs[episodes] = self._make_envs(episodes)
             envs = self._eval_envs[episodes]
-        return self._run_episodes(
-            envs,
-            episodes,
-            lambda obs, _: self.acting_policy.compute_actions(
-                self.normalizer.normalize_obs(obs), explore=explore
-            )[0],
-            seed=seed,
-            observe=observe,
-        )
+        with memory_of_its_own(self.acting_policy) as follow:  # leaves sampling's memory be
+
+            def act(obs: np.ndarray, lane_episodes: np.ndarray) -> np.ndarray:
+                follow(lane_episodes)
+                return self.acting_policy.compute_actions(
+                    self.normalizer.normalize_obs(obs), explore=explore
+                )[0]
+
+            return self._run_episodes(envs, episodes, act, seed=seed, observe=observe)
 
     def _run_episodes(
         self,

@@ -60,6 +60,7 @@ from kuberl_trainer.policies.dqn import DQNPolicy
 from kuberl_trainer.policies.es import ESPolicy
 from kuberl_trainer.policies.evolution import STANDARDIZED_CLIP
 from kuberl_trainer.policies.interface import Policy
+from kuberl_trainer.policies.recurrent import GreedyMemoryActions
 from kuberl_trainer.policies.sac import SACPolicy
 from kuberl_trainer.trained.exported import (
     FLAT,
@@ -69,6 +70,9 @@ from kuberl_trainer.trained.exported import (
     OBS_ENCODING,
     OPSET,
     OUTPUT,
+    STATE_INPUT,
+    STATE_OUTPUT,
+    STATE_SIZE,
     ExportedPolicy,
     check_suffix,
     load_exported,
@@ -96,8 +100,8 @@ class GreedyPolicy(nn.Module):
         self.normalize = normalize
         self.act = act
 
-    def forward(self, obs: torch.Tensor) -> torch.Tensor:
-        return self.act(self.normalize(self.encode(obs)))
+    def forward(self, obs: torch.Tensor, *memory: torch.Tensor):  # a recurrent one's: its memory
+        return self.act(self.normalize(self.encode(obs)), *memory)
 
 
 class OneHot(nn.Module):
@@ -197,6 +201,8 @@ def _observation_filter(normalizer: Normalizer, mask_n: int) -> nn.Module:
 def _greedy_actions(policy: Policy) -> nn.Module:
     """What the policy's `compute_actions(obs, explore=False)` does to normalized observations:
     a copy of its network, and its distribution's greedy env actions."""
+    if isinstance(policy, ActorCriticPolicy) and policy.memory is not None:  # its copies
+        return GreedyMemoryActions(policy.model, with_arrays(policy.model.distribution, _constant))
     if isinstance(policy, ActorCriticPolicy):  # PG, A2C, A3C, PPO, IMPALA, APPO
         model = policy.model
         net = model.actor if model.encoder is None else nn.Sequential(model.encoder, model.actor)
@@ -283,6 +289,7 @@ def metadata(policy: TrainedPolicy, suffix: str) -> dict[str, str]:
         meta["opset"] = str(OPSET)
     if policy.spaces.structured is not None:
         meta[OBS_ENCODING] = FLAT
+    meta |= {STATE_SIZE: str(policy.state_size)} if policy.state_size else {}
     return meta
 
 
@@ -315,9 +322,10 @@ def export(policy: TrainedPolicy, path: Path) -> Path:
     module = greedy_module(policy)
     spec = input_spec(policy)
     example = torch.zeros((2, *spec.shape), dtype=getattr(torch, spec.dtype))
+    examples = (example, torch.zeros(2, policy.state_size))[: 2 if policy.state_size else 1]
     path.parent.mkdir(parents=True, exist_ok=True)
     write = _write_onnx if suffix == ".onnx" else _write_torchscript
-    write(module, example, path, metadata(policy, suffix))
+    write(module, examples, path, metadata(policy, suffix))
     try:
         _check(policy, load_exported(path))
     except Exception:
@@ -336,22 +344,23 @@ def export_checkpoint(checkpoint: Checkpoint, path: Path) -> Path:
         policy.close()
 
 
-def _write_onnx(module: nn.Module, example: torch.Tensor, path: Path, meta: dict[str, str]) -> None:
+def _write_onnx(module: nn.Module, examples: tuple, path: Path, meta: dict[str, str]) -> None:
     """The module's ONNX graph, any batch size, as one file. Through torch's TorchScript-based
     exporter: a greedy module has no control flow for torch.export to capture, and where that
     exporter took 2 s of the first export (it imports torch._dynamo and reads the source of
     onnxscript's 500 torchlib functions: a third of `make run`), this one takes 0.06 s."""
     graph = io.BytesIO()
+    inputs, outputs = [INPUT, STATE_INPUT][: len(examples)], [OUTPUT, STATE_OUTPUT][: len(examples)]
     with notices_hidden():
         torch.onnx.export(
             module,
-            (example,),
+            examples,
             graph,
-            input_names=[INPUT],
-            output_names=[OUTPUT],
+            input_names=inputs,
+            output_names=outputs,
             opset_version=OPSET,
             dynamo=False,
-            dynamic_axes={INPUT: {0: "batch"}, OUTPUT: {0: "batch"}},
+            dynamic_axes={name: {0: "batch"} for name in inputs + outputs},
         )
     model = onnx.load_model_from_string(graph.getvalue())
     for key, value in meta.items():
@@ -360,12 +369,12 @@ def _write_onnx(module: nn.Module, example: torch.Tensor, path: Path, meta: dict
 
 
 def _write_torchscript(
-    module: nn.Module, example: torch.Tensor, path: Path, meta: dict[str, str]
+    module: nn.Module, examples: tuple, path: Path, meta: dict[str, str]
 ) -> None:
     """The module traced: every branch of the greedy module is settled when it is built (the
     layout, the spaces, whether statistics exist), so the trace is the whole computation."""
     with notices_hidden():
-        traced = torch.jit.trace(module, example)
+        traced = torch.jit.trace(module, examples)
         torch.jit.save(traced, str(path), _extra_files={METADATA_FILE: json.dumps(meta)})
 
 
@@ -373,8 +382,11 @@ def _check(policy: TrainedPolicy, exported: ExportedPolicy) -> None:
     """ExportError unless the exported file acts as the policy does on observations drawn from
     the observation space: the same discrete actions, continuous ones within 1e-5."""
     obs = sample_observations(policy.observation_space, CHECK_OBSERVATIONS, seed=0)
-    expected, _ = policy.predict(obs)
-    actual, _ = exported.predict(obs)
+    expected, memory = policy.predict(obs)
+    actual, exported_memory = exported.predict(obs)
+    if memory is not None:  # and a second step, each from the memory its first step left
+        expected = policy.predict(obs, state=memory)[0]
+        actual = exported.predict(obs, state=exported_memory)[0]
     if policy.spaces.discrete_actions:
         differ = np.flatnonzero((actual != expected).reshape(len(actual), -1).any(-1))
     else:

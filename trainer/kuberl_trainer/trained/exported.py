@@ -35,6 +35,9 @@ FORMATS = {".onnx": f"ONNX opset {OPSET}", ".pt": "TorchScript"}
 METADATA_FILE = "kuberl.json"
 """The TorchScript module's extra file that holds the metadata."""
 INPUT, OUTPUT = "obs", "actions"
+STATE_INPUT, STATE_OUTPUT, STATE_SIZE = "state", "next_state", "state_size"
+"""A recurrent policy's graph also takes the lanes' memory, (batch, state_size) float32, and gives
+the next one (zeros: an episode's start); the metadata's state_size says how wide it is."""
 OBS_ENCODING, FLAT = "obs_encoding", "flat"
 """The metadata key saying the graph takes a structured space's flat encoding (envs/encoding.py),
 and its value."""
@@ -45,8 +48,9 @@ GREEDY_ONLY = (
 
 _TRAINER_CONFIG = TypeAdapter(TrainerConfig)
 
-Runner = Callable[[np.ndarray], np.ndarray]
-"""An exported file's actions for a batch of observations."""
+Runner = Callable[..., Any]
+"""An exported file's actions for a batch of observations; a recurrent policy's file takes the
+memory too and gives (actions, next memory)."""
 
 
 def check_suffix(path: Path) -> str:
@@ -88,6 +92,7 @@ class ExportedPolicy(LoadedPolicy):
         super().__init__(trained_on, trust_env_code, env)
         self.observation_space, self.action_space = _recorded_spaces(self.meta)
         self.takes_encoded = self.meta.get(OBS_ENCODING) == FLAT
+        self.state_size = int(self.meta.get(STATE_SIZE, 0))
         if self.takes_encoded:  # predict takes the env's observations, and encodes them
             self.observation_shape = shape_of(self.observation_space)
 
@@ -107,6 +112,12 @@ class ExportedPolicy(LoadedPolicy):
             batch = encode_structured(self.observation_space, batch)
         return self._run(np.ascontiguousarray(batch, dtype=self.obs_dtype))
 
+    def _step(self, batch: Any, state: np.ndarray, explore: bool) -> tuple[np.ndarray, np.ndarray]:
+        if self.takes_encoded:
+            batch = encode_structured(self.observation_space, batch)
+        obs = np.ascontiguousarray(batch, dtype=self.obs_dtype)
+        return self._run(obs, np.ascontiguousarray(state, dtype=np.float32))
+
 
 def _recorded_spaces(meta: dict[str, str]) -> tuple[gym.Space | None, gym.Space | None]:
     """The spaces the metadata records; none in a file of an older kuberl, which acts on its
@@ -121,7 +132,13 @@ def _load_onnx(path: Path) -> tuple[dict[str, str], Runner]:
 
     session = onnxruntime.InferenceSession(str(path), providers=["CPUExecutionProvider"])
     meta = dict(session.get_modelmeta().custom_metadata_map)
-    return meta, lambda obs: session.run([OUTPUT], {INPUT: obs})[0]
+
+    def run(obs: np.ndarray, state: np.ndarray | None = None) -> Any:
+        if state is None:
+            return session.run([OUTPUT], {INPUT: obs})[0]
+        return tuple(session.run([OUTPUT, STATE_OUTPUT], {INPUT: obs, STATE_INPUT: state}))
+
+    return meta, run
 
 
 def _load_torchscript(path: Path) -> tuple[dict[str, str], Runner]:
@@ -129,9 +146,12 @@ def _load_torchscript(path: Path) -> tuple[dict[str, str], Runner]:
     with notices_hidden():
         module = torch.jit.load(str(path), map_location="cpu", _extra_files=extra_files)
 
-    def run(obs: np.ndarray) -> np.ndarray:
+    def run(obs: np.ndarray, state: np.ndarray | None = None) -> Any:
         with torch.inference_mode():
-            return module(torch.tensor(obs)).numpy()
+            if state is None:
+                return module(torch.tensor(obs)).numpy()
+            actions, state = module(torch.tensor(obs), torch.tensor(state))
+            return actions.numpy(), state.numpy()
 
     return json.loads(extra_files[METADATA_FILE] or "{}"), run
 

@@ -84,6 +84,8 @@ class TrainedPolicy(LoadedPolicy):
         # Float32 whatever model.precision chose for training: the policy acts as its exported
         # file does, on any CPU.
         use_float32(self.policy.model)
+        if memory := getattr(self.policy, "memory", None):
+            self.state_size = memory.model.state_size
         self.normalizer = make_normalizer(config, self.spaces, num_envs=1)
         if "normalization" in state:
             self.normalizer.set_stats(state["normalization"])
@@ -118,6 +120,11 @@ class TrainedPolicy(LoadedPolicy):
         normalized = self.normalizer.normalize_obs(encode_obs(obs, self.spaces))
         actions, _ = self.policy.compute_actions(normalized, explore=explore)
         return actions
+
+    def _step(self, obs: Any, state: np.ndarray, explore: bool) -> tuple[np.ndarray, np.ndarray]:
+        self.policy.set_memory((state, None))
+        actions = self._act(obs, explore)
+        return actions, self.policy.get_memory()[0].numpy()
 
 
 def policy_in(checkpoint: Checkpoint) -> tuple[Any, dict[str, Any], int | None]:

@@ -21,6 +21,7 @@ from kuberl_trainer.envs.making import EnvError, make_vector_env
 from kuberl_trainer.envs.space_record import space_kind
 from kuberl_trainer.envs.trust import EnvCode, env_code, on_named_env
 from kuberl_trainer.errors import InvalidJobError
+from kuberl_trainer.policies.interface import EpisodeStarts
 from kuberl_trainer.rollouts.rollout_worker import run_episodes
 from kuberl_trainer.trained.video import Recording, Video
 
@@ -107,6 +108,7 @@ class LoadedPolicy:
     observation_space: gym.Space | None  # None only for a file exported by an older kuberl
     action_space: gym.Space | None
     observation_shape: tuple[int, ...] | None  # one observation's, no batch axis; Dict, Tuple: None
+    state_size: int = 0  # a recurrent policy's memory per lane (spec.trainer.model.recurrent)
 
     def __init__(self, trained_on: Any, trust_env_code: bool = False, env: str | None = None):
         self.config = trained_on if env is None else on_named_env(trained_on, env)
@@ -160,17 +162,28 @@ class LoadedPolicy:
         *,
         state: Any = None,
         episode_start: Any = None,
-    ) -> tuple[np.ndarray, None]:
+    ) -> tuple[np.ndarray, np.ndarray | None]:
         """Actions for one observation or a batch of them (a leading axis), as Stable-Baselines3's
         `predict`: the greedy ones by default (the distribution's mode, DQN's argmax, SAC's
         squashed mean), sampled with `deterministic=False` (a checkpoint's policy only: an
-        exported one is greedy only, a ValueError). Returns `(actions, None)`: the second item is
-        SB3's recurrent state, which kuberl's policies do not have; SB3's `state` and
-        `episode_start` are taken and, as SB3's feed-forward policies do, ignored."""
+        exported one is greedy only, a ValueError). Returns `(actions, state)`, as SB3-contrib's
+        RecurrentPPO: for a recurrent policy the memory after this step, (batch, state_size)
+        float32, to pass as `state` with the next observations (None: a fresh memory), the rows
+        where `episode_start` (batch,) is true starting afresh; None for any other policy, which
+        takes `state` and `episode_start` and, as SB3's feed-forward policies do, ignores them."""
         self.check_mode(deterministic)
         batch, single = self.as_batch(obs)
-        actions = self._act(batch, explore=not deterministic)
-        return (actions[0] if single else actions), None
+        if not self.state_size:
+            actions = self._act(batch, explore=not deterministic)
+            return (actions[0] if single else actions), None
+        lanes = len(_first_array(batch))
+        memory = np.zeros((lanes, self.state_size), np.float32)
+        if state is not None:
+            memory[:] = np.asarray(state, dtype=np.float32).reshape(lanes, self.state_size)
+        if episode_start is not None:
+            memory *= ~np.asarray(episode_start, dtype=bool).reshape(lanes, 1)
+        actions, memory = self._step(batch, memory, explore=not deterministic)
+        return (actions[0] if single else actions), memory
 
     def evaluate(
         self,
@@ -189,7 +202,7 @@ class LoadedPolicy:
         self.check_mode(deterministic)
         explore = not deterministic
         return self.play(
-            lambda obs, _: self._act(obs, explore),
+            self._acting(explore),
             episodes,
             seed,
             deterministic,
@@ -204,6 +217,28 @@ class LoadedPolicy:
         """The actions for a batch of observations as the env returns them, sampled when
         `explore`."""
         raise NotImplementedError
+
+    def _step(self, batch: Any, state: np.ndarray, explore: bool) -> tuple[np.ndarray, np.ndarray]:
+        """A recurrent policy's `_act` from the lanes' memory `state`: the actions, the next
+        memory."""
+        raise NotImplementedError
+
+    def _acting(self, explore: bool) -> Callable[[Any, np.ndarray], np.ndarray]:
+        """run_episodes' `act`: a recurrent policy's with a memory per lane, fresh with each of
+        the lane's episodes."""
+        if not self.state_size:
+            return lambda obs, _: self._act(obs, explore)
+        starts, memory = EpisodeStarts(), np.zeros((0, self.state_size), np.float32)
+
+        def act(obs: Any, episodes: np.ndarray) -> np.ndarray:
+            nonlocal memory
+            fresh = starts(episodes)
+            if len(memory) != len(episodes):
+                memory = np.zeros((len(episodes), self.state_size), np.float32)
+            actions, memory = self._step(obs, memory * ~fresh[:, None], explore)
+            return actions
+
+        return act
 
     def as_batch(self, obs: Any) -> tuple[Any, bool]:
         """`obs` as a batch, and whether it was one observation; ValueError for another shape. A
@@ -277,3 +312,12 @@ class LoadedPolicy:
 def shape_of(space: gym.Space) -> tuple[int, ...] | None:
     """One observation's shape, None for a Dict or a Tuple (no one array)."""
     return None if space.shape is None else tuple(space.shape)
+
+
+def _first_array(batch: Any) -> np.ndarray:
+    """A batch's array, or a structured batch's first one: its length is the batch's."""
+    if isinstance(batch, dict):
+        return _first_array(next(iter(batch.values())))
+    if isinstance(batch, tuple):
+        return _first_array(batch[0])
+    return batch
