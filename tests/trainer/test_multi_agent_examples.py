@@ -16,10 +16,11 @@ pytestmark = pytest.mark.slow
 @pytest.mark.parametrize("seed", [0, 1, 2])
 def test_simple_spread_agents_learn_to_cover_the_landmarks(tmp_path, seed):
     """Acting at random returns about -85 and standing still -76 (the sum over the three agents
-    of an episode); the example's own target is -60 within a million steps. Here a mean of -70
-    over 100 episodes within 150k steps, which seeds 0-2 reached within SEEDS_MEASURED."""
+    of an episode). Here a mean of -65 over 100 episodes within 600k agent steps: seeds 0 and 2
+    reached it within 120k (23 and 31 s), seed 1 at 485k, after a dip to -93 that RLlib's run of
+    the same settings shows too (bench/multi_agent_spread.py)."""
     job = load_rljob(EXAMPLES / "mpe-spread-ppo.yaml")
-    stop = {"episodeReturnMean": -65, "timesteps": 200_000}
+    stop = {"episodeReturnMean": -65, "timesteps": 600_000}
     trainer = job.spec.trainer.model_copy(
         update={
             "seed": seed,
