@@ -7,6 +7,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
+from pydantic import ValidationError
 
 from kuberl_contract.config import RolloutConfig, frozen
 from kuberl_operator.validation import load_rljob
@@ -166,8 +167,14 @@ def test_a_checkpoint_without_a_memory_is_refused_naming_the_field():
 
 
 def test_an_algorithm_without_memory_refuses_one_naming_the_field():
+    # when the job is validated (kuberl validate, the API, the admission webhook)
+    with pytest.raises(ValidationError, match=r"model\.recurrent: DQN does not take a memory"):
+        recurrent_config(algorithm="DQN")
+    # and by the policy itself, should a config come by another way
+    memory = recurrent_config(algorithm="PPO").model
+    config = trainer_config(algorithm="DQN").model_copy(update={"model": memory})
     with pytest.raises(InvalidJobError, match=r"model\.recurrent: DQN"):
-        RolloutWorker(DQNPolicy, recurrent_config(algorithm="DQN"), num_envs=1, seed=0)
+        RolloutWorker(DQNPolicy, config, num_envs=1, seed=0)
 
 
 @pytest.fixture(scope="module")

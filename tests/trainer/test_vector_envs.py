@@ -130,12 +130,12 @@ def test_native_rows_are_the_transitions_of_envs_stepped_by_hand(monkeypatch):
                 episode, length = episode + 1, 0
                 env.reset()
                 env.unwrapped.state = start_state(n, episode)
-        assert length == worker.episode_lengths[n]  # the episode still going
+        assert length == worker.episodes.lengths[n]  # the episode still going
     assert sorted(episode_lengths) == sorted(batch.episode_lengths)
     learned = worker.policy.learnable_rows(worker.policy.batch_tensors(batch))
     assert len(learned["obs"]) == batch.env_steps  # the learner drops the reset steps
     # every transition counts once, no reset step does
-    assert batch.env_steps == sum(episode_lengths) + worker.episode_lengths.sum() < ENVS * HORIZON
+    assert batch.env_steps == sum(episode_lengths) + worker.episodes.lengths.sum() < ENVS * HORIZON
 
 
 def test_a_window_never_holds_only_reset_steps():

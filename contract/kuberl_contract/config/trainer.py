@@ -191,6 +191,17 @@ class _TrainerBase(Spec):
         return self
 
     @model_validator(mode="after")
+    def _check_memory(self) -> _TrainerBase:
+        """A memory (model.recurrent) is learned by the algorithms that unroll it over whole
+        sequences, so far PPO and A2C (A3C)."""
+        if self.model.recurrent is not None and self.algorithm not in ("PPO", "A2C", "A3C"):
+            raise ValueError(
+                f"model.recurrent: {self.algorithm} does not take a memory yet; PPO, A2C and A3C "
+                "do. Remove model.recurrent or choose one of those"
+            )
+        return self
+
+    @model_validator(mode="after")
     def _check_warm_start(self) -> _TrainerBase:
         if self.warm_start is not None and self.algorithm not in ALGORITHMS:
             raise ValueError(
