@@ -164,6 +164,13 @@ class MultiAgentVectorEnv:
         self.agents: list[str] = list(first.possible_agents)
         self.policy_of = agent_policies(self.agents, multi_agent)
         names = list(dict.fromkeys(self.policy_of.values()))
+        # each policy's agents, with their index among the copy's lanes (the encoding's, per step)
+        self.lanes_of_policy = {
+            name: [
+                (k, agent) for k, agent in enumerate(self.agents) if self.policy_of[agent] == name
+            ]
+            for name in names
+        }
         self.obs_spaces = {agent: first.observation_space(agent) for agent in self.agents}
         self.act_spaces = {agent: first.action_space(agent) for agent in self.agents}
         policy_spaces = {
@@ -219,7 +226,7 @@ class MultiAgentVectorEnv:
 
     def _policy_spaces(self, name: str, multi_agent: Any, model: Any, images: bool) -> SpaceInfo:
         """The spaces of policy `name`: its agents' (which must all be the same)."""
-        agents = [agent for agent in self.agents if self.policy_of[agent] == name]
+        agents = [agent for _, agent in self.lanes_of_policy[name]]
         first = agents[0]
         for agent in agents[1:]:
             if (self.obs_spaces[agent], self.act_spaces[agent]) != (
@@ -309,13 +316,13 @@ class MultiAgentVectorEnv:
         spaces = self.spaces
         out = np.zeros((self.num_envs, *spaces.obs_shape), dtype=spaces.obs_dtype)
         for name, info in spaces.policies:
-            agents = [agent for agent in self.agents if self.policy_of[agent] == name]
-            space = self.obs_spaces[agents[0]]
+            agents = self.lanes_of_policy[name]
+            space = self.obs_spaces[agents[0][1]]
             rows, items = [], []
             for copy_index, obs in enumerate(observations):
-                for agent in agents:
+                for k, agent in agents:
                     if agent in obs:
-                        rows.append(copy_index * self.num_agents + self.agents.index(agent))
+                        rows.append(copy_index * self.num_agents + k)
                         items.append(obs[agent])
             if not rows:
                 continue
